@@ -1,0 +1,70 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright (c) 2026 The kvfabric authors
+#
+# Two commands: `make demo` and `make test`. Both install the Debian packages
+# they need (apt only), configure, build and run; both are idempotent.
+
+SHELL      := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+ASAN_DIR   ?= build/asan
+REL_DIR    ?= build/release
+FUZZ_DIR   ?= build/fuzz
+ARGS       ?=
+
+# Everything the build, the tests and the demo use, as Debian 12 packages.
+DEBS := gcc make meson ninja-build pkg-config python3 clang-format \
+        protobuf-c-compiler libprotobuf-c-dev libucx-dev ucx-utils \
+        libevent-dev libyaml-dev libxxhash-dev libcriterion-dev \
+        libibverbs-dev libssl-dev iproute2 procps curl
+
+SANITIZER_ENV := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 \
+                 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+
+.PHONY: all deps build test demo format format-check fuzz clean
+
+all: build
+
+deps:
+	@tools/deps.sh $(DEBS)
+
+$(ASAN_DIR)/build.ninja: | deps
+	@tools/meson-setup.sh $(ASAN_DIR) -Db_sanitize=address,undefined \
+	    -Db_lundef=false -Dtests=enabled
+
+$(REL_DIR)/build.ninja: | deps
+	@tools/meson-setup.sh $(REL_DIR) --buildtype=release -Dtests=disabled
+
+build: deps $(REL_DIR)/build.ninja
+	@ninja -C $(REL_DIR) --quiet
+
+test: deps $(ASAN_DIR)/build.ninja
+	@ninja -C $(ASAN_DIR) --quiet
+	@$(MAKE) --no-print-directory format-check
+	@$(SANITIZER_ENV) meson test -C $(ASAN_DIR) --print-errorlogs \
+	    --num-processes 2 > $(ASAN_DIR)/meson-test.out 2>&1 \
+	    || { tail -n 200 $(ASAN_DIR)/meson-test.out; \
+	         python3 tools/test-summary.py $(ASAN_DIR); exit 1; }
+	@grep -E '^(Ok|Expected Fail|Fail|Unexpected Pass|Skipped|Timeout):' \
+	    $(ASAN_DIR)/meson-test.out || true
+	@python3 tools/test-summary.py $(ASAN_DIR)
+
+demo: build
+	@tools/demo.sh $(REL_DIR) $(ARGS)
+
+format:
+	@git ls-files '*.c' '*.h' '*.cu' | xargs -r clang-format -i
+
+format-check: deps
+	@git ls-files '*.c' '*.h' '*.cu' | xargs -r clang-format --dry-run --Werror \
+	    || { echo "format-check: run 'make format' to fix the files above" >&2; exit 1; }
+
+fuzz: deps
+	@tools/deps.sh clang libclang-rt-14-dev
+	@[ -f $(FUZZ_DIR)/build.ninja ] || CC=clang tools/meson-setup.sh $(FUZZ_DIR) \
+	    -Dfuzz=enabled -Dtests=disabled -Db_lundef=false
+	@ninja -C $(FUZZ_DIR) --quiet
+	@tools/run-fuzz.sh $(FUZZ_DIR) $${FUZZ_SECONDS:-30}
+
+clean:
+	rm -rf build

@@ -1,0 +1,249 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+#include "proto/frame.h"
+
+#include <event2/buffer.h>
+
+#include <string.h>
+
+typedef struct kvf_msg_desc {
+    const char *name;
+    const ProtobufCMessageDescriptor *descriptor;
+} kvf_msg_desc_t;
+
+static const kvf_msg_desc_t kvf_msg_descs[KVF_MSG_TYPE_MAX] = {
+    [KVF_MSG_HELLO]           = {"HELLO", &kvf__hello__descriptor},
+    [KVF_MSG_HELLO_REPLY]     = {"HELLO_REPLY", &kvf__hello_reply__descriptor},
+    [KVF_MSG_STATUS]          = {"STATUS", &kvf__status__descriptor},
+    [KVF_MSG_REGISTER]        = {"REGISTER", &kvf__register__descriptor},
+    [KVF_MSG_REGISTER_REPLY]  = {"REGISTER_REPLY",
+                                 &kvf__register_reply__descriptor},
+    [KVF_MSG_HEARTBEAT]       = {"HEARTBEAT", &kvf__heartbeat__descriptor},
+    [KVF_MSG_HEARTBEAT_REPLY] = {"HEARTBEAT_REPLY",
+                                 &kvf__heartbeat_reply__descriptor},
+    [KVF_MSG_DEREGISTER]      = {"DEREGISTER", &kvf__deregister__descriptor},
+    [KVF_MSG_ADMIT]           = {"ADMIT", &kvf__key_batch__descriptor},
+    [KVF_MSG_EVICT]           = {"EVICT", &kvf__key_batch__descriptor},
+    [KVF_MSG_INVENTORY]       = {"INVENTORY", &kvf__inventory__descriptor},
+    [KVF_MSG_LOOKUP]          = {"LOOKUP", &kvf__lookup__descriptor},
+    [KVF_MSG_LOOKUP_REPLY] = {"LOOKUP_REPLY", &kvf__lookup_reply__descriptor},
+    [KVF_MSG_NODE_INFO]    = {"NODE_INFO", &kvf__node_info_request__descriptor},
+    [KVF_MSG_NODE_INFO_REPLY] = {"NODE_INFO_REPLY",
+                                 &kvf__node_info_reply__descriptor},
+};
+
+const ProtobufCMessageDescriptor *kvf_msg_descriptor(uint16_t type)
+{
+    return (type < KVF_MSG_TYPE_MAX) ? kvf_msg_descs[type].descriptor : NULL;
+}
+
+const char *kvf_msg_type_name(uint16_t type)
+{
+    if ((type >= KVF_MSG_TYPE_MAX) || (kvf_msg_descs[type].name == NULL)) {
+        return "UNKNOWN";
+    }
+    return kvf_msg_descs[type].name;
+}
+
+static uint32_t kvf_frame_get_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+
+static uint16_t kvf_frame_get_le16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static void kvf_frame_put_hdr(uint8_t *p, uint32_t length, uint16_t type,
+                              uint16_t flags)
+{
+    p[0] = (uint8_t)length;
+    p[1] = (uint8_t)(length >> 8);
+    p[2] = (uint8_t)(length >> 16);
+    p[3] = (uint8_t)(length >> 24);
+    p[4] = (uint8_t)type;
+    p[5] = (uint8_t)(type >> 8);
+    p[6] = (uint8_t)flags;
+    p[7] = (uint8_t)(flags >> 8);
+}
+
+/* Validates a header; KVF_OK when the frame may be read. */
+static kvf_status_t kvf_frame_check_hdr(const uint8_t *hdr, uint32_t max_frame,
+                                        kvf_frame_t *frame)
+{
+    frame->length = kvf_frame_get_le32(hdr);
+    frame->type   = kvf_frame_get_le16(hdr + 4);
+    frame->flags  = kvf_frame_get_le16(hdr + 6);
+    frame->msg    = NULL;
+    if (frame->length > max_frame) {
+        return KVF_ERR_TOO_BIG;
+    }
+    if ((kvf_msg_descriptor(frame->type) == NULL) ||
+        (frame->flags & ~KVF_FRAME_FLAGS_ALL)) {
+        return KVF_ERR_PROTO;
+    }
+    return KVF_OK;
+}
+
+static kvf_status_t kvf_frame_unpack_payload(const uint8_t *payload,
+                                             ProtobufCAllocator *alloc,
+                                             kvf_frame_t *frame)
+{
+    frame->msg = protobuf_c_message_unpack(kvf_msg_descriptor(frame->type),
+                                           alloc, frame->length, payload);
+    return (frame->msg == NULL) ? KVF_ERR_PROTO : KVF_OK;
+}
+
+kvf_status_t kvf_frame_decode_buf(const void *data, size_t len,
+                                  uint32_t max_frame, ProtobufCAllocator *alloc,
+                                  kvf_frame_t *frame_p, size_t *consumed_p)
+{
+    const uint8_t *bytes = data;
+    kvf_frame_t frame;
+    kvf_status_t status;
+
+    if (len < KVF_FRAME_HDR_SIZE) {
+        return KVF_INPROGRESS;
+    }
+    status = kvf_frame_check_hdr(bytes, max_frame, &frame);
+    if (status == KVF_ERR_PROTO) {
+        *consumed_p = KVF_FRAME_HDR_SIZE; /* skip what we know is bad */
+    }
+    if (status != KVF_OK) {
+        return status;
+    }
+    if (len - KVF_FRAME_HDR_SIZE < frame.length) {
+        return KVF_INPROGRESS;
+    }
+    *consumed_p = KVF_FRAME_HDR_SIZE + (size_t)frame.length;
+    status =
+        kvf_frame_unpack_payload(bytes + KVF_FRAME_HDR_SIZE, alloc, &frame);
+    if (status != KVF_OK) {
+        return status;
+    }
+    *frame_p = frame;
+    return KVF_OK;
+}
+
+kvf_status_t kvf_frame_decode(struct evbuffer *in, uint32_t max_frame,
+                              ProtobufCAllocator *alloc, kvf_frame_t *frame_p)
+{
+    uint8_t hdr[KVF_FRAME_HDR_SIZE];
+    const uint8_t *payload;
+    kvf_frame_t frame;
+    kvf_status_t status;
+    size_t avail = evbuffer_get_length(in);
+
+    if (avail < KVF_FRAME_HDR_SIZE) {
+        return KVF_INPROGRESS;
+    }
+    /* peek the header only: nothing is copied or made contiguous until the
+     * declared length has been checked */
+    if (evbuffer_copyout(in, hdr, sizeof(hdr)) != (ev_ssize_t)sizeof(hdr)) {
+        return KVF_ERR_IO;
+    }
+    status = kvf_frame_check_hdr(hdr, max_frame, &frame);
+    if (status != KVF_OK) {
+        return status;
+    }
+    if (avail - KVF_FRAME_HDR_SIZE < frame.length) {
+        return KVF_INPROGRESS;
+    }
+    payload =
+        evbuffer_pullup(in, (ev_ssize_t)(KVF_FRAME_HDR_SIZE + frame.length));
+    if (payload == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    status =
+        kvf_frame_unpack_payload(payload + KVF_FRAME_HDR_SIZE, alloc, &frame);
+    evbuffer_drain(in, KVF_FRAME_HDR_SIZE + frame.length);
+    if (status != KVF_OK) {
+        return status;
+    }
+    *frame_p = frame;
+    return KVF_OK;
+}
+
+void kvf_frame_release(kvf_frame_t *frame, ProtobufCAllocator *alloc)
+{
+    if (frame->msg != NULL) {
+        protobuf_c_message_free_unpacked(frame->msg, alloc);
+        frame->msg = NULL;
+    }
+}
+
+size_t kvf_frame_size(const ProtobufCMessage *msg)
+{
+    return KVF_FRAME_HDR_SIZE + protobuf_c_message_get_packed_size(msg);
+}
+
+static kvf_status_t kvf_frame_check_msg(uint16_t type, uint16_t flags,
+                                        const ProtobufCMessage *msg,
+                                        size_t payload, uint32_t max_frame)
+{
+    if ((msg == NULL) || (kvf_msg_descriptor(type) != msg->descriptor) ||
+        (flags & ~KVF_FRAME_FLAGS_ALL)) {
+        return KVF_ERR_INVALID;
+    }
+    if (payload > max_frame) {
+        return KVF_ERR_TOO_BIG;
+    }
+    return KVF_OK;
+}
+
+kvf_status_t kvf_frame_pack(void *buf, size_t buf_len, uint16_t type,
+                            uint16_t flags, const ProtobufCMessage *msg,
+                            uint32_t max_frame, size_t *len_p)
+{
+    uint8_t *bytes = buf;
+    kvf_status_t status;
+    size_t payload;
+
+    if (msg == NULL) {
+        return KVF_ERR_INVALID;
+    }
+    payload = protobuf_c_message_get_packed_size(msg);
+    status  = kvf_frame_check_msg(type, flags, msg, payload, max_frame);
+    if (status != KVF_OK) {
+        return status;
+    }
+    if (buf_len < KVF_FRAME_HDR_SIZE + payload) {
+        return KVF_ERR_TOO_BIG;
+    }
+    kvf_frame_put_hdr(bytes, (uint32_t)payload, type, flags);
+    protobuf_c_message_pack(msg, bytes + KVF_FRAME_HDR_SIZE);
+    *len_p = KVF_FRAME_HDR_SIZE + payload;
+    return KVF_OK;
+}
+
+kvf_status_t kvf_frame_encode(struct evbuffer *out, uint16_t type,
+                              uint16_t flags, const ProtobufCMessage *msg,
+                              uint32_t max_frame)
+{
+    struct evbuffer_iovec vec;
+    kvf_status_t status;
+    size_t payload, total;
+
+    if (msg == NULL) {
+        return KVF_ERR_INVALID;
+    }
+    payload = protobuf_c_message_get_packed_size(msg);
+    status  = kvf_frame_check_msg(type, flags, msg, payload, max_frame);
+    if (status != KVF_OK) {
+        return status;
+    }
+    total = KVF_FRAME_HDR_SIZE + payload;
+    /* pack straight into the output buffer's free space: no bounce copy */
+    if (evbuffer_reserve_space(out, (ev_ssize_t)total, &vec, 1) != 1) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    kvf_frame_put_hdr(vec.iov_base, (uint32_t)payload, type, flags);
+    protobuf_c_message_pack(msg, (uint8_t *)vec.iov_base + KVF_FRAME_HDR_SIZE);
+    vec.iov_len = total;
+    if (evbuffer_commit_space(out, &vec, 1) != 0) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    return KVF_OK;
+}
