@@ -1,0 +1,13 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+#include "tools/bench/bench.h"
+
+#include <stdio.h>
+
+/* Not built yet: this benchmark lands with the issue that builds what it
+ * measures. It says so and fails rather than print invented figures. */
+int kvf_bench_p2p_main(int argc, char **argv)
+{
+    fprintf(stderr, "kvf-bench p2p: not built yet in this version\n");
+    return 2;
+}
