@@ -53,10 +53,10 @@ demo: build
 	@tools/demo.sh $(REL_DIR) $(ARGS)
 
 format:
-	@git ls-files '*.c' '*.h' '*.cu' | xargs -r clang-format -i
+	@git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cu' | xargs -r clang-format -i
 
 format-check: deps
-	@git ls-files '*.c' '*.h' '*.cu' | xargs -r clang-format --dry-run --Werror \
+	@git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cu' | xargs -r clang-format --dry-run --Werror \
 	    || { echo "format-check: run 'make format' to fix the files above" >&2; exit 1; }
 
 fuzz: deps
