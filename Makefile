@@ -62,7 +62,8 @@ format-check: deps
 fuzz: deps
 	@tools/deps.sh clang libclang-rt-14-dev
 	@[ -f $(FUZZ_DIR)/build.ninja ] || CC=clang tools/meson-setup.sh $(FUZZ_DIR) \
-	    -Dfuzz=enabled -Dtests=disabled -Db_lundef=false
+	    -Dfuzz=enabled -Dtests=disabled -Db_lundef=false \
+	    -Db_sanitize=address,undefined -Dc_args=-fsanitize=fuzzer-no-link
 	@ninja -C $(FUZZ_DIR) --quiet
 	@tools/run-fuzz.sh $(FUZZ_DIR) $${FUZZ_SECONDS:-30}
 

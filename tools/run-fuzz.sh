@@ -12,7 +12,7 @@ seconds=${2:-30}
 root=$(cd "$(dirname "$0")/.." && pwd)
 status=0
 for bin in "$build"/tests/fuzz/fuzz-*; do
-    [ -x "$bin" ] || continue
+    { [ -f "$bin" ] && [ -x "$bin" ]; } || continue
     name=${bin##*/fuzz-}
     scratch="$build/fuzz-corpus/$name"
     artifacts="$build/fuzz-artifacts/$name/"
