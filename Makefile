@@ -36,10 +36,10 @@ $(REL_DIR)/build.ninja: | deps
 	@tools/meson-setup.sh $(REL_DIR) --buildtype=release -Dtests=disabled
 
 build: deps $(REL_DIR)/build.ninja
-	@ninja -C $(REL_DIR) --quiet
+	@ninja -C $(REL_DIR) --quiet | { grep -v '^ninja: no work to do' || true; }
 
 test: deps $(ASAN_DIR)/build.ninja
-	@ninja -C $(ASAN_DIR) --quiet
+	@ninja -C $(ASAN_DIR) --quiet | { grep -v '^ninja: no work to do' || true; }
 	@$(MAKE) --no-print-directory format-check
 	@$(SANITIZER_ENV) meson test -C $(ASAN_DIR) --print-errorlogs \
 	    --num-processes 2 > $(ASAN_DIR)/meson-test.out 2>&1 \
