@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+#include "agent/config.h"
+
+#include <stddef.h>
+
+static const char *const kvf_agent_roles[] = {"both", "prefill", "decode",
+                                              NULL};
+
+#define KVF_AGENT_FIELD(_name, _type, _member, _default, _min, _max, _help) \
+    { \
+        _name, _type, offsetof(kvf_agent_config_t, _member), _default, _min, \
+            _max, NULL, 0, _help \
+    }
+
+static const kvf_config_field_t kvf_agent_config_fields[] = {
+    KVF_AGENT_FIELD("controller", KVF_CONFIG_STRING, controller,
+                    "127.0.0.1:7700", 0, 0, "HOST:PORT of kvf-controller"),
+    KVF_AGENT_FIELD("name", KVF_CONFIG_STRING, name, "", 0, 0,
+                    "node name, unique in the cluster (default: the "
+                    "host name)"),
+    {"role", KVF_CONFIG_ENUM, offsetof(kvf_agent_config_t, role), "both", 0, 0,
+     kvf_agent_roles, 0, "prefill, decode or both (PD disaggregation)"},
+    KVF_AGENT_FIELD("pool_size", KVF_CONFIG_SIZE, pool_size, "1G", 1ull << 20,
+                    1ull << 44, "bytes of the shared-memory chunk pool"),
+    KVF_AGENT_FIELD("socket", KVF_CONFIG_STRING, socket,
+                    "/run/kvfabric/agent.sock", 0, 0,
+                    "Unix socket path engines connect to"),
+    KVF_AGENT_FIELD("listen", KVF_CONFIG_STRING, listen, "0.0.0.0:7710", 0, 0,
+                    "HOST:PORT of the peer data service (UCX)"),
+    KVF_AGENT_FIELD("http", KVF_CONFIG_STRING, http, "127.0.0.1:7711", 0, 0,
+                    "HOST:PORT for /healthz and /metrics; empty: off"),
+    KVF_AGENT_FIELD("instance_id", KVF_CONFIG_STRING, instance_id, "", 0, 0,
+                    "engine instance (TP group) this worker belongs to"),
+    KVF_AGENT_FIELD("tp_rank", KVF_CONFIG_UINT, tp_rank, "0", 0, 65535,
+                    "tensor-parallel rank of this worker"),
+    KVF_AGENT_FIELD("tp_world", KVF_CONFIG_UINT, tp_world, "1", 1, 65536,
+                    "tensor-parallel world size"),
+    {"net_devices", KVF_CONFIG_LIST, offsetof(kvf_agent_config_t, net_devices),
+     "", 0, 0, NULL, 0,
+     "UCX devices to use, e.g. mlx5_0:1 (empty: UCX chooses)"},
+    {"transports", KVF_CONFIG_LIST, offsetof(kvf_agent_config_t, transports),
+     "", 0, 0, NULL, 0, "UCX transports, e.g. rc,tcp,sm (empty: UCX chooses)"},
+    KVF_AGENT_FIELD("connect_timeout", KVF_CONFIG_DURATION, connect_timeout,
+                    "3s", 1000000ull, 600000000000ull,
+                    "deadline of one connection attempt"),
+    KVF_AGENT_FIELD("request_timeout", KVF_CONFIG_DURATION, request_timeout,
+                    "5s", 1000000ull, 600000000000ull,
+                    "deadline of one controller request"),
+    KVF_AGENT_FIELD("reconnect_max", KVF_CONFIG_DURATION, reconnect_max, "5s",
+                    10000000ull, 600000000000ull,
+                    "longest wait between reconnect attempts"),
+    KVF_AGENT_FIELD("admit_flush", KVF_CONFIG_DURATION, admit_flush, "2ms", 0,
+                    1000000000ull, "how long ADMIT/EVICT batches coalesce"),
+    KVF_AGENT_FIELD("max_frame", KVF_CONFIG_SIZE, max_frame, "16M", 4096,
+                    256ull << 20, "largest control frame accepted"),
+    KVF_AGENT_FIELD("log_level", KVF_CONFIG_STRING, log_level, "info", 0, 0,
+                    "error, warn, info, debug or trace"),
+    {"list_devices", KVF_CONFIG_BOOL,
+     offsetof(kvf_agent_config_t, list_devices), "false", 0, 0, NULL,
+     KVF_CONFIG_FIELD_CLI_ONLY, "list RDMA devices and exit"},
+    {"print_config", KVF_CONFIG_BOOL,
+     offsetof(kvf_agent_config_t, print_config), "false", 0, 0, NULL,
+     KVF_CONFIG_FIELD_CLI_ONLY,
+     "print the effective configuration and "
+     "exit"},
+};
+
+const kvf_config_schema_t kvf_agent_config_schema = {
+    "kvf-agent", kvf_agent_config_fields,
+    sizeof(kvf_agent_config_fields) / sizeof(kvf_agent_config_fields[0])};
+
+const char *kvf_agent_role_name(int role)
+{
+    if ((role < 0) || (role > KVF_AGENT_ROLE_DECODE)) {
+        return "unknown";
+    }
+    return kvf_agent_roles[role];
+}

@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * kvf-agent configuration: the keys of docs/configuration.md "kvf-agent".
+ *
+ * thread: loaded once at startup; read-only afterwards.
+ */
+#ifndef KVF_AGENT_CONFIG_H
+#define KVF_AGENT_CONFIG_H
+
+#include "common/config.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum {
+    KVF_AGENT_ROLE_BOTH    = 0,
+    KVF_AGENT_ROLE_PREFILL = 1,
+    KVF_AGENT_ROLE_DECODE  = 2,
+} kvf_agent_role_t;
+
+typedef struct kvf_agent_config {
+    char *controller;         /* HOST:PORT of kvf-controller */
+    char *name;               /* node name, unique in the cluster */
+    int role;                 /* kvf_agent_role_t */
+    uint64_t pool_size;       /* bytes of the shared chunk pool */
+    char *socket;             /* Unix socket path for engines */
+    char *listen;             /* HOST:PORT of the peer (UCX) service */
+    char *http;               /* HOST:PORT of /healthz and /metrics */
+    char *instance_id;        /* engine instance (TP group) */
+    uint64_t tp_rank;         /* this worker's tensor-parallel rank */
+    uint64_t tp_world;        /* tensor-parallel world size */
+    char *net_devices;        /* UCX_NET_DEVICES, comma-separated */
+    char *transports;         /* UCX_TLS, comma-separated */
+    uint64_t connect_timeout; /* ns */
+    uint64_t request_timeout; /* ns */
+    uint64_t reconnect_max;   /* ns: ceiling of the reconnect backoff */
+    uint64_t admit_flush;     /* ns: ADMIT/EVICT coalescing window */
+    uint64_t max_frame;       /* bytes */
+    char *log_level;
+    bool list_devices; /* CLI only: list RDMA devices and exit */
+    bool print_config; /* CLI only: print the effective config */
+} kvf_agent_config_t;
+
+extern const kvf_config_schema_t kvf_agent_config_schema;
+
+/* Name of a role as the config and the wire spell it ("both"). */
+const char *kvf_agent_role_name(int role);
+
+#endif /* KVF_AGENT_CONFIG_H */

@@ -1,0 +1,813 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+#include "agent/ctl_client.h"
+
+#include "common/config.h"
+#include "common/log.h"
+#include "common/time.h"
+#include "proto/frame.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#define KVF_CTL_BACKOFF_MIN_NS (100ull * KVF_NSEC_PER_MSEC)
+#define KVF_CTL_HEARTBEAT_NS   (1000ull * KVF_NSEC_PER_MSEC)
+#define KVF_CTL_MAX_BATCH_KEYS 65536u
+
+typedef enum {
+    KVF_CTL_STATE_IDLE,       /* waiting to reconnect */
+    KVF_CTL_STATE_CONNECTING, /* TCP connect in flight */
+    KVF_CTL_STATE_HELLO,      /* HELLO sent, waiting for its reply */
+    KVF_CTL_STATE_REGISTER,   /* REGISTER sent */
+    KVF_CTL_STATE_READY,      /* registered: heartbeats and batches flow */
+    KVF_CTL_STATE_STOPPING,   /* DEREGISTER sent */
+    KVF_CTL_STATE_STOPPED,
+} kvf_ctl_state_t;
+
+/* A growing array of packed 24-byte keys. */
+typedef struct kvf_ctl_keybuf {
+    uint8_t *data;
+    size_t len; /* bytes */
+    size_t cap;
+} kvf_ctl_keybuf_t;
+
+struct kvf_ctl_client {
+    struct event_base *base;
+    struct bufferevent *bev;
+    struct event *retry_ev;     /* reconnect backoff */
+    struct event *deadline_ev;  /* connect/HELLO/REGISTER/DEREGISTER */
+    struct event *heartbeat_ev; /* periodic, while READY */
+    struct event *flush_ev;     /* ADMIT/EVICT coalescing */
+    kvf_ctl_state_t state;
+    struct sockaddr_storage addr;
+    socklen_t addr_len;
+
+    char *controller;
+    char *name;
+    int role;
+    uint8_t *worker_address;
+    size_t worker_address_len;
+    char *data_address;
+    char *control_address;
+    char *instance_id;
+    uint64_t pool_capacity;
+    uint32_t tp_rank, tp_world;
+    uint64_t connect_timeout_ns, request_timeout_ns, reconnect_max_ns;
+    uint64_t flush_ns;
+    uint32_t max_frame;
+    size_t max_batch_keys;
+    const kvf_ctl_client_ops_t *ops;
+    void *arg;
+
+    uint64_t incarnation;  /* this agent process's start, ns since epoch */
+    uint64_t next_request; /* request id of the next request */
+    uint64_t seq;          /* of the last ADMIT/EVICT batch sent */
+    uint32_t node_id;
+    uint64_t backoff_ns;
+    uint64_t heartbeat_ns;
+    uint64_t lease_ns;
+    uint64_t last_reply_ns; /* last frame from the controller */
+    bool stop_requested;
+
+    uint16_t batch_type; /* KVF_MSG_ADMIT or KVF_MSG_EVICT */
+    kvf_ctl_keybuf_t batch;
+    kvf_ctl_keybuf_t inventory;
+    kvf_ctl_client_stats_t stats;
+};
+
+static void kvf_ctl_client_connect(kvf_ctl_client_t *client);
+static void kvf_ctl_client_reset(kvf_ctl_client_t *client, const char *why);
+
+static const Kvf__Role kvf_ctl_roles[] = {
+    KVF__ROLE__ROLE_BOTH, KVF__ROLE__ROLE_PREFILL, KVF__ROLE__ROLE_DECODE};
+
+static kvf_status_t kvf_ctl_keybuf_reserve(kvf_ctl_keybuf_t *buf, size_t add)
+{
+    size_t cap;
+    uint8_t *data;
+
+    if (buf->len + add <= buf->cap) {
+        return KVF_OK;
+    }
+    cap = (buf->cap == 0) ? 64 * KVF_KEY_WIRE_SIZE : buf->cap * 2;
+    while (cap < buf->len + add) {
+        cap *= 2;
+    }
+    data = realloc(buf->data, cap);
+    if (data == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    buf->data = data;
+    buf->cap  = cap;
+    return KVF_OK;
+}
+
+static void kvf_ctl_client_arm(struct event *ev, uint64_t ns)
+{
+    struct timeval tv = kvf_time_to_timeval(ns);
+
+    evtimer_add(ev, &tv);
+}
+
+/* Encodes one frame on the connection; a failure resets it. */
+static kvf_status_t kvf_ctl_client_send(kvf_ctl_client_t *client, uint16_t type,
+                                        const ProtobufCMessage *msg)
+{
+    kvf_status_t status;
+
+    if (client->bev == NULL) {
+        return KVF_ERR_CLOSED;
+    }
+    status = kvf_frame_encode(bufferevent_get_output(client->bev), type, 0, msg,
+                              client->max_frame);
+    if (status != KVF_OK) {
+        kvf_error("controller %s: cannot send %s: %s", client->controller,
+                  kvf_msg_type_name(type), kvf_strerror(status));
+        client->stats.errors++;
+    }
+    return status;
+}
+
+static void kvf_ctl_client_send_hello(kvf_ctl_client_t *client)
+{
+    Kvf__Hello hello;
+
+    kvf__hello__init(&hello);
+    hello.request_id       = client->next_request++;
+    hello.protocol_version = KVF_PROTOCOL_VERSION;
+    hello.kind             = KVF__PEER_KIND__PEER_AGENT;
+    hello.name             = client->name;
+    hello.role             = kvf_ctl_roles[client->role];
+    kvf_ctl_client_send(client, KVF_MSG_HELLO, &hello.base);
+}
+
+static void kvf_ctl_client_send_register(kvf_ctl_client_t *client)
+{
+    Kvf__Register reg;
+
+    kvf__register__init(&reg);
+    reg.request_id          = client->next_request++;
+    reg.name                = client->name;
+    reg.role                = kvf_ctl_roles[client->role];
+    reg.worker_address.data = client->worker_address;
+    reg.worker_address.len  = client->worker_address_len;
+    reg.control_address     = client->control_address;
+    reg.data_address        = client->data_address;
+    reg.pool_capacity       = client->pool_capacity;
+    reg.incarnation         = client->incarnation;
+    reg.instance_id         = client->instance_id;
+    reg.tp_rank             = client->tp_rank;
+    reg.tp_world            = client->tp_world;
+    if (kvf_ctl_client_send(client, KVF_MSG_REGISTER, &reg.base) == KVF_OK) {
+        client->state = KVF_CTL_STATE_REGISTER;
+        kvf_ctl_client_arm(client->deadline_ev, client->request_timeout_ns);
+    }
+}
+
+/* Sends the pending ADMIT or EVICT batch, if any. */
+static void kvf_ctl_client_flush(kvf_ctl_client_t *client)
+{
+    Kvf__KeyBatch batch;
+    size_t keys;
+
+    if (client->batch.len == 0) {
+        return;
+    }
+    if (client->state != KVF_CTL_STATE_READY) {
+        client->batch.len = 0; /* superseded by the inventory on reconnect */
+        return;
+    }
+    keys = client->batch.len / KVF_KEY_WIRE_SIZE;
+    kvf__key_batch__init(&batch);
+    batch.request_id  = client->next_request++;
+    batch.node_id     = client->node_id;
+    batch.incarnation = client->incarnation;
+    batch.seq         = ++client->seq;
+    batch.keys.data   = client->batch.data;
+    batch.keys.len    = client->batch.len;
+    if (kvf_ctl_client_send(client, client->batch_type, &batch.base) ==
+        KVF_OK) {
+        client->stats.batches++;
+        if (client->batch_type == KVF_MSG_ADMIT) {
+            client->stats.admitted_keys += keys;
+        } else {
+            client->stats.evicted_keys += keys;
+        }
+    }
+    client->batch.len = 0;
+}
+
+static void kvf_ctl_client_on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    kvf_ctl_client_flush(arg);
+}
+
+static void kvf_ctl_client_queue(kvf_ctl_client_t *client, uint16_t type,
+                                 const kvf_key_t *key)
+{
+    if ((client->state != KVF_CTL_STATE_READY) || client->stop_requested) {
+        return; /* the inventory after (re)registration covers it */
+    }
+    /* order matters (evict then re-admit): a change of type sends the
+     * batch collected so far first */
+    if ((client->batch.len > 0) && (client->batch_type != type)) {
+        kvf_ctl_client_flush(client);
+    }
+    if (kvf_ctl_keybuf_reserve(&client->batch, KVF_KEY_WIRE_SIZE) != KVF_OK) {
+        kvf_error("controller %s: no memory for a key batch; forcing a "
+                  "resync",
+                  client->controller);
+        kvf_ctl_client_reset(client, "out of memory");
+        return;
+    }
+    client->batch_type = type;
+    kvf_key_pack(key, client->batch.data + client->batch.len);
+    client->batch.len += KVF_KEY_WIRE_SIZE;
+    if (client->batch.len / KVF_KEY_WIRE_SIZE >= client->max_batch_keys) {
+        kvf_ctl_client_flush(client);
+    } else if (!evtimer_pending(client->flush_ev, NULL)) {
+        kvf_ctl_client_arm(client->flush_ev, client->flush_ns);
+    }
+}
+
+void kvf_ctl_client_admit(kvf_ctl_client_t *client, const kvf_key_t *key)
+{
+    kvf_ctl_client_queue(client, KVF_MSG_ADMIT, key);
+}
+
+void kvf_ctl_client_evict(kvf_ctl_client_t *client, const kvf_key_t *key)
+{
+    kvf_ctl_client_queue(client, KVF_MSG_EVICT, key);
+}
+
+static void kvf_ctl_client_send_inventory(kvf_ctl_client_t *client, bool last)
+{
+    Kvf__Inventory inv;
+
+    kvf__inventory__init(&inv);
+    inv.request_id  = client->next_request++;
+    inv.node_id     = client->node_id;
+    inv.incarnation = client->incarnation;
+    inv.seq         = client->seq;
+    inv.keys.data   = client->inventory.data;
+    inv.keys.len    = client->inventory.len;
+    inv.last        = last;
+    if (kvf_ctl_client_send(client, KVF_MSG_INVENTORY, &inv.base) == KVF_OK) {
+        client->stats.inventory_keys += inv.keys.len / KVF_KEY_WIRE_SIZE;
+    }
+    client->inventory.len = 0;
+}
+
+void kvf_ctl_client_inventory_add(kvf_ctl_client_t *client,
+                                  const kvf_key_t *key)
+{
+    if (kvf_ctl_keybuf_reserve(&client->inventory, KVF_KEY_WIRE_SIZE) !=
+        KVF_OK) {
+        client->stats.errors++;
+        return;
+    }
+    kvf_key_pack(key, client->inventory.data + client->inventory.len);
+    client->inventory.len += KVF_KEY_WIRE_SIZE;
+    if (client->inventory.len / KVF_KEY_WIRE_SIZE >= client->max_batch_keys) {
+        kvf_ctl_client_send_inventory(client, false);
+    }
+}
+
+void kvf_ctl_client_inventory_end(kvf_ctl_client_t *client)
+{
+    kvf_ctl_client_send_inventory(client, true);
+}
+
+static void kvf_ctl_client_send_heartbeat(kvf_ctl_client_t *client)
+{
+    kvf_ctl_usage_t usage = {0, client->pool_capacity, 0};
+    Kvf__Heartbeat hb;
+
+    if ((client->ops != NULL) && (client->ops->usage != NULL)) {
+        client->ops->usage(client->arg, &usage);
+    }
+    kvf__heartbeat__init(&hb);
+    hb.request_id    = client->next_request++;
+    hb.node_id       = client->node_id;
+    hb.incarnation   = client->incarnation;
+    hb.pool_used     = usage.pool_used;
+    hb.pool_capacity = usage.pool_capacity;
+    hb.entries       = usage.entries;
+    hb.last_seq      = client->seq;
+    if (kvf_ctl_client_send(client, KVF_MSG_HEARTBEAT, &hb.base) == KVF_OK) {
+        client->stats.heartbeats++;
+    }
+}
+
+static void kvf_ctl_client_on_heartbeat(evutil_socket_t fd, short what,
+                                        void *arg)
+{
+    kvf_ctl_client_t *client = arg;
+
+    if (client->state != KVF_CTL_STATE_READY) {
+        return;
+    }
+    if (kvf_time_now_ns() - client->last_reply_ns > client->lease_ns) {
+        kvf_warn("controller %s: no reply for %llu ms (lease); reconnecting",
+                 client->controller,
+                 (unsigned long long)(client->lease_ns / KVF_NSEC_PER_MSEC));
+        kvf_ctl_client_reset(client, "lease expired");
+        return;
+    }
+    kvf_ctl_client_flush(client);
+    kvf_ctl_client_send_heartbeat(client);
+    kvf_ctl_client_arm(client->heartbeat_ev, client->heartbeat_ns);
+}
+
+static void kvf_ctl_client_finish_stop(kvf_ctl_client_t *client)
+{
+    if (client->state == KVF_CTL_STATE_STOPPED) {
+        return;
+    }
+    client->state = KVF_CTL_STATE_STOPPED;
+    evtimer_del(client->deadline_ev);
+    evtimer_del(client->heartbeat_ev);
+    evtimer_del(client->retry_ev);
+    evtimer_del(client->flush_ev);
+    if (client->bev != NULL) {
+        bufferevent_free(client->bev);
+        client->bev = NULL;
+    }
+    if ((client->ops != NULL) && (client->ops->stopped != NULL)) {
+        client->ops->stopped(client->arg);
+    }
+}
+
+void kvf_ctl_client_stop(kvf_ctl_client_t *client)
+{
+    Kvf__Deregister dereg;
+
+    if (client->stop_requested) {
+        return;
+    }
+    client->stop_requested = true;
+    if (client->state != KVF_CTL_STATE_READY) {
+        kvf_ctl_client_finish_stop(client);
+        return;
+    }
+    kvf_ctl_client_flush(client);
+    kvf__deregister__init(&dereg);
+    dereg.request_id  = client->next_request++;
+    dereg.node_id     = client->node_id;
+    dereg.incarnation = client->incarnation;
+    if (kvf_ctl_client_send(client, KVF_MSG_DEREGISTER, &dereg.base) !=
+        KVF_OK) {
+        kvf_ctl_client_finish_stop(client);
+        return;
+    }
+    client->state = KVF_CTL_STATE_STOPPING;
+    evtimer_del(client->heartbeat_ev);
+    kvf_ctl_client_arm(client->deadline_ev, client->request_timeout_ns);
+}
+
+/* Drops the connection and schedules a reconnect with backoff. */
+static void kvf_ctl_client_reset(kvf_ctl_client_t *client, const char *why)
+{
+    uint64_t delay;
+
+    if (client->stop_requested) {
+        kvf_ctl_client_finish_stop(client);
+        return;
+    }
+    if (client->bev != NULL) {
+        bufferevent_free(client->bev);
+        client->bev = NULL;
+    }
+    evtimer_del(client->deadline_ev);
+    evtimer_del(client->heartbeat_ev);
+    evtimer_del(client->flush_ev);
+    client->batch.len     = 0;
+    client->inventory.len = 0;
+    if (client->state == KVF_CTL_STATE_READY) {
+        kvf_warn("controller %s: connection lost (%s); node %u reconnects",
+                 client->controller, why, client->node_id);
+    } else {
+        kvf_debug("controller %s: %s; retrying in %llu ms", client->controller,
+                  why,
+                  (unsigned long long)(client->backoff_ns / KVF_NSEC_PER_MSEC));
+    }
+    client->state = KVF_CTL_STATE_IDLE;
+    /* jitter of up to a quarter keeps restarted agents from reconnecting
+     * in lockstep */
+    delay =
+        client->backoff_ns + (uint64_t)rand() % (client->backoff_ns / 4 + 1);
+    kvf_ctl_client_arm(client->retry_ev, delay);
+    client->backoff_ns *= 2;
+    if (client->backoff_ns > client->reconnect_max_ns) {
+        client->backoff_ns = client->reconnect_max_ns;
+    }
+}
+
+static void kvf_ctl_client_on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    kvf_ctl_client_connect(arg);
+}
+
+static void kvf_ctl_client_on_deadline(evutil_socket_t fd, short what,
+                                       void *arg)
+{
+    kvf_ctl_client_t *client = arg;
+
+    switch (client->state) {
+    case KVF_CTL_STATE_STOPPING:
+        kvf_warn("controller %s: deregistration not acknowledged in time",
+                 client->controller);
+        kvf_ctl_client_finish_stop(client);
+        break;
+    case KVF_CTL_STATE_CONNECTING:
+        kvf_ctl_client_reset(client, "connect timed out");
+        break;
+    case KVF_CTL_STATE_HELLO:
+    case KVF_CTL_STATE_REGISTER:
+        kvf_ctl_client_reset(client, "no reply in time");
+        break;
+    default:
+        break;
+    }
+}
+
+static void kvf_ctl_client_on_registered(kvf_ctl_client_t *client,
+                                         const Kvf__RegisterReply *reply)
+{
+    if (reply->status != KVF_OK) {
+        kvf_error("controller %s: registration of %s refused: %s (%s)",
+                  client->controller, client->name,
+                  kvf_strerror((kvf_status_t)reply->status),
+                  (reply->message != NULL) ? reply->message : "");
+        client->stats.errors++;
+        kvf_ctl_client_reset(client, "registration refused");
+        return;
+    }
+    evtimer_del(client->deadline_ev);
+    client->node_id    = reply->node_id;
+    client->state      = KVF_CTL_STATE_READY;
+    client->backoff_ns = KVF_CTL_BACKOFF_MIN_NS;
+    client->heartbeat_ns =
+        (reply->heartbeat_ms > 0)
+            ? (uint64_t)reply->heartbeat_ms * KVF_NSEC_PER_MSEC
+            : KVF_CTL_HEARTBEAT_NS;
+    client->lease_ns = (reply->lease_ms > 0)
+                           ? (uint64_t)reply->lease_ms * KVF_NSEC_PER_MSEC
+                           : 3 * client->heartbeat_ns;
+    client->stats.registrations++;
+    kvf_info("registered with controller %s as node %u (%s)%s",
+             client->controller, client->node_id, client->name,
+             reply->recovering ? ", controller recovering" : "");
+    if ((client->ops != NULL) && (client->ops->registered != NULL)) {
+        client->ops->registered(client->arg, client->node_id);
+    }
+    /* a (re)registration always resends the inventory: the controller's
+     * view of this node starts empty for a new incarnation */
+    if ((client->ops != NULL) && (client->ops->inventory != NULL)) {
+        client->ops->inventory(client->arg, client);
+    } else {
+        kvf_ctl_client_inventory_end(client);
+    }
+    kvf_ctl_client_arm(client->heartbeat_ev, client->heartbeat_ns);
+}
+
+static void kvf_ctl_client_on_heartbeat_reply(kvf_ctl_client_t *client,
+                                              const Kvf__HeartbeatReply *reply)
+{
+    size_t i;
+
+    if (reply->status != KVF_OK) {
+        kvf_warn("controller %s: heartbeat of node %u refused: %s (%s)",
+                 client->controller, client->node_id,
+                 kvf_strerror((kvf_status_t)reply->status),
+                 (reply->message != NULL) ? reply->message : "");
+        kvf_ctl_client_reset(client, "heartbeat refused");
+        return;
+    }
+    for (i = 0; i < reply->n_commands; i++) {
+        const Kvf__Command *cmd = reply->commands[i];
+
+        client->stats.commands++;
+        if (cmd->type == KVF__COMMAND_TYPE__COMMAND_RESYNC) {
+            kvf_info("controller %s asks node %u to resync", client->controller,
+                     client->node_id);
+            if ((client->ops != NULL) && (client->ops->inventory != NULL)) {
+                client->ops->inventory(client->arg, client);
+            } else {
+                kvf_ctl_client_inventory_end(client);
+            }
+        } else if ((client->ops != NULL) && (client->ops->command != NULL)) {
+            client->ops->command(client->arg, cmd);
+        }
+    }
+}
+
+static void kvf_ctl_client_on_status(kvf_ctl_client_t *client,
+                                     const Kvf__Status *reply)
+{
+    if (client->state == KVF_CTL_STATE_STOPPING) {
+        kvf_info("node %u deregistered from controller %s", client->node_id,
+                 client->controller);
+        kvf_ctl_client_finish_stop(client);
+        return;
+    }
+    if (reply->status == KVF_OK) {
+        return;
+    }
+    client->stats.errors++;
+    kvf_warn("controller %s: request %llu failed: %s (%s)", client->controller,
+             (unsigned long long)reply->request_id,
+             kvf_strerror((kvf_status_t)reply->status),
+             (reply->message != NULL) ? reply->message : "");
+    if ((reply->status == KVF_ERR_STALE) ||
+        (reply->status == KVF_ERR_NOT_FOUND) ||
+        (reply->status == KVF_ERR_STATE)) {
+        /* the controller forgot us (restart, lease) or fenced us: register
+         * again, which resends the inventory */
+        kvf_ctl_client_reset(client, "controller no longer knows this node");
+    }
+}
+
+static void kvf_ctl_client_dispatch(kvf_ctl_client_t *client,
+                                    const kvf_frame_t *frame)
+{
+    const Kvf__HelloReply *hello;
+
+    client->last_reply_ns = kvf_time_now_ns();
+    switch (frame->type) {
+    case KVF_MSG_HELLO_REPLY:
+        hello = (const Kvf__HelloReply *)frame->msg;
+        if (client->state != KVF_CTL_STATE_HELLO) {
+            break;
+        }
+        if (hello->status != KVF_OK) {
+            kvf_error("controller %s refused HELLO: %s (%s)",
+                      client->controller,
+                      kvf_strerror((kvf_status_t)hello->status),
+                      (hello->message != NULL) ? hello->message : "");
+            kvf_ctl_client_reset(client, "HELLO refused");
+            break;
+        }
+        kvf_ctl_client_send_register(client);
+        break;
+    case KVF_MSG_REGISTER_REPLY:
+        if (client->state == KVF_CTL_STATE_REGISTER) {
+            kvf_ctl_client_on_registered(
+                client, (const Kvf__RegisterReply *)frame->msg);
+        }
+        break;
+    case KVF_MSG_HEARTBEAT_REPLY:
+        if (client->state == KVF_CTL_STATE_READY) {
+            kvf_ctl_client_on_heartbeat_reply(
+                client, (const Kvf__HeartbeatReply *)frame->msg);
+        }
+        break;
+    case KVF_MSG_STATUS:
+        kvf_ctl_client_on_status(client, (const Kvf__Status *)frame->msg);
+        break;
+    default:
+        kvf_debug("controller %s: ignoring %s", client->controller,
+                  kvf_msg_type_name(frame->type));
+        break;
+    }
+}
+
+static void kvf_ctl_client_on_read(struct bufferevent *bev, void *arg)
+{
+    kvf_ctl_client_t *client = arg;
+    struct evbuffer *in      = bufferevent_get_input(bev);
+    kvf_frame_t frame;
+    kvf_status_t status;
+
+    /* a handler may reset the connection: stop when bev changes */
+    while ((client->bev == bev) &&
+           ((status = kvf_frame_decode(in, client->max_frame, NULL, &frame)) !=
+            KVF_INPROGRESS)) {
+        if (status != KVF_OK) {
+            kvf_warn("controller %s: bad frame: %s", client->controller,
+                     kvf_strerror(status));
+            client->stats.errors++;
+            kvf_ctl_client_reset(client, "bad frame");
+            return;
+        }
+        kvf_ctl_client_dispatch(client, &frame);
+        kvf_frame_release(&frame, NULL);
+    }
+}
+
+static void kvf_ctl_client_on_event(struct bufferevent *bev, short what,
+                                    void *arg)
+{
+    kvf_ctl_client_t *client = arg;
+    int one                  = 1;
+
+    if (what & BEV_EVENT_CONNECTED) {
+        client->stats.connects++;
+        setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one,
+                   sizeof(one));
+        client->state = KVF_CTL_STATE_HELLO;
+        kvf_ctl_client_send_hello(client);
+        kvf_ctl_client_arm(client->deadline_ev, client->request_timeout_ns);
+        return;
+    }
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        kvf_ctl_client_reset(client, (what & BEV_EVENT_EOF)
+                                         ? "closed by controller"
+                                         : "connection error");
+    }
+}
+
+static void kvf_ctl_client_connect(kvf_ctl_client_t *client)
+{
+    client->bev =
+        bufferevent_socket_new(client->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (client->bev == NULL) {
+        kvf_ctl_client_reset(client, "no memory for a connection");
+        return;
+    }
+    bufferevent_setcb(client->bev, kvf_ctl_client_on_read, NULL,
+                      kvf_ctl_client_on_event, client);
+    bufferevent_enable(client->bev, EV_READ | EV_WRITE);
+    client->state = KVF_CTL_STATE_CONNECTING;
+    kvf_ctl_client_arm(client->deadline_ev, client->connect_timeout_ns);
+    if (bufferevent_socket_connect(client->bev,
+                                   (struct sockaddr *)&client->addr,
+                                   (int)client->addr_len) != 0) {
+        kvf_ctl_client_reset(client, "connect failed");
+    }
+}
+
+/* Resolves HOST:PORT (numeric addresses or names) once, at create. */
+static kvf_status_t kvf_ctl_client_resolve(kvf_ctl_client_t *client)
+{
+    struct evutil_addrinfo hints, *res = NULL;
+    char host[256], port_str[8];
+    uint16_t port;
+    int rc;
+
+    if (kvf_config_parse_hostport(client->controller, host, sizeof(host),
+                                  &port) != KVF_OK) {
+        kvf_error("controller address '%s' is not HOST:PORT",
+                  client->controller);
+        return KVF_ERR_INVALID;
+    }
+    snprintf(port_str, sizeof(port_str), "%u", port);
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family   = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    rc                = evutil_getaddrinfo(host, port_str, &hints, &res);
+    if ((rc != 0) || (res == NULL)) {
+        kvf_error("controller address '%s': cannot resolve: %s",
+                  client->controller, evutil_gai_strerror(rc));
+        return KVF_ERR_INVALID;
+    }
+    memcpy(&client->addr, res->ai_addr, res->ai_addrlen);
+    client->addr_len = (socklen_t)res->ai_addrlen;
+    evutil_freeaddrinfo(res);
+    return KVF_OK;
+}
+
+static char *kvf_ctl_strdup(const char *s)
+{
+    return strdup((s != NULL) ? s : "");
+}
+
+kvf_status_t kvf_ctl_client_create(const kvf_ctl_client_params_t *params,
+                                   kvf_ctl_client_t **client_p)
+{
+    kvf_ctl_client_t *client;
+    kvf_status_t status;
+    struct timespec now;
+
+    if ((params == NULL) || (params->base == NULL) ||
+        (params->controller == NULL) || (params->name == NULL) ||
+        (params->role < 0) || (params->role > 2) ||
+        (params->max_frame < 4096)) {
+        return KVF_ERR_INVALID;
+    }
+    client = calloc(1, sizeof(*client));
+    if (client == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    client->base               = params->base;
+    client->role               = params->role;
+    client->pool_capacity      = params->pool_capacity;
+    client->tp_rank            = params->tp_rank;
+    client->tp_world           = (params->tp_world == 0) ? 1 : params->tp_world;
+    client->connect_timeout_ns = params->connect_timeout_ns;
+    client->request_timeout_ns = params->request_timeout_ns;
+    client->reconnect_max_ns   = params->reconnect_max_ns;
+    client->flush_ns           = params->flush_ns;
+    client->max_frame          = params->max_frame;
+    client->max_batch_keys     = (params->max_frame - 1024) / KVF_KEY_WIRE_SIZE;
+    if (client->max_batch_keys > KVF_CTL_MAX_BATCH_KEYS) {
+        client->max_batch_keys = KVF_CTL_MAX_BATCH_KEYS;
+    }
+    client->ops          = params->ops;
+    client->arg          = params->arg;
+    client->next_request = 1;
+    client->backoff_ns   = KVF_CTL_BACKOFF_MIN_NS;
+    client->state        = KVF_CTL_STATE_IDLE;
+    clock_gettime(CLOCK_REALTIME, &now);
+    client->incarnation =
+        (uint64_t)now.tv_sec * KVF_NSEC_PER_SEC + (uint64_t)now.tv_nsec;
+
+    status                  = KVF_ERR_NO_MEMORY;
+    client->controller      = kvf_ctl_strdup(params->controller);
+    client->name            = kvf_ctl_strdup(params->name);
+    client->data_address    = kvf_ctl_strdup(params->data_address);
+    client->control_address = kvf_ctl_strdup(params->control_address);
+    client->instance_id     = kvf_ctl_strdup(params->instance_id);
+    if ((client->controller == NULL) || (client->name == NULL) ||
+        (client->data_address == NULL) || (client->control_address == NULL) ||
+        (client->instance_id == NULL)) {
+        goto err_destroy;
+    }
+    if (params->worker_address_len > 0) {
+        client->worker_address = malloc(params->worker_address_len);
+        if (client->worker_address == NULL) {
+            goto err_destroy;
+        }
+        memcpy(client->worker_address, params->worker_address,
+               params->worker_address_len);
+        client->worker_address_len = params->worker_address_len;
+    }
+    client->retry_ev =
+        evtimer_new(client->base, kvf_ctl_client_on_retry, client);
+    client->deadline_ev =
+        evtimer_new(client->base, kvf_ctl_client_on_deadline, client);
+    client->heartbeat_ev =
+        evtimer_new(client->base, kvf_ctl_client_on_heartbeat, client);
+    client->flush_ev =
+        evtimer_new(client->base, kvf_ctl_client_on_flush, client);
+    if ((client->retry_ev == NULL) || (client->deadline_ev == NULL) ||
+        (client->heartbeat_ev == NULL) || (client->flush_ev == NULL)) {
+        goto err_destroy;
+    }
+    status = kvf_ctl_client_resolve(client);
+    if (status != KVF_OK) {
+        goto err_destroy;
+    }
+    kvf_ctl_client_connect(client);
+    *client_p = client;
+    return KVF_OK;
+
+err_destroy:
+    kvf_ctl_client_destroy(client);
+    return status;
+}
+
+void kvf_ctl_client_destroy(kvf_ctl_client_t *client)
+{
+    if (client == NULL) {
+        return;
+    }
+    if (client->bev != NULL) {
+        bufferevent_free(client->bev);
+    }
+    if (client->retry_ev != NULL) {
+        event_free(client->retry_ev);
+    }
+    if (client->deadline_ev != NULL) {
+        event_free(client->deadline_ev);
+    }
+    if (client->heartbeat_ev != NULL) {
+        event_free(client->heartbeat_ev);
+    }
+    if (client->flush_ev != NULL) {
+        event_free(client->flush_ev);
+    }
+    free(client->batch.data);
+    free(client->inventory.data);
+    free(client->worker_address);
+    free(client->controller);
+    free(client->name);
+    free(client->data_address);
+    free(client->control_address);
+    free(client->instance_id);
+    free(client);
+}
+
+bool kvf_ctl_client_is_registered(const kvf_ctl_client_t *client)
+{
+    return client->state == KVF_CTL_STATE_READY;
+}
+
+uint32_t kvf_ctl_client_node_id(const kvf_ctl_client_t *client)
+{
+    return client->node_id;
+}
+
+void kvf_ctl_client_get_stats(const kvf_ctl_client_t *client,
+                              kvf_ctl_client_stats_t *stats_p)
+{
+    *stats_p = client->stats;
+}

@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * The agent's connection to kvf-controller: HELLO, REGISTER, heartbeats,
+ * batched ADMIT/EVICT, INVENTORY resync, DEREGISTER, and the commands the
+ * controller hands back in heartbeat replies. Reconnects with capped
+ * exponential backoff; every request has a deadline.
+ *
+ * While disconnected, ADMIT/EVICT keys are dropped: after reconnecting the
+ * agent resends its whole inventory, which supersedes them (soft state,
+ * docs/protocol.md).
+ *
+ * thread: owning loop only.
+ */
+#ifndef KVF_AGENT_CTL_CLIENT_H
+#define KVF_AGENT_CTL_CLIENT_H
+
+#include "proto/msg.h"
+
+#include <kvfabric/keys.h>
+#include <kvfabric/status.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+
+typedef struct kvf_ctl_client kvf_ctl_client_t;
+
+/* Pool usage reported in each heartbeat. */
+typedef struct kvf_ctl_usage {
+    uint64_t pool_used;
+    uint64_t pool_capacity;
+    uint64_t entries;
+} kvf_ctl_usage_t;
+
+typedef struct kvf_ctl_client_ops {
+    /* Registered (again): the client is ready for admits; when the
+     * controller asks, it calls inventory next. May be NULL. */
+    void (*registered)(void *arg, uint32_t node_id);
+    /* Send the whole inventory now with kvf_ctl_client_inventory_add()
+     * and kvf_ctl_client_inventory_end(). NULL: an empty inventory. */
+    void (*inventory)(void *arg, kvf_ctl_client_t *client);
+    /* A controller command (pin, unpin, clear, drain, replicate). The
+     * message is valid during the call only. May be NULL. */
+    void (*command)(void *arg, const Kvf__Command *command);
+    /* Usage for the next heartbeat. May be NULL. */
+    void (*usage)(void *arg, kvf_ctl_usage_t *usage);
+    /* The deregistration that kvf_ctl_client_stop() started is over
+     * (acknowledged, failed or timed out). */
+    void (*stopped)(void *arg);
+} kvf_ctl_client_ops_t;
+
+typedef struct kvf_ctl_client_params {
+    struct event_base *base;
+    const char *controller; /* HOST:PORT */
+    const char *name;
+    int role;                   /* kvf_agent_role_t */
+    const void *worker_address; /* UCX worker address blob, may be NULL */
+    size_t worker_address_len;
+    const char *data_address; /* HOST:PORT of the peer service */
+    const char *control_address;
+    uint64_t pool_capacity;
+    const char *instance_id;
+    uint32_t tp_rank;
+    uint32_t tp_world;
+    uint64_t connect_timeout_ns;
+    uint64_t request_timeout_ns;
+    uint64_t reconnect_max_ns;
+    uint64_t flush_ns; /* ADMIT/EVICT coalescing window */
+    uint32_t max_frame;
+    const kvf_ctl_client_ops_t *ops;
+    void *arg; /* passed to ops */
+} kvf_ctl_client_params_t;
+
+typedef struct kvf_ctl_client_stats {
+    uint64_t connects;
+    uint64_t registrations;
+    uint64_t heartbeats;
+    uint64_t admitted_keys;
+    uint64_t evicted_keys;
+    uint64_t batches;
+    uint64_t inventory_keys;
+    uint64_t commands;
+    uint64_t errors;
+} kvf_ctl_client_stats_t;
+
+/* Creates the client and starts connecting. Strings and the worker address
+ * are copied. KVF_ERR_INVALID for a bad controller address. */
+kvf_status_t kvf_ctl_client_create(const kvf_ctl_client_params_t *params,
+                                   kvf_ctl_client_t **client_p);
+
+/* Closes the connection without deregistering; NULL is a no-op. */
+void kvf_ctl_client_destroy(kvf_ctl_client_t *client);
+
+/* Queues a key for the next ADMIT / EVICT batch (sent within flush_ns). */
+void kvf_ctl_client_admit(kvf_ctl_client_t *client, const kvf_key_t *key);
+void kvf_ctl_client_evict(kvf_ctl_client_t *client, const kvf_key_t *key);
+
+/* Inside ops->inventory: adds keys, then ends the inventory. */
+void kvf_ctl_client_inventory_add(kvf_ctl_client_t *client,
+                                  const kvf_key_t *key);
+void kvf_ctl_client_inventory_end(kvf_ctl_client_t *client);
+
+/* Flushes pending batches, deregisters, and calls ops->stopped when the
+ * controller acknowledged or request_timeout passed (also at once when not
+ * connected). */
+void kvf_ctl_client_stop(kvf_ctl_client_t *client);
+
+bool kvf_ctl_client_is_registered(const kvf_ctl_client_t *client);
+uint32_t kvf_ctl_client_node_id(const kvf_ctl_client_t *client);
+void kvf_ctl_client_get_stats(const kvf_ctl_client_t *client,
+                              kvf_ctl_client_stats_t *stats_p);
+
+#endif /* KVF_AGENT_CTL_CLIENT_H */
