@@ -21,7 +21,7 @@ DEBS := gcc make meson ninja-build pkg-config python3 clang-format \
 SANITIZER_ENV := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 \
                  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-.PHONY: all deps build test demo format format-check fuzz clean
+.PHONY: all deps build test demo format format-check fuzz tidy clean
 
 all: build
 
@@ -66,6 +66,12 @@ fuzz: deps
 	    -Db_sanitize=address,undefined -Dc_args=-fsanitize=fuzzer-no-link
 	@ninja -C $(FUZZ_DIR) --quiet
 	@tools/run-fuzz.sh $(FUZZ_DIR) $${FUZZ_SECONDS:-30}
+
+tidy: deps $(ASAN_DIR)/build.ninja
+	@tools/deps.sh clang-tidy
+	@git ls-files 'common/*.c' 'proto/*.c' 'agent/*.c' 'controller/*.c' \
+	    'transport/*.c' 'gpu/*.c' 'tools/*.c' | xargs -r clang-tidy --quiet \
+	    -p $(ASAN_DIR) 2>/dev/null
 
 clean:
 	rm -rf build
