@@ -152,6 +152,7 @@ static kvf_status_t kvf_agent_http_start(kvf_agent_t *agent)
         kvf_error("http: cannot listen on %s: %m", agent->config->http);
         return KVF_ERR_IO;
     }
+    memset(&ss, 0, sizeof(ss));
     if (getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss,
                     &len) == 0) {
         agent->http_port = ntohs((ss.ss_family == AF_INET6)

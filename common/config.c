@@ -431,18 +431,17 @@ static kvf_status_t kvf_config_apply_defaults(const kvf_config_schema_t *schema,
 static kvf_status_t kvf_config_list_append(char **list, const char *item)
 {
     size_t old = (*list == NULL) ? 0 : strlen(*list);
+    size_t len = strlen(item);
     char *grown;
 
-    grown = realloc(*list, old + strlen(item) + 2);
+    grown = realloc(*list, old + len + 2);
     if (grown == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    if (old == 0) {
-        strcpy(grown, item);
-    } else {
-        grown[old] = ',';
-        strcpy(grown + old + 1, item);
+    if (old > 0) {
+        grown[old++] = ',';
     }
+    memcpy(grown + old, item, len + 1);
     *list = grown;
     return KVF_OK;
 }
