@@ -1,0 +1,167 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/**
+ * @file kvfabric.h
+ * The client API an inference engine links (libkvfabric): connect to the
+ * local kvf-agent, store chunks in its shared pool, find and retrieve
+ * prefixes held anywhere in the cluster, and push/wait in PD mode.
+ *
+ * Status: this header is the contract the agent issue implements. In this
+ * version only the pieces declared in status.h, log.h and keys.h are built;
+ * the functions below are declared so engines and reviewers can read the
+ * design, and are not exported yet.
+ *
+ * Model. The agent owns a shared-memory pool; kvf_client_connect() maps it
+ * into the engine. A chunk is written in place: kvf_client_alloc() grants a
+ * slot (an offset and length inside the pool), the engine copies the
+ * chunk's KV there (gpu/ pack kernels), and kvf_client_commit() publishes it
+ * under its key with its checksum. Until commit, no one else can see it;
+ * a grant never committed is reclaimed after its lease. Offsets travel,
+ * never bytes.
+ *
+ * Every call blocks with a timeout (the connection's default unless given)
+ * and returns a kvf_status_t. A connection is used by one thread at a time.
+ */
+#ifndef KVFABRIC_KVFABRIC_H
+#define KVFABRIC_KVFABRIC_H
+
+#include <kvfabric/defs.h>
+#include <kvfabric/keys.h>
+#include <kvfabric/log.h>
+#include <kvfabric/status.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** A connection to the local agent. Opaque. */
+typedef struct kvf_client kvf_client_t;
+
+enum {
+    KVF_CLIENT_PARAM_SOCKET  = 1u << 0,
+    KVF_CLIENT_PARAM_TIMEOUT = 1u << 1,
+    KVF_CLIENT_PARAM_NAME    = 1u << 2,
+    KVF_CLIENT_PARAM_SECRET  = 1u << 3,
+};
+
+/** Parameters of kvf_client_connect(). */
+typedef struct kvf_client_params {
+    uint64_t field_mask;     /**< KVF_CLIENT_PARAM_* that are set */
+    const char *socket_path; /**< agent socket; default from KVF_SOCKET */
+    uint64_t timeout_ns;     /**< default per-call timeout (default 5 s) */
+    const char *name;        /**< engine name in the agent's logs */
+    const char *secret_file; /**< cluster secret, when the agent needs one */
+} kvf_client_params_t;
+
+/** A slot in the shared pool. */
+typedef struct kvf_slot {
+    uint64_t offset; /**< from the start of the mapped pool */
+    uint64_t length; /**< bytes */
+} kvf_slot_t;
+
+/** The answer to kvf_client_lookup(). */
+typedef struct kvf_lookup_result {
+    uint32_t hit_chunks;   /**< leading chunks held anywhere */
+    uint32_t local_chunks; /**< of those, held by this agent */
+    uint64_t hit_tokens;   /**< hit_chunks * chunk_size (last may be partial) */
+    uint64_t lease_id;     /**< prefetch lease, 0 when none was asked for */
+} kvf_lookup_result_t;
+
+/**
+ * Connects to the agent and maps its pool.
+ *
+ * @param [in]  params    connection parameters (may be NULL: defaults)
+ * @param [out] client_p  the connection, on success
+ * @return KVF_OK; KVF_ERR_IO (no agent at the socket), KVF_ERR_VERSION,
+ *         KVF_ERR_AUTH, KVF_ERR_TIMEOUT
+ *
+ * thread: thread-safe. ownership: free with kvf_client_disconnect().
+ */
+kvf_status_t kvf_client_connect(const kvf_client_params_t *params,
+                                kvf_client_t **client_p);
+
+/** Unmaps the pool and closes the connection; releases every grant and pin
+ *  the connection still holds. NULL is a no-op. */
+void kvf_client_disconnect(kvf_client_t *client);
+
+/** Base address of the mapped pool in this process (for slot offsets). */
+void *kvf_client_pool_base(const kvf_client_t *client);
+
+/**
+ * Grants @p num slots of @p chunk_bytes each for writing.
+ * @return KVF_OK; KVF_ERR_NO_MEMORY when the pool is full of pinned chunks
+ *         (never waits for space); KVF_ERR_TOO_BIG for a chunk larger than
+ *         the largest size class.
+ */
+kvf_status_t kvf_client_alloc(kvf_client_t *client, uint64_t chunk_bytes,
+                              uint32_t num, kvf_slot_t *slots);
+
+/**
+ * Publishes granted slots under @p keys with their checksums
+ * (kvf_chunk_checksum of the bytes written). The agent verifies the
+ * checksums, indexes the chunks and announces them to the controller.
+ * @return KVF_OK; KVF_ERR_RANGE (a slot is not one of this connection's
+ *         grants); KVF_ERR_CHECKSUM; KVF_ERR_EXISTS (key already held: the
+ *         slot is released, the existing chunk kept)
+ */
+kvf_status_t kvf_client_commit(kvf_client_t *client, const kvf_key_t *keys,
+                               const kvf_slot_t *slots,
+                               const uint64_t *checksums, uint32_t num);
+
+/**
+ * Finds how many leading chunks of a prefix chain are held anywhere in the
+ * cluster. With @p prefetch, the agent starts pulling the remote chunks of
+ * the hit into its pool at once and pins them under a lease, so the later
+ * kvf_client_retrieve() finds them local ("lookup is a promise").
+ */
+kvf_status_t kvf_client_lookup(kvf_client_t *client, const kvf_key_t *keys,
+                               uint32_t num, bool prefetch,
+                               kvf_lookup_result_t *result_p);
+
+/**
+ * Returns pinned slots of the chunks of @p keys, fetching remote chunks into
+ * the local pool first. Chunks that could not be had (holder died, checksum
+ * failed, evicted) are reported in @p missing (one flag per key) and get a
+ * zero-length slot: the engine recomputes exactly those.
+ * @return KVF_OK (possibly with misses); KVF_ERR_TIMEOUT
+ */
+kvf_status_t kvf_client_retrieve(kvf_client_t *client, const kvf_key_t *keys,
+                                 uint32_t num, kvf_slot_t *slots,
+                                 bool *missing);
+
+/** Unpins slots returned by kvf_client_retrieve(). */
+kvf_status_t kvf_client_release(kvf_client_t *client, const kvf_slot_t *slots,
+                                uint32_t num);
+
+/**
+ * PD mode, prefill side: pushes committed chunks of @p request_id to the
+ * decoder agent named @p decoder. Callable repeatedly as chunks are
+ * produced; @p final marks the last call. Returns when the decoder has
+ * acknowledged delivery of these chunks.
+ */
+kvf_status_t kvf_pd_push(kvf_client_t *client, uint64_t request_id,
+                         const char *decoder, const kvf_slot_t *slots,
+                         const uint64_t *checksums, uint32_t num, bool final);
+
+/**
+ * PD mode, decode side: waits until every chunk of @p request_id arrived and
+ * verified; returns their slots in order.
+ * @return KVF_OK; KVF_ERR_TIMEOUT; KVF_ERR_CANCELED (the prefill side
+ *         aborted); KVF_ERR_TOO_BIG (@p max smaller than the chunk count)
+ */
+kvf_status_t kvf_pd_wait(kvf_client_t *client, uint64_t request_id,
+                         uint64_t timeout_ns, kvf_slot_t *slots, uint32_t max,
+                         uint32_t *num_p);
+
+/** PD mode, decode side: frees the receive slots of @p request_id. */
+kvf_status_t kvf_pd_release(kvf_client_t *client, uint64_t request_id);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVFABRIC_KVFABRIC_H */
