@@ -1,0 +1,305 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+#include "tests/helpers/proc.h"
+
+#include "common/time.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* execv() takes char *const[] for historical reasons and does not write to
+ * the strings; tests build argv from literals. */
+static void kvf_test_exec(const char *const argv[])
+{
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wcast-qual"
+    execv(argv[0], (char *const *)argv);
+#pragma GCC diagnostic pop
+}
+
+const char *kvf_test_build_path(const char *rel)
+{
+    static char path[4096];
+    const char *root = getenv("KVF_BUILD_ROOT");
+
+    snprintf(path, sizeof(path), "%s/%s", (root != NULL) ? root : ".", rel);
+    return path;
+}
+
+int kvf_test_proc_start(kvf_test_proc_t *proc, const char *const argv[])
+{
+    int fd;
+
+    memset(proc, 0, sizeof(*proc));
+    snprintf(proc->log_path, sizeof(proc->log_path),
+             "/tmp/kvf-test-proc-XXXXXX");
+    fd = mkstemp(proc->log_path);
+    if (fd < 0) {
+        return -1;
+    }
+    proc->pid = fork();
+    if (proc->pid < 0) {
+        close(fd);
+        return -1;
+    }
+    if (proc->pid == 0) {
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        close(fd);
+        kvf_test_exec(argv);
+        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(fd);
+    return 0;
+}
+
+static void kvf_test_proc_reap(kvf_test_proc_t *proc, int status)
+{
+    proc->reaped = true;
+    proc->exit_status =
+        WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    unlink(proc->log_path);
+}
+
+bool kvf_test_proc_alive(kvf_test_proc_t *proc)
+{
+    int status;
+
+    if (proc->reaped || (proc->pid <= 0)) {
+        return false;
+    }
+    if (waitpid(proc->pid, &status, WNOHANG) == proc->pid) {
+        kvf_test_proc_log(proc); /* keep the log text before unlinking */
+        kvf_test_proc_reap(proc, status);
+        return false;
+    }
+    return true;
+}
+
+int kvf_test_proc_stop(kvf_test_proc_t *proc, int grace_ms)
+{
+    uint64_t deadline;
+    int status;
+
+    if (proc->reaped || (proc->pid <= 0)) {
+        return proc->exit_status;
+    }
+    kill(proc->pid, SIGTERM);
+    deadline = kvf_time_deadline_ns((uint64_t)grace_ms * KVF_NSEC_PER_MSEC);
+    while (!kvf_time_expired(deadline)) {
+        if (waitpid(proc->pid, &status, WNOHANG) == proc->pid) {
+            kvf_test_proc_log(proc);
+            kvf_test_proc_reap(proc, status);
+            return proc->exit_status;
+        }
+        poll(NULL, 0, 5);
+    }
+    kill(proc->pid, SIGKILL);
+    waitpid(proc->pid, &status, 0);
+    kvf_test_proc_log(proc);
+    kvf_test_proc_reap(proc, status);
+    return proc->exit_status;
+}
+
+int kvf_test_proc_wait_exit(kvf_test_proc_t *proc, int timeout_ms)
+{
+    uint64_t deadline =
+        kvf_time_deadline_ns((uint64_t)timeout_ms * KVF_NSEC_PER_MSEC);
+
+    while (kvf_test_proc_alive(proc)) {
+        if (kvf_time_expired(deadline)) {
+            return -1;
+        }
+        poll(NULL, 0, 5);
+    }
+    return proc->exit_status;
+}
+
+void kvf_test_proc_kill(kvf_test_proc_t *proc)
+{
+    int status;
+
+    if (proc->reaped || (proc->pid <= 0)) {
+        return;
+    }
+    kill(proc->pid, SIGKILL);
+    waitpid(proc->pid, &status, 0);
+    kvf_test_proc_log(proc);
+    kvf_test_proc_reap(proc, status);
+}
+
+const char *kvf_test_proc_log(kvf_test_proc_t *proc)
+{
+    static char buf[65536];
+    ssize_t n;
+    off_t size;
+    int fd;
+
+    if (proc->reaped) {
+        return buf; /* the text read just before the child was reaped */
+    }
+    buf[0] = '\0';
+    fd     = open(proc->log_path, O_RDONLY);
+    if (fd < 0) {
+        return buf;
+    }
+    size = lseek(fd, 0, SEEK_END);
+    lseek(fd,
+          (size > (off_t)sizeof(buf) - 1) ? size - (off_t)sizeof(buf) + 1 : 0,
+          SEEK_SET);
+    n                    = read(fd, buf, sizeof(buf) - 1);
+    buf[(n > 0) ? n : 0] = '\0';
+    close(fd);
+    return buf;
+}
+
+bool kvf_test_proc_wait_log(kvf_test_proc_t *proc, const char *needle,
+                            int timeout_ms)
+{
+    uint64_t deadline =
+        kvf_time_deadline_ns((uint64_t)timeout_ms * KVF_NSEC_PER_MSEC);
+
+    for (;;) {
+        if (strstr(kvf_test_proc_log(proc), needle) != NULL) {
+            return true;
+        }
+        if (kvf_time_expired(deadline) || !kvf_test_proc_alive(proc)) {
+            return strstr(kvf_test_proc_log(proc), needle) != NULL;
+        }
+        poll(NULL, 0, 5);
+    }
+}
+
+uint16_t kvf_test_free_port(void)
+{
+    struct sockaddr_in sin;
+    socklen_t len = sizeof(sin);
+    uint16_t port = 0;
+    int fd        = socket(AF_INET, SOCK_STREAM, 0);
+
+    if (fd < 0) {
+        return 0;
+    }
+    memset(&sin, 0, sizeof(sin));
+    sin.sin_family      = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if ((bind(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0) &&
+        (getsockname(fd, (struct sockaddr *)&sin, &len) == 0)) {
+        port = ntohs(sin.sin_port);
+    }
+    close(fd);
+    return port;
+}
+
+int kvf_test_run(const char *const argv[], char *out, size_t out_len,
+                 int timeout_ms)
+{
+    uint64_t deadline;
+    size_t used = 0;
+    int pipefd[2], status;
+    struct pollfd pfd;
+    ssize_t n;
+    pid_t pid;
+
+    if ((out_len == 0) || (pipe(pipefd) != 0)) {
+        return -1;
+    }
+    pid = fork();
+    if (pid < 0) {
+        close(pipefd[0]);
+        close(pipefd[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        dup2(pipefd[1], STDOUT_FILENO);
+        close(pipefd[0]);
+        close(pipefd[1]);
+        kvf_test_exec(argv);
+        _exit(127);
+    }
+    close(pipefd[1]);
+    deadline   = kvf_time_deadline_ns((uint64_t)timeout_ms * KVF_NSEC_PER_MSEC);
+    pfd.fd     = pipefd[0];
+    pfd.events = POLLIN;
+    for (;;) {
+        if (kvf_time_expired(deadline)) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            close(pipefd[0]);
+            return -1;
+        }
+        if (poll(&pfd, 1, kvf_time_left_ms(deadline)) <= 0) {
+            continue;
+        }
+        n = read(pipefd[0], out + used, out_len - 1 - used);
+        if (n <= 0) {
+            break;
+        }
+        used += (size_t)n;
+        if (used == out_len - 1) {
+            char sink[4096];
+            while (read(pipefd[0], sink, sizeof(sink)) > 0) {
+            }
+            break;
+        }
+    }
+    out[used] = '\0';
+    close(pipefd[0]);
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+int kvf_test_http_get(uint16_t port, const char *path, char *out,
+                      size_t out_len)
+{
+    struct sockaddr_in sin;
+    char req[512];
+    size_t used = 0;
+    ssize_t n;
+    int fd, code = -1;
+    const char *body;
+
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) {
+        return -1;
+    }
+    memset(&sin, 0, sizeof(sin));
+    sin.sin_family      = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sin.sin_port        = htons(port);
+    if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
+        close(fd);
+        return -1;
+    }
+    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n",
+             path);
+    if (write(fd, req, strlen(req)) != (ssize_t)strlen(req)) {
+        close(fd);
+        return -1;
+    }
+    while ((used < out_len - 1) &&
+           ((n = read(fd, out + used, out_len - 1 - used)) > 0)) {
+        used += (size_t)n;
+    }
+    out[used] = '\0';
+    close(fd);
+    if (sscanf(out, "HTTP/1.%*d %d", &code) != 1) {
+        return -1;
+    }
+    body = strstr(out, "\r\n\r\n");
+    if (body != NULL) {
+        memmove(out, body + 4, strlen(body + 4) + 1);
+    }
+    return code;
+}

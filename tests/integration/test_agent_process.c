@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * kvf-agent as a process: configuration errors, HTTP endpoints, clean
+ * shutdown on SIGTERM with and without a reachable controller.
+ */
+#include "tests/helpers/proc.h"
+#include "tests/helpers/test_helpers.h"
+
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+TestSuite(agent_process, .fini = kvf_test_check_leaks, .timeout = 60);
+
+static char g_bin[4096];
+
+static const char *agent_bin(void)
+{
+    snprintf(g_bin, sizeof(g_bin), "%s",
+             kvf_test_build_path("agent/kvf-agent"));
+    return g_bin;
+}
+
+Test(agent_process, bad_config_exits_with_one_line)
+{
+    char out[4096];
+    const char *argv[] = {agent_bin(), "--pool-size", "12Q", NULL};
+    kvf_test_proc_t proc;
+
+    cr_assert_eq(kvf_test_proc_start(&proc, argv), 0);
+    cr_assert_eq(kvf_test_proc_wait_exit(&proc, 10000), 1);
+    snprintf(out, sizeof(out), "%s", kvf_test_proc_log(&proc));
+    cr_assert(strstr(out, "kvf-agent: flag --pool-size: '12Q' is not a size") !=
+                  NULL,
+              "got: %s", out);
+}
+
+Test(agent_process, unknown_yaml_key_names_file_and_line)
+{
+    const char *path = kvf_test_write_temp("name: a\npool_sise: 1G\n");
+    char flag[128];
+    const char *argv[] = {agent_bin(), flag, NULL};
+    kvf_test_proc_t proc;
+
+    snprintf(flag, sizeof(flag), "--config=%s", path);
+    cr_assert_eq(kvf_test_proc_start(&proc, argv), 0);
+    cr_assert_eq(kvf_test_proc_wait_exit(&proc, 10000), 1);
+    cr_assert(strstr(kvf_test_proc_log(&proc), ":2: unknown key 'pool_sise'"),
+              "log: %s", kvf_test_proc_log(&proc));
+    unlink(path);
+}
+
+Test(agent_process, serves_health_and_metrics_and_stops_cleanly)
+{
+    uint16_t http = kvf_test_free_port();
+    char http_arg[64], body[8192];
+    /* port 1 on loopback refuses: the agent keeps retrying the controller */
+    const char *argv[] = {
+        agent_bin(), "--controller", "127.0.0.1:1",     "--name", "it-agent",
+        "--http",    http_arg,       "--reconnect-max", "50ms",   NULL};
+    kvf_test_proc_t proc;
+    int code = -1, i;
+
+    snprintf(http_arg, sizeof(http_arg), "127.0.0.1:%u", http);
+    cr_assert_eq(kvf_test_proc_start(&proc, argv), 0);
+    cr_assert(kvf_test_proc_wait_log(&proc, "http listening", 10000), "log: %s",
+              kvf_test_proc_log(&proc));
+    for (i = 0; (i < 100) && (code != 200); i++) {
+        code = kvf_test_http_get(http, "/healthz", body, sizeof(body));
+    }
+    cr_assert_eq(code, 200);
+    cr_assert(strstr(body, "\"name\":\"it-agent\"") != NULL, "%s", body);
+    cr_assert(strstr(body, "\"registered\":false") != NULL, "%s", body);
+    cr_assert_eq(kvf_test_http_get(http, "/metrics", body, sizeof(body)), 200);
+    cr_assert(strstr(body, "kvf_agent_controller_registered 0") != NULL, "%s",
+              body);
+    cr_assert_eq(kvf_test_http_get(http, "/nope", body, sizeof(body)), 404);
+    cr_assert_eq(kvf_test_proc_stop(&proc, 10000), 0,
+                 "SIGTERM exits 0; log: %s", kvf_test_proc_log(&proc));
+}
