@@ -30,6 +30,21 @@ static const kvf_msg_desc_t kvf_msg_descs[KVF_MSG_TYPE_MAX] = {
     [KVF_MSG_NODE_INFO]    = {"NODE_INFO", &kvf__node_info_request__descriptor},
     [KVF_MSG_NODE_INFO_REPLY] = {"NODE_INFO_REPLY",
                                  &kvf__node_info_reply__descriptor},
+    [KVF_MSG_POOL_INFO]       = {"POOL_INFO", &kvf__pool_info__descriptor},
+    [KVF_MSG_ENGINE_ALLOC]  = {"ENGINE_ALLOC", &kvf__engine_alloc__descriptor},
+    [KVF_MSG_ENGINE_SLOTS]  = {"ENGINE_SLOTS", &kvf__engine_slots__descriptor},
+    [KVF_MSG_ENGINE_COMMIT] = {"ENGINE_COMMIT",
+                               &kvf__engine_commit__descriptor},
+    [KVF_MSG_ENGINE_COMMIT_REPLY] = {"ENGINE_COMMIT_REPLY",
+                                     &kvf__engine_commit_reply__descriptor},
+    [KVF_MSG_ENGINE_LOOKUP]       = {"ENGINE_LOOKUP",
+                                     &kvf__engine_lookup__descriptor},
+    [KVF_MSG_ENGINE_LOOKUP_REPLY] = {"ENGINE_LOOKUP_REPLY",
+                                     &kvf__engine_lookup_reply__descriptor},
+    [KVF_MSG_ENGINE_RETRIEVE]     = {"ENGINE_RETRIEVE",
+                                     &kvf__engine_retrieve__descriptor},
+    [KVF_MSG_ENGINE_RELEASE]      = {"ENGINE_RELEASE",
+                                     &kvf__engine_release__descriptor},
 };
 
 const ProtobufCMessageDescriptor *kvf_msg_descriptor(uint16_t type)

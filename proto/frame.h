@@ -52,7 +52,17 @@ typedef enum {
     KVF_MSG_LOOKUP_REPLY    = 24,
     KVF_MSG_NODE_INFO       = 25,
     KVF_MSG_NODE_INFO_REPLY = 26,
-    KVF_MSG_TYPE_MAX        = 256, /* type numbers are below this */
+    /* engine <-> agent: 40-59 */
+    KVF_MSG_POOL_INFO           = 40,
+    KVF_MSG_ENGINE_ALLOC        = 41,
+    KVF_MSG_ENGINE_SLOTS        = 42,
+    KVF_MSG_ENGINE_COMMIT       = 43,
+    KVF_MSG_ENGINE_COMMIT_REPLY = 44,
+    KVF_MSG_ENGINE_LOOKUP       = 45,
+    KVF_MSG_ENGINE_LOOKUP_REPLY = 46,
+    KVF_MSG_ENGINE_RETRIEVE     = 47,
+    KVF_MSG_ENGINE_RELEASE      = 48,
+    KVF_MSG_TYPE_MAX            = 256, /* type numbers are below this */
 } kvf_msg_type_t;
 
 /* One decoded frame. */
