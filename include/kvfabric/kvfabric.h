@@ -6,10 +6,10 @@
  * local kvf-agent, store chunks in its shared pool, find and retrieve
  * prefixes held anywhere in the cluster, and push/wait in PD mode.
  *
- * Status: this header is the contract the agent issue implements. In this
- * version only the pieces declared in status.h, log.h and keys.h are built;
- * the functions below are declared so engines and reviewers can read the
- * design, and are not exported yet.
+ * Status: the connection calls (connect, disconnect, pool mapping, alloc,
+ * commit, lookup, retrieve, release) are built and exported (KVF_API); the
+ * agent side serves them as the agent issue lands. The PD calls are the
+ * contract of the PD issue and are not exported yet.
  *
  * Model. The agent owns a shared-memory pool; kvf_client_connect() maps it
  * into the engine. A chunk is written in place: kvf_client_alloc() grants a
@@ -81,15 +81,24 @@ typedef struct kvf_lookup_result {
  *
  * thread: thread-safe. ownership: free with kvf_client_disconnect().
  */
-kvf_status_t kvf_client_connect(const kvf_client_params_t *params,
-                                kvf_client_t **client_p);
+KVF_API kvf_status_t kvf_client_connect(const kvf_client_params_t *params,
+                                        kvf_client_t **client_p);
 
 /** Unmaps the pool and closes the connection; releases every grant and pin
  *  the connection still holds. NULL is a no-op. */
-void kvf_client_disconnect(kvf_client_t *client);
+KVF_API void kvf_client_disconnect(kvf_client_t *client);
 
 /** Base address of the mapped pool in this process (for slot offsets). */
-void *kvf_client_pool_base(const kvf_client_t *client);
+KVF_API void *kvf_client_pool_base(const kvf_client_t *client);
+
+/** Size of the mapped pool in bytes. */
+KVF_API uint64_t kvf_client_pool_size(const kvf_client_t *client);
+
+/**
+ * One line saying why the last call on @p client failed (the library prints
+ * nothing itself). Valid until the next call on @p client.
+ */
+KVF_API const char *kvf_client_last_error(const kvf_client_t *client);
 
 /**
  * Grants @p num slots of @p chunk_bytes each for writing.
@@ -97,8 +106,9 @@ void *kvf_client_pool_base(const kvf_client_t *client);
  *         (never waits for space); KVF_ERR_TOO_BIG for a chunk larger than
  *         the largest size class.
  */
-kvf_status_t kvf_client_alloc(kvf_client_t *client, uint64_t chunk_bytes,
-                              uint32_t num, kvf_slot_t *slots);
+KVF_API kvf_status_t kvf_client_alloc(kvf_client_t *client,
+                                      uint64_t chunk_bytes, uint32_t num,
+                                      kvf_slot_t *slots);
 
 /**
  * Publishes granted slots under @p keys with their checksums
@@ -108,9 +118,10 @@ kvf_status_t kvf_client_alloc(kvf_client_t *client, uint64_t chunk_bytes,
  *         grants); KVF_ERR_CHECKSUM; KVF_ERR_EXISTS (key already held: the
  *         slot is released, the existing chunk kept)
  */
-kvf_status_t kvf_client_commit(kvf_client_t *client, const kvf_key_t *keys,
-                               const kvf_slot_t *slots,
-                               const uint64_t *checksums, uint32_t num);
+KVF_API kvf_status_t kvf_client_commit(kvf_client_t *client,
+                                       const kvf_key_t *keys,
+                                       const kvf_slot_t *slots,
+                                       const uint64_t *checksums, uint32_t num);
 
 /**
  * Finds how many leading chunks of a prefix chain are held anywhere in the
@@ -118,9 +129,10 @@ kvf_status_t kvf_client_commit(kvf_client_t *client, const kvf_key_t *keys,
  * the hit into its pool at once and pins them under a lease, so the later
  * kvf_client_retrieve() finds them local ("lookup is a promise").
  */
-kvf_status_t kvf_client_lookup(kvf_client_t *client, const kvf_key_t *keys,
-                               uint32_t num, bool prefetch,
-                               kvf_lookup_result_t *result_p);
+KVF_API kvf_status_t kvf_client_lookup(kvf_client_t *client,
+                                       const kvf_key_t *keys, uint32_t num,
+                                       bool prefetch,
+                                       kvf_lookup_result_t *result_p);
 
 /**
  * Returns pinned slots of the chunks of @p keys, fetching remote chunks into
@@ -129,13 +141,13 @@ kvf_status_t kvf_client_lookup(kvf_client_t *client, const kvf_key_t *keys,
  * zero-length slot: the engine recomputes exactly those.
  * @return KVF_OK (possibly with misses); KVF_ERR_TIMEOUT
  */
-kvf_status_t kvf_client_retrieve(kvf_client_t *client, const kvf_key_t *keys,
-                                 uint32_t num, kvf_slot_t *slots,
-                                 bool *missing);
+KVF_API kvf_status_t kvf_client_retrieve(kvf_client_t *client,
+                                         const kvf_key_t *keys, uint32_t num,
+                                         kvf_slot_t *slots, bool *missing);
 
 /** Unpins slots returned by kvf_client_retrieve(). */
-kvf_status_t kvf_client_release(kvf_client_t *client, const kvf_slot_t *slots,
-                                uint32_t num);
+KVF_API kvf_status_t kvf_client_release(kvf_client_t *client,
+                                        const kvf_slot_t *slots, uint32_t num);
 
 /**
  * PD mode, prefill side: pushes committed chunks of @p request_id to the
