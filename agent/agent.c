@@ -3,6 +3,8 @@
 #include "agent/agent.h"
 
 #include "agent/ctl_client.h"
+#include "agent/engine_server.h"
+#include "agent/store.h"
 #include "common/log.h"
 
 #include <event2/buffer.h>
@@ -21,6 +23,8 @@ struct kvf_agent {
     const kvf_agent_config_t *config;
     struct event_base *base;
     kvf_ctl_client_t *ctl;
+    kvf_store_t *store;
+    kvf_engine_server_t *engines;
     struct evhttp *http;
     uint16_t http_port;
     char name[256];
@@ -39,16 +43,60 @@ static void kvf_agent_on_command(void *arg, const Kvf__Command *command)
 {
     kvf_agent_t *agent = arg;
 
-    /* pin, unpin, clear, drain and replicate act on the pool, which this
-     * build does not have yet: say so rather than pretend */
-    kvf_warn("agent %s: controller command %d ignored: the chunk pool is "
-             "not built in this version",
+    /* pin, unpin, clear, drain and replicate come with the controller's
+     * command channel and peer fetch: say so rather than pretend */
+    kvf_warn("agent %s: controller command %d is not supported by this "
+             "version; ignored",
              agent->name, (int)command->type);
 }
 
+static void kvf_agent_inventory_key(void *arg, const kvf_key_t *key)
+{
+    kvf_ctl_client_inventory_add(arg, key);
+}
+
+static void kvf_agent_on_inventory(void *arg, kvf_ctl_client_t *client)
+{
+    kvf_agent_t *agent = arg;
+
+    kvf_store_foreach_key(agent->store, kvf_agent_inventory_key, client);
+    kvf_ctl_client_inventory_end(client);
+}
+
+static void kvf_agent_on_usage(void *arg, kvf_ctl_usage_t *usage)
+{
+    kvf_agent_t *agent = arg;
+    kvf_store_stats_t st;
+
+    kvf_store_get_stats(agent->store, &st);
+    usage->pool_used     = st.used;
+    usage->pool_capacity = st.capacity;
+    usage->entries       = st.entries;
+}
+
+static void kvf_agent_on_admit(void *arg, const kvf_key_t *key)
+{
+    kvf_agent_t *agent = arg;
+
+    if (agent->ctl != NULL) {
+        kvf_ctl_client_admit(agent->ctl, key);
+    }
+}
+
+static void kvf_agent_on_evict(void *arg, const kvf_key_t *key)
+{
+    kvf_agent_t *agent = arg;
+
+    if (agent->ctl != NULL) {
+        kvf_ctl_client_evict(agent->ctl, key);
+    }
+}
+
 static const kvf_ctl_client_ops_t kvf_agent_ctl_ops = {
-    .command = kvf_agent_on_command,
-    .stopped = kvf_agent_on_stopped,
+    .inventory = kvf_agent_on_inventory,
+    .command   = kvf_agent_on_command,
+    .usage     = kvf_agent_on_usage,
+    .stopped   = kvf_agent_on_stopped,
 };
 
 static void kvf_agent_http_reply(struct evhttp_request *req, int code,
@@ -80,6 +128,49 @@ static void kvf_agent_on_healthz(struct evhttp_request *req, void *arg)
     evbuffer_free(body);
 }
 
+static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
+{
+    kvf_engine_server_stats_t es;
+    kvf_store_stats_t st;
+
+    kvf_store_get_stats(agent->store, &st);
+    kvf_engine_server_get_stats(agent->engines, &es);
+    evbuffer_add_printf(
+        body,
+        "# HELP kvf_agent_pool_bytes pool bytes by state\n"
+        "# TYPE kvf_agent_pool_bytes gauge\n"
+        "kvf_agent_pool_bytes{state=\"used\"} %" PRIu64 "\n"
+        "kvf_agent_pool_bytes{state=\"free\"} %" PRIu64 "\n"
+        "# HELP kvf_agent_pool_entries chunks held (committed or granted)\n"
+        "# TYPE kvf_agent_pool_entries gauge\n"
+        "kvf_agent_pool_entries %" PRIu64 "\n"
+        "# HELP kvf_agent_commits_total chunks committed by engines\n"
+        "# TYPE kvf_agent_commits_total counter\n"
+        "kvf_agent_commits_total %" PRIu64 "\n"
+        "# HELP kvf_agent_evictions_total chunks evicted for room\n"
+        "# TYPE kvf_agent_evictions_total counter\n"
+        "kvf_agent_evictions_total %" PRIu64 "\n"
+        "# HELP kvf_agent_retrieve_chunks_total chunks asked for by "
+        "engines, by result\n"
+        "# TYPE kvf_agent_retrieve_chunks_total counter\n"
+        "kvf_agent_retrieve_chunks_total{result=\"local_hit\"} %" PRIu64 "\n"
+        "kvf_agent_retrieve_chunks_total{result=\"miss\"} %" PRIu64 "\n"
+        "# HELP kvf_agent_checksum_failures_total chunks whose bytes did "
+        "not match their checksum\n"
+        "# TYPE kvf_agent_checksum_failures_total counter\n"
+        "kvf_agent_checksum_failures_total %" PRIu64 "\n"
+        "# HELP kvf_agent_engine_connections engine connections open\n"
+        "# TYPE kvf_agent_engine_connections gauge\n"
+        "kvf_agent_engine_connections %" PRIu64 "\n"
+        "# HELP kvf_agent_engine_protocol_errors_total engine "
+        "connections closed for bad frames\n"
+        "# TYPE kvf_agent_engine_protocol_errors_total counter\n"
+        "kvf_agent_engine_protocol_errors_total %" PRIu64 "\n",
+        st.used, st.capacity - st.used, st.entries, st.commits, st.evictions,
+        st.hits, st.misses, st.checksum_failures, es.active,
+        es.protocol_errors);
+}
+
 static void kvf_agent_on_metrics(struct evhttp_request *req, void *arg)
 {
     kvf_agent_t *agent    = arg;
@@ -91,6 +182,7 @@ static void kvf_agent_on_metrics(struct evhttp_request *req, void *arg)
         return;
     }
     kvf_ctl_client_get_stats(agent->ctl, &st);
+    kvf_agent_metrics_store(agent, body);
     evbuffer_add_printf(
         body,
         "# HELP kvf_agent_controller_registered 1 while registered with "
@@ -164,6 +256,43 @@ static kvf_status_t kvf_agent_http_start(kvf_agent_t *agent)
     return KVF_OK;
 }
 
+static kvf_status_t kvf_agent_store_start(kvf_agent_t *agent)
+{
+    const kvf_agent_config_t *config = agent->config;
+    kvf_engine_server_params_t eparams;
+    kvf_store_params_t sparams;
+    kvf_status_t status;
+
+    memset(&sparams, 0, sizeof(sparams));
+    sparams.size      = config->pool_size;
+    sparams.max_chunk = (config->max_chunk < config->pool_size)
+                            ? config->max_chunk
+                            : config->pool_size;
+    /* one entry per 64 KiB of pool, at most 64 Ki entries */
+    sparams.max_entries = config->pool_size / (64u << 10);
+    if (sparams.max_entries > 65536) {
+        sparams.max_entries = 65536;
+    }
+    if (sparams.max_entries < 16) {
+        sparams.max_entries = 16;
+    }
+    sparams.admit_cb = kvf_agent_on_admit;
+    sparams.evict_cb = kvf_agent_on_evict;
+    sparams.cb_arg   = agent;
+    status           = kvf_store_create(&sparams, &agent->store);
+    if (status != KVF_OK) {
+        return status;
+    }
+    memset(&eparams, 0, sizeof(eparams));
+    eparams.base            = agent->base;
+    eparams.path            = config->socket;
+    eparams.store           = agent->store;
+    eparams.node_name       = agent->name;
+    eparams.max_frame       = (uint32_t)config->max_frame;
+    eparams.max_connections = 1024;
+    return kvf_engine_server_create(&eparams, &agent->engines);
+}
+
 kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
                               struct event_base *base, kvf_agent_t **agent_p)
 {
@@ -183,6 +312,10 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
         snprintf(agent->name, sizeof(agent->name), "agent-%d", (int)getpid());
     }
 
+    status = kvf_agent_store_start(agent);
+    if (status != KVF_OK) {
+        goto err_destroy;
+    }
     status = kvf_agent_http_start(agent);
     if (status != KVF_OK) {
         goto err_destroy;
@@ -235,10 +368,12 @@ void kvf_agent_destroy(kvf_agent_t *agent)
     if (agent == NULL) {
         return;
     }
-    kvf_ctl_client_destroy(agent->ctl);
     if (agent->http != NULL) {
         evhttp_free(agent->http);
     }
+    kvf_engine_server_destroy(agent->engines);
+    kvf_ctl_client_destroy(agent->ctl);
+    kvf_store_destroy(agent->store);
     free(agent);
 }
 

@@ -314,10 +314,11 @@ static kvf_status_t kvf_client_handshake(kvf_client_t *client, const char *name,
     if (status != KVF_OK) {
         return status;
     }
-    status =
-        kvf_client_recv(client, KVF_MSG_HELLO_REPLY, NULL, deadline, &frame);
+    /* the pool's fd may arrive with the bytes of HELLO_REPLY already */
+    status = kvf_client_recv(client, KVF_MSG_HELLO_REPLY, &pool_fd, deadline,
+                             &frame);
     if (status != KVF_OK) {
-        return status;
+        goto err_close_fd;
     }
     reply  = (const Kvf__HelloReply *)frame.msg;
     status = (kvf_status_t)reply->status;
@@ -327,7 +328,7 @@ static kvf_status_t kvf_client_handshake(kvf_client_t *client, const char *name,
     }
     kvf_frame_release(&frame, NULL);
     if (status != KVF_OK) {
-        return status;
+        goto err_close_fd;
     }
 
     status =

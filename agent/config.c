@@ -23,6 +23,8 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
      kvf_agent_roles, 0, "prefill, decode or both (PD disaggregation)"},
     KVF_AGENT_FIELD("pool_size", KVF_CONFIG_SIZE, pool_size, "1G", 1ull << 20,
                     1ull << 44, "bytes of the shared-memory chunk pool"),
+    KVF_AGENT_FIELD("max_chunk", KVF_CONFIG_SIZE, max_chunk, "64M", 4096,
+                    1ull << 34, "largest chunk an engine may store"),
     KVF_AGENT_FIELD("socket", KVF_CONFIG_STRING, socket,
                     "/run/kvfabric/agent.sock", 0, 0,
                     "Unix socket path engines connect to"),

@@ -55,7 +55,8 @@ int kvf_test_proc_start(kvf_test_proc_t *proc, const char *const argv[])
     if (proc->pid == 0) {
         dup2(fd, STDOUT_FILENO);
         dup2(fd, STDERR_FILENO);
-        close(fd);
+        /* keep none of the test runner's pipes open in the child */
+        close_range(3, ~0u, 0);
         kvf_test_exec(argv);
         fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
         _exit(127);

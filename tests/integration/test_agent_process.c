@@ -56,15 +56,19 @@ Test(agent_process, unknown_yaml_key_names_file_and_line)
 Test(agent_process, serves_health_and_metrics_and_stops_cleanly)
 {
     uint16_t http = kvf_test_free_port();
-    char http_arg[64], body[8192];
+    char http_arg[64], body[8192], sock[128];
     /* port 1 on loopback refuses: the agent keeps retrying the controller */
     const char *argv[] = {
-        agent_bin(), "--controller", "127.0.0.1:1",     "--name", "it-agent",
-        "--http",    http_arg,       "--reconnect-max", "50ms",   NULL};
+        agent_bin(), "--controller", "127.0.0.1:1", "--name", "it-agent",
+        "--http",    http_arg,       "--socket",    sock,     "--reconnect-max",
+        "50ms",      "--pool-size",  "64M",         NULL};
     kvf_test_proc_t proc;
     int code = -1, i;
 
     snprintf(http_arg, sizeof(http_arg), "127.0.0.1:%u", http);
+    /* a directory that does not exist yet: the agent creates it */
+    snprintf(sock, sizeof(sock), "/tmp/kvf-it-%d/sub/agent.sock",
+             (int)getpid());
     cr_assert_eq(kvf_test_proc_start(&proc, argv), 0);
     cr_assert(kvf_test_proc_wait_log(&proc, "http listening", 10000), "log: %s",
               kvf_test_proc_log(&proc));
@@ -78,6 +82,12 @@ Test(agent_process, serves_health_and_metrics_and_stops_cleanly)
     cr_assert(strstr(body, "kvf_agent_controller_registered 0") != NULL, "%s",
               body);
     cr_assert_eq(kvf_test_http_get(http, "/nope", body, sizeof(body)), 404);
+    cr_assert_eq(access(sock, F_OK), 0, "socket created at %s", sock);
     cr_assert_eq(kvf_test_proc_stop(&proc, 10000), 0,
                  "SIGTERM exits 0; log: %s", kvf_test_proc_log(&proc));
+    cr_assert_neq(access(sock, F_OK), 0, "socket removed on exit");
+    *strrchr(sock, '/') = '\0';
+    rmdir(sock);
+    *strrchr(sock, '/') = '\0';
+    rmdir(sock);
 }

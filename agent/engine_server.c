@@ -1,0 +1,621 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+#include "agent/engine_server.h"
+
+#include "common/log.h"
+#include "proto/frame.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define KVF_ENGINE_MAX_BATCH 65536u /* chunks per request */
+
+typedef struct kvf_engine_conn kvf_engine_conn_t;
+
+struct kvf_engine_conn {
+    kvf_engine_server_t *server;
+    struct bufferevent *bev;
+    kvf_engine_conn_t *prev, *next;
+    bool hello_done;
+    char name[64];
+};
+
+struct kvf_engine_server {
+    struct event_base *base;
+    struct evconnlistener *listener;
+    kvf_store_t *store;
+    char path[108];
+    char node_name[128];
+    uint32_t max_frame;
+    uint32_t max_connections;
+    kvf_engine_conn_t *conns;
+    kvf_engine_server_stats_t stats;
+};
+
+static void kvf_engine_conn_close(kvf_engine_conn_t *conn)
+{
+    kvf_engine_server_t *server = conn->server;
+
+    /* everything the engine held goes back: a crashed engine leaks nothing
+     * and the cache it filled stays */
+    kvf_store_release_owner(server->store, conn);
+    if (conn->prev != NULL) {
+        conn->prev->next = conn->next;
+    } else {
+        server->conns = conn->next;
+    }
+    if (conn->next != NULL) {
+        conn->next->prev = conn->prev;
+    }
+    bufferevent_free(conn->bev);
+    server->stats.active--;
+    free(conn);
+}
+
+static void kvf_engine_conn_error(kvf_engine_conn_t *conn, const char *what)
+{
+    conn->server->stats.protocol_errors++;
+    kvf_debug("engine %s: %s; closing its connection",
+              (conn->name[0] != '\0') ? conn->name : "(before hello)", what);
+    kvf_engine_conn_close(conn);
+}
+
+static kvf_status_t kvf_engine_conn_send(kvf_engine_conn_t *conn, uint16_t type,
+                                         const ProtobufCMessage *msg)
+{
+    return kvf_frame_encode(bufferevent_get_output(conn->bev), type,
+                            KVF_FRAME_FLAG_REPLY, msg, conn->server->max_frame);
+}
+
+static kvf_status_t kvf_engine_conn_status(kvf_engine_conn_t *conn,
+                                           uint64_t request_id,
+                                           kvf_status_t status,
+                                           const char *message)
+{
+    char text[160];
+    Kvf__Status st;
+
+    snprintf(text, sizeof(text), "%s", message);
+    kvf__status__init(&st);
+    st.request_id = request_id;
+    st.status     = status;
+    st.message    = text;
+    return kvf_engine_conn_send(conn, KVF_MSG_STATUS, &st.base);
+}
+
+/* HELLO_REPLY and POOL_INFO go out in one sendmsg() carrying the pool's
+ * fd: nothing else was written on this connection yet, so the order with
+ * the bufferevent's later output holds. */
+static kvf_status_t kvf_engine_conn_hello(kvf_engine_conn_t *conn,
+                                          const Kvf__Hello *hello)
+{
+    kvf_engine_server_t *server = conn->server;
+    char control[CMSG_SPACE(sizeof(int))];
+    char version_msg[96], node[128];
+    Kvf__HelloReply reply;
+    Kvf__PoolInfo info;
+    uint8_t buf[1024];
+    size_t len1 = 0, len2 = 0;
+    struct cmsghdr *cmsg;
+    struct msghdr mh;
+    struct iovec iov;
+    int fd = kvf_store_fd(server->store);
+    ssize_t n;
+
+    snprintf(conn->name, sizeof(conn->name), "%s",
+             (hello->name != NULL) ? hello->name : "");
+    kvf__hello_reply__init(&reply);
+    reply.request_id       = hello->request_id;
+    reply.protocol_version = KVF_PROTOCOL_VERSION;
+    snprintf(node, sizeof(node), "%s", server->node_name);
+    reply.name = node;
+    if ((hello->protocol_version != KVF_PROTOCOL_VERSION) ||
+        (hello->kind != KVF__PEER_KIND__PEER_ENGINE)) {
+        snprintf(version_msg, sizeof(version_msg),
+                 "agent speaks protocol %u to engines; got version %u kind %d",
+                 KVF_PROTOCOL_VERSION, hello->protocol_version,
+                 (int)hello->kind);
+        reply.status  = KVF_ERR_VERSION;
+        reply.message = version_msg;
+        kvf_engine_conn_send(conn, KVF_MSG_HELLO_REPLY, &reply.base);
+        return KVF_ERR_VERSION;
+    }
+    kvf__pool_info__init(&info);
+    info.request_id      = hello->request_id;
+    info.pool_size       = kvf_store_size(server->store);
+    info.max_chunk_bytes = kvf_store_max_chunk(server->store);
+    info.node_name       = node;
+    if ((kvf_frame_pack(buf, sizeof(buf), KVF_MSG_HELLO_REPLY,
+                        KVF_FRAME_FLAG_REPLY, &reply.base, server->max_frame,
+                        &len1) != KVF_OK) ||
+        (kvf_frame_pack(buf + len1, sizeof(buf) - len1, KVF_MSG_POOL_INFO,
+                        KVF_FRAME_FLAG_REPLY, &info.base, server->max_frame,
+                        &len2) != KVF_OK)) {
+        return KVF_ERR_TOO_BIG;
+    }
+    iov.iov_base = buf;
+    iov.iov_len  = len1 + len2;
+    memset(&mh, 0, sizeof(mh));
+    memset(control, 0, sizeof(control));
+    mh.msg_iov        = &iov;
+    mh.msg_iovlen     = 1;
+    mh.msg_control    = control;
+    mh.msg_controllen = sizeof(control);
+    cmsg              = CMSG_FIRSTHDR(&mh);
+    cmsg->cmsg_level  = SOL_SOCKET;
+    cmsg->cmsg_type   = SCM_RIGHTS;
+    cmsg->cmsg_len    = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cmsg), &fd, sizeof(fd));
+    n = sendmsg(bufferevent_getfd(conn->bev), &mh, MSG_NOSIGNAL);
+    if (n != (ssize_t)(len1 + len2)) {
+        kvf_warn("engine %s: cannot hand over the pool: %s", conn->name,
+                 (n < 0) ? strerror(errno) : "short write");
+        return KVF_ERR_IO;
+    }
+    conn->hello_done = true;
+    kvf_info("engine %s connected", conn->name);
+    return KVF_OK;
+}
+
+static bool kvf_engine_keys_ok(const ProtobufCBinaryData *keys)
+{
+    return (keys->len > 0) && (keys->len % KVF_KEY_WIRE_SIZE == 0) &&
+           (keys->len / KVF_KEY_WIRE_SIZE <= KVF_ENGINE_MAX_BATCH);
+}
+
+static kvf_status_t kvf_engine_conn_alloc(kvf_engine_conn_t *conn,
+                                          const Kvf__EngineAlloc *req)
+{
+    kvf_engine_server_t *server = conn->server;
+    uint64_t *offsets = NULL, *lengths = NULL;
+    Kvf__EngineSlots reply;
+    kvf_status_t status = KVF_OK;
+    kvf_slot_t slot;
+    char message[128] = "";
+    uint32_t i, got = 0;
+
+    kvf__engine_slots__init(&reply);
+    reply.request_id = req->request_id;
+    if ((req->count == 0) || (req->count > KVF_ENGINE_MAX_BATCH) ||
+        (req->chunk_bytes == 0)) {
+        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_INVALID,
+                                      "alloc needs 1..65536 chunks of "
+                                      "non-zero size");
+    }
+    offsets = malloc(req->count * sizeof(*offsets));
+    lengths = malloc(req->count * sizeof(*lengths));
+    if ((offsets == NULL) || (lengths == NULL)) {
+        status = KVF_ERR_NO_MEMORY;
+        snprintf(message, sizeof(message), "agent out of memory");
+    }
+    for (i = 0; (status == KVF_OK) && (i < req->count); i++) {
+        status = kvf_store_alloc(server->store, conn, req->chunk_bytes, &slot);
+        if (status == KVF_OK) {
+            offsets[i] = slot.offset;
+            lengths[i] = slot.length;
+            got++;
+        } else {
+            snprintf(message, sizeof(message),
+                     "could not grant chunk %u of %u (%llu bytes): %s", i,
+                     req->count, (unsigned long long)req->chunk_bytes,
+                     kvf_strerror(status));
+        }
+    }
+    if (status != KVF_OK) {
+        /* all or nothing: give back what was granted */
+        for (i = 0; i < got; i++) {
+            kvf_store_release(server->store, conn, offsets[i]);
+        }
+        reply.status  = status;
+        reply.message = message;
+    } else {
+        reply.n_offsets = req->count;
+        reply.offsets   = offsets;
+        reply.n_lengths = req->count;
+        reply.lengths   = lengths;
+    }
+    status = kvf_engine_conn_send(conn, KVF_MSG_ENGINE_SLOTS, &reply.base);
+    free(offsets);
+    free(lengths);
+    return status;
+}
+
+static kvf_status_t kvf_engine_conn_commit(kvf_engine_conn_t *conn,
+                                           const Kvf__EngineCommit *req)
+{
+    kvf_engine_server_t *server = conn->server;
+    Kvf__EngineCommitReply reply;
+    kvf_status_t status, first = KVF_OK;
+    int32_t *results;
+    size_t n, i;
+    kvf_key_t key;
+
+    if (!kvf_engine_keys_ok(&req->keys) ||
+        (req->n_offsets != req->keys.len / KVF_KEY_WIRE_SIZE) ||
+        (req->n_checksums != req->n_offsets)) {
+        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_INVALID,
+                                      "commit needs one offset and one "
+                                      "checksum per 24-byte key");
+    }
+    n       = req->n_offsets;
+    results = malloc(n * sizeof(*results));
+    if (results == NULL) {
+        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_NO_MEMORY,
+                                      "out of memory");
+    }
+    for (i = 0; i < n; i++) {
+        kvf_key_unpack(req->keys.data + i * KVF_KEY_WIRE_SIZE, &key);
+        status = kvf_store_commit(server->store, conn, &key, req->offsets[i],
+                                  req->checksums[i]);
+        results[i] = status;
+        if ((status != KVF_OK) && (status != KVF_ERR_EXISTS) &&
+            (first == KVF_OK)) {
+            first = status;
+        }
+    }
+    kvf__engine_commit_reply__init(&reply);
+    reply.request_id = req->request_id;
+    reply.status     = first;
+    reply.message =
+        (char *)(uintptr_t)((first == KVF_OK) ? "" : kvf_strerror(first));
+    reply.n_results = n;
+    reply.results   = results;
+    status =
+        kvf_engine_conn_send(conn, KVF_MSG_ENGINE_COMMIT_REPLY, &reply.base);
+    free(results);
+    return status;
+}
+
+static kvf_status_t kvf_engine_conn_lookup(kvf_engine_conn_t *conn,
+                                           const Kvf__EngineLookup *req)
+{
+    kvf_engine_server_t *server = conn->server;
+    Kvf__EngineLookupReply reply;
+    kvf_key_t *keys;
+    kvf_status_t status;
+    size_t n, i;
+
+    if (!kvf_engine_keys_ok(&req->keys)) {
+        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_INVALID,
+                                      "lookup needs 1..65536 24-byte keys");
+    }
+    n    = req->keys.len / KVF_KEY_WIRE_SIZE;
+    keys = malloc(n * sizeof(*keys));
+    if (keys == NULL) {
+        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_NO_MEMORY,
+                                      "out of memory");
+    }
+    for (i = 0; i < n; i++) {
+        kvf_key_unpack(req->keys.data + i * KVF_KEY_WIRE_SIZE, &keys[i]);
+    }
+    kvf__engine_lookup_reply__init(&reply);
+    reply.request_id = req->request_id;
+    reply.local_chunks =
+        kvf_store_local_prefix(server->store, keys, (uint32_t)n);
+    /* remote holders come from the controller with peer fetch */
+    reply.hit_chunks = reply.local_chunks;
+    server->stats.lookups++;
+    server->stats.lookup_keys += n;
+    server->stats.local_hit_keys += reply.local_chunks;
+    status =
+        kvf_engine_conn_send(conn, KVF_MSG_ENGINE_LOOKUP_REPLY, &reply.base);
+    free(keys);
+    return status;
+}
+
+static kvf_status_t kvf_engine_conn_retrieve(kvf_engine_conn_t *conn,
+                                             const Kvf__EngineRetrieve *req)
+{
+    kvf_engine_server_t *server = conn->server;
+    uint64_t *offsets, *lengths;
+    Kvf__EngineSlots reply;
+    kvf_status_t status;
+    uint8_t *missing;
+    kvf_slot_t slot;
+    kvf_key_t key;
+    size_t n, i;
+
+    if (!kvf_engine_keys_ok(&req->keys)) {
+        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_INVALID,
+                                      "retrieve needs 1..65536 24-byte keys");
+    }
+    n       = req->keys.len / KVF_KEY_WIRE_SIZE;
+    offsets = calloc(n, sizeof(*offsets));
+    lengths = calloc(n, sizeof(*lengths));
+    missing = calloc(n, 1);
+    if ((offsets == NULL) || (lengths == NULL) || (missing == NULL)) {
+        free(offsets);
+        free(lengths);
+        free(missing);
+        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_NO_MEMORY,
+                                      "out of memory");
+    }
+    for (i = 0; i < n; i++) {
+        kvf_key_unpack(req->keys.data + i * KVF_KEY_WIRE_SIZE, &key);
+        if (kvf_store_pin(server->store, conn, &key, &slot) == KVF_OK) {
+            offsets[i] = slot.offset;
+            lengths[i] = slot.length;
+        } else {
+            missing[i] = 1; /* the engine recomputes exactly this chunk */
+        }
+    }
+    kvf__engine_slots__init(&reply);
+    reply.request_id   = req->request_id;
+    reply.n_offsets    = n;
+    reply.offsets      = offsets;
+    reply.n_lengths    = n;
+    reply.lengths      = lengths;
+    reply.missing.data = missing;
+    reply.missing.len  = n;
+    status = kvf_engine_conn_send(conn, KVF_MSG_ENGINE_SLOTS, &reply.base);
+    free(offsets);
+    free(lengths);
+    free(missing);
+    return status;
+}
+
+static kvf_status_t kvf_engine_conn_release(kvf_engine_conn_t *conn,
+                                            const Kvf__EngineRelease *req)
+{
+    kvf_status_t status, first = KVF_OK;
+    size_t i;
+
+    if ((req->n_offsets == 0) || (req->n_offsets > KVF_ENGINE_MAX_BATCH)) {
+        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_INVALID,
+                                      "release needs 1..65536 offsets");
+    }
+    for (i = 0; i < req->n_offsets; i++) {
+        status = kvf_store_release(conn->server->store, conn, req->offsets[i]);
+        if ((status != KVF_OK) && (first == KVF_OK)) {
+            first = status;
+        }
+    }
+    return kvf_engine_conn_status(conn, req->request_id, first,
+                                  (first == KVF_OK)
+                                      ? ""
+                                      : "an offset is not held by this "
+                                        "connection");
+}
+
+static kvf_status_t kvf_engine_conn_dispatch(kvf_engine_conn_t *conn,
+                                             const kvf_frame_t *frame)
+{
+    if (!conn->hello_done) {
+        if (frame->type != KVF_MSG_HELLO) {
+            return KVF_ERR_PROTO; /* HELLO comes first */
+        }
+        return kvf_engine_conn_hello(conn, (const Kvf__Hello *)frame->msg);
+    }
+    conn->server->stats.requests++;
+    switch (frame->type) {
+    case KVF_MSG_ENGINE_ALLOC:
+        return kvf_engine_conn_alloc(conn,
+                                     (const Kvf__EngineAlloc *)frame->msg);
+    case KVF_MSG_ENGINE_COMMIT:
+        return kvf_engine_conn_commit(conn,
+                                      (const Kvf__EngineCommit *)frame->msg);
+    case KVF_MSG_ENGINE_LOOKUP:
+        return kvf_engine_conn_lookup(conn,
+                                      (const Kvf__EngineLookup *)frame->msg);
+    case KVF_MSG_ENGINE_RETRIEVE:
+        return kvf_engine_conn_retrieve(
+            conn, (const Kvf__EngineRetrieve *)frame->msg);
+    case KVF_MSG_ENGINE_RELEASE:
+        return kvf_engine_conn_release(conn,
+                                       (const Kvf__EngineRelease *)frame->msg);
+    default:
+        return KVF_ERR_PROTO;
+    }
+}
+
+static void kvf_engine_conn_on_read(struct bufferevent *bev, void *arg)
+{
+    kvf_engine_conn_t *conn = arg;
+    kvf_frame_t frame;
+    kvf_status_t status;
+
+    for (;;) {
+        status = kvf_frame_decode(bufferevent_get_input(bev),
+                                  conn->server->max_frame, NULL, &frame);
+        if (status == KVF_INPROGRESS) {
+            return;
+        }
+        if (status != KVF_OK) {
+            kvf_engine_conn_error(conn, kvf_strerror(status));
+            return;
+        }
+        status = kvf_engine_conn_dispatch(conn, &frame);
+        kvf_frame_release(&frame, NULL);
+        if (status != KVF_OK) {
+            kvf_engine_conn_error(conn, kvf_strerror(status));
+            return;
+        }
+    }
+}
+
+static void kvf_engine_conn_on_event(struct bufferevent *bev, short what,
+                                     void *arg)
+{
+    kvf_engine_conn_t *conn = arg;
+
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        kvf_info("engine %s disconnected",
+                 (conn->name[0] != '\0') ? conn->name : "(before hello)");
+        kvf_engine_conn_close(conn);
+    }
+}
+
+static void kvf_engine_server_on_accept(struct evconnlistener *listener,
+                                        evutil_socket_t fd,
+                                        struct sockaddr *addr, int len,
+                                        void *arg)
+{
+    kvf_engine_server_t *server = arg;
+    kvf_engine_conn_t *conn;
+
+    if (server->stats.active >= server->max_connections) {
+        kvf_warn("engine socket %s: %u connections open; refusing another",
+                 server->path, server->max_connections);
+        evutil_closesocket(fd);
+        return;
+    }
+    conn = calloc(1, sizeof(*conn));
+    if (conn == NULL) {
+        evutil_closesocket(fd);
+        return;
+    }
+    conn->server = server;
+    conn->bev = bufferevent_socket_new(server->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (conn->bev == NULL) {
+        evutil_closesocket(fd);
+        free(conn);
+        return;
+    }
+    bufferevent_setcb(conn->bev, kvf_engine_conn_on_read, NULL,
+                      kvf_engine_conn_on_event, conn);
+    bufferevent_enable(conn->bev, EV_READ | EV_WRITE);
+    conn->next = server->conns;
+    if (server->conns != NULL) {
+        server->conns->prev = conn;
+    }
+    server->conns = conn;
+    server->stats.connections++;
+    server->stats.active++;
+}
+
+/* Creates the socket's directory (and its parents) when missing, so the
+ * default /run/kvfabric/agent.sock works on a fresh machine. */
+static kvf_status_t kvf_engine_server_mkdirs(const char *path)
+{
+    char dir[108];
+    char *p;
+
+    snprintf(dir, sizeof(dir), "%s", path);
+    p = strrchr(dir, '/');
+    if ((p == NULL) || (p == dir)) {
+        return KVF_OK;
+    }
+    *p = '\0';
+    for (p = dir + 1; *p != '\0'; p++) {
+        if (*p != '/') {
+            continue;
+        }
+        *p = '\0';
+        if ((mkdir(dir, 0755) != 0) && (errno != EEXIST)) {
+            kvf_error("engine socket directory %s: %m", dir);
+            return KVF_ERR_IO;
+        }
+        *p = '/';
+    }
+    if ((mkdir(dir, 0755) != 0) && (errno != EEXIST)) {
+        kvf_error("engine socket directory %s: %m", dir);
+        return KVF_ERR_IO;
+    }
+    return KVF_OK;
+}
+
+/* Is an agent already serving at @p path? A refused connect means the file
+ * is a leftover of a process that died, safe to remove. */
+static bool kvf_engine_server_in_use(const struct sockaddr_un *sun)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    bool in_use;
+
+    if (fd < 0) {
+        return false;
+    }
+    in_use = (connect(fd, (const struct sockaddr *)sun, sizeof(*sun)) == 0);
+    close(fd);
+    return in_use;
+}
+
+kvf_status_t kvf_engine_server_create(const kvf_engine_server_params_t *params,
+                                      kvf_engine_server_t **server_p)
+{
+    kvf_engine_server_t *server;
+    struct sockaddr_un sun;
+    kvf_status_t status;
+
+    if ((params == NULL) || (params->base == NULL) || (params->path == NULL) ||
+        (params->store == NULL) ||
+        (strlen(params->path) >= sizeof(sun.sun_path)) ||
+        (params->path[0] == '\0')) {
+        kvf_error("engine socket path '%s' is empty or too long",
+                  (params != NULL && params->path != NULL) ? params->path : "");
+        return KVF_ERR_INVALID;
+    }
+    server = calloc(1, sizeof(*server));
+    if (server == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    server->base      = params->base;
+    server->store     = params->store;
+    server->max_frame = params->max_frame;
+    server->max_connections =
+        (params->max_connections > 0) ? params->max_connections : 1024;
+    snprintf(server->path, sizeof(server->path), "%s", params->path);
+    snprintf(server->node_name, sizeof(server->node_name), "%s",
+             (params->node_name != NULL) ? params->node_name : "");
+
+    memset(&sun, 0, sizeof(sun));
+    sun.sun_family = AF_UNIX;
+    memcpy(sun.sun_path, server->path, strlen(server->path));
+    if (kvf_engine_server_in_use(&sun)) {
+        kvf_error("engine socket %s: another agent is serving there",
+                  server->path);
+        status = KVF_ERR_EXISTS;
+        goto err_free;
+    }
+    status = kvf_engine_server_mkdirs(server->path);
+    if (status != KVF_OK) {
+        goto err_free;
+    }
+    unlink(server->path); /* a stale file from a crashed agent */
+    server->listener = evconnlistener_new_bind(
+        server->base, kvf_engine_server_on_accept, server,
+        LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 64,
+        (struct sockaddr *)&sun, sizeof(sun));
+    if (server->listener == NULL) {
+        kvf_error("engine socket %s: cannot listen: %m", server->path);
+        status = KVF_ERR_IO;
+        goto err_free;
+    }
+    kvf_info("engines connect at %s", server->path);
+    *server_p = server;
+    return KVF_OK;
+
+err_free:
+    free(server);
+    return status;
+}
+
+void kvf_engine_server_destroy(kvf_engine_server_t *server)
+{
+    if (server == NULL) {
+        return;
+    }
+    while (server->conns != NULL) {
+        kvf_engine_conn_close(server->conns);
+    }
+    if (server->listener != NULL) {
+        evconnlistener_free(server->listener);
+        unlink(server->path);
+    }
+    free(server);
+}
+
+void kvf_engine_server_get_stats(const kvf_engine_server_t *server,
+                                 kvf_engine_server_stats_t *stats_p)
+{
+    *stats_p = server->stats;
+}

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * The agent's Unix socket for engines (libkvfabric): HELLO, the pool fd
+ * handed over with SCM_RIGHTS, then ALLOC / COMMIT / LOOKUP / RETRIEVE /
+ * RELEASE requests served from the store. A connection that closes or
+ * crashes releases every grant and pin it held; a bad frame closes that
+ * connection only.
+ *
+ * thread: owning loop only.
+ */
+#ifndef KVF_AGENT_ENGINE_SERVER_H
+#define KVF_AGENT_ENGINE_SERVER_H
+
+#include "agent/store.h"
+
+#include <kvfabric/status.h>
+
+#include <stdint.h>
+
+struct event_base;
+
+typedef struct kvf_engine_server kvf_engine_server_t;
+
+typedef struct kvf_engine_server_params {
+    struct event_base *base;
+    const char *path;      /* socket path; a stale file is replaced */
+    kvf_store_t *store;    /* borrowed; outlives the server */
+    const char *node_name; /* told to engines */
+    uint32_t max_frame;
+    uint32_t max_connections;
+} kvf_engine_server_params_t;
+
+typedef struct kvf_engine_server_stats {
+    uint64_t connections; /* accepted, total */
+    uint64_t active;      /* open now */
+    uint64_t requests;
+    uint64_t protocol_errors;
+    uint64_t lookups;
+    uint64_t lookup_keys;
+    uint64_t local_hit_keys;
+} kvf_engine_server_stats_t;
+
+/* Binds the socket and starts accepting. KVF_ERR_EXISTS when another agent
+ * is serving at @p path; KVF_ERR_IO with the reason logged otherwise. */
+kvf_status_t kvf_engine_server_create(const kvf_engine_server_params_t *params,
+                                      kvf_engine_server_t **server_p);
+
+/* Closes every connection (releasing their grants and pins), stops
+ * listening and removes the socket file. NULL is a no-op. */
+void kvf_engine_server_destroy(kvf_engine_server_t *server);
+
+void kvf_engine_server_get_stats(const kvf_engine_server_t *server,
+                                 kvf_engine_server_stats_t *stats_p);
+
+#endif /* KVF_AGENT_ENGINE_SERVER_H */
