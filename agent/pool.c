@@ -101,6 +101,12 @@ static unsigned kvf_pool_log2(uint64_t v)
     return 63u - (unsigned)__builtin_clzll(v);
 }
 
+/* @p pct percent of @p v, exact at 100 and without overflow */
+static uint64_t kvf_pool_pct(uint64_t v, unsigned pct)
+{
+    return (v / 100) * pct + (v % 100) * pct / 100;
+}
+
 static uint32_t kvf_pool_entry_idx(const kvf_pool_t *pool,
                                    const kvf_pool_entry_t *entry)
 {
@@ -170,9 +176,11 @@ static void kvf_pool_relist(kvf_pool_t *pool, kvf_pool_entry_t *e)
     uint32_t after;
     unsigned l;
 
+    if (e->state != KVF_POOL_ENTRY_COMMITTED) {
+        return; /* uncommitted entries stay on the allocation list */
+    }
     kvf_pool_list_remove(pool, e);
-    if ((e->state != KVF_POOL_ENTRY_COMMITTED) || (e->refcount != 0) ||
-        (e->pin == KVF_POOL_PIN_HARD)) {
+    if ((e->refcount != 0) || (e->pin == KVF_POOL_PIN_HARD)) {
         return;
     }
     l = ((e->pin == KVF_POOL_PIN_SOFT) ? KVF_POOL_LFU_BUCKETS : 0) +
@@ -521,8 +529,8 @@ kvf_status_t kvf_pool_create(const kvf_pool_params_t *params,
     pool->capacity       = (uint64_t)pool->slabs * max_chunk;
     pool->policy =
         (mask & KVF_POOL_FIELD_POLICY) ? params->policy : KVF_POOL_POLICY_LRU;
-    pool->high_bytes = pool->capacity / 100 * high_pct;
-    pool->low_bytes  = pool->capacity / 100 * low_pct;
+    pool->high_bytes = kvf_pool_pct(pool->capacity, high_pct);
+    pool->low_bytes  = kvf_pool_pct(pool->capacity, low_pct);
     if (mask & KVF_POOL_FIELD_EVICT_CB) {
         pool->evict_cb  = params->evict_cb;
         pool->evict_arg = params->evict_arg;
