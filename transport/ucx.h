@@ -67,14 +67,17 @@ typedef struct kvf_ucx_ctx_params {
     /**
      * Extra UCX settings as NULL-terminated name/value pairs, names without
      * the UCX_ prefix: {"RNDV_THRESH", "64K", NULL}. Applied last.
+     * Transport settings go without their transport prefix in UCX 1.13
+     * ("TX_SEG_SIZE" for UCX_TCP_TX_SEG_SIZE).
      */
     const char *const *overrides;
 } kvf_ucx_ctx_params_t;
 
 /**
- * Tuned defaults (docs/performance.md "UCX ceilings"), name/value pairs,
- * NULL-terminated. Each applies only when neither the environment
- * (UCX_<NAME>) nor params->overrides set it.
+ * Tuned defaults (docs/performance.md "UCX ceilings"), NULL-terminated
+ * triples {environment name without UCX_, ucp_config_modify name, value}.
+ * Each applies only when neither the environment nor params->overrides
+ * (either name) set it.
  */
 extern const char *const kvf_ucx_ctx_default_tunings[];
 

@@ -38,7 +38,13 @@ static ucs_status_t kvf_ucx_am_on_recv(void *arg, const void *header,
     if ((slot->cb == NULL) || worker->is_destroying) {
         return UCS_OK; /* declined */
     }
-    status = slot->cb(slot->arg, header, header_length, &msg);
+    worker->am_desc_current  = msg.desc;
+    worker->am_desc_released = false;
+    status                   = slot->cb(slot->arg, header, header_length, &msg);
+    worker->am_desc_current  = NULL;
+    if (worker->am_desc_released) {
+        return UCS_OK; /* declined inside the handler: UCX drops it */
+    }
     if ((status == KVF_INPROGRESS) && msg.is_rndv) {
         return UCS_INPROGRESS; /* kept for kvf_ucx_am_recv_data/release */
     }
@@ -127,7 +133,13 @@ kvf_status_t kvf_ucx_am_recv_data(const kvf_ucx_am_msg_t *msg, void *dest,
 
 void kvf_ucx_am_msg_release(const kvf_ucx_am_msg_t *msg)
 {
-    if ((msg != NULL) && msg->is_rndv && (msg->desc != NULL)) {
-        ucp_am_data_release(msg->worker->ucp, msg->desc);
+    if ((msg == NULL) || !msg->is_rndv || (msg->desc == NULL)) {
+        return;
     }
+    if (msg->desc == msg->worker->am_desc_current) {
+        /* still inside the handler: returning UCS_OK declines it */
+        msg->worker->am_desc_released = true;
+        return;
+    }
+    ucp_am_data_release(msg->worker->ucp, msg->desc);
 }

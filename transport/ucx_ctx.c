@@ -15,24 +15,31 @@
 #include <string.h>
 
 /*
- * Measured on loopback TCP (docs/performance.md): UCX's 8K TX segment caps
- * AM rendezvous and put; larger segments cut the per-segment overhead.
+ * Tuned defaults: {environment name without UCX_, name for
+ * ucp_config_modify, value}. UCX 1.13 applies transport settings given to
+ * ucp_config_modify to every interface that has them, by their name
+ * without the transport prefix (TX_SEG_SIZE, not TCP_TX_SEG_SIZE: the
+ * prefixed form is accepted and then reported as an invalid configuration).
+ * Values measured on loopback (docs/performance.md "UCX ceilings").
  */
 const char *const kvf_ucx_ctx_default_tunings[] = {
     "TCP_TX_SEG_SIZE",
+    "TX_SEG_SIZE",
     "256K", /* */
     "TCP_RX_SEG_SIZE",
+    "RX_SEG_SIZE",
     "256K", /* */
     NULL,
 };
 
 static bool kvf_ucx_ctx_is_overridden(const kvf_ucx_ctx_params_t *params,
-                                      const char *name)
+                                      const char *env_name,
+                                      const char *modify_name)
 {
     char env[96];
     const char *const *kv;
 
-    snprintf(env, sizeof(env), "UCX_%s", name);
+    snprintf(env, sizeof(env), "UCX_%s", env_name);
     if (getenv(env) != NULL) {
         return true;
     }
@@ -40,7 +47,8 @@ static bool kvf_ucx_ctx_is_overridden(const kvf_ucx_ctx_params_t *params,
         (params->field_mask & KVF_UCX_CTX_FIELD_OVERRIDES) &&
         (params->overrides != NULL)) {
         for (kv = params->overrides; kv[0] != NULL; kv += 2) {
-            if (strcmp(kv[0], name) == 0) {
+            if ((strcmp(kv[0], env_name) == 0) ||
+                (strcmp(kv[0], modify_name) == 0)) {
                 return true;
             }
         }
@@ -74,11 +82,11 @@ static kvf_status_t kvf_ucx_ctx_config_apply(const kvf_ucx_ctx_params_t *params,
     kvf_status_t status;
 
     if (!(mask & KVF_UCX_CTX_FIELD_NO_DEFAULTS)) {
-        for (kv = kvf_ucx_ctx_default_tunings; kv[0] != NULL; kv += 2) {
-            if (kvf_ucx_ctx_is_overridden(params, kv[0])) {
+        for (kv = kvf_ucx_ctx_default_tunings; kv[0] != NULL; kv += 3) {
+            if (kvf_ucx_ctx_is_overridden(params, kv[0], kv[1])) {
                 continue;
             }
-            status = kvf_ucx_ctx_config_set(config, kv[0], kv[1]);
+            status = kvf_ucx_ctx_config_set(config, kv[1], kv[2]);
             if (status != KVF_OK) {
                 return status;
             }

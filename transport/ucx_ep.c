@@ -53,6 +53,12 @@ static void kvf_ucx_ep_on_closed(void *request, ucs_status_t status,
     ucp_request_free(request);
     ep->close_req  = NULL;
     ep->is_closing = false;
+    if (ep->is_failed) {
+        /* UCX is done with this ep: requests it did not release now will
+         * not move data any more; their users are told in dispatch */
+        ep->worker->has_closed_eps = true;
+        kvf_ucx_worker_kick(ep->worker);
+    }
     if (ep->refcount == 0) {
         kvf_ucx_ep_free(ep);
     }
@@ -79,11 +85,16 @@ static void kvf_ucx_ep_close(kvf_ucx_ep_t *ep, bool is_force)
     if (UCS_PTR_IS_PTR(req)) {
         ep->close_req  = req;
         ep->is_closing = true;
-        kvf_ucx_worker_kick(ep->worker);
-    } else if (UCS_PTR_IS_ERR(req)) {
-        kvf_debug("ep %s: close: %s", ep->peer,
-                  ucs_status_string(UCS_PTR_STATUS(req)));
+    } else {
+        if (UCS_PTR_IS_ERR(req)) {
+            kvf_debug("ep %s: close: %s", ep->peer,
+                      ucs_status_string(UCS_PTR_STATUS(req)));
+        }
+        if (ep->is_failed) {
+            ep->worker->has_closed_eps = true;
+        }
     }
+    kvf_ucx_worker_kick(ep->worker);
 }
 
 static void kvf_ucx_ep_cache_remove(kvf_ucx_ep_t *ep)

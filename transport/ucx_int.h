@@ -55,9 +55,11 @@ typedef struct kvf_ucx_op {
     uint64_t deadline_ns;
     kvf_ucx_op_cb_t cb;
     void *cb_arg;
-    kvf_status_t status;
+    kvf_status_t status; /* KVF_INPROGRESS: map ucs at dispatch */
+    ucs_status_t ucs;    /* what UCX reported */
     kvf_ucx_op_type_t type;
     bool is_timed_out;
+    bool is_orphan; /* user told already; UCX still owns the request */
 } kvf_ucx_op_t;
 
 /* Doubly linked list of ops with a sentinel-free head. */
@@ -132,10 +134,13 @@ struct kvf_ucx_worker {
     kvf_ucx_ep_err_cb_t ep_err_cb;
     void *ep_err_arg;
     kvf_ucx_am_slot_t am[KVF_UCX_AM_ID_MAX];
-    void *am_desc_consumed; /* set by recv_data inside a handler */
+    void *am_desc_current; /* descriptor of the handler running now */
+    bool am_desc_released; /* that handler declined it */
     unsigned listeners;
     uint64_t ep_failures;
     uint64_t timeouts;
+    unsigned orphans;    /* in-flight ops whose user was already told */
+    bool has_closed_eps; /* a failed ep finished closing: orphan its ops */
     bool is_destroying;
     bool in_dispatch; /* inside kvf_ucx_worker_dispatch */
     char name[32];
@@ -153,6 +158,7 @@ void kvf_ucx_op_on_recv_am(void *request, ucs_status_t status, size_t length,
                            void *user_data);
 void kvf_ucx_op_complete_now(kvf_ucx_op_t *op, kvf_status_t status);
 void kvf_ucx_op_dispatch_done(kvf_ucx_worker_t *worker);
+void kvf_ucx_op_dispatch_orphans(kvf_ucx_worker_t *worker);
 void kvf_ucx_op_on_timer(evutil_socket_t fd, short what, void *arg);
 void kvf_ucx_op_list_remove(kvf_ucx_op_list_t *list, kvf_ucx_op_t *op);
 

@@ -83,6 +83,7 @@ kvf_status_t kvf_ucx_op_alloc(kvf_ucx_worker_t *worker, kvf_ucx_ep_t *ep,
     op->cb_arg       = arg;
     op->status       = KVF_INPROGRESS;
     op->is_timed_out = false;
+    op->is_orphan    = false;
     op->deadline_ns  = kvf_time_deadline_ns(
          (timeout_ns != 0) ? timeout_ns : KVF_UCX_TIMEOUT_DEFAULT_NS);
     if (ep != NULL) {
@@ -118,8 +119,12 @@ static void kvf_ucx_op_timer_arm(kvf_ucx_worker_t *worker, uint64_t deadline)
 /* Status reported for an operation UCX finished with @p ucs. */
 static kvf_status_t kvf_ucx_op_status(const kvf_ucx_op_t *op, ucs_status_t ucs)
 {
+    if ((ucs == UCS_OK) &&
+        !((op->type == KVF_UCX_OP_EP_FLUSH) && op->ep->is_failed)) {
+        return KVF_OK; /* a flush of a failed ep did not flush anything */
+    }
     if (ucs == UCS_OK) {
-        return KVF_OK;
+        return KVF_ERR_CLOSED;
     }
     if (op->is_timed_out) {
         return KVF_ERR_TIMEOUT;
@@ -141,13 +146,18 @@ static void kvf_ucx_op_finish(kvf_ucx_op_t *op, void *request, ucs_status_t ucs)
     if (request != NULL) {
         ucp_request_free(request);
     }
-    op->req    = NULL;
-    op->status = kvf_ucx_op_status(op, ucs);
-    if (ucs != UCS_OK) {
-        kvf_debug("worker %s: operation %d on %s failed: %s (%s)", worker->name,
-                  (int)op->type, (op->ep != NULL) ? op->ep->peer : "worker",
-                  ucs_status_string(ucs), kvf_strerror(op->status));
+    op->req = NULL;
+    op->ucs = ucs;
+    if (op->is_orphan) {
+        /* its user heard already: only the slot goes back */
+        kvf_ucx_op_list_remove(&worker->inflight, op);
+        worker->orphans--;
+        kvf_ucx_op_free(op);
+        return;
     }
+    /* mapped at dispatch: the ep's error callback may come later in this
+     * same progress call */
+    op->status = KVF_INPROGRESS;
     kvf_ucx_op_list_remove(&worker->inflight, op);
     kvf_ucx_op_list_push(&worker->done, op);
     kvf_ucx_worker_kick(worker);
@@ -226,12 +236,56 @@ void kvf_ucx_op_dispatch_done(kvf_ucx_worker_t *worker)
 
     while ((op = worker->done.head) != NULL) {
         kvf_ucx_op_list_remove(&worker->done, op);
+        if (op->status == KVF_INPROGRESS) {
+            op->status = kvf_ucx_op_status(op, op->ucs);
+            if (op->ucs != UCS_OK) {
+                kvf_debug("worker %s: operation %d on %s failed: %s (%s)",
+                          worker->name, (int)op->type,
+                          (op->ep != NULL) ? op->ep->peer : "worker",
+                          ucs_status_string(op->ucs), kvf_strerror(op->status));
+            }
+        }
         cb     = op->cb;
         arg    = op->cb_arg;
         status = op->status;
         ep     = op->ep;
         kvf_ucx_op_free(op); /* before the callback: it may start another */
         cb(status, arg);
+        kvf_ucx_ep_put(ep);
+    }
+}
+
+/*
+ * Ops of failed endpoints whose close completed but which UCX did not
+ * release (seen in 1.13 with rendezvous sends waiting for the peer): UCX
+ * moves no more data for them, so their users hear now; the slot returns
+ * when UCX finally calls back, or with the worker.
+ */
+void kvf_ucx_op_dispatch_orphans(kvf_ucx_worker_t *worker)
+{
+    kvf_ucx_op_t *op;
+    kvf_ucx_ep_t *ep;
+    kvf_status_t status;
+
+    if (!worker->has_closed_eps) {
+        return;
+    }
+    worker->has_closed_eps = false;
+    for (op = worker->inflight.head; op != NULL; op = op->next) {
+        ep = op->ep;
+        if (op->is_orphan || (ep == NULL) || !ep->is_failed ||
+            (ep->ucp_ep != NULL) || ep->is_closing) {
+            continue;
+        }
+        status = op->is_timed_out        ? KVF_ERR_TIMEOUT
+                 : worker->is_destroying ? KVF_ERR_CANCELED
+                                         : KVF_ERR_CLOSED;
+        kvf_debug("worker %s: operation %d on %s: %s (request kept by ucx)",
+                  worker->name, (int)op->type, ep->peer, kvf_strerror(status));
+        op->is_orphan = true;
+        op->ep        = NULL;
+        worker->orphans++;
+        op->cb(status, op->cb_arg);
         kvf_ucx_ep_put(ep);
     }
 }
@@ -278,7 +332,7 @@ void kvf_ucx_op_on_timer(evutil_socket_t fd, short what, void *arg)
 
 again:
     for (op = worker->inflight.head; op != NULL; op = op->next) {
-        if (op->is_timed_out) {
+        if (op->is_timed_out || op->is_orphan) {
             continue;
         }
         if (op->deadline_ns <= now) {
@@ -288,7 +342,7 @@ again:
         }
     }
     for (op = worker->inflight.head; op != NULL; op = op->next) {
-        if (!op->is_timed_out && (op->deadline_ns < next)) {
+        if (!op->is_timed_out && !op->is_orphan && (op->deadline_ns < next)) {
             next = op->deadline_ns;
         }
     }

@@ -29,6 +29,7 @@ static void kvf_ucx_worker_dispatch(kvf_ucx_worker_t *worker)
         kvf_ucx_ep_dispatch_accept(worker);
         kvf_ucx_ep_dispatch_close(worker);
         kvf_ucx_op_dispatch_done(worker);
+        kvf_ucx_op_dispatch_orphans(worker);
         kvf_ucx_ep_dispatch_notify(worker);
     } while ((worker->done.head != NULL) || (worker->notify_head != NULL) ||
              (worker->conn_head != NULL));
@@ -53,7 +54,9 @@ static void kvf_ucx_worker_on_efd(evutil_socket_t fd, short what, void *arg)
 void kvf_ucx_worker_kick(kvf_ucx_worker_t *worker)
 {
     /* no syscall: libevent queues the event for this loop turn */
-    event_active(worker->ev, EV_READ, 0);
+    if (worker->ev != NULL) {
+        event_active(worker->ev, EV_READ, 0);
+    }
 }
 
 unsigned kvf_ucx_worker_progress(kvf_ucx_worker_t *worker)
@@ -199,13 +202,13 @@ void kvf_ucx_worker_destroy(kvf_ucx_worker_t *worker)
     deadline = kvf_time_deadline_ns(KVF_UCX_WORKER_DESTROY_TIMEOUT_NS);
     do {
         kvf_ucx_worker_progress(worker);
-    } while (((worker->inflight.count != 0) || kvf_ucx_ep_closing_any(worker) ||
-              (worker->conn_head != NULL)) &&
+    } while (((worker->inflight.count != worker->orphans) ||
+              kvf_ucx_ep_closing_any(worker) || (worker->conn_head != NULL)) &&
              !kvf_time_expired(deadline));
 
-    if (worker->inflight.count != 0) {
+    if (worker->inflight.count != worker->orphans) {
         kvf_warn("worker %s: %u operations still in flight at destroy",
-                 worker->name, worker->inflight.count);
+                 worker->name, worker->inflight.count - worker->orphans);
     }
     kvf_ucx_ep_free_all(worker);
 
@@ -215,8 +218,12 @@ void kvf_ucx_worker_destroy(kvf_ucx_worker_t *worker)
         }
     }
 
+    /* UCX may still call back orphaned requests while it goes: those only
+     * return slots, and kick is a no-op without the event */
     event_free(worker->timer);
     event_free(worker->ev);
+    worker->timer = NULL;
+    worker->ev    = NULL;
     ucp_worker_destroy(worker->ucp);
     free(worker->ops);
     free(worker);
@@ -253,10 +260,11 @@ kvf_status_t kvf_ucx_worker_address_pack(kvf_ucx_worker_t *worker,
 void kvf_ucx_worker_stats(const kvf_ucx_worker_t *worker,
                           kvf_ucx_worker_stats_t *stats_p)
 {
-    stats_p->ops_inflight = worker->inflight.count + worker->done.count;
-    stats_p->ops_free     = worker->free_count;
-    stats_p->eps          = worker->ep_count;
-    stats_p->eps_cached   = worker->ep_cached;
-    stats_p->ep_failures  = worker->ep_failures;
-    stats_p->timeouts     = worker->timeouts;
+    stats_p->ops_inflight =
+        worker->inflight.count + worker->done.count - worker->orphans;
+    stats_p->ops_free    = worker->free_count;
+    stats_p->eps         = worker->ep_count;
+    stats_p->eps_cached  = worker->ep_cached;
+    stats_p->ep_failures = worker->ep_failures;
+    stats_p->timeouts    = worker->timeouts;
 }
