@@ -1,0 +1,427 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * The UCX layer: context, worker bound to a libevent loop (STYLE.md B6),
+ * listener, endpoints (by sockaddr or worker address, cached by peer name),
+ * whole-region memory registration with packed rkeys, active messages
+ * (eager and rendezvous straight into a caller buffer), put/get and flush.
+ *
+ * Operations. Every non-blocking call (am send, am recv data, put, get,
+ * flush) takes a timeout and a completion callback. It either returns an
+ * error (then the callback is never called) or KVF_OK, and then the callback
+ * runs exactly once, on the owning loop, never from inside the call:
+ *   KVF_OK            the operation completed,
+ *   KVF_ERR_TIMEOUT   its deadline passed; the request was canceled, or its
+ *                     endpoint was failed so that UCX released the buffers,
+ *   KVF_ERR_CLOSED    the peer went away or the endpoint was closed,
+ *   KVF_ERR_CANCELED  the worker is being destroyed,
+ *   KVF_ERR_TRANSPORT any other UCX failure (logged with its status).
+ * When the callback runs UCX no longer touches the buffers. Operations come
+ * from a per-worker pool sized at worker creation (no malloc per chunk);
+ * KVF_ERR_BUSY when it is empty.
+ *
+ * thread: every object belongs to the loop of its worker ("owning loop
+ * only"); the context is thread-safe for creating workers and registering
+ * memory.
+ */
+#ifndef KVF_TRANSPORT_UCX_H
+#define KVF_TRANSPORT_UCX_H
+
+#include <kvfabric/status.h>
+
+#include <event2/event.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kvf_ucx_ctx kvf_ucx_ctx_t;
+typedef struct kvf_ucx_worker kvf_ucx_worker_t;
+typedef struct kvf_ucx_listener kvf_ucx_listener_t;
+typedef struct kvf_ucx_ep kvf_ucx_ep_t;
+typedef struct kvf_ucx_mem kvf_ucx_mem_t;
+typedef struct kvf_ucx_rkey kvf_ucx_rkey_t;
+
+/** Default timeout of operations when a caller passes 0. */
+#define KVF_UCX_TIMEOUT_DEFAULT_NS (10ull * 1000 * 1000 * 1000)
+/** Longest peer name kept by the endpoint cache, with the NUL. */
+#define KVF_UCX_PEER_NAME_MAX 128
+/** Active message ids are below this. */
+#define KVF_UCX_AM_ID_MAX 64
+
+/* ------------------------------------------------------------------ ctx */
+
+typedef enum {
+    KVF_UCX_CTX_FIELD_TLS         = 1u << 0,
+    KVF_UCX_CTX_FIELD_NET_DEVICES = 1u << 1,
+    KVF_UCX_CTX_FIELD_OVERRIDES   = 1u << 2,
+    KVF_UCX_CTX_FIELD_NO_DEFAULTS = 1u << 3,
+} kvf_ucx_ctx_field_t;
+
+typedef struct kvf_ucx_ctx_params {
+    uint64_t field_mask;
+    /** UCX_TLS value ("tcp", "shm,tcp", "rc,ud"...); default: UCX's own */
+    const char *tls;
+    /** UCX_NET_DEVICES value ("lo", "mlx5_0:1"...); config `net_devices` */
+    const char *net_devices;
+    /**
+     * Extra UCX settings as NULL-terminated name/value pairs, names without
+     * the UCX_ prefix: {"RNDV_THRESH", "64K", NULL}. Applied last.
+     * Transport settings go without their transport prefix in UCX 1.13
+     * ("TX_SEG_SIZE" for UCX_TCP_TX_SEG_SIZE).
+     */
+    const char *const *overrides;
+} kvf_ucx_ctx_params_t;
+
+/**
+ * Tuned defaults (docs/performance.md "UCX ceilings"), NULL-terminated
+ * triples {environment name without UCX_, ucp_config_modify name, value}.
+ * Each applies only when neither the environment nor params->overrides
+ * (either name) set it.
+ */
+extern const char *const kvf_ucx_ctx_default_tunings[];
+
+/**
+ * Creates a UCP context with AM, RMA and wakeup features.
+ *
+ * @param [in]  params  may be NULL (UCX defaults plus our tunings)
+ * @param [out] ctx_p   the new context
+ * @return KVF_OK; KVF_ERR_NO_MEMORY; KVF_ERR_CONFIG for a setting UCX
+ *         rejects (logged with the name); KVF_ERR_TRANSPORT if ucp_init fails
+ *
+ * thread: any. ownership: the caller destroys it after every worker and
+ * registration made from it.
+ */
+kvf_status_t kvf_ucx_ctx_create(const kvf_ucx_ctx_params_t *params,
+                                kvf_ucx_ctx_t **ctx_p);
+
+/** Destroys a context; NULL is a no-op. thread: any, once unused. */
+void kvf_ucx_ctx_destroy(kvf_ucx_ctx_t *ctx);
+
+/* --------------------------------------------------------------- worker */
+
+typedef enum {
+    KVF_UCX_WORKER_FIELD_MAX_OPS = 1u << 0,
+    KVF_UCX_WORKER_FIELD_EP_ERR  = 1u << 1,
+    KVF_UCX_WORKER_FIELD_NAME    = 1u << 2,
+} kvf_ucx_worker_field_t;
+
+/**
+ * Called once when an endpoint fails (peer gone, timeout, transport error,
+ * kvf_ucx_ep_fail), not during worker destroy. Its in-flight operations
+ * complete with errors, each once, before or after this call. The endpoint
+ * is already out of the cache; @p ep stays valid during the call only
+ * unless the callee holds it.
+ */
+typedef void (*kvf_ucx_ep_err_cb_t)(kvf_ucx_ep_t *ep, kvf_status_t status,
+                                    void *arg);
+
+typedef struct kvf_ucx_worker_params {
+    uint64_t field_mask;
+    /** size of the operation pool (default 1024) */
+    unsigned max_ops;
+    kvf_ucx_ep_err_cb_t ep_err_cb;
+    void *ep_err_arg;
+    /** name used in log lines (copied) */
+    const char *name;
+} kvf_ucx_worker_params_t;
+
+typedef struct kvf_ucx_worker_stats {
+    unsigned ops_inflight; /**< operations not yet completed */
+    unsigned ops_free;     /**< operations left in the pool */
+    unsigned eps;          /**< endpoint objects alive, closing included */
+    unsigned eps_cached;   /**< endpoints in the peer cache */
+    uint64_t ep_failures;  /**< endpoints that failed */
+    uint64_t timeouts;     /**< operations that ran past their deadline */
+} kvf_ucx_worker_stats_t;
+
+/**
+ * Creates a worker (UCS_THREAD_MODE_SINGLE) driven by @p base: its event fd
+ * is an EV_READ|EV_PERSIST event running the progress/arm loop.
+ *
+ * @return KVF_OK; KVF_ERR_NO_MEMORY; KVF_ERR_TRANSPORT (UCX failure);
+ *         KVF_ERR_IO (libevent refused the event)
+ *
+ * thread: the loop of @p base only. ownership: caller destroys it before
+ * the base and the context.
+ */
+kvf_status_t kvf_ucx_worker_create(kvf_ucx_ctx_t *ctx, struct event_base *base,
+                                   const kvf_ucx_worker_params_t *params,
+                                   kvf_ucx_worker_t **worker_p);
+
+/**
+ * Destroys a worker: stops listeners' callbacks, completes every in-flight
+ * operation with KVF_ERR_CANCELED (callbacks run inside this call), closes
+ * every endpoint (forcibly), then frees. NULL is a no-op. Endpoints the
+ * caller still holds are warned about and freed anyway.
+ *
+ * thread: owning loop only, never from inside a callback of this worker.
+ */
+void kvf_ucx_worker_destroy(kvf_ucx_worker_t *worker);
+
+/** Runs the progress/arm loop once by hand (tests, shutdown paths). */
+unsigned kvf_ucx_worker_progress(kvf_ucx_worker_t *worker);
+
+/**
+ * Packs this worker's address (for the controller's node table).
+ *
+ * @param [out] addr_p  malloc'd blob; the caller frees it with free()
+ * @param [out] len_p   its length
+ * @return KVF_OK; KVF_ERR_TRANSPORT; KVF_ERR_NO_MEMORY
+ */
+kvf_status_t kvf_ucx_worker_address_pack(kvf_ucx_worker_t *worker,
+                                         void **addr_p, size_t *len_p);
+
+void kvf_ucx_worker_stats(const kvf_ucx_worker_t *worker,
+                          kvf_ucx_worker_stats_t *stats_p);
+
+/* ------------------------------------------------------------- listener */
+
+/**
+ * A peer connected; @p ep is the server side endpoint, owned by the worker
+ * until it fails or the worker is destroyed (hold it to keep it longer).
+ */
+typedef void (*kvf_ucx_accept_cb_t)(kvf_ucx_ep_t *ep, const char *peer,
+                                    void *arg);
+
+/**
+ * Listens on @p host:@p port (port 0: any free port).
+ *
+ * @return KVF_OK; KVF_ERR_INVALID (bad host); KVF_ERR_TRANSPORT (bind
+ *         failed, logged); KVF_ERR_NO_MEMORY
+ *
+ * thread: owning loop only. ownership: caller destroys it before the worker.
+ */
+kvf_status_t kvf_ucx_listener_create(kvf_ucx_worker_t *worker, const char *host,
+                                     uint16_t port,
+                                     kvf_ucx_accept_cb_t accept_cb, void *arg,
+                                     kvf_ucx_listener_t **listener_p);
+
+/** Stops listening; accepted endpoints stay. NULL is a no-op. */
+void kvf_ucx_listener_destroy(kvf_ucx_listener_t *listener);
+
+/** The bound port (useful after port 0). */
+uint16_t kvf_ucx_listener_port(const kvf_ucx_listener_t *listener);
+
+/* ------------------------------------------------------------ endpoints */
+
+typedef enum {
+    KVF_UCX_EP_FIELD_SOCKADDR = 1u << 0,
+    KVF_UCX_EP_FIELD_ADDRESS  = 1u << 1,
+} kvf_ucx_ep_field_t;
+
+typedef struct kvf_ucx_ep_params {
+    uint64_t field_mask;
+    /** "HOST:PORT" of a kvf_ucx_listener */
+    const char *sockaddr;
+    /** a worker address blob (kvf_ucx_worker_address_pack) */
+    const void *address;
+    size_t address_len;
+} kvf_ucx_ep_params_t;
+
+/**
+ * Creates an endpoint (error handling mode PEER) that is not cached.
+ *
+ * @return KVF_OK; KVF_ERR_INVALID (no or bad address); KVF_ERR_TRANSPORT;
+ *         KVF_ERR_NO_MEMORY
+ *
+ * thread: owning loop only. ownership: the caller owns one reference and
+ * drops it with kvf_ucx_ep_put.
+ */
+kvf_status_t kvf_ucx_ep_create(kvf_ucx_worker_t *worker,
+                               const kvf_ucx_ep_params_t *params,
+                               kvf_ucx_ep_t **ep_p);
+
+/**
+ * Looks @p peer up in the endpoint cache; when absent (or failed), creates
+ * one from @p params (NULL with a "HOST:PORT" peer name: that sockaddr) and
+ * caches it under @p peer.
+ *
+ * @return as kvf_ucx_ep_create; KVF_ERR_TOO_BIG for a peer name too long
+ *
+ * thread: owning loop only. ownership: returns a new reference the caller
+ * drops with kvf_ucx_ep_put; the cache keeps its own until the endpoint
+ * fails or the worker is destroyed.
+ */
+kvf_status_t kvf_ucx_ep_get(kvf_ucx_worker_t *worker, const char *peer,
+                            const kvf_ucx_ep_params_t *params,
+                            kvf_ucx_ep_t **ep_p);
+
+/** Takes a reference. thread: owning loop only. */
+void kvf_ucx_ep_hold(kvf_ucx_ep_t *ep);
+
+/**
+ * Drops a reference; the last one closes the UCX endpoint (flush when
+ * healthy, force when failed) and frees it once UCX is done. NULL: no-op.
+ */
+void kvf_ucx_ep_put(kvf_ucx_ep_t *ep);
+
+/**
+ * Fails the endpoint on purpose: in-flight operations complete with
+ * KVF_ERR_CLOSED, it leaves the cache, the error callback runs.
+ */
+void kvf_ucx_ep_fail(kvf_ucx_ep_t *ep, kvf_status_t status);
+
+/** true once the endpoint failed or was closed. */
+bool kvf_ucx_ep_is_failed(const kvf_ucx_ep_t *ep);
+
+/** Peer name (cache key, or the remote address of accepted endpoints). */
+const char *kvf_ucx_ep_peer(const kvf_ucx_ep_t *ep);
+
+/** Caller-owned tag (e.g. a peer object of the agent). */
+void kvf_ucx_ep_set_user(kvf_ucx_ep_t *ep, void *user);
+void *kvf_ucx_ep_user(const kvf_ucx_ep_t *ep);
+
+/* --------------------------------------------------------------- memory */
+
+typedef enum {
+    KVF_UCX_MEM_REMOTE_READ  = 1u << 0, /**< peers may get from it */
+    KVF_UCX_MEM_REMOTE_WRITE = 1u << 1, /**< peers may put into it */
+} kvf_ucx_mem_access_t;
+
+/**
+ * Registers [addr, addr+len) once with every transport and packs its rkey.
+ *
+ * @param [in] access  KVF_UCX_MEM_REMOTE_* bits (local access always)
+ * @return KVF_OK; KVF_ERR_INVALID (NULL/0 length/unknown bits);
+ *         KVF_ERR_TRANSPORT; KVF_ERR_NO_MEMORY
+ *
+ * thread: any (the context is thread-safe). ownership: caller destroys it
+ * with kvf_ucx_mem_deregister after the last operation on it completed.
+ */
+kvf_status_t kvf_ucx_mem_register(kvf_ucx_ctx_t *ctx, void *addr, size_t len,
+                                  unsigned access, kvf_ucx_mem_t **mem_p);
+
+/** Deregisters; NULL is a no-op. */
+void kvf_ucx_mem_deregister(kvf_ucx_mem_t *mem);
+
+/** The packed rkey (borrowed, valid until deregister). */
+const void *kvf_ucx_mem_rkey(const kvf_ucx_mem_t *mem, size_t *len_p);
+void *kvf_ucx_mem_base(const kvf_ucx_mem_t *mem);
+size_t kvf_ucx_mem_length(const kvf_ucx_mem_t *mem);
+
+/**
+ * Unpacks a peer's rkey for @p ep, describing the remote region
+ * [remote_base, remote_base+remote_len) so put/get can be range-checked.
+ *
+ * @return KVF_OK; KVF_ERR_INVALID; KVF_ERR_CLOSED (failed ep);
+ *         KVF_ERR_PROTO (UCX rejected the blob); KVF_ERR_NO_MEMORY
+ *
+ * thread: owning loop only. ownership: caller destroys it before the ep's
+ * last reference goes.
+ */
+kvf_status_t kvf_ucx_rkey_unpack(kvf_ucx_ep_t *ep, const void *packed,
+                                 size_t packed_len, uint64_t remote_base,
+                                 uint64_t remote_len, kvf_ucx_rkey_t **rkey_p);
+
+void kvf_ucx_rkey_destroy(kvf_ucx_rkey_t *rkey);
+
+/* ------------------------------------------------------------ operations */
+
+/** Completion of an operation (see the top of this file). */
+typedef void (*kvf_ucx_op_cb_t)(kvf_status_t status, void *arg);
+
+typedef enum {
+    KVF_UCX_AM_SEND_EAGER = 1u << 0, /**< force eager protocol */
+    KVF_UCX_AM_SEND_RNDV  = 1u << 1, /**< force rendezvous (bulk data) */
+} kvf_ucx_am_send_flags_t;
+
+/**
+ * Sends active message @p id: @p header (small, copied by UCX) and @p data
+ * (the payload; must stay untouched until the callback). @p mem, when not
+ * NULL, is the registration covering @p data (zero copy).
+ *
+ * @param [in] timeout_ns  0: KVF_UCX_TIMEOUT_DEFAULT_NS
+ * @return KVF_OK (callback will run); KVF_ERR_INVALID; KVF_ERR_CLOSED
+ *         (failed ep); KVF_ERR_BUSY (no free operation);
+ *         KVF_ERR_TRANSPORT (UCX refused at once, logged)
+ *
+ * thread: owning loop only.
+ */
+kvf_status_t kvf_ucx_am_send(kvf_ucx_ep_t *ep, unsigned id, const void *header,
+                             size_t header_len, const void *data, size_t len,
+                             const kvf_ucx_mem_t *mem, unsigned flags,
+                             uint64_t timeout_ns, kvf_ucx_op_cb_t cb,
+                             void *arg);
+
+/**
+ * An incoming active message, as given to a handler. A plain value: copy it
+ * to keep a rendezvous message past the handler (handler returns
+ * KVF_INPROGRESS), then kvf_ucx_am_recv_data or kvf_ucx_am_msg_release.
+ */
+typedef struct kvf_ucx_am_msg {
+    kvf_ucx_worker_t *worker;
+    kvf_ucx_ep_t *reply_ep; /**< borrowed; NULL when unknown */
+    const void *data;       /**< eager payload, valid in the handler only */
+    size_t length;          /**< payload length */
+    bool is_rndv;           /**< payload still at the sender */
+    void *desc;             /**< UCX descriptor (rendezvous) */
+} kvf_ucx_am_msg_t;
+
+/**
+ * Handler of one active message id. Return KVF_OK when done with @p msg
+ * (a rendezvous payload not received is declined), KVF_INPROGRESS to keep
+ * a rendezvous @p msg for later.
+ */
+typedef kvf_status_t (*kvf_ucx_am_cb_t)(void *arg, const void *header,
+                                        size_t header_len,
+                                        const kvf_ucx_am_msg_t *msg);
+
+/**
+ * Registers (or with @p cb NULL removes) the handler of @p id.
+ *
+ * @return KVF_OK; KVF_ERR_RANGE (id >= KVF_UCX_AM_ID_MAX);
+ *         KVF_ERR_TRANSPORT
+ */
+kvf_status_t kvf_ucx_am_set_handler(kvf_ucx_worker_t *worker, unsigned id,
+                                    kvf_ucx_am_cb_t cb, void *arg);
+
+/**
+ * Receives @p msg's payload into @p dest (exactly msg->length bytes must
+ * fit in @p dest_len): eager data is copied at once, rendezvous data lands
+ * straight in @p dest (e.g. a pool slot inside @p mem).
+ *
+ * @return KVF_OK (callback will run); KVF_ERR_TOO_BIG (dest too small: the
+ *         message is declined); KVF_ERR_BUSY; KVF_ERR_TRANSPORT
+ */
+kvf_status_t kvf_ucx_am_recv_data(const kvf_ucx_am_msg_t *msg, void *dest,
+                                  size_t dest_len, const kvf_ucx_mem_t *mem,
+                                  uint64_t timeout_ns, kvf_ucx_op_cb_t cb,
+                                  void *arg);
+
+/** Declines a kept rendezvous message without receiving it. */
+void kvf_ucx_am_msg_release(const kvf_ucx_am_msg_t *msg);
+
+/**
+ * Writes @p len bytes from @p src to remote address @p remote_addr.
+ *
+ * @return as kvf_ucx_am_send; KVF_ERR_RANGE when the remote range is
+ *         outside the rkey's region
+ */
+kvf_status_t kvf_ucx_put(kvf_ucx_ep_t *ep, const void *src, size_t len,
+                         const kvf_ucx_mem_t *mem, uint64_t remote_addr,
+                         const kvf_ucx_rkey_t *rkey, uint64_t timeout_ns,
+                         kvf_ucx_op_cb_t cb, void *arg);
+
+/** Reads @p len bytes at @p remote_addr into @p dest. As kvf_ucx_put. */
+kvf_status_t kvf_ucx_get(kvf_ucx_ep_t *ep, void *dest, size_t len,
+                         const kvf_ucx_mem_t *mem, uint64_t remote_addr,
+                         const kvf_ucx_rkey_t *rkey, uint64_t timeout_ns,
+                         kvf_ucx_op_cb_t cb, void *arg);
+
+/** Completes when every operation issued on @p ep so far completed. */
+kvf_status_t kvf_ucx_ep_flush(kvf_ucx_ep_t *ep, uint64_t timeout_ns,
+                              kvf_ucx_op_cb_t cb, void *arg);
+
+/**
+ * Completes when every operation issued on the worker so far completed.
+ * A worker flush cannot be canceled by UCX: past its deadline every
+ * endpoint with operations in flight is failed, which releases it.
+ */
+kvf_status_t kvf_ucx_worker_flush(kvf_ucx_worker_t *worker, uint64_t timeout_ns,
+                                  kvf_ucx_op_cb_t cb, void *arg);
+
+/** Maps a UCX status to ours (CLOSED for peer failures). */
+kvf_status_t kvf_ucx_status(int ucs_status);
+
+#endif /* KVF_TRANSPORT_UCX_H */

@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * Active message receive: handlers by id, eager payloads handed over in
+ * place, rendezvous payloads received straight into a caller buffer
+ * (ucp_am_recv_data_nbx), e.g. a pool slot: no intermediate copy.
+ */
+#include "transport/ucx.h"
+#include "transport/ucx_int.h"
+
+#include "common/log.h"
+
+#include <string.h>
+
+static ucs_status_t kvf_ucx_am_on_recv(void *arg, const void *header,
+                                       size_t header_length, void *data,
+                                       size_t length,
+                                       const ucp_am_recv_param_t *param)
+{
+    kvf_ucx_am_slot_t *slot  = arg;
+    kvf_ucx_worker_t *worker = slot->worker;
+    kvf_ucx_am_msg_t msg;
+    kvf_status_t status;
+
+    memset(&msg, 0, sizeof(msg));
+    msg.worker = worker;
+    msg.length = length;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) {
+        msg.reply_ep = kvf_ucx_ep_find_ucp(worker, param->reply_ep);
+    }
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        msg.is_rndv = true;
+        msg.desc    = data;
+    } else {
+        msg.data = data;
+    }
+
+    if ((slot->cb == NULL) || worker->is_destroying) {
+        return UCS_OK; /* declined */
+    }
+    worker->am_desc_current  = msg.desc;
+    worker->am_desc_released = false;
+    status                   = slot->cb(slot->arg, header, header_length, &msg);
+    worker->am_desc_current  = NULL;
+    if (worker->am_desc_released) {
+        return UCS_OK; /* declined inside the handler: UCX drops it */
+    }
+    if ((status == KVF_INPROGRESS) && msg.is_rndv) {
+        return UCS_INPROGRESS; /* kept for kvf_ucx_am_recv_data/release */
+    }
+    return UCS_OK;
+}
+
+kvf_status_t kvf_ucx_am_set_handler(kvf_ucx_worker_t *worker, unsigned id,
+                                    kvf_ucx_am_cb_t cb, void *arg)
+{
+    ucp_am_handler_param_t param;
+    ucs_status_t ucs;
+
+    if (worker == NULL) {
+        return KVF_ERR_INVALID;
+    }
+    if (id >= KVF_UCX_AM_ID_MAX) {
+        return KVF_ERR_RANGE;
+    }
+    worker->am[id].cb  = cb;
+    worker->am[id].arg = arg;
+
+    memset(&param, 0, sizeof(param));
+    param.field_mask =
+        UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+        UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    param.id  = id;
+    param.cb  = (cb != NULL) ? kvf_ucx_am_on_recv : NULL;
+    param.arg = &worker->am[id];
+    /* eager data stays valid when a handler keeps the message */
+    param.flags = UCP_AM_FLAG_WHOLE_MSG;
+    ucs         = ucp_worker_set_am_recv_handler(worker->ucp, &param);
+    if (ucs != UCS_OK) {
+        kvf_error("worker %s: am handler %u: %s", worker->name, id,
+                  ucs_status_string(ucs));
+        worker->am[id].cb = NULL;
+        return KVF_ERR_TRANSPORT;
+    }
+    return KVF_OK;
+}
+
+kvf_status_t kvf_ucx_am_recv_data(const kvf_ucx_am_msg_t *msg, void *dest,
+                                  size_t dest_len, const kvf_ucx_mem_t *mem,
+                                  uint64_t timeout_ns, kvf_ucx_op_cb_t cb,
+                                  void *arg)
+{
+    ucp_request_param_t param;
+    kvf_ucx_worker_t *worker;
+    kvf_ucx_op_t *op;
+    kvf_status_t status;
+
+    if ((msg == NULL) || (cb == NULL) || ((dest == NULL) && (msg->length))) {
+        return KVF_ERR_INVALID;
+    }
+    worker = msg->worker;
+    if (msg->length > dest_len) {
+        kvf_debug("worker %s: am of %zu bytes for a %zu byte buffer",
+                  worker->name, msg->length, dest_len);
+        kvf_ucx_am_msg_release(msg);
+        return KVF_ERR_TOO_BIG;
+    }
+    /* the sender's ep, when known, is what a timeout fails if UCX cannot
+     * cancel the receive */
+    status = kvf_ucx_op_alloc(worker, msg->reply_ep, KVF_UCX_OP_AM_RECV,
+                              timeout_ns, cb, arg, &op);
+    if (status != KVF_OK) {
+        kvf_ucx_am_msg_release(msg);
+        return status;
+    }
+    if (!msg->is_rndv) {
+        memcpy(dest, msg->data, msg->length);
+        kvf_ucx_op_complete_now(op, KVF_OK);
+        return KVF_OK;
+    }
+
+    kvf_ucx_op_param_init(op, &param);
+    param.cb.recv_am = kvf_ucx_op_on_recv_am;
+    if (mem != NULL) {
+        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        param.memh = mem->memh;
+    }
+    return kvf_ucx_op_start(
+        op,
+        ucp_am_recv_data_nbx(worker->ucp, msg->desc, dest, msg->length, &param),
+        "am recv data");
+}
+
+void kvf_ucx_am_msg_release(const kvf_ucx_am_msg_t *msg)
+{
+    if ((msg == NULL) || !msg->is_rndv || (msg->desc == NULL)) {
+        return;
+    }
+    if (msg->desc == msg->worker->am_desc_current) {
+        /* still inside the handler: returning UCS_OK declines it */
+        msg->worker->am_desc_released = true;
+        return;
+    }
+    ucp_am_data_release(msg->worker->ucp, msg->desc);
+}
