@@ -69,9 +69,9 @@ static void kvf_agent_on_usage(void *arg, kvf_ctl_usage_t *usage)
     kvf_store_stats_t st;
 
     kvf_store_get_stats(agent->store, &st);
-    usage->pool_used     = st.used;
-    usage->pool_capacity = st.capacity;
-    usage->entries       = st.entries;
+    usage->pool_used     = st.pool.used;
+    usage->pool_capacity = st.pool.capacity;
+    usage->entries       = st.pool.entries;
 }
 
 static void kvf_agent_on_admit(void *arg, const kvf_key_t *key)
@@ -166,8 +166,8 @@ static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
         "connections closed for bad frames\n"
         "# TYPE kvf_agent_engine_protocol_errors_total counter\n"
         "kvf_agent_engine_protocol_errors_total %" PRIu64 "\n",
-        st.used, st.capacity - st.used, st.entries, st.commits, st.evictions,
-        st.hits, st.misses, st.checksum_failures, es.active,
+        st.pool.used, st.pool.free, st.pool.entries, st.commits,
+        st.pool.evictions, st.hits, st.misses, st.checksum_failures, es.active,
         es.protocol_errors);
 }
 
@@ -261,21 +261,32 @@ static kvf_status_t kvf_agent_store_start(kvf_agent_t *agent)
     const kvf_agent_config_t *config = agent->config;
     kvf_engine_server_params_t eparams;
     kvf_store_params_t sparams;
+    kvf_pool_params_t pparams;
     kvf_status_t status;
 
+    if ((config->max_chunk & (config->max_chunk - 1)) != 0) {
+        kvf_error("max_chunk %llu is not a power of two (e.g. 16M, 64M)",
+                  (unsigned long long)config->max_chunk);
+        return KVF_ERR_CONFIG;
+    }
+    if (config->pool_size < config->max_chunk) {
+        kvf_error("pool_size %llu is smaller than max_chunk %llu",
+                  (unsigned long long)config->pool_size,
+                  (unsigned long long)config->max_chunk);
+        return KVF_ERR_CONFIG;
+    }
+    memset(&pparams, 0, sizeof(pparams));
+    pparams.field_mask = KVF_POOL_FIELD_NAME | KVF_POOL_FIELD_SIZE |
+                         KVF_POOL_FIELD_MAX_CHUNK | KVF_POOL_FIELD_POLICY |
+                         KVF_POOL_FIELD_MIN_CHUNK;
+    pparams.name      = "kvf-pool";
+    pparams.size      = config->pool_size;
+    pparams.max_chunk = config->max_chunk;
+    pparams.min_chunk =
+        (config->max_chunk < (64u << 10)) ? config->max_chunk : (64u << 10);
+    pparams.policy = (kvf_pool_policy_t)config->eviction;
     memset(&sparams, 0, sizeof(sparams));
-    sparams.size      = config->pool_size;
-    sparams.max_chunk = (config->max_chunk < config->pool_size)
-                            ? config->max_chunk
-                            : config->pool_size;
-    /* one entry per 64 KiB of pool, at most 64 Ki entries */
-    sparams.max_entries = config->pool_size / (64u << 10);
-    if (sparams.max_entries > 65536) {
-        sparams.max_entries = 65536;
-    }
-    if (sparams.max_entries < 16) {
-        sparams.max_entries = 16;
-    }
+    sparams.pool     = &pparams;
     sparams.admit_cb = kvf_agent_on_admit;
     sparams.evict_cb = kvf_agent_on_evict;
     sparams.cb_arg   = agent;

@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 
+static const char *const kvf_agent_evictions[] = {"lru", "lfu", "fifo", NULL};
+
 static const char *const kvf_agent_roles[] = {"both", "prefill", "decode",
                                               NULL};
 
@@ -25,6 +27,9 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
                     1ull << 44, "bytes of the shared-memory chunk pool"),
     KVF_AGENT_FIELD("max_chunk", KVF_CONFIG_SIZE, max_chunk, "64M", 4096,
                     1ull << 34, "largest chunk an engine may store"),
+    {"eviction", KVF_CONFIG_ENUM, offsetof(kvf_agent_config_t, eviction), "lru",
+     0, 0, kvf_agent_evictions, 0,
+     "eviction policy of unpinned chunks: lru, lfu or fifo"},
     KVF_AGENT_FIELD("socket", KVF_CONFIG_STRING, socket,
                     "/run/kvfabric/agent.sock", 0, 0,
                     "Unix socket path engines connect to"),

@@ -26,6 +26,7 @@ struct kvf_engine_conn {
     kvf_engine_server_t *server;
     struct bufferevent *bev;
     kvf_engine_conn_t *prev, *next;
+    kvf_store_owner_t *owner; /* this engine's grants and pins */
     bool hello_done;
     char name[64];
 };
@@ -48,7 +49,7 @@ static void kvf_engine_conn_close(kvf_engine_conn_t *conn)
 
     /* everything the engine held goes back: a crashed engine leaks nothing
      * and the cache it filled stays */
-    kvf_store_release_owner(server->store, conn);
+    kvf_store_owner_destroy(server->store, conn->owner);
     if (conn->prev != NULL) {
         conn->prev->next = conn->next;
     } else {
@@ -199,7 +200,8 @@ static kvf_status_t kvf_engine_conn_alloc(kvf_engine_conn_t *conn,
         snprintf(message, sizeof(message), "agent out of memory");
     }
     for (i = 0; (status == KVF_OK) && (i < req->count); i++) {
-        status = kvf_store_alloc(server->store, conn, req->chunk_bytes, &slot);
+        status = kvf_store_alloc(server->store, conn->owner, req->chunk_bytes,
+                                 &slot);
         if (status == KVF_OK) {
             offsets[i] = slot.offset;
             lengths[i] = slot.length;
@@ -214,7 +216,7 @@ static kvf_status_t kvf_engine_conn_alloc(kvf_engine_conn_t *conn,
     if (status != KVF_OK) {
         /* all or nothing: give back what was granted */
         for (i = 0; i < got; i++) {
-            kvf_store_release(server->store, conn, offsets[i]);
+            kvf_store_release(server->store, conn->owner, offsets[i]);
         }
         reply.status  = status;
         reply.message = message;
@@ -255,8 +257,8 @@ static kvf_status_t kvf_engine_conn_commit(kvf_engine_conn_t *conn,
     }
     for (i = 0; i < n; i++) {
         kvf_key_unpack(req->keys.data + i * KVF_KEY_WIRE_SIZE, &key);
-        status = kvf_store_commit(server->store, conn, &key, req->offsets[i],
-                                  req->checksums[i]);
+        status     = kvf_store_commit(server->store, conn->owner, &key,
+                                      req->offsets[i], req->checksums[i]);
         results[i] = status;
         if ((status != KVF_OK) && (status != KVF_ERR_EXISTS) &&
             (first == KVF_OK)) {
@@ -342,7 +344,7 @@ static kvf_status_t kvf_engine_conn_retrieve(kvf_engine_conn_t *conn,
     }
     for (i = 0; i < n; i++) {
         kvf_key_unpack(req->keys.data + i * KVF_KEY_WIRE_SIZE, &key);
-        if (kvf_store_pin(server->store, conn, &key, &slot) == KVF_OK) {
+        if (kvf_store_pin(server->store, conn->owner, &key, &slot) == KVF_OK) {
             offsets[i] = slot.offset;
             lengths[i] = slot.length;
         } else {
@@ -375,7 +377,8 @@ static kvf_status_t kvf_engine_conn_release(kvf_engine_conn_t *conn,
                                       "release needs 1..65536 offsets");
     }
     for (i = 0; i < req->n_offsets; i++) {
-        status = kvf_store_release(conn->server->store, conn, req->offsets[i]);
+        status = kvf_store_release(conn->server->store, conn->owner,
+                                   req->offsets[i]);
         if ((status != KVF_OK) && (first == KVF_OK)) {
             first = status;
         }
@@ -475,8 +478,14 @@ static void kvf_engine_server_on_accept(struct evconnlistener *listener,
         return;
     }
     conn->server = server;
+    if (kvf_store_owner_create(server->store, &conn->owner) != KVF_OK) {
+        evutil_closesocket(fd);
+        free(conn);
+        return;
+    }
     conn->bev = bufferevent_socket_new(server->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (conn->bev == NULL) {
+        kvf_store_owner_destroy(server->store, conn->owner);
         evutil_closesocket(fd);
         free(conn);
         return;

@@ -879,3 +879,17 @@ unsigned kvf_pool_entry_refcount(const kvf_pool_entry_t *entry)
 {
     return entry->refcount;
 }
+
+void kvf_pool_foreach_committed(kvf_pool_t *pool,
+                                void (*cb)(const kvf_pool_entry_t *entry,
+                                           void *arg),
+                                void *arg)
+{
+    uint32_t i;
+
+    for (i = 0; i < pool->units; i++) {
+        if (pool->entries[i].state == KVF_POOL_ENTRY_COMMITTED) {
+            cb(&pool->entries[i], arg);
+        }
+    }
+}

@@ -210,6 +210,17 @@ kvf_pool_entry_state_t kvf_pool_entry_state(const kvf_pool_entry_t *entry);
 unsigned kvf_pool_entry_refcount(const kvf_pool_entry_t *entry);
 
 /** Address of @p offset inside the mapping (for the agent's own copies). */
+/**
+ * Calls @p cb for every committed entry (an inventory for the controller).
+ * The callback must not allocate, commit, free or evict.
+ *
+ * thread: owning loop only.
+ */
+void kvf_pool_foreach_committed(kvf_pool_t *pool,
+                                void (*cb)(const kvf_pool_entry_t *entry,
+                                           void *arg),
+                                void *arg);
+
 static inline void *kvf_pool_ptr(const kvf_pool_t *pool, uint64_t offset)
 {
     return (char *)kvf_pool_base(pool) + offset;

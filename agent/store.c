@@ -1,210 +1,239 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Copyright (c) 2026 The kvfabric authors */
-/*
- * The chunk store. This version keeps its own bookkeeping over a memfd
- * region: first-fit extents, a key index, grants and pins per owner, LRU
- * eviction of unpinned chunks. It is the simple, obviously correct version
- * the engine server and client library are tested against; the size-class
- * pool (agent/pool.c) replaces the allocator and index here without
- * changing store.h.
- */
-#include "agent/store_int.h"
+#include "agent/store.h"
 
 #include "common/log.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
-#define KVF_STORE_ALIGN 4096u
+/* What an owner holds at one offset: a grant (uncommitted allocation) or
+ * pins on a committed chunk (a pin stands for one read the owner has not
+ * released yet). */
+typedef struct kvf_store_hold {
+    uint64_t offset; /* UINT64_MAX: empty slot */
+    kvf_pool_entry_t *entry;
+    uint32_t pins;
+    bool is_grant;
+} kvf_store_hold_t;
 
-/* Free extents, sorted by offset, coalesced. */
-static kvf_status_t kvf_store_extent_take(kvf_store_t *store, uint64_t len,
-                                          uint64_t *offset_p)
+/* Open addressing by offset, linear probing, backward-shift deletion. */
+struct kvf_store_owner {
+    kvf_store_hold_t *holds;
+    uint32_t mask;
+    uint32_t count;
+};
+
+struct kvf_store {
+    kvf_pool_t *pool;
+    kvf_store_key_cb_t admit_cb;
+    kvf_store_key_cb_t evict_cb;
+    void *cb_arg;
+    uint64_t max_chunk;
+    uint64_t commits, duplicates, hits, misses, checksum_failures;
+    uint64_t owners;
+};
+
+#define KVF_STORE_EMPTY UINT64_MAX
+
+static uint32_t kvf_store_hash(uint64_t offset)
 {
-    size_t i;
+    offset ^= offset >> 33;
+    offset *= 0xff51afd7ed558ccdull;
+    offset ^= offset >> 33;
+    return (uint32_t)offset;
+}
 
-    for (i = 0; i < store->num_free; i++) {
-        if (store->free_ext[i].len >= len) {
-            *offset_p = store->free_ext[i].off;
-            store->free_ext[i].off += len;
-            store->free_ext[i].len -= len;
-            if (store->free_ext[i].len == 0) {
-                memmove(&store->free_ext[i], &store->free_ext[i + 1],
-                        (store->num_free - i - 1) * sizeof(store->free_ext[0]));
-                store->num_free--;
+static kvf_status_t kvf_store_owner_init_table(kvf_store_owner_t *owner,
+                                               uint32_t size)
+{
+    uint32_t i;
+
+    owner->holds = malloc(size * sizeof(*owner->holds));
+    if (owner->holds == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    for (i = 0; i < size; i++) {
+        owner->holds[i].offset = KVF_STORE_EMPTY;
+    }
+    owner->mask  = size - 1;
+    owner->count = 0;
+    return KVF_OK;
+}
+
+static kvf_store_hold_t *kvf_store_hold_find(kvf_store_owner_t *owner,
+                                             uint64_t offset)
+{
+    uint32_t i = kvf_store_hash(offset) & owner->mask;
+
+    while (owner->holds[i].offset != KVF_STORE_EMPTY) {
+        if (owner->holds[i].offset == offset) {
+            return &owner->holds[i];
+        }
+        i = (i + 1) & owner->mask;
+    }
+    return NULL;
+}
+
+static kvf_status_t kvf_store_hold_insert(kvf_store_owner_t *owner,
+                                          const kvf_store_hold_t *hold);
+
+static kvf_status_t kvf_store_owner_grow(kvf_store_owner_t *owner)
+{
+    kvf_store_owner_t bigger;
+    uint32_t i;
+
+    if (kvf_store_owner_init_table(&bigger, (owner->mask + 1) * 2) != KVF_OK) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    for (i = 0; i <= owner->mask; i++) {
+        if (owner->holds[i].offset != KVF_STORE_EMPTY) {
+            kvf_store_hold_insert(&bigger, &owner->holds[i]);
+        }
+    }
+    free(owner->holds);
+    *owner = bigger;
+    return KVF_OK;
+}
+
+static kvf_status_t kvf_store_hold_insert(kvf_store_owner_t *owner,
+                                          const kvf_store_hold_t *hold)
+{
+    uint32_t i;
+
+    if ((owner->count + 1) * 2 > owner->mask + 1) {
+        if (kvf_store_owner_grow(owner) != KVF_OK) {
+            return KVF_ERR_NO_MEMORY;
+        }
+    }
+    i = kvf_store_hash(hold->offset) & owner->mask;
+    while (owner->holds[i].offset != KVF_STORE_EMPTY) {
+        i = (i + 1) & owner->mask;
+    }
+    owner->holds[i] = *hold;
+    owner->count++;
+    return KVF_OK;
+}
+
+static void kvf_store_hold_delete(kvf_store_owner_t *owner,
+                                  kvf_store_hold_t *hold)
+{
+    uint32_t i = (uint32_t)(hold - owner->holds), j = i, home;
+
+    owner->holds[i].offset = KVF_STORE_EMPTY;
+    owner->count--;
+    /* shift later members of the probe run back over the hole */
+    for (;;) {
+        j = (j + 1) & owner->mask;
+        if (owner->holds[j].offset == KVF_STORE_EMPTY) {
+            return;
+        }
+        home = kvf_store_hash(owner->holds[j].offset) & owner->mask;
+        if (((j > i) && ((home <= i) || (home > j))) ||
+            ((j < i) && ((home <= i) && (home > j)))) {
+            owner->holds[i]        = owner->holds[j];
+            owner->holds[j].offset = KVF_STORE_EMPTY;
+            i                      = j;
+        }
+    }
+}
+
+kvf_status_t kvf_store_owner_create(kvf_store_t *store,
+                                    kvf_store_owner_t **owner_p)
+{
+    kvf_store_owner_t *owner = calloc(1, sizeof(*owner));
+
+    if ((owner == NULL) || (kvf_store_owner_init_table(owner, 16) != KVF_OK)) {
+        free(owner);
+        return KVF_ERR_NO_MEMORY;
+    }
+    store->owners++;
+    *owner_p = owner;
+    return KVF_OK;
+}
+
+void kvf_store_owner_destroy(kvf_store_t *store, kvf_store_owner_t *owner)
+{
+    kvf_store_hold_t *h;
+    uint32_t i, p;
+
+    if (owner == NULL) {
+        return;
+    }
+    for (i = 0; i <= owner->mask; i++) {
+        h = &owner->holds[i];
+        if (h->offset == KVF_STORE_EMPTY) {
+            continue;
+        }
+        if (h->is_grant) {
+            kvf_pool_free(store->pool, h->entry);
+        } else {
+            for (p = 0; p < h->pins; p++) {
+                kvf_pool_entry_put(store->pool, h->entry);
             }
-            store->used += len;
-            return KVF_OK;
         }
     }
-    return KVF_ERR_NO_MEMORY;
+    free(owner->holds);
+    free(owner);
+    store->owners--;
 }
 
-static void kvf_store_extent_give(kvf_store_t *store, uint64_t off,
-                                  uint64_t len)
-{
-    size_t i = 0;
-
-    while ((i < store->num_free) && (store->free_ext[i].off < off)) {
-        i++;
-    }
-    /* merge with the previous and/or next extent when adjacent */
-    if ((i > 0) &&
-        (store->free_ext[i - 1].off + store->free_ext[i - 1].len == off)) {
-        store->free_ext[i - 1].len += len;
-        if ((i < store->num_free) &&
-            (store->free_ext[i - 1].off + store->free_ext[i - 1].len ==
-             store->free_ext[i].off)) {
-            store->free_ext[i - 1].len += store->free_ext[i].len;
-            memmove(&store->free_ext[i], &store->free_ext[i + 1],
-                    (store->num_free - i - 1) * sizeof(store->free_ext[0]));
-            store->num_free--;
-        }
-    } else if ((i < store->num_free) && (off + len == store->free_ext[i].off)) {
-        store->free_ext[i].off = off;
-        store->free_ext[i].len += len;
-    } else {
-        memmove(&store->free_ext[i + 1], &store->free_ext[i],
-                (store->num_free - i) * sizeof(store->free_ext[0]));
-        store->free_ext[i].off = off;
-        store->free_ext[i].len = len;
-        store->num_free++;
-    }
-    store->used -= len;
-}
-
-static kvf_store_entry_t *kvf_store_find_offset(kvf_store_t *store,
-                                                uint64_t offset)
-{
-    size_t i;
-
-    for (i = 0; i < store->max_entries; i++) {
-        if ((store->entries[i].state != KVF_STORE_FREE) &&
-            (store->entries[i].offset == offset)) {
-            return &store->entries[i];
-        }
-    }
-    return NULL;
-}
-
-static kvf_store_entry_t *kvf_store_find_key(kvf_store_t *store,
-                                             const kvf_key_t *key)
-{
-    size_t i;
-
-    for (i = 0; i < store->max_entries; i++) {
-        if ((store->entries[i].state == KVF_STORE_COMMITTED) &&
-            kvf_key_equal(&store->entries[i].key, key)) {
-            return &store->entries[i];
-        }
-    }
-    return NULL;
-}
-
-static void kvf_store_entry_free(kvf_store_t *store, kvf_store_entry_t *e)
-{
-    kvf_store_extent_give(store, e->offset, e->length);
-    memset(e, 0, sizeof(*e));
-    store->entries_used--;
-}
-
-/* Evicts the least recently used unpinned committed chunk. */
-static bool kvf_store_evict_one(kvf_store_t *store)
-{
-    kvf_store_entry_t *victim = NULL;
-    size_t i;
-
-    for (i = 0; i < store->max_entries; i++) {
-        kvf_store_entry_t *e = &store->entries[i];
-
-        if ((e->state == KVF_STORE_COMMITTED) && (e->pins == 0) &&
-            ((victim == NULL) || (e->last_use < victim->last_use))) {
-            victim = e;
-        }
-    }
-    if (victim == NULL) {
-        return false;
-    }
-    if (store->evict_cb != NULL) {
-        store->evict_cb(store->cb_arg, &victim->key);
-    }
-    store->evictions++;
-    kvf_store_entry_free(store, victim);
-    return true;
-}
-
-kvf_status_t kvf_store_alloc(kvf_store_t *store, const void *owner,
+kvf_status_t kvf_store_alloc(kvf_store_t *store, kvf_store_owner_t *owner,
                              uint64_t bytes, kvf_slot_t *slot_p)
 {
-    uint64_t len =
-        (bytes + KVF_STORE_ALIGN - 1) & ~(uint64_t)(KVF_STORE_ALIGN - 1);
-    kvf_store_entry_t *e = NULL;
-    uint64_t offset;
-    size_t i;
+    kvf_store_hold_t hold = {0};
+    kvf_pool_entry_t *entry;
+    kvf_status_t status;
 
     if ((bytes == 0) || (bytes > store->max_chunk)) {
         return KVF_ERR_TOO_BIG;
     }
-    for (i = 0; i < store->max_entries; i++) {
-        if (store->entries[i].state == KVF_STORE_FREE) {
-            e = &store->entries[i];
-            break;
-        }
+    /* grants live as long as their owner; the store does not expire them */
+    status = kvf_pool_alloc(store->pool, bytes, UINT64_MAX, &entry);
+    if (status != KVF_OK) {
+        return status;
     }
-    while ((e == NULL) ||
-           (kvf_store_extent_take(store, len, &offset) != KVF_OK)) {
-        if (!kvf_store_evict_one(store)) {
-            return KVF_ERR_NO_MEMORY; /* everything is pinned: no waiting */
-        }
-        if (e == NULL) {
-            for (i = 0; i < store->max_entries; i++) {
-                if (store->entries[i].state == KVF_STORE_FREE) {
-                    e = &store->entries[i];
-                    break;
-                }
-            }
-        }
+    hold.offset   = kvf_pool_entry_offset(entry);
+    hold.entry    = entry;
+    hold.is_grant = true;
+    if (kvf_store_hold_insert(owner, &hold) != KVF_OK) {
+        kvf_pool_free(store->pool, entry);
+        return KVF_ERR_NO_MEMORY;
     }
-    e->state       = KVF_STORE_GRANTED;
-    e->offset      = offset;
-    e->length      = len;
-    e->data_length = bytes;
-    e->owner       = owner;
-    store->entries_used++;
-    slot_p->offset = offset;
+    slot_p->offset = hold.offset;
     slot_p->length = bytes;
     return KVF_OK;
 }
 
-kvf_status_t kvf_store_commit(kvf_store_t *store, const void *owner,
+kvf_status_t kvf_store_commit(kvf_store_t *store, kvf_store_owner_t *owner,
                               const kvf_key_t *key, uint64_t offset,
                               uint64_t checksum)
 {
-    kvf_store_entry_t *e = kvf_store_find_offset(store, offset);
+    kvf_store_hold_t *hold = kvf_store_hold_find(owner, offset);
+    kvf_pool_entry_t *entry;
     uint64_t actual;
 
-    if ((e == NULL) || (e->state != KVF_STORE_GRANTED) || (e->owner != owner)) {
+    if ((hold == NULL) || !hold->is_grant) {
         return KVF_ERR_RANGE;
     }
-    actual = kvf_chunk_checksum((const uint8_t *)store->base + e->offset,
-                                e->data_length);
+    entry = hold->entry;
+    kvf_store_hold_delete(owner, hold);
+    actual = kvf_chunk_checksum(kvf_pool_ptr(store->pool, offset),
+                                kvf_pool_entry_length(entry));
     if (actual != checksum) {
         store->checksum_failures++;
-        kvf_store_entry_free(store, e);
+        kvf_pool_free(store->pool, entry);
         return KVF_ERR_CHECKSUM;
     }
-    if (kvf_store_find_key(store, key) != NULL) {
-        kvf_store_entry_free(store, e);
+    if (kvf_pool_lookup(store->pool, key) != NULL) {
+        store->duplicates++;
+        kvf_pool_free(store->pool, entry);
         return KVF_ERR_EXISTS;
     }
-    e->state    = KVF_STORE_COMMITTED;
-    e->key      = *key;
-    e->checksum = checksum;
-    e->owner    = NULL;
-    e->last_use = ++store->clock;
+    if (kvf_pool_commit(store->pool, entry, key, checksum) != KVF_OK) {
+        kvf_pool_free(store->pool, entry);
+        return KVF_ERR_STATE;
+    }
     store->commits++;
     if (store->admit_cb != NULL) {
         store->admit_cb(store->cb_arg, key);
@@ -212,71 +241,54 @@ kvf_status_t kvf_store_commit(kvf_store_t *store, const void *owner,
     return KVF_OK;
 }
 
-kvf_status_t kvf_store_pin(kvf_store_t *store, const void *owner,
+kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
                            const kvf_key_t *key, kvf_slot_t *slot_p)
 {
-    kvf_store_entry_t *e = kvf_store_find_key(store, key);
-    size_t i;
+    kvf_pool_entry_t *entry = kvf_pool_lookup(store->pool, key);
+    kvf_store_hold_t hold   = {0}, *held;
+    uint64_t offset;
 
-    if (e == NULL) {
+    if (entry == NULL) {
         store->misses++;
         return KVF_ERR_NOT_FOUND;
     }
-    for (i = 0; i < store->max_pins; i++) {
-        if (store->pins[i].entry == NULL) {
-            store->pins[i].entry = e;
-            store->pins[i].owner = owner;
-            e->pins++;
-            e->last_use    = ++store->clock;
-            slot_p->offset = e->offset;
-            slot_p->length = e->data_length;
-            store->hits++;
-            return KVF_OK;
+    offset = kvf_pool_entry_offset(entry);
+    held   = kvf_store_hold_find(owner, offset);
+    if (held != NULL) {
+        held->pins++;
+    } else {
+        hold.offset = offset;
+        hold.entry  = entry;
+        hold.pins   = 1;
+        if (kvf_store_hold_insert(owner, &hold) != KVF_OK) {
+            return KVF_ERR_NO_MEMORY;
         }
     }
-    return KVF_ERR_BUSY;
+    kvf_pool_entry_hold(store->pool, entry);
+    store->hits++;
+    slot_p->offset = offset;
+    slot_p->length = kvf_pool_entry_length(entry);
+    return KVF_OK;
 }
 
-kvf_status_t kvf_store_release(kvf_store_t *store, const void *owner,
+kvf_status_t kvf_store_release(kvf_store_t *store, kvf_store_owner_t *owner,
                                uint64_t offset)
 {
-    kvf_store_entry_t *e;
-    size_t i;
+    kvf_store_hold_t *hold = kvf_store_hold_find(owner, offset);
 
-    for (i = 0; i < store->max_pins; i++) {
-        if ((store->pins[i].owner == owner) && (store->pins[i].entry != NULL) &&
-            (store->pins[i].entry->offset == offset)) {
-            store->pins[i].entry->pins--;
-            store->pins[i].entry = NULL;
-            store->pins[i].owner = NULL;
-            return KVF_OK;
-        }
+    if (hold == NULL) {
+        return KVF_ERR_RANGE;
     }
-    e = kvf_store_find_offset(store, offset);
-    if ((e != NULL) && (e->state == KVF_STORE_GRANTED) && (e->owner == owner)) {
-        kvf_store_entry_free(store, e); /* a grant never committed */
+    if (hold->is_grant) {
+        kvf_pool_free(store->pool, hold->entry); /* never committed */
+        kvf_store_hold_delete(owner, hold);
         return KVF_OK;
     }
-    return KVF_ERR_RANGE;
-}
-
-void kvf_store_release_owner(kvf_store_t *store, const void *owner)
-{
-    size_t i;
-
-    for (i = 0; i < store->max_pins; i++) {
-        if ((store->pins[i].owner == owner) && (store->pins[i].entry != NULL)) {
-            store->pins[i].entry->pins--;
-            store->pins[i].entry = NULL;
-            store->pins[i].owner = NULL;
-        }
+    kvf_pool_entry_put(store->pool, hold->entry);
+    if (--hold->pins == 0) {
+        kvf_store_hold_delete(owner, hold);
     }
-    for (i = 0; i < store->max_entries; i++) {
-        if ((store->entries[i].state == KVF_STORE_GRANTED) &&
-            (store->entries[i].owner == owner)) {
-            kvf_store_entry_free(store, &store->entries[i]);
-        }
-    }
+    return KVF_OK;
 }
 
 uint32_t kvf_store_local_prefix(kvf_store_t *store, const kvf_key_t *keys,
@@ -285,89 +297,73 @@ uint32_t kvf_store_local_prefix(kvf_store_t *store, const kvf_key_t *keys,
     uint32_t i;
 
     for (i = 0; i < num; i++) {
-        if (kvf_store_find_key(store, &keys[i]) == NULL) {
+        if (kvf_pool_lookup(store->pool, &keys[i]) == NULL) {
             break;
         }
     }
     return i;
 }
 
-int kvf_store_fd(const kvf_store_t *store)
+typedef struct kvf_store_foreach_ctx {
+    kvf_store_key_cb_t cb;
+    void *arg;
+} kvf_store_foreach_ctx_t;
+
+static void kvf_store_foreach_entry(const kvf_pool_entry_t *entry, void *arg)
 {
-    return store->fd;
+    kvf_store_foreach_ctx_t *ctx = arg;
+
+    ctx->cb(ctx->arg, kvf_pool_entry_key(entry));
 }
 
-uint64_t kvf_store_size(const kvf_store_t *store)
+void kvf_store_foreach_key(kvf_store_t *store, kvf_store_key_cb_t cb, void *arg)
 {
-    return store->size;
+    kvf_store_foreach_ctx_t ctx = {cb, arg};
+
+    kvf_pool_foreach_committed(store->pool, kvf_store_foreach_entry, &ctx);
 }
 
-uint64_t kvf_store_max_chunk(const kvf_store_t *store)
+static void kvf_store_on_evict(const kvf_key_t *key, uint64_t offset,
+                               uint64_t length, void *arg)
 {
-    return store->max_chunk;
+    kvf_store_t *store = arg;
+
+    if (store->evict_cb != NULL) {
+        store->evict_cb(store->cb_arg, key);
+    }
 }
 
 kvf_status_t kvf_store_create(const kvf_store_params_t *params,
                               kvf_store_t **store_p)
 {
+    kvf_pool_params_t pool_params;
     kvf_store_t *store;
     kvf_status_t status;
 
-    if ((params == NULL) || (params->size < KVF_STORE_ALIGN) ||
-        (params->max_entries == 0)) {
+    if ((params == NULL) || (params->pool == NULL)) {
         return KVF_ERR_INVALID;
     }
     store = calloc(1, sizeof(*store));
     if (store == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    store->fd   = -1;
-    store->size = params->size & ~(uint64_t)(KVF_STORE_ALIGN - 1);
-    store->max_chunk =
-        (params->max_chunk != 0) ? params->max_chunk : store->size;
-    store->max_entries = params->max_entries;
-    store->max_pins    = 4 * params->max_entries;
-    store->admit_cb    = params->admit_cb;
-    store->evict_cb    = params->evict_cb;
-    store->cb_arg      = params->cb_arg;
-    store->entries     = calloc(store->max_entries, sizeof(*store->entries));
-    store->pins        = calloc(store->max_pins, sizeof(*store->pins));
-    store->free_ext = calloc(store->max_entries + 2, sizeof(*store->free_ext));
-    if ((store->entries == NULL) || (store->pins == NULL) ||
-        (store->free_ext == NULL)) {
-        status = KVF_ERR_NO_MEMORY;
-        goto err_destroy;
+    store->admit_cb = params->admit_cb;
+    store->evict_cb = params->evict_cb;
+    store->cb_arg   = params->cb_arg;
+    pool_params     = *params->pool;
+    pool_params.field_mask |= KVF_POOL_FIELD_EVICT_CB;
+    pool_params.evict_cb  = kvf_store_on_evict;
+    pool_params.evict_arg = store;
+    status                = kvf_pool_create(&pool_params, &store->pool);
+    if (status != KVF_OK) {
+        free(store);
+        return status;
     }
-    store->fd = memfd_create("kvf-pool", MFD_CLOEXEC);
-    if (store->fd < 0) {
-        kvf_error("pool: memfd_create failed: %m");
-        status = KVF_ERR_IO;
-        goto err_destroy;
-    }
-    if (ftruncate(store->fd, (off_t)store->size) != 0) {
-        kvf_error("pool: cannot size the pool to %llu bytes: %m",
-                  (unsigned long long)store->size);
-        status = KVF_ERR_IO;
-        goto err_destroy;
-    }
-    store->base = mmap(NULL, store->size, PROT_READ | PROT_WRITE, MAP_SHARED,
-                       store->fd, 0);
-    if (store->base == MAP_FAILED) {
-        store->base = NULL;
-        kvf_error("pool: cannot map %llu bytes: %m",
-                  (unsigned long long)store->size);
-        status = KVF_ERR_IO;
-        goto err_destroy;
-    }
-    store->free_ext[0].off = 0;
-    store->free_ext[0].len = store->size;
-    store->num_free        = 1;
-    *store_p               = store;
+    store->max_chunk = (pool_params.field_mask & KVF_POOL_FIELD_MAX_CHUNK)
+                           ? pool_params.max_chunk
+                           : (4ull << 20);
+    *store_p         = store;
     return KVF_OK;
-
-err_destroy:
-    kvf_store_destroy(store);
-    return status;
 }
 
 void kvf_store_destroy(kvf_store_t *store)
@@ -375,42 +371,48 @@ void kvf_store_destroy(kvf_store_t *store)
     if (store == NULL) {
         return;
     }
-    if (store->base != NULL) {
-        munmap(store->base, store->size);
+    if (store->owners != 0) {
+        kvf_warn("store destroyed with %llu owners still open",
+                 (unsigned long long)store->owners);
     }
-    if (store->fd >= 0) {
-        close(store->fd);
-    }
-    free(store->entries);
-    free(store->pins);
-    free(store->free_ext);
+    kvf_pool_destroy(store->pool);
     free(store);
 }
 
 void kvf_store_get_stats(const kvf_store_t *store, kvf_store_stats_t *stats_p)
 {
-    stats_p->capacity          = store->size;
-    stats_p->used              = store->used;
-    stats_p->entries           = store->entries_used;
+    kvf_pool_stats(store->pool, &stats_p->pool);
     stats_p->commits           = store->commits;
-    stats_p->evictions         = store->evictions;
+    stats_p->duplicates        = store->duplicates;
     stats_p->hits              = store->hits;
     stats_p->misses            = store->misses;
     stats_p->checksum_failures = store->checksum_failures;
+    stats_p->owners            = store->owners;
+}
+
+int kvf_store_fd(const kvf_store_t *store)
+{
+    return kvf_pool_fd(store->pool);
 }
 
 void *kvf_store_base(const kvf_store_t *store)
 {
-    return store->base;
+    return kvf_pool_base(store->pool);
 }
 
-void kvf_store_foreach_key(kvf_store_t *store, kvf_store_key_cb_t cb, void *arg)
+uint64_t kvf_store_size(const kvf_store_t *store)
 {
-    size_t i;
+    /* engines map the chunk area; a huge-page memfd maps in whole pages */
+    uint64_t size       = kvf_pool_capacity(store->pool);
+    const uint64_t huge = 2ull << 20;
 
-    for (i = 0; i < store->max_entries; i++) {
-        if (store->entries[i].state == KVF_STORE_COMMITTED) {
-            cb(arg, &store->entries[i].key);
-        }
+    if (kvf_pool_is_hugetlb(store->pool)) {
+        size = (size + huge - 1) & ~(huge - 1);
     }
+    return size;
+}
+
+uint64_t kvf_store_max_chunk(const kvf_store_t *store)
+{
+    return store->max_chunk;
 }

@@ -1,19 +1,21 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Copyright (c) 2026 The kvfabric authors */
 /*
- * The agent's chunk store: the shared pool plus the rules engines and peers
- * meet — grants owned by a connection, commit with checksum verification,
- * pins held by an owner, announcements to the controller. Every slot an
- * owner names is checked against that owner's own grants or pins: an engine
- * can never make the agent touch memory outside what it was given.
- *
- * Owners are opaque tokens (an engine connection, a peer transfer); closing
- * an owner releases everything it holds.
+ * The agent's chunk store: the shared pool (agent/pool.h) plus the rules
+ * engines and peers meet there. Grants and pins belong to an owner (an
+ * engine connection, later a peer transfer); every offset an owner names is
+ * checked against that owner's own grants and pins, so an engine can never
+ * make the agent touch memory outside what it was given. Commit verifies
+ * the chunk's checksum before the chunk becomes visible. Destroying an
+ * owner releases everything it held, so a crashed engine leaks nothing and
+ * the chunks it committed stay.
  *
  * thread: owning loop only.
  */
 #ifndef KVF_AGENT_STORE_H
 #define KVF_AGENT_STORE_H
+
+#include "agent/pool.h"
 
 #include <kvfabric/keys.h>
 #include <kvfabric/kvfabric.h>
@@ -24,67 +26,78 @@
 #include <stdint.h>
 
 typedef struct kvf_store kvf_store_t;
+typedef struct kvf_store_owner kvf_store_owner_t;
 
 typedef void (*kvf_store_key_cb_t)(void *arg, const kvf_key_t *key);
 
 typedef struct kvf_store_params {
-    uint64_t size;               /* pool bytes */
-    uint64_t max_chunk;          /* largest chunk; 0: the pool size */
-    size_t max_entries;          /* chunks the store can index */
-    kvf_store_key_cb_t admit_cb; /* a chunk was committed */
-    kvf_store_key_cb_t evict_cb; /* a chunk was evicted */
+    const kvf_pool_params_t *pool; /* the pool to create */
+    kvf_store_key_cb_t admit_cb;   /* a chunk was committed; may be NULL */
+    kvf_store_key_cb_t evict_cb;   /* a chunk was evicted; may be NULL */
     void *cb_arg;
 } kvf_store_params_t;
 
 typedef struct kvf_store_stats {
-    uint64_t capacity, used, entries, commits, evictions, hits, misses;
-    uint64_t checksum_failures;
+    kvf_pool_stats_t pool;
+    uint64_t commits;
+    uint64_t duplicates;        /* commits of a key already held */
+    uint64_t hits;              /* chunks pinned for a reader */
+    uint64_t misses;            /* chunks asked for and not held */
+    uint64_t checksum_failures; /* commits whose bytes did not match */
+    uint64_t owners;            /* open owners */
 } kvf_store_stats_t;
 
-/* Creates the store: a memfd pool of params->size bytes, mapped shared.
- * KVF_ERR_IO (logged) when the memory cannot be had. */
+/* Creates the store and its pool. Logs and returns the pool's failure. */
 kvf_status_t kvf_store_create(const kvf_store_params_t *params,
                               kvf_store_t **store_p);
+
+/* Destroys the store; every owner must be destroyed first. NULL: no-op. */
 void kvf_store_destroy(kvf_store_t *store);
+
 void kvf_store_get_stats(const kvf_store_t *store, kvf_store_stats_t *stats_p);
+
+/* The pool's memfd, base, size and largest chunk (for engines to map). */
+int kvf_store_fd(const kvf_store_t *store);
 void *kvf_store_base(const kvf_store_t *store);
+uint64_t kvf_store_size(const kvf_store_t *store);
+uint64_t kvf_store_max_chunk(const kvf_store_t *store);
 
-/* Calls @p cb for the key of every committed chunk (the inventory). */
-void kvf_store_foreach_key(kvf_store_t *store, kvf_store_key_cb_t cb,
-                           void *arg);
+/* A holder of grants and pins. KVF_ERR_NO_MEMORY. */
+kvf_status_t kvf_store_owner_create(kvf_store_t *store,
+                                    kvf_store_owner_t **owner_p);
 
-/* Grants @p bytes for writing to @p owner. KVF_ERR_NO_MEMORY when nothing
- * can be evicted, KVF_ERR_TOO_BIG over the largest chunk. */
-kvf_status_t kvf_store_alloc(kvf_store_t *store, const void *owner,
+/* Releases every grant (freed) and pin (dropped) of @p owner and frees it.
+ * NULL is a no-op. */
+void kvf_store_owner_destroy(kvf_store_t *store, kvf_store_owner_t *owner);
+
+/* Grants @p bytes for writing. KVF_ERR_NO_MEMORY when nothing can be
+ * evicted (never waits), KVF_ERR_TOO_BIG over the largest chunk. */
+kvf_status_t kvf_store_alloc(kvf_store_t *store, kvf_store_owner_t *owner,
                              uint64_t bytes, kvf_slot_t *slot_p);
 
-/* Publishes @p owner's grant at @p offset under @p key after checking the
+/* Publishes the owner's grant at @p offset under @p key after checking its
  * bytes against @p checksum. KVF_ERR_RANGE (not a grant of this owner),
  * KVF_ERR_CHECKSUM (the grant is freed), KVF_ERR_EXISTS (already held: the
  * grant is freed, the existing chunk kept). */
-kvf_status_t kvf_store_commit(kvf_store_t *store, const void *owner,
+kvf_status_t kvf_store_commit(kvf_store_t *store, kvf_store_owner_t *owner,
                               const kvf_key_t *key, uint64_t offset,
                               uint64_t checksum);
 
 /* Pins the local chunk of @p key for @p owner. KVF_ERR_NOT_FOUND. */
-kvf_status_t kvf_store_pin(kvf_store_t *store, const void *owner,
+kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
                            const kvf_key_t *key, kvf_slot_t *slot_p);
 
-/* Releases @p owner's pin or grant at @p offset. KVF_ERR_RANGE when the
- * owner holds nothing there. */
-kvf_status_t kvf_store_release(kvf_store_t *store, const void *owner,
+/* Drops one pin, or gives back an uncommitted grant, at @p offset.
+ * KVF_ERR_RANGE when the owner holds nothing there. */
+kvf_status_t kvf_store_release(kvf_store_t *store, kvf_store_owner_t *owner,
                                uint64_t offset);
-
-/* Releases every grant and pin of @p owner (its connection closed). */
-void kvf_store_release_owner(kvf_store_t *store, const void *owner);
 
 /* Number of leading keys of @p keys held locally. */
 uint32_t kvf_store_local_prefix(kvf_store_t *store, const kvf_key_t *keys,
                                 uint32_t num);
 
-/* The pool's memfd, size and largest chunk, for engines to map. */
-int kvf_store_fd(const kvf_store_t *store);
-uint64_t kvf_store_size(const kvf_store_t *store);
-uint64_t kvf_store_max_chunk(const kvf_store_t *store);
+/* Calls @p cb with the key of every committed chunk (the inventory). */
+void kvf_store_foreach_key(kvf_store_t *store, kvf_store_key_cb_t cb,
+                           void *arg);
 
 #endif /* KVF_AGENT_STORE_H */
