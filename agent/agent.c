@@ -6,6 +6,7 @@
 #include "agent/engine_server.h"
 #include "agent/store.h"
 #include "common/log.h"
+#include "transport/ucx.h"
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -25,6 +26,13 @@ struct kvf_agent {
     kvf_ctl_client_t *ctl;
     kvf_store_t *store;
     kvf_engine_server_t *engines;
+    kvf_ucx_ctx_t *ucx;
+    kvf_ucx_worker_t *worker;
+    kvf_ucx_listener_t *listener; /* peer service */
+    kvf_ucx_mem_t *pool_mem;      /* the pool, registered for remote read */
+    void *worker_address;
+    size_t worker_address_len;
+    char data_address[300];
     struct evhttp *http;
     uint16_t http_port;
     char name[256];
@@ -304,6 +312,73 @@ static kvf_status_t kvf_agent_store_start(kvf_agent_t *agent)
     return kvf_engine_server_create(&eparams, &agent->engines);
 }
 
+static void kvf_agent_on_peer(kvf_ucx_ep_t *ep, const char *peer, void *arg)
+{
+    kvf_agent_t *agent = arg;
+
+    kvf_debug("agent %s: peer %s connected", agent->name, peer);
+}
+
+/* UCX context and worker on the agent's loop, the peer listener, and the
+ * pool registered once, whole, for remote read (DESIGN.md §3). */
+static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent)
+{
+    const kvf_agent_config_t *config = agent->config;
+    kvf_ucx_worker_params_t wparams;
+    kvf_ucx_ctx_params_t cparams;
+    kvf_status_t status;
+    char host[256];
+    uint16_t port;
+
+    if (kvf_config_parse_hostport(config->listen, host, sizeof(host), &port) !=
+        KVF_OK) {
+        kvf_error("listen address '%s' is not HOST:PORT", config->listen);
+        return KVF_ERR_CONFIG;
+    }
+    memset(&cparams, 0, sizeof(cparams));
+    if (config->transports[0] != '\0') {
+        cparams.field_mask |= KVF_UCX_CTX_FIELD_TLS;
+        cparams.tls = config->transports;
+    }
+    if (config->net_devices[0] != '\0') {
+        cparams.field_mask |= KVF_UCX_CTX_FIELD_NET_DEVICES;
+        cparams.net_devices = config->net_devices;
+    }
+    status = kvf_ucx_ctx_create(&cparams, &agent->ucx);
+    if (status != KVF_OK) {
+        return status;
+    }
+    memset(&wparams, 0, sizeof(wparams));
+    wparams.field_mask = KVF_UCX_WORKER_FIELD_NAME;
+    wparams.name       = agent->name;
+    status = kvf_ucx_worker_create(agent->ucx, agent->base, &wparams,
+                                   &agent->worker);
+    if (status != KVF_OK) {
+        return status;
+    }
+    status = kvf_ucx_listener_create(
+        agent->worker, host, port, kvf_agent_on_peer, agent, &agent->listener);
+    if (status != KVF_OK) {
+        return status;
+    }
+    snprintf(agent->data_address, sizeof(agent->data_address), "%s:%u", host,
+             kvf_ucx_listener_port(agent->listener));
+    status = kvf_ucx_mem_register(agent->ucx, kvf_store_base(agent->store),
+                                  kvf_store_size(agent->store),
+                                  KVF_UCX_MEM_REMOTE_READ, &agent->pool_mem);
+    if (status != KVF_OK) {
+        return status;
+    }
+    status = kvf_ucx_worker_address_pack(agent->worker, &agent->worker_address,
+                                         &agent->worker_address_len);
+    if (status != KVF_OK) {
+        return status;
+    }
+    kvf_info("agent %s: peer service on %s (UCX worker address %zu bytes)",
+             agent->name, agent->data_address, agent->worker_address_len);
+    return KVF_OK;
+}
+
 kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
                               struct event_base *base, kvf_agent_t **agent_p)
 {
@@ -327,6 +402,10 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
     if (status != KVF_OK) {
         goto err_destroy;
     }
+    status = kvf_agent_data_start(agent);
+    if (status != KVF_OK) {
+        goto err_destroy;
+    }
     status = kvf_agent_http_start(agent);
     if (status != KVF_OK) {
         goto err_destroy;
@@ -337,7 +416,9 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
     params.controller         = config->controller;
     params.name               = agent->name;
     params.role               = config->role;
-    params.data_address       = config->listen;
+    params.data_address       = agent->data_address;
+    params.worker_address     = agent->worker_address;
+    params.worker_address_len = agent->worker_address_len;
     params.control_address    = config->socket;
     params.pool_capacity      = config->pool_size;
     params.instance_id        = config->instance_id;
@@ -384,6 +465,12 @@ void kvf_agent_destroy(kvf_agent_t *agent)
     }
     kvf_engine_server_destroy(agent->engines);
     kvf_ctl_client_destroy(agent->ctl);
+    /* the data plane goes down in reverse: listener, memory, worker, ctx */
+    kvf_ucx_listener_destroy(agent->listener);
+    kvf_ucx_mem_deregister(agent->pool_mem);
+    free(agent->worker_address);
+    kvf_ucx_worker_destroy(agent->worker);
+    kvf_ucx_ctx_destroy(agent->ucx);
     kvf_store_destroy(agent->store);
     free(agent);
 }

@@ -8,6 +8,7 @@
 #include "agent/agent.h"
 #include "agent/config.h"
 #include "common/log.h"
+#include "transport/verbs.h"
 
 #include <event2/event.h>
 
@@ -80,7 +81,14 @@ int main(int argc, char **argv)
         goto out;
     }
     if (config.list_devices) {
-        printf("RDMA device listing is not built in this version.\n");
+        kvf_verbs_device_t *devs = NULL;
+        unsigned count           = 0;
+
+        if (kvf_verbs_list_devices(&devs, &count) != KVF_OK) {
+            goto out; /* the reason is logged */
+        }
+        kvf_verbs_devices_print(stdout, devs, count);
+        kvf_verbs_devices_free(devs);
         rc = 0;
         goto out;
     }

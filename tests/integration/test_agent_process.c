@@ -59,9 +59,10 @@ Test(agent_process, serves_health_and_metrics_and_stops_cleanly)
     char http_arg[64], body[8192], sock[128];
     /* port 1 on loopback refuses: the agent keeps retrying the controller */
     const char *argv[] = {
-        agent_bin(), "--controller", "127.0.0.1:1", "--name", "it-agent",
-        "--http",    http_arg,       "--socket",    sock,     "--reconnect-max",
-        "50ms",      "--pool-size",  "64M",         NULL};
+        agent_bin(),   "--controller", "127.0.0.1:1", "--listen",
+        "127.0.0.1:0", "--name",       "it-agent",    "--http",
+        http_arg,      "--socket",     sock,          "--reconnect-max",
+        "50ms",        "--pool-size",  "64M",         NULL};
     kvf_test_proc_t proc;
     int code = -1, i;
 
@@ -90,4 +91,16 @@ Test(agent_process, serves_health_and_metrics_and_stops_cleanly)
     rmdir(sock);
     *strrchr(sock, '/') = '\0';
     rmdir(sock);
+}
+
+Test(agent_process, list_devices_says_what_it_found)
+{
+    const char *argv[] = {agent_bin(), "--list-devices", NULL};
+    char out[4096];
+
+    cr_assert_eq(kvf_test_run(argv, out, sizeof(out), 10000), 0);
+    /* this machine has no RDMA device; one with devices lists them */
+    cr_assert(strstr(out, "no RDMA devices found") != NULL ||
+                  strstr(out, "port") != NULL,
+              "got: %s", out);
 }

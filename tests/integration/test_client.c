@@ -29,9 +29,10 @@ static void agent_start(const char *pool_size)
 {
     char http[64];
     const char *argv[] = {
-        g_bin,      "--controller", "127.0.0.1:1", "--name", "client-it",
-        "--socket", g_sock,         "--http",      http,     "--pool-size",
-        pool_size,  "--max-chunk",  "1M",          NULL};
+        g_bin,         "--controller", "127.0.0.1:1", "--listen",
+        "127.0.0.1:0", "--name",       "client-it",   "--socket",
+        g_sock,        "--http",       http,          "--pool-size",
+        pool_size,     "--max-chunk",  "1M",          NULL};
 
     snprintf(g_bin, sizeof(g_bin), "%s",
              kvf_test_build_path("agent/kvf-agent"));
