@@ -22,6 +22,7 @@ done
 controller_bin=$build/controller/kvf-controller
 agent_bin=$build/agent/kvf-agent
 kvfctl_bin=$build/tools/kvfctl
+engine_bin=$build/tools/kvf-demo-engine
 work=$(mktemp -d /tmp/kvf-demo.XXXXXX)
 pids=()
 
@@ -81,7 +82,7 @@ else
 fi
 
 "$agent_bin" --controller "127.0.0.1:$ctl_port" --name demo-agent-1 --role both \
-    --pool-size 256M --socket "$work/agent-1.sock" --listen "127.0.0.1:$agent_data" \
+    --pool-size 3G --socket "$work/agent-1.sock" --listen "127.0.0.1:$agent_data" \
     --http "127.0.0.1:$agent_http" >"$work/agent-1.log" 2>&1 &
 pids+=($!)
 wait_for "kvf-agent /healthz" 10 curl -sf "http://127.0.0.1:$agent_http/healthz"
@@ -91,6 +92,11 @@ if [ -x "$controller_bin" ]; then
     wait_for "demo-agent-1 to register" 10 \
         bash -c "curl -sf http://127.0.0.1:$agent_http/healthz | grep -q '\"registered\":true'"
 fi
+
+say "synthetic engine on demo-agent-1: Llama-3-8B-shaped KV (32 layers, 8 KV heads, head_dim 128, bf16, 256-token chunks = 32 MiB)"
+echo "6 conversations x 3 turns over one 2048-token system prompt, then 4 RAG"
+echo "documents reused by every conversation. Every byte read back is checked."
+"$engine_bin" --socket "$work/agent-1.sock" --name demo-engine-1
 
 say "agent status (GET /healthz)"
 curl -sf "http://127.0.0.1:$agent_http/healthz"
@@ -107,11 +113,11 @@ curl -sf "http://127.0.0.1:$agent_http/metrics" | grep -v '^#' | head -n 8
 
 say "what this demo does not show yet"
 cat <<'TXT'
-This version registers agents with the controller and reports their state.
-Not built yet, so not shown: the agent's shared chunk pool and engine
-client library, peer-to-peer chunk fetch over UCX, prefill->decode push,
-the GPU copy kernels, and the synthetic serving workload with hit rates and
-transfer figures. Each lands with its issue; this demo grows with them.
+Shown: an agent with its shared pool, an engine storing and reusing KV
+chunks through libkvfabric (local hits, verified byte for byte), and the
+agent registered with the controller. Not built yet, so not shown:
+peer-to-peer fetch between agents over UCX (remote hits), prefill->decode
+push, and the GPU copy kernels. Each lands with its issue.
 TXT
 
 if [ $keep -eq 1 ]; then

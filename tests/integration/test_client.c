@@ -293,3 +293,22 @@ Test(client, no_agent_is_a_clear_error)
     cr_assert_eq(kvf_client_connect(&p, &c), KVF_ERR_IO);
     cr_assert_null(c);
 }
+
+Test(client, demo_engine_reuses_prefixes_and_reads_back_right_bytes)
+{
+    char out[4096], bin[4096];
+    const char *argv[] = {bin,    "--socket",      g_sock, "--kv-heads",
+                          "2",    "--layers",      "2",    "--conversations",
+                          "3",    "--turns",       "2",    "--system-tokens",
+                          "1024", "--turn-tokens", "256",  "--documents",
+                          "2",    "--json",        NULL};
+
+    agent_start("64M");
+    snprintf(bin, sizeof(bin), "%s",
+             kvf_test_build_path("tools/kvf-demo-engine"));
+    cr_assert_eq(kvf_test_run(argv, out, sizeof(out), 30000), 0, "%s", out);
+    cr_assert(strstr(out, "\"wrong_bytes\":0") != NULL, "%s", out);
+    /* 3 conversations share a 4-chunk system prompt: 2 of them reuse it */
+    cr_assert(strstr(out, "\"chunks_hit\":0,") == NULL, "%s", out);
+    cr_assert(strstr(out, "\"prompts\":12,") != NULL, "%s", out);
+}
