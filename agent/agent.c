@@ -33,6 +33,7 @@ struct kvf_agent {
     void *worker_address;
     size_t worker_address_len;
     char data_address[300];
+    bool draining; /* the controller asked this node to leave */
     struct evhttp *http;
     uint16_t http_port;
     char name[256];
@@ -50,12 +51,59 @@ static void kvf_agent_on_stopped(void *arg)
 static void kvf_agent_on_command(void *arg, const Kvf__Command *command)
 {
     kvf_agent_t *agent = arg;
+    kvf_key_t *keys    = NULL;
+    uint32_t n         = 0, i, found;
 
-    /* pin, unpin, clear, drain and replicate come with the controller's
-     * command channel and peer fetch: say so rather than pretend */
-    kvf_warn("agent %s: controller command %d is not supported by this "
-             "version; ignored",
-             agent->name, (int)command->type);
+    if ((command->keys.len % KVF_KEY_WIRE_SIZE) != 0) {
+        kvf_warn("agent %s: controller command %d with keys of %zu bytes "
+                 "(not a multiple of %d); ignored",
+                 agent->name, (int)command->type, command->keys.len,
+                 KVF_KEY_WIRE_SIZE);
+        return;
+    }
+    n = (uint32_t)(command->keys.len / KVF_KEY_WIRE_SIZE);
+    if (n > 0) {
+        keys = malloc(n * sizeof(*keys));
+        if (keys == NULL) {
+            kvf_error("agent %s: no memory for a command of %u keys",
+                      agent->name, n);
+            return;
+        }
+        for (i = 0; i < n; i++) {
+            kvf_key_unpack(command->keys.data + (size_t)i * KVF_KEY_WIRE_SIZE,
+                           &keys[i]);
+        }
+    }
+    switch (command->type) {
+    case KVF__COMMAND_TYPE__COMMAND_PIN:
+    case KVF__COMMAND_TYPE__COMMAND_UNPIN:
+        found =
+            kvf_store_set_pin(agent->store, keys, n,
+                              (command->type == KVF__COMMAND_TYPE__COMMAND_PIN)
+                                  ? KVF_POOL_PIN_HARD
+                                  : KVF_POOL_PIN_NONE);
+        kvf_info("agent %s: %s %u of %u chunks held here", agent->name,
+                 (command->type == KVF__COMMAND_TYPE__COMMAND_PIN) ? "pinned"
+                                                                   : "unpinned",
+                 found, n);
+        break;
+    case KVF__COMMAND_TYPE__COMMAND_CLEAR:
+        kvf_info("agent %s: cleared %llu chunks on the controller's request",
+                 agent->name,
+                 (unsigned long long)kvf_store_clear(agent->store));
+        break;
+    case KVF__COMMAND_TYPE__COMMAND_DRAIN:
+        agent->draining = true;
+        kvf_info("agent %s: draining: no longer chosen as a holder",
+                 agent->name);
+        break;
+    default:
+        kvf_warn("agent %s: controller command %d is not supported by this "
+                 "version; ignored",
+                 agent->name, (int)command->type);
+        break;
+    }
+    free(keys);
 }
 
 static void kvf_agent_inventory_key(void *arg, const kvf_key_t *key)

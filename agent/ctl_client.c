@@ -75,6 +75,7 @@ struct kvf_ctl_client {
     uint64_t heartbeat_ns;
     uint64_t lease_ns;
     uint64_t last_reply_ns; /* last frame from the controller */
+    uint64_t dereg_request; /* request id of the DEREGISTER sent */
     bool stop_requested;
 
     uint16_t batch_type; /* KVF_MSG_ADMIT or KVF_MSG_EVICT */
@@ -360,9 +361,10 @@ void kvf_ctl_client_stop(kvf_ctl_client_t *client)
     }
     kvf_ctl_client_flush(client);
     kvf__deregister__init(&dereg);
-    dereg.request_id  = client->next_request++;
-    dereg.node_id     = client->node_id;
-    dereg.incarnation = client->incarnation;
+    dereg.request_id      = client->next_request++;
+    client->dereg_request = dereg.request_id;
+    dereg.node_id         = client->node_id;
+    dereg.incarnation     = client->incarnation;
     if (kvf_ctl_client_send(client, KVF_MSG_DEREGISTER, &dereg.base) !=
         KVF_OK) {
         kvf_ctl_client_finish_stop(client);
@@ -513,7 +515,8 @@ static void kvf_ctl_client_on_heartbeat_reply(kvf_ctl_client_t *client,
 static void kvf_ctl_client_on_status(kvf_ctl_client_t *client,
                                      const Kvf__Status *reply)
 {
-    if (client->state == KVF_CTL_STATE_STOPPING) {
+    if ((client->state == KVF_CTL_STATE_STOPPING) &&
+        (reply->request_id == client->dereg_request)) {
         kvf_info("node %u deregistered from controller %s", client->node_id,
                  client->controller);
         kvf_ctl_client_finish_stop(client);

@@ -835,6 +835,11 @@ kvf_status_t kvf_pool_entry_put(kvf_pool_t *pool, kvf_pool_entry_t *entry)
     return KVF_OK;
 }
 
+kvf_pool_pin_t kvf_pool_entry_pin_level(const kvf_pool_entry_t *entry)
+{
+    return (kvf_pool_pin_t)entry->pin;
+}
+
 void kvf_pool_entry_pin(kvf_pool_t *pool, kvf_pool_entry_t *entry,
                         kvf_pool_pin_t pin)
 {

@@ -195,6 +195,9 @@ void kvf_pool_entry_hold(kvf_pool_t *pool, kvf_pool_entry_t *entry);
  */
 kvf_status_t kvf_pool_entry_put(kvf_pool_t *pool, kvf_pool_entry_t *entry);
 
+/** Returns the pin level of an entry. */
+kvf_pool_pin_t kvf_pool_entry_pin_level(const kvf_pool_entry_t *entry);
+
 /** Sets the pin level of an entry (any state). */
 void kvf_pool_entry_pin(kvf_pool_t *pool, kvf_pool_entry_t *entry,
                         kvf_pool_pin_t pin);

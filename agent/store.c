@@ -323,6 +323,68 @@ void kvf_store_foreach_key(kvf_store_t *store, kvf_store_key_cb_t cb, void *arg)
     kvf_pool_foreach_committed(store->pool, kvf_store_foreach_entry, &ctx);
 }
 
+uint32_t kvf_store_set_pin(kvf_store_t *store, const kvf_key_t *keys,
+                           uint32_t num, kvf_pool_pin_t pin)
+{
+    kvf_pool_entry_t *entry;
+    uint32_t i, found = 0;
+
+    for (i = 0; i < num; i++) {
+        entry = kvf_pool_lookup(store->pool, &keys[i]);
+        if (entry != NULL) {
+            kvf_pool_entry_pin(store->pool, entry, pin);
+            found++;
+        }
+    }
+    return found;
+}
+
+typedef struct kvf_store_clear_ctx {
+    kvf_key_t *keys;
+    size_t count;
+    size_t cap;
+} kvf_store_clear_ctx_t;
+
+static void kvf_store_clear_collect(const kvf_pool_entry_t *entry, void *arg)
+{
+    kvf_store_clear_ctx_t *ctx = arg;
+
+    if ((kvf_pool_entry_refcount(entry) == 0) && (ctx->count < ctx->cap) &&
+        (kvf_pool_entry_state(entry) == KVF_POOL_ENTRY_COMMITTED)) {
+        ctx->keys[ctx->count++] = *kvf_pool_entry_key(entry);
+    }
+}
+
+uint64_t kvf_store_clear(kvf_store_t *store)
+{
+    kvf_store_clear_ctx_t ctx = {0};
+    kvf_pool_stats_t st;
+    kvf_pool_entry_t *entry;
+    uint64_t dropped = 0;
+    size_t i;
+
+    kvf_pool_stats(store->pool, &st);
+    ctx.cap  = st.entries;
+    ctx.keys = malloc((ctx.cap + 1) * sizeof(*ctx.keys));
+    if (ctx.keys == NULL) {
+        kvf_error("clear: no memory to list %llu chunks",
+                  (unsigned long long)ctx.cap);
+        return 0;
+    }
+    /* collect first: the pool must not change while it is walked */
+    kvf_pool_foreach_committed(store->pool, kvf_store_clear_collect, &ctx);
+    for (i = 0; i < ctx.count; i++) {
+        entry = kvf_pool_lookup(store->pool, &ctx.keys[i]);
+        if ((entry != NULL) &&
+            (kvf_pool_entry_pin_level(entry) != KVF_POOL_PIN_HARD) &&
+            (kvf_pool_remove(store->pool, &ctx.keys[i]) == KVF_OK)) {
+            dropped++;
+        }
+    }
+    free(ctx.keys);
+    return dropped;
+}
+
 static void kvf_store_on_evict(const kvf_key_t *key, uint64_t offset,
                                uint64_t length, void *arg)
 {

@@ -96,6 +96,15 @@ kvf_status_t kvf_store_release(kvf_store_t *store, kvf_store_owner_t *owner,
 uint32_t kvf_store_local_prefix(kvf_store_t *store, const kvf_key_t *keys,
                                 uint32_t num);
 
+/* Sets the pin level (controller PIN / UNPIN) of the chunks of @p keys held
+ * here; returns how many were found. */
+uint32_t kvf_store_set_pin(kvf_store_t *store, const kvf_key_t *keys,
+                           uint32_t num, kvf_pool_pin_t pin);
+
+/* Drops every committed chunk that is neither hard-pinned nor in use
+ * (controller CLEAR); returns how many were dropped. */
+uint64_t kvf_store_clear(kvf_store_t *store);
+
 /* Calls @p cb with the key of every committed chunk (the inventory). */
 void kvf_store_foreach_key(kvf_store_t *store, kvf_store_key_cb_t cb,
                            void *arg);

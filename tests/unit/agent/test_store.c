@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+#include "agent/store.h"
+#include "tests/helpers/test_helpers.h"
+
+#include <criterion/criterion.h>
+
+#include <string.h>
+
+#define CHUNK (64u << 10)
+
+static kvf_store_t *g_store;
+static int g_admits, g_evicts;
+
+static void on_admit(void *arg, const kvf_key_t *key)
+{
+    g_admits++;
+}
+
+static void on_evict(void *arg, const kvf_key_t *key)
+{
+    g_evicts++;
+}
+
+static void store_setup(void)
+{
+    kvf_pool_params_t pp = {
+        .field_mask = KVF_POOL_FIELD_SIZE | KVF_POOL_FIELD_MAX_CHUNK |
+                      KVF_POOL_FIELD_MIN_CHUNK | KVF_POOL_FIELD_NO_HUGETLB,
+        .size      = 8 * CHUNK,
+        .min_chunk = CHUNK,
+        .max_chunk = CHUNK,
+    };
+    kvf_store_params_t sp = {
+        .pool = &pp, .admit_cb = on_admit, .evict_cb = on_evict};
+
+    g_admits = g_evicts = 0;
+    cr_assert_eq(kvf_store_create(&sp, &g_store), KVF_OK);
+}
+
+static void store_teardown(void)
+{
+    kvf_store_destroy(g_store);
+    kvf_test_check_leaks();
+}
+
+TestSuite(store, .init = store_setup, .fini = store_teardown, .timeout = 10);
+
+static kvf_key_t key_of(uint64_t i)
+{
+    kvf_key_t k = {7, 0, i};
+
+    return k;
+}
+
+static void put_chunk(kvf_store_owner_t *o, uint64_t i, kvf_slot_t *slot_p)
+{
+    kvf_key_t k = key_of(i);
+    uint8_t *p;
+
+    cr_assert_eq(kvf_store_alloc(g_store, o, CHUNK, slot_p), KVF_OK);
+    p = (uint8_t *)kvf_store_base(g_store) + slot_p->offset;
+    memset(p, (int)i, CHUNK);
+    cr_assert_eq(kvf_store_commit(g_store, o, &k, slot_p->offset,
+                                  kvf_chunk_checksum(p, CHUNK)),
+                 KVF_OK);
+}
+
+Test(store, grants_belong_to_their_owner)
+{
+    kvf_store_owner_t *a, *b;
+    kvf_slot_t slot;
+    kvf_key_t k = key_of(1);
+
+    cr_assert_eq(kvf_store_owner_create(g_store, &a), KVF_OK);
+    cr_assert_eq(kvf_store_owner_create(g_store, &b), KVF_OK);
+    cr_assert_eq(kvf_store_alloc(g_store, a, CHUNK, &slot), KVF_OK);
+    cr_assert_eq(kvf_store_commit(g_store, b, &k, slot.offset, 0),
+                 KVF_ERR_RANGE);
+    cr_assert_eq(kvf_store_release(g_store, b, slot.offset), KVF_ERR_RANGE);
+    cr_assert_eq(kvf_store_local_prefix(g_store, &k, 1), 0,
+                 "a grant is invisible");
+    kvf_store_owner_destroy(g_store, b);
+    kvf_store_owner_destroy(g_store, a); /* frees the grant */
+}
+
+Test(store, commit_checks_checksum_and_duplicates)
+{
+    kvf_store_owner_t *o;
+    kvf_slot_t slot, again;
+    kvf_key_t k = key_of(2);
+
+    cr_assert_eq(kvf_store_owner_create(g_store, &o), KVF_OK);
+    cr_assert_eq(kvf_store_alloc(g_store, o, CHUNK, &slot), KVF_OK);
+    cr_assert_eq(kvf_store_commit(g_store, o, &k, slot.offset, 12345),
+                 KVF_ERR_CHECKSUM);
+    cr_assert_eq(kvf_store_commit(g_store, o, &k, slot.offset, 12345),
+                 KVF_ERR_RANGE, "a failed grant is gone");
+    put_chunk(o, 2, &slot);
+    cr_assert_eq(g_admits, 1);
+    cr_assert_eq(kvf_store_alloc(g_store, o, CHUNK, &again), KVF_OK);
+    memset((uint8_t *)kvf_store_base(g_store) + again.offset, 2, CHUNK);
+    cr_assert_eq(
+        kvf_store_commit(g_store, o, &k, again.offset,
+                         kvf_chunk_checksum((uint8_t *)kvf_store_base(g_store) +
+                                                again.offset,
+                                            CHUNK)),
+        KVF_ERR_EXISTS);
+    cr_assert_eq(g_admits, 1);
+    kvf_store_owner_destroy(g_store, o);
+}
+
+Test(store, pins_count_per_owner_and_block_eviction)
+{
+    kvf_store_owner_t *w, *r;
+    kvf_slot_t slots[9], pin, extra;
+    kvf_key_t k7 = key_of(7);
+    uint64_t i;
+
+    cr_assert_eq(kvf_store_owner_create(g_store, &w), KVF_OK);
+    cr_assert_eq(kvf_store_owner_create(g_store, &r), KVF_OK);
+    for (i = 0; i < 8; i++) {
+        put_chunk(w, i, &slots[i]);
+    }
+    /* filling the pool past its high watermark evicted the oldest */
+    cr_assert_gt(g_evicts, 0);
+    /* the same reader pins the newest chunk twice: two releases needed */
+    cr_assert_eq(kvf_store_pin(g_store, r, &k7, &pin), KVF_OK);
+    cr_assert_eq(kvf_store_pin(g_store, r, &k7, &pin), KVF_OK);
+    cr_assert_eq(kvf_store_release(g_store, r, pin.offset), KVF_OK);
+    cr_assert_eq(kvf_store_release(g_store, r, pin.offset), KVF_OK);
+    cr_assert_eq(kvf_store_release(g_store, r, pin.offset), KVF_ERR_RANGE);
+    /* there is always room again: unpinned chunks make way */
+    cr_assert_eq(kvf_store_alloc(g_store, w, CHUNK, &extra), KVF_OK);
+    kvf_store_owner_destroy(g_store, r);
+    kvf_store_owner_destroy(g_store, w);
+}
+
+Test(store, hard_pin_survives_clear_and_unpin_releases_it)
+{
+    kvf_store_owner_t *o;
+    kvf_slot_t slot;
+    kvf_key_t keys[3] = {key_of(10), key_of(11), key_of(99)};
+
+    cr_assert_eq(kvf_store_owner_create(g_store, &o), KVF_OK);
+    put_chunk(o, 10, &slot);
+    put_chunk(o, 11, &slot);
+    cr_assert_eq(kvf_store_set_pin(g_store, keys, 3, KVF_POOL_PIN_HARD), 2,
+                 "the unknown key is skipped");
+    cr_assert_eq(kvf_store_set_pin(g_store, &keys[1], 1, KVF_POOL_PIN_NONE), 1);
+    cr_assert_eq(kvf_store_clear(g_store), 1);
+    cr_assert_eq(kvf_store_local_prefix(g_store, keys, 1), 1,
+                 "the pinned chunk stays");
+    cr_assert_eq(kvf_store_local_prefix(g_store, &keys[1], 1), 0);
+    kvf_store_owner_destroy(g_store, o);
+}
+
+Test(store, oversized_alloc)
+{
+    kvf_store_owner_t *o;
+    kvf_slot_t slot;
+
+    cr_assert_eq(kvf_store_owner_create(g_store, &o), KVF_OK);
+    cr_assert_eq(kvf_store_alloc(g_store, o, CHUNK + 1, &slot),
+                 KVF_ERR_TOO_BIG);
+    cr_assert_eq(kvf_store_alloc(g_store, o, 0, &slot), KVF_ERR_TOO_BIG);
+    kvf_store_owner_destroy(g_store, o);
+}
