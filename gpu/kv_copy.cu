@@ -1,0 +1,190 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * CUDA backend: the paged KV <-> chunk kernel and thin cudart wrappers.
+ *
+ * One launch covers a whole chunk: grid (token groups, layers, K/V), one
+ * warp per token row. Each warp picks the widest unit (16, 8, 4, 2 or 1
+ * bytes) that divides both row addresses and the row size, so aligned
+ * caches move as 16-byte vectors and odd ones still copy correctly. The
+ * byte result equals the CPU reference (kv_copy.c) by construction: same
+ * plan, same addresses, rows copied whole.
+ */
+#include "gpu/kv_copy.h"
+
+#include <cuda_runtime.h>
+
+#include <string.h>
+
+namespace {
+
+constexpr unsigned kvf_gpu_warps_per_block = 4;
+constexpr unsigned kvf_gpu_warp_size       = 32;
+
+template <typename T>
+__device__ __forceinline__ void kvf_gpu_row_copy(uint8_t *dst,
+                                                 const uint8_t *src,
+                                                 uint64_t bytes, unsigned lane)
+{
+    T *d       = reinterpret_cast<T *>(dst);
+    const T *s = reinterpret_cast<const T *>(src);
+    uint64_t n = bytes / sizeof(T);
+
+    for (uint64_t i = lane; i < n; i += kvf_gpu_warp_size) {
+        d[i] = s[i];
+    }
+}
+
+__global__ void kvf_gpu_kv_copy_kernel(const kvf_gpu_kv_plan_t plan, int dir)
+{
+    unsigned lane = threadIdx.x % kvf_gpu_warp_size;
+    uint64_t t    = (uint64_t)blockIdx.x * kvf_gpu_warps_per_block +
+                 threadIdx.x / kvf_gpu_warp_size;
+    unsigned l   = blockIdx.y;
+    unsigned kv  = blockIdx.z;
+    uint64_t row = plan.row_bytes;
+    uint8_t *chunk_row, *paged_row, *dst;
+    const uint8_t *src;
+    uintptr_t align;
+    int64_t slot;
+
+    if (t >= plan.num_tokens) {
+        return;
+    }
+    slot = plan.slots[t];
+    /* -1 skips; anything else outside the cache is skipped too, since the
+     * host never reads device-side slots (documented in gpu.h) */
+    if ((slot < 0) || ((uint64_t)slot >= plan.num_slots)) {
+        return;
+    }
+    chunk_row =
+        plan.chunk + (((uint64_t)kv * plan.num_layers + l) * plan.chunk_tokens +
+                      plan.chunk_offset + t) *
+                         row;
+    paged_row = plan.base[kv][l] + (uint64_t)slot * row;
+    if (dir == KVF_GPU_DIR_PACK) {
+        dst = chunk_row;
+        src = paged_row;
+    } else {
+        dst = paged_row;
+        src = chunk_row;
+    }
+    align = (uintptr_t)dst | (uintptr_t)src | (uintptr_t)row;
+    if ((align & 15) == 0) {
+        kvf_gpu_row_copy<uint4>(dst, src, row, lane);
+    } else if ((align & 7) == 0) {
+        kvf_gpu_row_copy<uint2>(dst, src, row, lane);
+    } else if ((align & 3) == 0) {
+        kvf_gpu_row_copy<uint32_t>(dst, src, row, lane);
+    } else if ((align & 1) == 0) {
+        kvf_gpu_row_copy<uint16_t>(dst, src, row, lane);
+    } else {
+        kvf_gpu_row_copy<uint8_t>(dst, src, row, lane);
+    }
+}
+
+} // namespace
+
+extern "C" {
+
+int kvf_gpu_cuda_probe(int *err_p)
+{
+    int count     = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+
+    if (e != cudaSuccess) {
+        *err_p = (int)e;
+        (void)cudaGetLastError(); /* not sticky: clear it for later calls */
+        return -1;
+    }
+    return count;
+}
+
+const char *kvf_gpu_cuda_error_string(int err)
+{
+    return cudaGetErrorString((cudaError_t)err);
+}
+
+int kvf_gpu_cuda_error_is_oom(int err)
+{
+    return err == (int)cudaErrorMemoryAllocation;
+}
+
+int kvf_gpu_cuda_kv_copy(const kvf_gpu_kv_plan_t *plan, kvf_gpu_dir_t dir,
+                         void *stream)
+{
+    dim3 grid((unsigned)((plan->num_tokens + kvf_gpu_warps_per_block - 1) /
+                         kvf_gpu_warps_per_block),
+              plan->num_layers, plan->num_kv);
+    dim3 block(kvf_gpu_warps_per_block * kvf_gpu_warp_size);
+
+    if ((plan->num_tokens + kvf_gpu_warps_per_block - 1) /
+            kvf_gpu_warps_per_block >
+        0x7fffffffu) {
+        return (int)cudaErrorInvalidConfiguration;
+    }
+    kvf_gpu_kv_copy_kernel<<<grid, block, 0, (cudaStream_t)stream>>>(*plan,
+                                                                     (int)dir);
+    return (int)cudaGetLastError();
+}
+
+int kvf_gpu_cuda_synchronize(void)
+{
+    return (int)cudaDeviceSynchronize();
+}
+
+int kvf_gpu_cuda_host_register(void *addr, size_t len)
+{
+    return (int)cudaHostRegister(
+        addr, len, cudaHostRegisterPortable | cudaHostRegisterMapped);
+}
+
+int kvf_gpu_cuda_host_unregister(void *addr)
+{
+    return (int)cudaHostUnregister(addr);
+}
+
+int kvf_gpu_cuda_ipc_export(void *dev_ptr, kvf_gpu_ipc_handle_t *handle_p)
+{
+    cudaIpcMemHandle_t h;
+    cudaError_t e;
+
+    static_assert(sizeof(h) == sizeof(handle_p->bytes),
+                  "cudaIpcMemHandle_t size changed");
+    e = cudaIpcGetMemHandle(&h, dev_ptr);
+    if (e == cudaSuccess) {
+        memcpy(handle_p->bytes, &h, sizeof(h));
+    }
+    return (int)e;
+}
+
+int kvf_gpu_cuda_ipc_open(const kvf_gpu_ipc_handle_t *handle, void **dev_ptr_p)
+{
+    cudaIpcMemHandle_t h;
+
+    memcpy(&h, handle->bytes, sizeof(h));
+    return (int)cudaIpcOpenMemHandle(dev_ptr_p, h,
+                                     cudaIpcMemLazyEnablePeerAccess);
+}
+
+int kvf_gpu_cuda_ipc_close(void *dev_ptr)
+{
+    return (int)cudaIpcCloseMemHandle(dev_ptr);
+}
+
+int kvf_gpu_cuda_mem_alloc(size_t len, void **dev_ptr_p)
+{
+    return (int)cudaMalloc(dev_ptr_p, len);
+}
+
+int kvf_gpu_cuda_mem_free(void *dev_ptr)
+{
+    return (int)cudaFree(dev_ptr);
+}
+
+int kvf_gpu_cuda_memcpy(void *dst, const void *src, size_t len)
+{
+    return (int)cudaMemcpy(dst, src, len, cudaMemcpyDefault);
+}
+
+} // extern "C"
