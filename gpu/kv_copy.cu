@@ -14,9 +14,13 @@
 
 #include <cuda_runtime.h>
 
+#include <dlfcn.h>
 #include <string.h>
 
 namespace {
+
+/* our own code for "no driver at all", outside cudaError_t's range */
+constexpr int kvf_gpu_err_no_driver = -1;
 
 constexpr unsigned kvf_gpu_warps_per_block = 4;
 constexpr unsigned kvf_gpu_warp_size       = 32;
@@ -92,9 +96,21 @@ int kvf_gpu_cuda_probe(int *err_p)
     int count     = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
 
+    void *libcuda;
+
     if (e != cudaSuccess) {
         *err_p = (int)e;
         (void)cudaGetLastError(); /* not sticky: clear it for later calls */
+        if (e == cudaErrorInsufficientDriver) {
+            /* cudart says "insufficient" also when no driver is installed:
+             * tell the two apart for the log */
+            libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+            if (libcuda == NULL) {
+                *err_p = kvf_gpu_err_no_driver;
+            } else {
+                dlclose(libcuda);
+            }
+        }
         return -1;
     }
     return count;
@@ -102,6 +118,9 @@ int kvf_gpu_cuda_probe(int *err_p)
 
 const char *kvf_gpu_cuda_error_string(int err)
 {
+    if (err == kvf_gpu_err_no_driver) {
+        return "CUDA driver not installed (libcuda.so.1 not found)";
+    }
     return cudaGetErrorString((cudaError_t)err);
 }
 
