@@ -19,7 +19,7 @@ int kvf_gpu_cuda_probe(int *err_p)
 
 const char *kvf_gpu_cuda_error_string(int err)
 {
-    return "CUDA support not built (nvcc not found at build time)";
+    return "CUDA support not built into this binary";
 }
 
 int kvf_gpu_cuda_error_is_oom(int err)

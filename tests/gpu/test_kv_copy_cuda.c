@@ -55,8 +55,8 @@ static void dev_case_create(dev_case_t *d, const kv_case_t *c, size_t shift)
 
     memset(d, 0, sizeof(*d));
     for (l = 0; l < c->layout.num_layers; l++) {
-        d->k_tab[l] = dev_alloc_copy(c->k[l], c->layer_bytes, shift,
-                                     &d->k_alloc[l]);
+        d->k_tab[l] =
+            dev_alloc_copy(c->k[l], c->layer_bytes, shift, &d->k_alloc[l]);
         if (c->v[l] != NULL) {
             d->v_tab[l] = dev_alloc_copy(c->v[l], c->region, (shift * 3) % 16,
                                          &d->v_alloc[l]);
@@ -65,12 +65,12 @@ static void dev_case_create(dev_case_t *d, const kv_case_t *c, size_t shift)
     d->chunk = dev_alloc_copy(c->chunk, c->chunk_bytes, (shift * 5) % 16,
                               &d->chunk_alloc);
     dev_alloc_copy(c->slots, c->slots_len * sizeof(int64_t), 0, &slots_alloc);
-    d->slots                 = (int64_t *)slots_alloc;
-    d->params                = c->params;
-    d->params.k_layers       = d->k_tab;
-    d->params.v_layers       = d->v_tab;
-    d->params.slot_mapping   = d->slots;
-    d->params.chunk          = d->chunk;
+    d->slots               = (int64_t *)slots_alloc;
+    d->params              = c->params;
+    d->params.k_layers     = d->k_tab;
+    d->params.v_layers     = d->v_tab;
+    d->params.slot_mapping = d->slots;
+    d->params.chunk        = d->chunk;
 }
 
 static void dev_case_destroy(dev_case_t *d)
@@ -95,16 +95,14 @@ static void expect_same(const kv_case_t *c, const dev_case_t *d,
 
     cr_assert_not_null(buf);
     cr_assert_eq(kvf_gpu_memcpy(buf, d->chunk, c->chunk_bytes), KVF_OK);
-    cr_assert_eq(memcmp(buf, c->chunk, c->chunk_bytes), 0,
-                 "%s: chunk differs", what);
+    cr_assert_eq(memcmp(buf, c->chunk, c->chunk_bytes), 0, "%s: chunk differs",
+                 what);
     for (l = 0; l < c->layout.num_layers; l++) {
-        cr_assert_eq(kvf_gpu_memcpy(buf, d->k_tab[l], c->layer_bytes),
-                     KVF_OK);
+        cr_assert_eq(kvf_gpu_memcpy(buf, d->k_tab[l], c->layer_bytes), KVF_OK);
         cr_assert_eq(memcmp(buf, c->k[l], c->layer_bytes), 0,
                      "%s: layer %u K differs", what, l);
         if (c->v[l] != NULL) {
-            cr_assert_eq(kvf_gpu_memcpy(buf, d->v_tab[l], c->region),
-                         KVF_OK);
+            cr_assert_eq(kvf_gpu_memcpy(buf, d->v_tab[l], c->region), KVF_OK);
             cr_assert_eq(memcmp(buf, c->v[l], c->region), 0,
                          "%s: layer %u V differs", what, l);
         }
@@ -149,8 +147,8 @@ ParameterizedTestParameters(kv_copy_cuda, kernel_matches_cpu)
     for (i = 0; i < 16; i++) {
         params[i].layout = (kvf_gpu_layout_t)(i / 4);
         params[i].dtype  = (kvf_gpu_dtype_t)(i % 4);
-        snprintf(params[i].name, sizeof(params[i].name), "%s/%s",
-                 lnames[i / 4], dnames[i % 4]);
+        snprintf(params[i].name, sizeof(params[i].name), "%s/%s", lnames[i / 4],
+                 dnames[i % 4]);
     }
     return cr_make_param_array(kv_cuda_param_t, params, 16);
 }
@@ -182,9 +180,8 @@ Test(kv_copy_cuda, llama_shape_vector_path)
     size_t row;
 
     require_device();
-    cr_assert_eq(kv_case_create(&c, 4242, KVF_GPU_LAYOUT_VLLM,
-                                KVF_GPU_DTYPE_BF16),
-                 0);
+    cr_assert_eq(
+        kv_case_create(&c, 4242, KVF_GPU_LAYOUT_VLLM, KVF_GPU_DTYPE_BF16), 0);
     /* keep the random buffers but reinterpret them as 8 x 128 rows: shrink
      * the slot range so every slot still fits the allocation */
     row                   = 8 * 128 * 2;
@@ -197,11 +194,11 @@ Test(kv_copy_cuda, llama_shape_vector_path)
         cr_skip_test("case too small for 2 KiB rows");
     }
     for (uint64_t t = 0; t < c.slots_len; t++) {
-        c.slots[t] = (c.slots[t] < 0) ? -1
-                                      : c.slots[t] % (int64_t)c.layout.num_blocks;
+        c.slots[t] =
+            (c.slots[t] < 0) ? -1 : c.slots[t] % (int64_t)c.layout.num_blocks;
     }
-    c.row    = row;
-    c.region = c.layout.num_blocks * row;
+    c.row                 = row;
+    c.region              = c.layout.num_blocks * row;
     c.params.num_tokens   = 1;
     c.params.chunk_offset = 0;
     c.params.chunk_tokens = c.chunk_bytes / (2 * c.layout.num_layers * row);
@@ -223,11 +220,10 @@ Test(kv_copy_cuda, bad_slots_are_skipped_on_device)
     uint64_t first;
 
     require_device();
-    cr_assert_eq(kv_case_create(&c, 17, KVF_GPU_LAYOUT_KV,
-                                KVF_GPU_DTYPE_FP16),
+    cr_assert_eq(kv_case_create(&c, 17, KVF_GPU_LAYOUT_KV, KVF_GPU_DTYPE_FP16),
                  0);
-    first            = c.params.token_begin;
-    c.slots[first]   = (int64_t)c.num_slots;
+    first          = c.params.token_begin;
+    c.slots[first] = (int64_t)c.num_slots;
     dev_case_create(&d, &c, 0);
     cr_assert_eq(kvf_gpu_kv_pack_cuda(&d.params, NULL), KVF_OK);
     cr_assert_eq(kvf_gpu_synchronize(), KVF_OK);
@@ -246,9 +242,8 @@ Test(kv_copy_cuda, pack_into_pinned_host_chunk)
     uint8_t *pool;
 
     require_device();
-    cr_assert_eq(kv_case_create(&c, 23, KVF_GPU_LAYOUT_VLLM,
-                                KVF_GPU_DTYPE_BF16),
-                 0);
+    cr_assert_eq(
+        kv_case_create(&c, 23, KVF_GPU_LAYOUT_VLLM, KVF_GPU_DTYPE_BF16), 0);
     dev_case_create(&d, &c, 0);
     pool = aligned_alloc(4096, (c.chunk_bytes + 4095) / 4096 * 4096);
     cr_assert_not_null(pool);

@@ -68,9 +68,18 @@ static inline size_t kv_case_dtype_size(kvf_gpu_dtype_t dtype)
                                           : 2;
 }
 
-/* Builds a random case; returns 0, or -1 when out of memory. */
-static inline int kv_case_create(kv_case_t *c, uint64_t seed,
-                                 kvf_gpu_layout_t kind, kvf_gpu_dtype_t dtype)
+/* A fixed shape instead of a random one (big cases: streaming paths). */
+typedef struct kv_case_shape {
+    uint32_t layers, heads, head_dim, block_size;
+    uint64_t tokens; /* slot mapping length = chunk tokens = tokens copied */
+} kv_case_shape_t;
+
+/* Builds a random case (random shape when @p shape is NULL); returns 0, or
+ * -1 when out of memory (kv_case_destroy() then frees what was built). */
+static inline int kv_case_create_shape(kv_case_t *c, uint64_t seed,
+                                       kvf_gpu_layout_t kind,
+                                       kvf_gpu_dtype_t dtype,
+                                       const kv_case_shape_t *shape)
 {
     static const uint32_t block_sizes[] = {1, 2, 3, 4, 5, 8, 16};
     uint64_t st = seed * 0x2545f4914f6cdd1dull + 1, begin, num, t, i;
@@ -99,6 +108,16 @@ static inline int kv_case_create(kv_case_t *c, uint64_t seed,
                           : block_sizes[kv_case_range(&st, 0, 6)],
     };
     c->slots_len = kv_case_range(&st, 1, 64);
+    if (shape != NULL) {
+        c->layout.num_layers = shape->layers;
+        c->layout.num_kv_heads =
+            (kind == KVF_GPU_LAYOUT_MLA) ? 1 : shape->heads;
+        c->layout.head_dim = shape->head_dim;
+        c->layout.block_size =
+            (kind == KVF_GPU_LAYOUT_SGLANG) ? 1 : shape->block_size;
+        c->slots_len = shape->tokens;
+        heads        = c->layout.num_kv_heads;
+    }
     c->layout.num_blocks =
         (c->slots_len + c->layout.block_size - 1) / c->layout.block_size +
         kv_case_range(&st, 0, 3);
@@ -154,6 +173,11 @@ static inline int kv_case_create(kv_case_t *c, uint64_t seed,
         num = c->params.chunk_tokens;
     }
     num = kv_case_range(&st, 1, num);
+    if (shape != NULL) {
+        c->params.chunk_tokens = shape->tokens;
+        begin                  = 0;
+        num                    = shape->tokens;
+    }
     c->params.field_mask =
         KVF_GPU_KV_COPY_FIELD_LAYOUT | KVF_GPU_KV_COPY_FIELD_K_LAYERS |
         KVF_GPU_KV_COPY_FIELD_V_LAYERS | KVF_GPU_KV_COPY_FIELD_SLOT_MAPPING |
@@ -179,6 +203,12 @@ static inline int kv_case_create(kv_case_t *c, uint64_t seed,
     kv_case_fill(&st, c->chunk, c->chunk_bytes);
     c->params.chunk = c->chunk;
     return 0;
+}
+
+static inline int kv_case_create(kv_case_t *c, uint64_t seed,
+                                 kvf_gpu_layout_t kind, kvf_gpu_dtype_t dtype)
+{
+    return kv_case_create_shape(c, seed, kind, dtype, NULL);
 }
 
 static inline void kv_case_destroy(kv_case_t *c)

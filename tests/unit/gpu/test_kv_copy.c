@@ -215,6 +215,54 @@ ParameterizedTest(kv_copy_param_t *p, kv_copy, cpu_matches_naive)
     }
 }
 
+/* Copies of 4 MiB and more take the streaming-store path: a Llama-shaped
+ * chunk (2 KiB rows, 256 tokens, 4 layers = 4 MiB) and an odd-row one (not
+ * 16-byte multiples: the memcpy fallback inside the streaming run). */
+Test(kv_copy, big_chunks_match_naive)
+{
+    static const kv_case_shape_t shapes[] = {
+        {.layers     = 4,
+         .heads      = 8,
+         .head_dim   = 128,
+         .block_size = 16,
+         .tokens     = 256},
+        {.layers     = 5,
+         .heads      = 3,
+         .head_dim   = 333,
+         .block_size = 7,
+         .tokens     = 700},
+    };
+    kv_case_t c;
+    uint8_t *expect, *k0;
+    size_t i;
+
+    for (i = 0; i < 2; i++) {
+        cr_assert_eq(kv_case_create_shape(&c, 1000 + i, KVF_GPU_LAYOUT_VLLM,
+                                          KVF_GPU_DTYPE_BF16, &shapes[i]),
+                     0);
+        cr_assert_geq(c.chunk_bytes, 4u << 20);
+        expect = malloc(c.chunk_bytes);
+        memcpy(expect, c.chunk, c.chunk_bytes);
+        naive_copy(&c, expect, true);
+        cr_assert_eq(kvf_gpu_kv_pack_cpu(&c.params), KVF_OK);
+        cr_assert_eq(memcmp(expect, c.chunk, c.chunk_bytes), 0,
+                     "shape %zu: pack", i);
+        /* unpack a changed chunk; naive into a copy of layer 0 */
+        memset(c.chunk, 0x3c, c.chunk_bytes / 2);
+        k0 = malloc(c.layer_bytes);
+        memcpy(k0, c.k[0], c.layer_bytes);
+        cr_assert_eq(kvf_gpu_kv_unpack_cpu(&c.params), KVF_OK);
+        free(expect);
+        expect = c.k[0];
+        c.k[0] = k0;
+        naive_copy(&c, c.chunk, false);
+        cr_assert_eq(memcmp(expect, c.k[0], c.layer_bytes), 0,
+                     "shape %zu: unpack", i);
+        free(expect);
+        kv_case_destroy(&c);
+    }
+}
+
 /* A whole sequence packed chunk by chunk (last one partial, stored compact
  * with chunk_tokens = remainder) and unpacked into a zeroed cache gives back
  * exactly the mapped rows; hole rows stay zero. */
