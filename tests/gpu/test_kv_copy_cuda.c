@@ -173,42 +173,29 @@ ParameterizedTest(kv_cuda_param_t *p, kv_copy_cuda, kernel_matches_cpu)
     }
 }
 
-/* A Llama-3-8B-shaped slice: 2 KiB rows, every pointer 16-byte aligned. */
+/* Llama-3-8B-shaped chunks (2 KiB rows, 256 tokens, blocks of 16) in every
+ * layout: all pointers 16-byte aligned, so the uint4 path runs. */
 Test(kv_copy_cuda, llama_shape_vector_path)
 {
+    static const kv_case_shape_t shape = {.layers     = 4,
+                                          .heads      = 8,
+                                          .head_dim   = 128,
+                                          .block_size = 16,
+                                          .tokens     = 256};
+    char what[32];
     kv_case_t c;
-    size_t row;
+    int kind;
 
     require_device();
-    cr_assert_eq(
-        kv_case_create(&c, 4242, KVF_GPU_LAYOUT_VLLM, KVF_GPU_DTYPE_BF16), 0);
-    /* keep the random buffers but reinterpret them as 8 x 128 rows: shrink
-     * the slot range so every slot still fits the allocation */
-    row                   = 8 * 128 * 2;
-    c.layout.num_kv_heads = 8;
-    c.layout.head_dim     = 128;
-    c.layout.block_size   = 1;
-    c.layout.num_blocks   = c.layer_bytes / (2 * row);
-    if (c.layout.num_blocks == 0) {
+    for (kind = 0; kind < 4; kind++) {
+        cr_assert_eq(kv_case_create_shape(&c, 4242 + kind,
+                                          (kvf_gpu_layout_t)kind,
+                                          KVF_GPU_DTYPE_BF16, &shape),
+                     0);
+        snprintf(what, sizeof(what), "llama layout %d", kind);
+        run_both(&c, 0, what);
         kv_case_destroy(&c);
-        cr_skip_test("case too small for 2 KiB rows");
     }
-    for (uint64_t t = 0; t < c.slots_len; t++) {
-        c.slots[t] =
-            (c.slots[t] < 0) ? -1 : c.slots[t] % (int64_t)c.layout.num_blocks;
-    }
-    c.row                 = row;
-    c.region              = c.layout.num_blocks * row;
-    c.params.num_tokens   = 1;
-    c.params.chunk_offset = 0;
-    c.params.chunk_tokens = c.chunk_bytes / (2 * c.layout.num_layers * row);
-    if (c.params.chunk_tokens == 0) {
-        kv_case_destroy(&c);
-        cr_skip_test("case too small for 2 KiB rows");
-    }
-    c.chunk_bytes = 2 * c.layout.num_layers * c.params.chunk_tokens * row;
-    run_both(&c, 0, "llama shape");
-    kv_case_destroy(&c);
 }
 
 /* Slots the kernel cannot use are skipped, never written out of bounds:
