@@ -343,8 +343,19 @@ static void kvf_gpu_row_copy(uint8_t *dst, const uint8_t *src, uint64_t len,
     memcpy(dst, src, len);
 }
 
-/* One row copy per token; chunk rows are walked in order, the next source
- * row is prefetched while the current one moves. */
+/* Asks for a whole row ahead of its copy: rows of scattered slots (SGLang,
+ * block_size 1) defeat the hardware prefetcher. */
+static inline void kvf_gpu_row_prefetch(const uint8_t *p, uint64_t len)
+{
+    uint64_t i;
+
+    for (i = 0; i < len; i += 64) {
+        __builtin_prefetch(p + i);
+    }
+}
+
+/* One row copy per token; chunk rows are walked in order, and pack
+ * prefetches the source row two tokens ahead while the current one moves. */
 static void kvf_gpu_kv_copy_cpu_run(const kvf_gpu_kv_plan_t *plan,
                                     kvf_gpu_dir_t dir)
 {
@@ -369,10 +380,10 @@ static void kvf_gpu_kv_copy_cpu_run(const kvf_gpu_kv_plan_t *plan,
                 }
                 paged_row = plan->base[kv][l] + (uint64_t)slot * row;
                 if (dir == KVF_GPU_DIR_PACK) {
-                    next = (t + 1 < plan->num_tokens) ? plan->slots[t + 1] : -1;
+                    next = (t + 2 < plan->num_tokens) ? plan->slots[t + 2] : -1;
                     if (next >= 0) {
-                        __builtin_prefetch(plan->base[kv][l] +
-                                           (uint64_t)next * row);
+                        kvf_gpu_row_prefetch(
+                            plan->base[kv][l] + (uint64_t)next * row, row);
                     }
                     kvf_gpu_row_copy(chunk_row, paged_row, row, stream);
                 } else {
