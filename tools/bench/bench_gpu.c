@@ -24,6 +24,13 @@ enum {
     KVF_BENCH_GPU_EXIT_SKIPPED = 77, /* nothing ran: no CUDA device */
 };
 
+typedef enum {
+    KVF_BENCH_GPU_OP_PACK   = 0,
+    KVF_BENCH_GPU_OP_UNPACK = 1,
+    KVF_BENCH_GPU_OP_COPY   = 2, /* the plain-copy baseline */
+    KVF_BENCH_GPU_OP_COUNT  = 3,
+} kvf_bench_gpu_op_t;
+
 typedef struct kvf_bench_gpu_opts {
     const char *layout; /* vllm|kv|sglang|mla|all */
     const char *path;   /* cpu|cuda|all */
@@ -247,8 +254,8 @@ err_nomem:
 }
 
 /* Mean GB/s of @p iters runs of one operation, after one warm-up. */
-static int kvf_bench_gpu_time(kvf_bench_gpu_case_t *c, int op, unsigned iters,
-                              double *gbps_p)
+static int kvf_bench_gpu_time(kvf_bench_gpu_case_t *c, kvf_bench_gpu_op_t op,
+                              unsigned iters, double *gbps_p)
 {
     kvf_status_t status = KVF_OK;
     uint64_t start      = kvf_time_now_ns();
@@ -262,11 +269,11 @@ static int kvf_bench_gpu_time(kvf_bench_gpu_case_t *c, int op, unsigned iters,
             start = kvf_time_now_ns();
         }
         switch (op) {
-        case 0:
+        case KVF_BENCH_GPU_OP_PACK:
             status = c->on_device ? kvf_gpu_kv_pack_cuda(&c->params, NULL)
                                   : kvf_gpu_kv_pack_cpu(&c->params);
             break;
-        case 1:
+        case KVF_BENCH_GPU_OP_UNPACK:
             status = c->on_device ? kvf_gpu_kv_unpack_cuda(&c->params, NULL)
                                   : kvf_gpu_kv_unpack_cpu(&c->params);
             break;
@@ -295,7 +302,7 @@ static int kvf_bench_gpu_run(const kvf_bench_gpu_opts_t *o, int layout,
 {
     static const char *const ops[] = {"pack", "unpack"};
     kvf_bench_gpu_case_t c;
-    double gbps[3];
+    double gbps[KVF_BENCH_GPU_OP_COUNT];
     int op;
 
     fprintf(stderr, "kvf-bench gpu: %s %s %s ...\n", on_device ? "cuda" : "cpu",
@@ -303,10 +310,11 @@ static int kvf_bench_gpu_run(const kvf_bench_gpu_opts_t *o, int layout,
     if (kvf_bench_gpu_case_create(&c, o, layout, dtype, on_device) != 0) {
         return -1;
     }
-    for (op = 0; op < 3; op++) {
-        if (kvf_bench_gpu_time(&c, op, o->iters, &gbps[op]) != 0) {
+    for (op = 0; op < KVF_BENCH_GPU_OP_COUNT; op++) {
+        if (kvf_bench_gpu_time(&c, (kvf_bench_gpu_op_t)op, o->iters,
+                               &gbps[op]) != 0) {
             fprintf(stderr, "kvf-bench gpu: %s failed\n",
-                    (op < 2) ? ops[op] : "baseline copy");
+                    (op < KVF_BENCH_GPU_OP_COPY) ? ops[op] : "baseline copy");
             kvf_bench_gpu_case_destroy(&c);
             return -1;
         }
@@ -321,7 +329,7 @@ static int kvf_bench_gpu_run(const kvf_bench_gpu_opts_t *o, int layout,
                kvf_bench_gpu_layouts[layout], kvf_bench_gpu_dtypes[dtype],
                c.layout.num_layers, c.layout.num_kv_heads, c.layout.head_dim,
                o->tokens, c.layout.block_size, c.chunk_bytes, o->iters,
-               gbps[op], gbps[2]);
+               gbps[op], gbps[KVF_BENCH_GPU_OP_COPY]);
     }
     fflush(stdout);
     kvf_bench_gpu_case_destroy(&c);
@@ -375,12 +383,12 @@ int kvf_bench_gpu_main(int argc, char **argv)
         .iters      = 20,
     };
     const char *reason;
-    int opt, layout, dtype, l, ran = 0, failed = 0, lo, hi;
+    int opt, idx, layout, dtype, l, ran = 0, failed = 0, lo, hi;
     uint64_t v;
     bool want_cpu, want_cuda;
 
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "h", long_opts, &idx)) != -1) {
         v = 0;
         switch (opt) {
         case 'l':
@@ -398,7 +406,7 @@ int kvf_bench_gpu_main(int argc, char **argv)
         case 'b':
         case 'i':
             if (kvf_bench_gpu_parse_u64(
-                    optarg, "size", 1,
+                    optarg, long_opts[idx].name, 1,
                     (opt == 'L') ? KVF_GPU_MAX_LAYERS : 1u << 20, &v) != 0) {
                 return 2;
             }
@@ -417,8 +425,9 @@ int kvf_bench_gpu_main(int argc, char **argv)
         case 't':
         case 'c':
         case 's':
-            if (kvf_bench_gpu_parse_u64(optarg, "count", (opt == 's') ? 0 : 1,
-                                        1ull << 32, &v) != 0) {
+            if (kvf_bench_gpu_parse_u64(optarg, long_opts[idx].name,
+                                        (opt == 's') ? 0 : 1, 1ull << 32,
+                                        &v) != 0) {
                 return 2;
             }
             if (opt == 't') {
