@@ -171,10 +171,9 @@ kvf_status_t kvf_gpu_kv_chunk_bytes(const kvf_gpu_kv_layout_t *layout,
     return KVF_OK;
 }
 
-/* Checks everything the host can see and resolves the addresses. Slots are
- * not read here: on the CUDA path they live in device memory. */
-static kvf_status_t kvf_gpu_kv_plan_init(const kvf_gpu_kv_copy_params_t *params,
-                                         kvf_gpu_kv_plan_t *plan)
+/* Slots are not read here: on the CUDA path they live in device memory. */
+kvf_status_t kvf_gpu_kv_plan_init(const kvf_gpu_kv_copy_params_t *params,
+                                  kvf_gpu_kv_plan_t *plan)
 {
     const kvf_gpu_kv_layout_t *layout;
     kvf_status_t status;

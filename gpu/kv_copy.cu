@@ -11,6 +11,7 @@
  * plan, same addresses, rows copied whole.
  */
 #include "gpu/kv_copy.h"
+#include "gpu/kv_copy_row.h"
 
 #include <cuda_runtime.h>
 
@@ -25,66 +26,22 @@ constexpr int kvf_gpu_err_no_driver = -1;
 constexpr unsigned kvf_gpu_warps_per_block = 4;
 constexpr unsigned kvf_gpu_warp_size       = 32;
 
-template <typename T>
-__device__ __forceinline__ void kvf_gpu_row_copy(uint8_t *dst,
-                                                 const uint8_t *src,
-                                                 uint64_t bytes, unsigned lane)
+/* One warp per token row; the row work is shared with the host-side
+ * emulation in the unit tests (kv_copy_row.h). __grid_constant__: the
+ * 4 KiB plan is read in place from parameter space, never copied to local
+ * memory although its address is taken. */
+__global__ void
+kvf_gpu_kv_copy_kernel(const __grid_constant__ kvf_gpu_kv_plan_t plan,
+                       kvf_gpu_dir_t dir)
 {
-    T *d       = reinterpret_cast<T *>(dst);
-    const T *s = reinterpret_cast<const T *>(src);
-    uint64_t n = bytes / sizeof(T);
-
-    for (uint64_t i = lane; i < n; i += kvf_gpu_warp_size) {
-        d[i] = s[i];
-    }
-}
-
-__global__ void kvf_gpu_kv_copy_kernel(const kvf_gpu_kv_plan_t plan, int dir)
-{
-    unsigned lane = threadIdx.x % kvf_gpu_warp_size;
-    uint64_t t    = (uint64_t)blockIdx.x * kvf_gpu_warps_per_block +
+    uint64_t t = (uint64_t)blockIdx.x * kvf_gpu_warps_per_block +
                  threadIdx.x / kvf_gpu_warp_size;
-    unsigned l   = blockIdx.y;
-    unsigned kv  = blockIdx.z;
-    uint64_t row = plan.row_bytes;
-    uint8_t *chunk_row, *paged_row, *dst;
-    const uint8_t *src;
-    uintptr_t align;
-    int64_t slot;
 
     if (t >= plan.num_tokens) {
         return;
     }
-    slot = plan.slots[t];
-    /* -1 skips; anything else outside the cache is skipped too, since the
-     * host never reads device-side slots (documented in gpu.h) */
-    if ((slot < 0) || ((uint64_t)slot >= plan.num_slots)) {
-        return;
-    }
-    chunk_row =
-        plan.chunk + (((uint64_t)kv * plan.num_layers + l) * plan.chunk_tokens +
-                      plan.chunk_offset + t) *
-                         row;
-    paged_row = plan.base[kv][l] + (uint64_t)slot * row;
-    if (dir == KVF_GPU_DIR_PACK) {
-        dst = chunk_row;
-        src = paged_row;
-    } else {
-        dst = paged_row;
-        src = chunk_row;
-    }
-    align = (uintptr_t)dst | (uintptr_t)src | (uintptr_t)row;
-    if ((align & 15) == 0) {
-        kvf_gpu_row_copy<uint4>(dst, src, row, lane);
-    } else if ((align & 7) == 0) {
-        kvf_gpu_row_copy<uint2>(dst, src, row, lane);
-    } else if ((align & 3) == 0) {
-        kvf_gpu_row_copy<uint32_t>(dst, src, row, lane);
-    } else if ((align & 1) == 0) {
-        kvf_gpu_row_copy<uint16_t>(dst, src, row, lane);
-    } else {
-        kvf_gpu_row_copy<uint8_t>(dst, src, row, lane);
-    }
+    kvf_gpu_kv_copy_token(&plan, dir, t, blockIdx.y, blockIdx.z,
+                          threadIdx.x % kvf_gpu_warp_size, kvf_gpu_warp_size);
 }
 
 } // namespace
@@ -143,7 +100,7 @@ int kvf_gpu_cuda_kv_copy(const kvf_gpu_kv_plan_t *plan, kvf_gpu_dir_t dir,
         return (int)cudaErrorInvalidConfiguration;
     }
     kvf_gpu_kv_copy_kernel<<<grid, block, 0, (cudaStream_t)stream>>>(*plan,
-                                                                     (int)dir);
+                                                                     dir);
     return (int)cudaGetLastError();
 }
 

@@ -40,6 +40,12 @@ typedef struct kvf_gpu_kv_plan {
     uint8_t *base[2][KVF_GPU_MAX_LAYERS]; /* [K/V][layer] slot 0 address */
 } kvf_gpu_kv_plan_t;
 
+/* Checks everything the host can see (logging the first problem) and
+ * resolves every address into @p plan; the slots themselves are not read.
+ * Returns what kvf_gpu_kv_pack_cpu() documents for those checks. */
+kvf_status_t kvf_gpu_kv_plan_init(const kvf_gpu_kv_copy_params_t *params,
+                                  kvf_gpu_kv_plan_t *plan);
+
 /* Device count (>= 0 when usable) or a negative value; *err_p gets the CUDA
  * error code of the failure. */
 int kvf_gpu_cuda_probe(int *err_p);
