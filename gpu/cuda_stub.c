@@ -48,6 +48,11 @@ int kvf_gpu_cuda_host_unregister(void *addr)
     return KVF_GPU_STUB_ERR;
 }
 
+int kvf_gpu_cuda_host_device_ptr(void *addr, void **dev_ptr_p)
+{
+    return KVF_GPU_STUB_ERR;
+}
+
 int kvf_gpu_cuda_ipc_export(void *dev_ptr, kvf_gpu_ipc_handle_t *handle_p)
 {
     return KVF_GPU_STUB_ERR;

@@ -120,6 +120,11 @@ int kvf_gpu_cuda_host_unregister(void *addr)
     return (int)cudaHostUnregister(addr);
 }
 
+int kvf_gpu_cuda_host_device_ptr(void *addr, void **dev_ptr_p)
+{
+    return (int)cudaHostGetDevicePointer(dev_ptr_p, addr, 0);
+}
+
 int kvf_gpu_cuda_ipc_export(void *dev_ptr, kvf_gpu_ipc_handle_t *handle_p)
 {
     cudaIpcMemHandle_t h;

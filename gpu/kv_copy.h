@@ -59,6 +59,7 @@ int kvf_gpu_cuda_kv_copy(const kvf_gpu_kv_plan_t *plan, kvf_gpu_dir_t dir,
 int kvf_gpu_cuda_synchronize(void);
 int kvf_gpu_cuda_host_register(void *addr, size_t len);
 int kvf_gpu_cuda_host_unregister(void *addr);
+int kvf_gpu_cuda_host_device_ptr(void *addr, void **dev_ptr_p);
 int kvf_gpu_cuda_ipc_export(void *dev_ptr, kvf_gpu_ipc_handle_t *handle_p);
 int kvf_gpu_cuda_ipc_open(const kvf_gpu_ipc_handle_t *handle, void **dev_ptr_p);
 int kvf_gpu_cuda_ipc_close(void *dev_ptr);

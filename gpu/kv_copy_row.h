@@ -40,10 +40,10 @@ typedef struct kvf_gpu_vec16 {
  * size. Slots outside 0..num_slots-1 (-1 holes, and bad slots the host
  * could not check on the device) copy nothing.
  */
-KVF_GPU_HOST_DEVICE void
-kvf_gpu_kv_copy_token(const kvf_gpu_kv_plan_t *plan, kvf_gpu_dir_t dir,
-                      uint64_t t, uint32_t l, uint32_t kv, unsigned lane,
-                      unsigned nlanes)
+KVF_GPU_HOST_DEVICE void kvf_gpu_kv_copy_token(const kvf_gpu_kv_plan_t *plan,
+                                               kvf_gpu_dir_t dir, uint64_t t,
+                                               uint32_t l, uint32_t kv,
+                                               unsigned lane, unsigned nlanes)
 {
     uint64_t row = plan->row_bytes;
     uint8_t *chunk_row, *paged_row, *dst;
@@ -58,7 +58,7 @@ kvf_gpu_kv_copy_token(const kvf_gpu_kv_plan_t *plan, kvf_gpu_dir_t dir,
     chunk_row = plan->chunk +
                 (((uint64_t)kv * plan->num_layers + l) * plan->chunk_tokens +
                  plan->chunk_offset + t) *
-                        row;
+                    row;
     paged_row = plan->base[kv][l] + (uint64_t)slot * row;
     if (dir == KVF_GPU_DIR_PACK) {
         dst = chunk_row;

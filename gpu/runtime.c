@@ -112,6 +112,29 @@ kvf_status_t kvf_gpu_host_unregister(void *addr)
     return KVF_OK;
 }
 
+kvf_status_t kvf_gpu_host_device_ptr(void *addr, void **dev_ptr_p)
+{
+    void *dev_ptr = NULL;
+    int err;
+
+    if ((addr == NULL) || (dev_ptr_p == NULL)) {
+        kvf_error("host device pointer: NULL %s",
+                  (addr == NULL) ? "address" : "out-param");
+        return KVF_ERR_INVALID;
+    }
+    if (kvf_gpu_unsupported("host device pointer")) {
+        return KVF_ERR_UNSUPPORTED;
+    }
+    err = kvf_gpu_cuda_host_device_ptr(addr, &dev_ptr);
+    if (err != 0) {
+        kvf_error("host device pointer %p: %s", addr,
+                  kvf_gpu_cuda_error_string(err));
+        return KVF_ERR_IO;
+    }
+    *dev_ptr_p = dev_ptr;
+    return KVF_OK;
+}
+
 kvf_status_t kvf_gpu_ipc_export(void *dev_ptr, kvf_gpu_ipc_handle_t *handle_p)
 {
     kvf_gpu_ipc_handle_t handle;

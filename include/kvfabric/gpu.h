@@ -279,6 +279,21 @@ KVF_API kvf_status_t kvf_gpu_host_register(void *addr, size_t len);
  */
 KVF_API kvf_status_t kvf_gpu_host_unregister(void *addr);
 
+/**
+ * The device address of host memory pinned by kvf_gpu_host_register()
+ * (cudaHostGetDevicePointer), for a chunk argument of the `_cuda` copies.
+ * With unified addressing it usually equals @p addr; ask rather than assume.
+ *
+ * @param [in] addr        an address inside a registered region
+ * @param [out] dev_ptr_p  the device address, written only on success
+ * @return ::KVF_OK; ::KVF_ERR_INVALID for NULL; ::KVF_ERR_UNSUPPORTED
+ *         without CUDA; ::KVF_ERR_IO when the region is not registered
+ *         (logged)
+ *
+ * thread: thread-safe. ownership: valid while the region stays registered.
+ */
+KVF_API kvf_status_t kvf_gpu_host_device_ptr(void *addr, void **dev_ptr_p);
+
 /** Size of a CUDA IPC memory handle (cudaIpcMemHandle_t). */
 #define KVF_GPU_IPC_HANDLE_SIZE 64
 

@@ -227,16 +227,21 @@ Test(kv_copy_cuda, pack_into_pinned_host_chunk)
     kv_case_t c;
     dev_case_t d;
     uint8_t *pool;
+    size_t len;
+    void *dev_chunk = NULL;
 
     require_device();
     cr_assert_eq(
         kv_case_create(&c, 23, KVF_GPU_LAYOUT_VLLM, KVF_GPU_DTYPE_BF16), 0);
     dev_case_create(&d, &c, 0);
-    pool = aligned_alloc(4096, (c.chunk_bytes + 4095) / 4096 * 4096);
+    len  = (c.chunk_bytes + 4095) / 4096 * 4096;
+    pool = aligned_alloc(4096, len);
     cr_assert_not_null(pool);
     memcpy(pool, c.chunk, c.chunk_bytes);
-    cr_assert_eq(kvf_gpu_host_register(pool, c.chunk_bytes), KVF_OK);
-    d.params.chunk = pool; /* unified addressing: same pointer on device */
+    cr_assert_eq(kvf_gpu_host_register(pool, len), KVF_OK);
+    cr_assert_eq(kvf_gpu_host_device_ptr(pool, &dev_chunk), KVF_OK);
+    cr_assert_not_null(dev_chunk);
+    d.params.chunk = dev_chunk;
     cr_assert_eq(kvf_gpu_kv_pack_cuda(&d.params, NULL), KVF_OK);
     cr_assert_eq(kvf_gpu_synchronize(), KVF_OK);
     cr_assert_eq(kvf_gpu_kv_pack_cpu(&c.params), KVF_OK);

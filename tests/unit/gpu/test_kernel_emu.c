@@ -42,12 +42,12 @@ static void emu_case_create(emu_case_t *e, const kv_case_t *c, size_t shift)
     for (l = 0; l < c->layout.num_layers; l++) {
         e->k_tab[l] = emu_copy(c->k[l], c->layer_bytes, shift, &e->k_alloc[l]);
         if (c->v[l] != NULL) {
-            e->v_tab[l] = emu_copy(c->v[l], c->region, (shift * 3) % 16,
-                                   &e->v_alloc[l]);
+            e->v_tab[l] =
+                emu_copy(c->v[l], c->region, (shift * 3) % 16, &e->v_alloc[l]);
         }
     }
-    e->chunk = emu_copy(c->chunk, c->chunk_bytes, (shift * 5) % 16,
-                        &e->chunk_alloc);
+    e->chunk =
+        emu_copy(c->chunk, c->chunk_bytes, (shift * 5) % 16, &e->chunk_alloc);
     e->params          = c->params;
     e->params.k_layers = e->k_tab;
     e->params.v_layers = e->v_tab;
@@ -79,8 +79,8 @@ static void emu_launch(const kvf_gpu_kv_copy_params_t *params,
         for (l = 0; l < plan.num_layers; l++) {
             for (t = 0; t < plan.num_tokens; t++) {
                 for (lane = 31; lane >= 0; lane--) {
-                    kvf_gpu_kv_copy_token(&plan, dir, t, l, kv,
-                                          (unsigned)lane, 32);
+                    kvf_gpu_kv_copy_token(&plan, dir, t, l, kv, (unsigned)lane,
+                                          32);
                 }
             }
         }
@@ -145,8 +145,7 @@ Test(kernel_emu, bad_slots_copy_nothing)
     emu_case_t e;
     uint64_t first;
 
-    cr_assert_eq(kv_case_create(&c, 3, KVF_GPU_LAYOUT_VLLM,
-                                KVF_GPU_DTYPE_FP32),
+    cr_assert_eq(kv_case_create(&c, 3, KVF_GPU_LAYOUT_VLLM, KVF_GPU_DTYPE_FP32),
                  0);
     first = c.params.token_begin;
     emu_case_create(&e, &c, 0);
@@ -165,9 +164,11 @@ Test(kernel_emu, bad_slots_copy_nothing)
 /* Big aligned rows (the 16-byte unit) through the kernel code. */
 Test(kernel_emu, llama_shape)
 {
-    static const kv_case_shape_t shape = {
-            .layers = 2, .heads = 8, .head_dim = 128, .block_size = 16,
-            .tokens = 64};
+    static const kv_case_shape_t shape = {.layers     = 2,
+                                          .heads      = 8,
+                                          .head_dim   = 128,
+                                          .block_size = 16,
+                                          .tokens     = 64};
     kv_case_t c;
     emu_case_t e;
 

@@ -59,6 +59,8 @@ Test(gpu_runtime, bad_arguments_are_invalid_first)
     cr_assert_eq(kvf_gpu_host_register(NULL, 4096), KVF_ERR_INVALID);
     cr_assert_eq(kvf_gpu_host_register(buf, 0), KVF_ERR_INVALID);
     cr_assert_eq(kvf_gpu_host_unregister(NULL), KVF_ERR_INVALID);
+    cr_assert_eq(kvf_gpu_host_device_ptr(NULL, &p), KVF_ERR_INVALID);
+    cr_assert_eq(kvf_gpu_host_device_ptr(buf, NULL), KVF_ERR_INVALID);
     cr_assert_eq(kvf_gpu_ipc_export(NULL, &h), KVF_ERR_INVALID);
     cr_assert_eq(kvf_gpu_ipc_export(buf, NULL), KVF_ERR_INVALID);
     cr_assert_eq(kvf_gpu_ipc_open(NULL, &p), KVF_ERR_INVALID);
@@ -76,7 +78,7 @@ Test(gpu_runtime, bad_arguments_are_invalid_first)
 Test(gpu_runtime, pin_is_unsupported_without_device)
 {
     size_t len = 1 << 16;
-    void *pool;
+    void *pool, *dev;
 
     skip_if_device();
     pool = aligned_alloc(4096, len);
@@ -85,6 +87,9 @@ Test(gpu_runtime, pin_is_unsupported_without_device)
     cr_assert(kvf_test_log_contains("host register: no CUDA device"), "%s",
               kvf_test_log_text());
     cr_assert_eq(kvf_gpu_host_unregister(pool), KVF_ERR_UNSUPPORTED);
+    dev = pool;
+    cr_assert_eq(kvf_gpu_host_device_ptr(pool, &dev), KVF_ERR_UNSUPPORTED);
+    cr_assert_eq(dev, pool); /* untouched on failure */
     free(pool);
 }
 
