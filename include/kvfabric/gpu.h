@@ -202,8 +202,8 @@ kvf_gpu_kv_unpack_cpu(const kvf_gpu_kv_copy_params_t *params);
  *
  * The slot mapping lives in device memory and is not read by the host: a
  * slot < -1 or past the cache is skipped by the kernel (never written out of
- * bounds) instead of being reported. Use kvf_gpu_kv_pack_cpu() semantics
- * (validate host-side) where that matters.
+ * bounds) instead of being reported. Where that matters, check the mapping
+ * on the host before copying it to the device.
  *
  * @param [in] params  what to copy; data pointers device-accessible
  * @param [in] stream  a cudaStream_t, or NULL for the default stream
