@@ -242,6 +242,23 @@ kvf_status_t kvf_gpu_kv_plan_init(const kvf_gpu_kv_copy_params_t *params,
     if (status != KVF_OK) {
         return status;
     }
+    plan->layer_begin = (params->field_mask & KVF_GPU_KV_COPY_FIELD_LAYER_BEGIN)
+                            ? params->layer_begin
+                            : 0;
+    if (plan->layer_begin >= layout->num_layers) {
+        kvf_error("kv copy: layer %u past %u layers", plan->layer_begin,
+                  layout->num_layers);
+        return KVF_ERR_RANGE;
+    }
+    plan->layer_count = (params->field_mask & KVF_GPU_KV_COPY_FIELD_LAYER_COUNT)
+                            ? params->layer_count
+                            : layout->num_layers - plan->layer_begin;
+    if ((plan->layer_count == 0) ||
+        (plan->layer_count > layout->num_layers - plan->layer_begin)) {
+        kvf_error("kv copy: layers %u+%u outside 1..%u layers",
+                  plan->layer_begin, plan->layer_count, layout->num_layers);
+        return KVF_ERR_RANGE;
+    }
 
     plan->num_tokens   = params->num_tokens;
     plan->num_slots    = layout->num_blocks * layout->block_size;
@@ -252,7 +269,9 @@ kvf_status_t kvf_gpu_kv_plan_init(const kvf_gpu_kv_copy_params_t *params,
     plan->num_layers   = layout->num_layers;
     plan->num_kv       = (layout->layout == KVF_GPU_LAYOUT_MLA) ? 1 : 2;
     layer_bytes        = plan->num_slots * row;
-    for (l = 0; l < layout->num_layers; l++) {
+    memset(plan->base, 0, sizeof(plan->base));
+    for (l = plan->layer_begin; l < plan->layer_begin + plan->layer_count;
+         l++) {
         plan->base[0][l] = params->k_layers[l];
         if (plan->base[0][l] == NULL) {
             kvf_error("kv copy: k_layers[%u] is NULL", l);
@@ -364,10 +383,11 @@ static void kvf_gpu_kv_copy_cpu_run(const kvf_gpu_kv_plan_t *plan,
     int64_t slot, next;
     bool stream;
 
-    stream = (plan->num_kv * plan->num_layers * plan->num_tokens * row) >=
+    stream = (plan->num_kv * plan->layer_count * plan->num_tokens * row) >=
              KVF_GPU_CPU_STREAM_MIN;
     for (kv = 0; kv < plan->num_kv; kv++) {
-        for (l = 0; l < plan->num_layers; l++) {
+        for (l = plan->layer_begin; l < plan->layer_begin + plan->layer_count;
+             l++) {
             chunk_row = plan->chunk + (((uint64_t)kv * plan->num_layers + l) *
                                            plan->chunk_tokens +
                                        plan->chunk_offset) *
@@ -447,7 +467,7 @@ static kvf_status_t kvf_gpu_kv_copy_cuda(const kvf_gpu_kv_copy_params_t *params,
         kvf_error("kv copy: %s kernel launch for %u layers, %" PRIu64
                   " tokens failed: %s",
                   (dir == KVF_GPU_DIR_PACK) ? "pack" : "unpack",
-                  plan.num_layers, plan.num_tokens,
+                  plan.layer_count, plan.num_tokens,
                   kvf_gpu_cuda_error_string(err));
         return KVF_ERR_IO;
     }

@@ -40,8 +40,9 @@ kvf_gpu_kv_copy_kernel(const __grid_constant__ kvf_gpu_kv_plan_t plan,
     if (t >= plan.num_tokens) {
         return;
     }
-    kvf_gpu_kv_copy_token(&plan, dir, t, blockIdx.y, blockIdx.z,
-                          threadIdx.x % kvf_gpu_warp_size, kvf_gpu_warp_size);
+    kvf_gpu_kv_copy_token(&plan, dir, t, plan.layer_begin + blockIdx.y,
+                          blockIdx.z, threadIdx.x % kvf_gpu_warp_size,
+                          kvf_gpu_warp_size);
 }
 
 } // namespace
@@ -91,7 +92,7 @@ int kvf_gpu_cuda_kv_copy(const kvf_gpu_kv_plan_t *plan, kvf_gpu_dir_t dir,
 {
     dim3 grid((unsigned)((plan->num_tokens + kvf_gpu_warps_per_block - 1) /
                          kvf_gpu_warps_per_block),
-              plan->num_layers, plan->num_kv);
+              plan->layer_count, plan->num_kv);
     dim3 block(kvf_gpu_warps_per_block * kvf_gpu_warp_size);
 
     if ((plan->num_tokens + kvf_gpu_warps_per_block - 1) /

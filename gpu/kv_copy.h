@@ -35,8 +35,10 @@ typedef struct kvf_gpu_kv_plan {
     uint64_t chunk_offset; /* chunk position of the first token */
     const int64_t *slots;  /* slot_mapping + token_begin */
     uint8_t *chunk;
-    uint32_t num_layers;
-    uint32_t num_kv;                      /* 2 (K and V) or 1 (MLA) */
+    uint32_t num_layers;  /* L of the chunk */
+    uint32_t layer_begin; /* first layer copied */
+    uint32_t layer_count; /* layers copied (the kernel's grid y) */
+    uint32_t num_kv;      /* 2 (K and V) or 1 (MLA) */
     uint8_t *base[2][KVF_GPU_MAX_LAYERS]; /* [K/V][layer] slot 0 address */
 } kvf_gpu_kv_plan_t;
 

@@ -97,13 +97,17 @@ enum {
     KVF_GPU_KV_COPY_FIELD_NUM_TOKENS       = 1u << 6,
     KVF_GPU_KV_COPY_FIELD_CHUNK            = 1u << 7,
     KVF_GPU_KV_COPY_FIELD_CHUNK_TOKENS     = 1u << 8,
-    KVF_GPU_KV_COPY_FIELD_CHUNK_OFFSET     = 1u << 9, /**< optional, 0 */
+    KVF_GPU_KV_COPY_FIELD_CHUNK_OFFSET     = 1u << 9,  /**< optional, 0 */
+    KVF_GPU_KV_COPY_FIELD_LAYER_BEGIN      = 1u << 10, /**< optional, 0 */
+    KVF_GPU_KV_COPY_FIELD_LAYER_COUNT      = 1u << 11, /**< optional, all */
 };
 
 /**
  * One pack or unpack: tokens `[token_begin, token_begin + num_tokens)` of
  * the slot mapping move between the paged cache and chunk token positions
- * `[chunk_offset, chunk_offset + num_tokens)`, for every layer.
+ * `[chunk_offset, chunk_offset + num_tokens)`, for every layer, or for the
+ * layer group `[layer_begin, layer_begin + layer_count)` when set (a PD
+ * push of the layers prefill has finished; the chunk keeps all layers).
  *
  * The pointer tables themselves are read by the host during the call. What
  * they point to, @c slot_mapping and @c chunk must be accessible by the
@@ -122,6 +126,8 @@ typedef struct kvf_gpu_kv_copy_params {
     void *chunk;                 /**< required: the KV_2LTD chunk */
     uint64_t chunk_tokens;       /**< required: T, token capacity of chunk */
     uint64_t chunk_offset;       /**< chunk token position of token_begin */
+    uint32_t layer_begin;        /**< first layer to copy (default 0) */
+    uint32_t layer_count;        /**< layers to copy (default: the rest) */
 } kvf_gpu_kv_copy_params_t;
 
 /**
@@ -171,9 +177,11 @@ KVF_API kvf_status_t kvf_gpu_kv_layout_check(const kvf_gpu_kv_layout_t *layout);
  * written, so a failed call leaves the chunk untouched.
  *
  * @param [in] params  what to copy; all pointers host memory
- * @return ::KVF_OK; ::KVF_ERR_INVALID for NULL pointers, missing fields or
- *         a bad layout; ::KVF_ERR_RANGE when the token range passes the slot
- *         mapping or the chunk capacity, or a slot is < -1 or past the cache
+ * @return ::KVF_OK; ::KVF_ERR_INVALID for NULL pointers (also a NULL table
+ *         entry of a copied layer), missing fields or a bad layout;
+ *         ::KVF_ERR_RANGE when the token range passes the slot mapping or
+ *         the chunk capacity, the layer group passes num_layers (or is
+ *         empty), or a slot is < -1 or past the cache
  *
  * thread: thread-safe (the caller keeps concurrent copies from writing the
  * same bytes). ownership: nothing is kept after the call.

@@ -194,6 +194,17 @@ static inline int kv_case_create_shape(kv_case_t *c, uint64_t seed,
     c->params.num_tokens       = num;
     c->params.chunk_offset =
         kv_case_range(&st, 0, c->params.chunk_tokens - num);
+    /* a layer group half the time (always set: the naive loop reads it) */
+    c->params.field_mask |=
+        KVF_GPU_KV_COPY_FIELD_LAYER_BEGIN | KVF_GPU_KV_COPY_FIELD_LAYER_COUNT;
+    c->params.layer_begin = 0;
+    c->params.layer_count = c->layout.num_layers;
+    if ((shape == NULL) && (kv_case_range(&st, 0, 1) == 0)) {
+        c->params.layer_begin =
+            (uint32_t)kv_case_range(&st, 0, c->layout.num_layers - 1);
+        c->params.layer_count = (uint32_t)kv_case_range(
+            &st, 1, c->layout.num_layers - c->params.layer_begin);
+    }
     c->chunk_bytes = ((kind == KVF_GPU_LAYOUT_MLA) ? 1 : 2) *
                      c->layout.num_layers * c->params.chunk_tokens * c->row;
     c->chunk = malloc(c->chunk_bytes);

@@ -76,7 +76,8 @@ static void emu_launch(const kvf_gpu_kv_copy_params_t *params,
 
     cr_assert_eq(kvf_gpu_kv_plan_init(params, &plan), KVF_OK);
     for (kv = 0; kv < plan.num_kv; kv++) {
-        for (l = 0; l < plan.num_layers; l++) {
+        for (l = plan.layer_begin; l < plan.layer_begin + plan.layer_count;
+             l++) {
             for (t = 0; t < plan.num_tokens; t++) {
                 for (lane = 31; lane >= 0; lane--) {
                     kvf_gpu_kv_copy_token(&plan, dir, t, l, kv, (unsigned)lane,

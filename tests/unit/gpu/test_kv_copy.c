@@ -103,7 +103,8 @@ static void naive_copy(kv_case_t *c, uint8_t *chunk, bool pack)
             continue;
         }
         for (kv = 0; kv < num_kv; kv++) {
-            for (l = 0; l < lay->num_layers; l++) {
+            for (l = c->params.layer_begin;
+                 l < c->params.layer_begin + c->params.layer_count; l++) {
                 for (h = 0; h < lay->num_kv_heads; h++) {
                     for (d = 0; d < lay->head_dim; d++) {
                         p = naive_paged_elem(c, l, kv, (uint64_t)slot, h, d);
@@ -294,6 +295,8 @@ Test(kv_copy, sequence_round_trip_with_partial_last_chunk)
             for (begin = 0; begin < c.slots_len; begin += chunk_size) {
                 kvf_gpu_kv_copy_params_t p = c.params;
 
+                p.layer_begin = 0; /* the whole chunk: every layer */
+                p.layer_count = c.layout.num_layers;
                 for (l = 0; l < c.layout.num_layers; l++) {
                     memcpy(c.k[l], orig_k[l], c.layer_bytes);
                     if (c.v[l] != NULL) {
@@ -596,4 +599,51 @@ Test(kv_copy_err, v_layers_ignored_where_unused)
     c.params.chunk_offset = UINT64_MAX;
     cr_assert_eq(kvf_gpu_kv_unpack_cpu(&c.params), KVF_OK);
     kv_case_destroy(&c);
+}
+
+Test(kv_copy_err, layer_group_out_of_range)
+{
+    kvf_gpu_kv_copy_params_t p = g_case.params;
+    uint32_t L                 = g_case.layout.num_layers;
+
+    p.field_mask |=
+        KVF_GPU_KV_COPY_FIELD_LAYER_BEGIN | KVF_GPU_KV_COPY_FIELD_LAYER_COUNT;
+    p.layer_begin = L;
+    p.layer_count = 1;
+    expect_fail(&p, KVF_ERR_RANGE, "past");
+    p.layer_begin = 0;
+    p.layer_count = 0;
+    expect_fail(&p, KVF_ERR_RANGE, "outside 1..");
+    p.layer_count = L + 1;
+    expect_fail(&p, KVF_ERR_RANGE, "outside 1..");
+    p.layer_begin = L - 1;
+    p.layer_count = 2;
+    expect_fail(&p, KVF_ERR_RANGE, "outside 1..");
+    p.layer_begin = UINT32_MAX;
+    p.layer_count = UINT32_MAX;
+    expect_fail(&p, KVF_ERR_RANGE, "past");
+}
+
+/* Only the copied group's table entries are read: others may be NULL, and
+ * the chunk's other layers keep their bytes. */
+Test(kv_copy_err, layer_group_reads_only_its_tables)
+{
+    kvf_gpu_kv_copy_params_t p  = g_case.params;
+    void *k[KV_CASE_MAX_LAYERS] = {0}, *v[KV_CASE_MAX_LAYERS] = {0};
+    uint32_t last   = g_case.layout.num_layers - 1;
+    size_t plane    = g_case.layout.num_layers * p.chunk_tokens * g_case.row;
+    size_t layer_sz = p.chunk_tokens * g_case.row;
+
+    k[last]    = g_case.k_tab[last];
+    v[last]    = g_case.v_tab[last];
+    p.k_layers = k;
+    p.v_layers = v;
+    p.field_mask |= KVF_GPU_KV_COPY_FIELD_LAYER_BEGIN;
+    p.field_mask &= ~(uint64_t)KVF_GPU_KV_COPY_FIELD_LAYER_COUNT;
+    p.layer_begin = last; /* count defaults to the rest: one layer */
+    cr_assert_eq(kvf_gpu_kv_pack_cpu(&p), KVF_OK);
+    /* K and V planes: layers before `last` untouched */
+    cr_assert_eq(memcmp(g_case.chunk, g_chunk_copy, last * layer_sz), 0);
+    cr_assert_eq(
+        memcmp(g_case.chunk + plane, g_chunk_copy + plane, last * layer_sz), 0);
 }
