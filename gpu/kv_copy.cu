@@ -51,11 +51,11 @@ extern "C" {
 
 int kvf_gpu_cuda_probe(int *err_p)
 {
-    int count     = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-
+    int count = 0;
     void *libcuda;
+    cudaError_t e;
 
+    e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
         *err_p = (int)e;
         (void)cudaGetLastError(); /* not sticky: clear it for later calls */
