@@ -30,6 +30,11 @@ static const kvf_msg_desc_t kvf_msg_descs[KVF_MSG_TYPE_MAX] = {
     [KVF_MSG_NODE_INFO]    = {"NODE_INFO", &kvf__node_info_request__descriptor},
     [KVF_MSG_NODE_INFO_REPLY] = {"NODE_INFO_REPLY",
                                  &kvf__node_info_reply__descriptor},
+    [KVF_MSG_TP_LOOKUP]       = {"TP_LOOKUP", &kvf__tp_lookup__descriptor},
+    [KVF_MSG_STATS]           = {"STATS", &kvf__stats_request__descriptor},
+    [KVF_MSG_STATS_REPLY]     = {"STATS_REPLY", &kvf__stats_reply__descriptor},
+    [KVF_MSG_ADMIN_COMMAND]   = {"ADMIN_COMMAND",
+                                 &kvf__admin_command__descriptor},
 };
 
 const ProtobufCMessageDescriptor *kvf_msg_descriptor(uint16_t type)
