@@ -50,8 +50,8 @@ static kvf_status_t kvf_ctlconn_wait(kvf_ctlconn_t *conn, short events,
 
 static kvf_status_t kvf_ctlconn_flush(kvf_ctlconn_t *conn)
 {
-    uint64_t deadline = kvf_time_deadline_ns((uint64_t)conn->timeout_ms *
-                                             KVF_NSEC_PER_MSEC);
+    uint64_t deadline =
+        kvf_time_deadline_ns((uint64_t)conn->timeout_ms * KVF_NSEC_PER_MSEC);
     kvf_status_t status;
 
     while (evbuffer_get_length(conn->out) > 0) {
@@ -94,15 +94,14 @@ kvf_status_t kvf_ctlconn_send_raw(kvf_ctlconn_t *conn, const void *data,
 
 kvf_status_t kvf_ctlconn_recv(kvf_ctlconn_t *conn, kvf_frame_t *frame_p)
 {
-    uint64_t deadline = kvf_time_deadline_ns((uint64_t)conn->timeout_ms *
-                                             KVF_NSEC_PER_MSEC);
+    uint64_t deadline =
+        kvf_time_deadline_ns((uint64_t)conn->timeout_ms * KVF_NSEC_PER_MSEC);
     kvf_status_t status;
 
     for (;;) {
         int n;
 
-        status = kvf_frame_decode(conn->in, KVF_FRAME_MAX_LIMIT, NULL,
-                                  frame_p);
+        status = kvf_frame_decode(conn->in, KVF_FRAME_MAX_LIMIT, NULL, frame_p);
         if (status != KVF_INPROGRESS) {
             return status;
         }
@@ -124,8 +123,7 @@ kvf_status_t kvf_ctlconn_recv(kvf_ctlconn_t *conn, kvf_frame_t *frame_p)
 }
 
 kvf_status_t kvf_ctlconn_call(kvf_ctlconn_t *conn, uint16_t type,
-                              const ProtobufCMessage *msg,
-                              kvf_frame_t *reply_p)
+                              const ProtobufCMessage *msg, kvf_frame_t *reply_p)
 {
     kvf_status_t status = kvf_ctlconn_send(conn, type, msg);
 
@@ -150,8 +148,8 @@ static kvf_status_t kvf_ctlconn_connect(kvf_ctlconn_t *conn,
                                         size_t err_len)
 {
     struct addrinfo hints, *res = NULL, *ai;
-    uint64_t deadline = kvf_time_deadline_ns((uint64_t)conn->timeout_ms *
-                                             KVF_NSEC_PER_MSEC);
+    uint64_t deadline =
+        kvf_time_deadline_ns((uint64_t)conn->timeout_ms * KVF_NSEC_PER_MSEC);
     char host[256], port_str[8];
     uint16_t port;
     int rc, one = 1, soerr = ECONNREFUSED;
@@ -169,8 +167,7 @@ static kvf_status_t kvf_ctlconn_connect(kvf_ctlconn_t *conn,
     hints.ai_socktype = SOCK_STREAM;
     rc                = getaddrinfo(host, port_str, &hints, &res);
     if (rc != 0) {
-        snprintf(err, err_len, "cannot resolve %s: %s", host,
-                 gai_strerror(rc));
+        snprintf(err, err_len, "cannot resolve %s: %s", host, gai_strerror(rc));
         return KVF_ERR_IO;
     }
     for (ai = res; ai != NULL; ai = ai->ai_next) {
@@ -183,8 +180,7 @@ static kvf_status_t kvf_ctlconn_connect(kvf_ctlconn_t *conn,
         if ((connect(conn->fd, ai->ai_addr, ai->ai_addrlen) == 0) ||
             ((errno == EINPROGRESS) &&
              (kvf_ctlconn_wait(conn, POLLOUT, deadline) == KVF_OK) &&
-             (getsockopt(conn->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) ==
-              0) &&
+             (getsockopt(conn->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) == 0) &&
              (soerr == 0))) {
             break;
         }
@@ -196,8 +192,8 @@ static kvf_status_t kvf_ctlconn_connect(kvf_ctlconn_t *conn,
     }
     freeaddrinfo(res);
     if (conn->fd < 0) {
-        snprintf(err, err_len, "cannot connect to controller %s: %s",
-                 hostport, strerror(soerr));
+        snprintf(err, err_len, "cannot connect to controller %s: %s", hostport,
+                 strerror(soerr));
         return KVF_ERR_IO;
     }
     setsockopt(conn->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

@@ -56,9 +56,9 @@ static void kvf_http_on_healthz(struct evhttp_request *req, void *arg)
 static void kvf_http_on_nodes(struct evhttp_request *req, void *arg)
 {
     kvf_server_t *server = arg;
-    size_t i, n          = kvf_node_table_count(server->nodes);
-    uint64_t now         = kvf_time_now_ms();
-    struct evbuffer *b   = evbuffer_new();
+    size_t i, n = kvf_node_table_count(server->nodes);
+    uint64_t now       = kvf_time_now_ms();
+    struct evbuffer *b = evbuffer_new();
 
     if (b == NULL) {
         evhttp_send_error(req, HTTP_INTERNAL, NULL);
@@ -68,28 +68,27 @@ static void kvf_http_on_nodes(struct evhttp_request *req, void *arg)
     for (i = 0; i < n; i++) {
         kvf_node_t *node = kvf_node_table_at(server->nodes, i);
 
-        evbuffer_add_printf(b, "%s{\"id\":%" PRIu32 ",\"name\":",
-                            (i > 0) ? "," : "", node->id);
+        evbuffer_add_printf(
+            b, "%s{\"id\":%" PRIu32 ",\"name\":", (i > 0) ? "," : "", node->id);
         kvf_http_json_str(b, node->name);
-        evbuffer_add_printf(b, ",\"state\":\"%s\",\"role\":%d,"
-                               "\"incarnation\":%" PRIu64 ",\"keys\":%" PRIu64
-                               ",\"pool_capacity\":%" PRIu64
-                               ",\"pool_used\":%" PRIu64
-                               ",\"last_heartbeat_ms_ago\":%" PRIu64
-                               ",\"control_address\":",
-                            kvf_node_state_name(node->state), node->role,
-                            node->incarnation,
-                            kvf_registry_slot_keys(server->reg, node->slot),
-                            node->pool_capacity, node->pool_used,
-                            now - node->last_heartbeat_ms);
+        evbuffer_add_printf(
+            b,
+            ",\"state\":\"%s\",\"role\":%d,"
+            "\"incarnation\":%" PRIu64 ",\"keys\":%" PRIu64
+            ",\"pool_capacity\":%" PRIu64 ",\"pool_used\":%" PRIu64
+            ",\"last_heartbeat_ms_ago\":%" PRIu64 ",\"control_address\":",
+            kvf_node_state_name(node->state), node->role, node->incarnation,
+            kvf_registry_slot_keys(server->reg, node->slot),
+            node->pool_capacity, node->pool_used,
+            now - node->last_heartbeat_ms);
         kvf_http_json_str(b, node->control_address);
         evbuffer_add_printf(b, ",\"data_address\":");
         kvf_http_json_str(b, node->data_address);
         evbuffer_add_printf(b, ",\"instance_id\":");
         kvf_http_json_str(b, node->instance_id);
-        evbuffer_add_printf(b, ",\"tp_rank\":%" PRIu32 ",\"tp_world\":%" PRIu32
-                               "}",
-                            node->tp_rank, node->tp_world);
+        evbuffer_add_printf(
+            b, ",\"tp_rank\":%" PRIu32 ",\"tp_world\":%" PRIu32 "}",
+            node->tp_rank, node->tp_world);
     }
     evbuffer_add_printf(b, "]}\n");
     kvf_http_reply(req, b, "application/json");
@@ -110,19 +109,19 @@ static void kvf_http_on_stats(struct evhttp_request *req, void *arg)
     kvf_registry_stats(server->reg, &rs);
     kvf_node_table_census(server->nodes, &alive, &draining, &dead);
     evbuffer_add_printf(
-            b,
-            "{\"recovering\":%s,\"nodes_alive\":%" PRIu32
-            ",\"nodes_draining\":%" PRIu32 ",\"nodes_dead\":%" PRIu32
-            ",\"keys\":%" PRIu64 ",\"admits\":%" PRIu64 ",\"evicts\":%" PRIu64
-            ",\"lookups\":%" PRIu64 ",\"lookup_hit_chunks\":%" PRIu64
-            ",\"lookup_miss_chunks\":%" PRIu64 ",\"purge_backlog\":%" PRIu64
-            ",\"protocol_errors\":%" PRIu64 ",\"connections\":%" PRIu64
-            ",\"table_bytes\":%" PRIu64 "}\n",
-            kvf_server_recovering(server) ? "true" : "false", alive, draining,
-            dead, rs.keys, server->ctr.admits, server->ctr.evicts,
-            server->ctr.lookups, server->ctr.lookup_hit_chunks,
-            server->ctr.lookup_miss_chunks, rs.purge_backlog,
-            server->ctr.protocol_errors, server->num_conns, rs.table_bytes);
+        b,
+        "{\"recovering\":%s,\"nodes_alive\":%" PRIu32
+        ",\"nodes_draining\":%" PRIu32 ",\"nodes_dead\":%" PRIu32
+        ",\"keys\":%" PRIu64 ",\"admits\":%" PRIu64 ",\"evicts\":%" PRIu64
+        ",\"lookups\":%" PRIu64 ",\"lookup_hit_chunks\":%" PRIu64
+        ",\"lookup_miss_chunks\":%" PRIu64 ",\"purge_backlog\":%" PRIu64
+        ",\"protocol_errors\":%" PRIu64 ",\"connections\":%" PRIu64
+        ",\"table_bytes\":%" PRIu64 "}\n",
+        kvf_server_recovering(server) ? "true" : "false", alive, draining, dead,
+        rs.keys, server->ctr.admits, server->ctr.evicts, server->ctr.lookups,
+        server->ctr.lookup_hit_chunks, server->ctr.lookup_miss_chunks,
+        rs.purge_backlog, server->ctr.protocol_errors, server->num_conns,
+        rs.table_bytes);
     kvf_http_reply(req, b, "application/json");
     evbuffer_free(b);
 }
@@ -144,44 +143,44 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
     kvf_registry_stats(server->reg, &rs);
     kvf_node_table_census(server->nodes, &alive, &draining, &dead);
     evbuffer_add_printf(
-            b,
-            "# TYPE kvf_controller_nodes gauge\n"
-            "kvf_controller_nodes{state=\"alive\"} %" PRIu32 "\n"
-            "kvf_controller_nodes{state=\"draining\"} %" PRIu32 "\n"
-            "kvf_controller_nodes{state=\"dead\"} %" PRIu32 "\n"
-            "# TYPE kvf_controller_keys gauge\n"
-            "kvf_controller_keys %" PRIu64 "\n"
-            "# TYPE kvf_controller_recovering gauge\n"
-            "kvf_controller_recovering %d\n"
-            "# TYPE kvf_controller_admits_total counter\n"
-            "kvf_controller_admits_total %" PRIu64 "\n"
-            "# TYPE kvf_controller_evicts_total counter\n"
-            "kvf_controller_evicts_total %" PRIu64 "\n"
-            "# TYPE kvf_controller_lookups_total counter\n"
-            "kvf_controller_lookups_total %" PRIu64 "\n"
-            "# TYPE kvf_controller_lookup_chunks_total counter\n"
-            "kvf_controller_lookup_chunks_total{result=\"hit\"} %" PRIu64 "\n"
-            "kvf_controller_lookup_chunks_total{result=\"miss\"} %" PRIu64 "\n"
-            "# TYPE kvf_controller_purge_backlog gauge\n"
-            "kvf_controller_purge_backlog %" PRIu64 "\n"
-            "# TYPE kvf_controller_protocol_errors_total counter\n"
-            "kvf_controller_protocol_errors_total %" PRIu64 "\n"
-            "# TYPE kvf_controller_stale_rejects_total counter\n"
-            "kvf_controller_stale_rejects_total %" PRIu64 "\n"
-            "# TYPE kvf_controller_seq_gaps_total counter\n"
-            "kvf_controller_seq_gaps_total %" PRIu64 "\n"
-            "# TYPE kvf_controller_backpressure_total counter\n"
-            "kvf_controller_backpressure_total %" PRIu64 "\n"
-            "# TYPE kvf_controller_connections gauge\n"
-            "kvf_controller_connections %" PRIu64 "\n"
-            "# TYPE kvf_controller_table_bytes gauge\n"
-            "kvf_controller_table_bytes %" PRIu64 "\n"
-            "# TYPE kvf_controller_request_seconds histogram\n",
-            alive, draining, dead, rs.keys,
-            kvf_server_recovering(server) ? 1 : 0, c->admits, c->evicts,
-            c->lookups, c->lookup_hit_chunks, c->lookup_miss_chunks,
-            rs.purge_backlog, c->protocol_errors, c->stale_rejects,
-            c->seq_gaps, c->backpressure, server->num_conns, rs.table_bytes);
+        b,
+        "# TYPE kvf_controller_nodes gauge\n"
+        "kvf_controller_nodes{state=\"alive\"} %" PRIu32 "\n"
+        "kvf_controller_nodes{state=\"draining\"} %" PRIu32 "\n"
+        "kvf_controller_nodes{state=\"dead\"} %" PRIu32 "\n"
+        "# TYPE kvf_controller_keys gauge\n"
+        "kvf_controller_keys %" PRIu64 "\n"
+        "# TYPE kvf_controller_recovering gauge\n"
+        "kvf_controller_recovering %d\n"
+        "# TYPE kvf_controller_admits_total counter\n"
+        "kvf_controller_admits_total %" PRIu64 "\n"
+        "# TYPE kvf_controller_evicts_total counter\n"
+        "kvf_controller_evicts_total %" PRIu64 "\n"
+        "# TYPE kvf_controller_lookups_total counter\n"
+        "kvf_controller_lookups_total %" PRIu64 "\n"
+        "# TYPE kvf_controller_lookup_chunks_total counter\n"
+        "kvf_controller_lookup_chunks_total{result=\"hit\"} %" PRIu64 "\n"
+        "kvf_controller_lookup_chunks_total{result=\"miss\"} %" PRIu64 "\n"
+        "# TYPE kvf_controller_purge_backlog gauge\n"
+        "kvf_controller_purge_backlog %" PRIu64 "\n"
+        "# TYPE kvf_controller_protocol_errors_total counter\n"
+        "kvf_controller_protocol_errors_total %" PRIu64 "\n"
+        "# TYPE kvf_controller_stale_rejects_total counter\n"
+        "kvf_controller_stale_rejects_total %" PRIu64 "\n"
+        "# TYPE kvf_controller_seq_gaps_total counter\n"
+        "kvf_controller_seq_gaps_total %" PRIu64 "\n"
+        "# TYPE kvf_controller_backpressure_total counter\n"
+        "kvf_controller_backpressure_total %" PRIu64 "\n"
+        "# TYPE kvf_controller_connections gauge\n"
+        "kvf_controller_connections %" PRIu64 "\n"
+        "# TYPE kvf_controller_table_bytes gauge\n"
+        "kvf_controller_table_bytes %" PRIu64 "\n"
+        "# TYPE kvf_controller_request_seconds histogram\n",
+        alive, draining, dead, rs.keys, kvf_server_recovering(server) ? 1 : 0,
+        c->admits, c->evicts, c->lookups, c->lookup_hit_chunks,
+        c->lookup_miss_chunks, rs.purge_backlog, c->protocol_errors,
+        c->stale_rejects, c->seq_gaps, c->backpressure, server->num_conns,
+        rs.table_bytes);
     for (i = 0; i < KVF_SERVER_LAT_BUCKETS; i++) {
         cum += c->lat_buckets[i];
         evbuffer_add_printf(b,
@@ -212,8 +211,7 @@ kvf_status_t kvf_server_http_start(kvf_server_t *server)
         snprintf(server->http_addr, sizeof(server->http_addr), "-");
         return KVF_OK;
     }
-    if (kvf_config_parse_hostport(addr, host, sizeof(host), &port) !=
-        KVF_OK) {
+    if (kvf_config_parse_hostport(addr, host, sizeof(host), &port) != KVF_OK) {
         kvf_error("http: bad address '%s' (want HOST:PORT)", addr);
         return KVF_ERR_CONFIG;
     }
@@ -226,8 +224,7 @@ kvf_status_t kvf_server_http_start(kvf_server_t *server)
         kvf_error("http %s: cannot bind: %m", addr);
         return KVF_ERR_IO;
     }
-    getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss,
-                &len);
+    getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &len);
     snprintf(server->http_addr, sizeof(server->http_addr), "%s:%u", host,
              ntohs(((struct sockaddr_in *)&ss)->sin_port));
     evhttp_set_allowed_methods(server->http, EVHTTP_REQ_GET);

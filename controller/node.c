@@ -96,8 +96,7 @@ kvf_node_t *kvf_node_table_find(kvf_node_table_t *table, uint32_t id)
     return NULL;
 }
 
-kvf_node_t *kvf_node_table_find_name(kvf_node_table_t *table,
-                                     const char *name)
+kvf_node_t *kvf_node_table_find_name(kvf_node_table_t *table, const char *name)
 {
     size_t i;
 
@@ -116,13 +115,13 @@ void kvf_node_table_kill(kvf_node_table_t *table, kvf_node_t *node,
         return;
     }
     kvf_info("node %" PRIu32 " (%s) dead: %s; purging %" PRIu64 " keys",
-             node->id, node->name,
-             why, kvf_registry_slot_keys(table->reg, node->slot));
+             node->id, node->name, why,
+             kvf_registry_slot_keys(table->reg, node->slot));
     kvf_registry_slot_close(table->reg, node->slot);
     table->slot_ids[node->slot] = 0;
     node->slot                  = 0;
-    node->state         = KVF_NODE_DEAD;
-    node->dead_since_ms = now_ms;
+    node->state                 = KVF_NODE_DEAD;
+    node->dead_since_ms         = now_ms;
     kvf_node_cmd_clear(node);
 }
 
@@ -139,7 +138,7 @@ kvf_status_t kvf_node_table_reslot(kvf_node_table_t *table, kvf_node_t *node)
     table->slot_ids[node->slot] = 0;
     table->slot_ids[slot]       = node->id;
     node->slot                  = slot;
-    node->is_resynced = false;
+    node->is_resynced           = false;
     kvf_registry_slot_set_excluded(table->reg, slot,
                                    node->state == KVF_NODE_DRAINING);
     return KVF_OK;
@@ -204,18 +203,17 @@ kvf_status_t kvf_node_table_register(kvf_node_table_t *table,
     node->state = KVF_NODE_ALIVE;
     snprintf(node->name, sizeof(node->name), "%s", params->name);
     snprintf(node->control_address, sizeof(node->control_address), "%s",
-             (params->control_address != NULL) ? params->control_address
-                                               : "");
+             (params->control_address != NULL) ? params->control_address : "");
     snprintf(node->data_address, sizeof(node->data_address), "%s",
              (params->data_address != NULL) ? params->data_address : "");
     snprintf(node->instance_id, sizeof(node->instance_id), "%s",
              (params->instance_id != NULL) ? params->instance_id : "");
-    node->role              = params->role;
-    node->tp_rank           = params->tp_rank;
-    node->tp_world          = params->tp_world;
-    node->incarnation       = params->incarnation;
-    node->pool_capacity     = params->pool_capacity;
-    node->last_heartbeat_ms = now_ms;
+    node->role                       = params->role;
+    node->tp_rank                    = params->tp_rank;
+    node->tp_world                   = params->tp_world;
+    node->incarnation                = params->incarnation;
+    node->pool_capacity              = params->pool_capacity;
+    node->last_heartbeat_ms          = now_ms;
     table->slot_ids[node->slot]      = node->id;
     table->nodes[table->num_nodes++] = node;
     *node_p                          = node;
@@ -266,8 +264,8 @@ unsigned kvf_node_table_expire(kvf_node_table_t *table, uint64_t now_ms,
     return died;
 }
 
-kvf_status_t kvf_node_cmd_push(kvf_node_t *node, int type,
-                               const uint8_t *keys, size_t keys_len)
+kvf_status_t kvf_node_cmd_push(kvf_node_t *node, int type, const uint8_t *keys,
+                               size_t keys_len)
 {
     kvf_node_cmd_t *cmd;
 

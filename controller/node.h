@@ -102,8 +102,7 @@ kvf_status_t kvf_node_table_register(kvf_node_table_t *table,
 kvf_node_t *kvf_node_table_find(kvf_node_table_t *table, uint32_t id);
 
 /* Finds the newest node of that name; NULL when unknown. */
-kvf_node_t *kvf_node_table_find_name(kvf_node_table_t *table,
-                                     const char *name);
+kvf_node_t *kvf_node_table_find_name(kvf_node_table_t *table, const char *name);
 
 /* Checks that @p id names a live node of @p incarnation: KVF_ERR_NOT_FOUND,
  * KVF_ERR_STALE (other incarnation or dead), else KVF_OK with *node_p. */
@@ -125,8 +124,8 @@ unsigned kvf_node_table_expire(kvf_node_table_t *table, uint64_t now_ms,
                                uint64_t lease_ms, uint64_t forget_ms);
 
 /* Queues a command (keys copied). KVF_ERR_BUSY when its queue is full. */
-kvf_status_t kvf_node_cmd_push(kvf_node_t *node, int type,
-                               const uint8_t *keys, size_t keys_len);
+kvf_status_t kvf_node_cmd_push(kvf_node_t *node, int type, const uint8_t *keys,
+                               size_t keys_len);
 
 /* Frees the queued commands after they were sent. */
 void kvf_node_cmd_clear(kvf_node_t *node);

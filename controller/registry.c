@@ -147,11 +147,11 @@ kvf_status_t kvf_registry_create(uint64_t expected_keys, uint32_t max_batch,
     reg->cap       = cap;
     reg->mask      = cap - 1;
     reg->max_batch = max_batch;
-    reg->cand  = malloc((size_t)max_batch * KVF_REGISTRY_SCRATCH_C *
-                        sizeof(*reg->cand));
+    reg->cand =
+        malloc((size_t)max_batch * KVF_REGISTRY_SCRATCH_C * sizeof(*reg->cand));
     reg->ncand = malloc((size_t)max_batch * sizeof(*reg->ncand));
-    reg->run   = malloc((size_t)max_batch * KVF_REGISTRY_SCRATCH_C *
-                        sizeof(*reg->run));
+    reg->run =
+        malloc((size_t)max_batch * KVF_REGISTRY_SCRATCH_C * sizeof(*reg->run));
     if ((reg->cand == NULL) || (reg->ncand == NULL) || (reg->run == NULL)) {
         status = KVF_ERR_NO_MEMORY;
         goto err_free_scratch;
@@ -368,8 +368,8 @@ static kvf_status_t kvf_registry_reserve(kvf_registry_t *reg)
 static bool kvf_registry_add(kvf_registry_t *reg, const kvf_key_t *key,
                              uint16_t slot)
 {
-    uint64_t i        = kvf_registry_hash(key) & reg->mask;
-    uint16_t *free_h  = NULL;
+    uint64_t i                   = kvf_registry_hash(key) & reg->mask;
+    uint16_t *free_h             = NULL;
     kvf_registry_entry_t *free_e = NULL;
     kvf_registry_entry_t *e;
     unsigned k;
@@ -394,9 +394,8 @@ static bool kvf_registry_add(kvf_registry_t *reg, const kvf_key_t *key,
             if (h == slot) {
                 return false;
             }
-            if ((free_h == NULL) &&
-                ((h == 0) ||
-                 (reg->slots[h].state == KVF_REGISTRY_SLOT_PURGING))) {
+            if ((free_h == NULL) && ((h == 0) || (reg->slots[h].state ==
+                                                  KVF_REGISTRY_SLOT_PURGING))) {
                 free_h = &e->h[k];
             }
         }
@@ -424,8 +423,7 @@ static bool kvf_registry_add(kvf_registry_t *reg, const kvf_key_t *key,
 }
 
 kvf_status_t kvf_registry_admit(kvf_registry_t *reg, uint16_t slot,
-                                const uint8_t *keys, size_t n,
-                                size_t *added_p)
+                                const uint8_t *keys, size_t n, size_t *added_p)
 {
     kvf_status_t status;
     size_t i, added = 0;
@@ -543,8 +541,7 @@ static inline unsigned kvf_registry_collect(const kvf_registry_t *reg,
             uint16_t h = e->h[k];
 
             if (kvf_registry_slot_is_live(reg, h) &&
-                !reg->slots[h].is_excluded &&
-                (n < KVF_REGISTRY_SCRATCH_C)) {
+                !reg->slots[h].is_excluded && (n < KVF_REGISTRY_SCRATCH_C)) {
                 cand[n++] = h;
             }
         }
@@ -578,8 +575,8 @@ kvf_status_t kvf_registry_lookup(kvf_registry_t *reg, const uint8_t *keys,
             kvf_registry_prefetch(reg, keys + (i + 8) * KVF_KEY_WIRE_SIZE);
         }
         kvf_registry_key_load(keys + i * KVF_KEY_WIRE_SIZE, &key);
-        reg->ncand[i] = (uint8_t)kvf_registry_collect(reg, &key,
-                                                      &reg->cand[i * C]);
+        reg->ncand[i] =
+            (uint8_t)kvf_registry_collect(reg, &key, &reg->cand[i * C]);
         if (reg->ncand[i] == 0) {
             if (!any_order) {
                 break;

@@ -83,8 +83,7 @@ void kvf_registry_slot_set_excluded(kvf_registry_t *reg, uint16_t slot,
  * *added_p: keys that were new for this slot. KVF_ERR_INVALID for a slot
  * that is not live; KVF_ERR_NO_MEMORY when the table cannot grow. */
 kvf_status_t kvf_registry_admit(kvf_registry_t *reg, uint16_t slot,
-                                const uint8_t *keys, size_t n,
-                                size_t *added_p);
+                                const uint8_t *keys, size_t n, size_t *added_p);
 
 /* Removes @p slot from @p n packed keys; *removed_p: keys it held. */
 kvf_status_t kvf_registry_evict(kvf_registry_t *reg, uint16_t slot,

@@ -179,8 +179,8 @@ static void kvf_server_purge_kick(kvf_server_t *server)
     struct timeval tv = {0, 0};
 
     kvf_registry_stats(server->reg, &st);
-    if ((st.purging_slots > 0) && !event_pending(server->purge, EV_TIMEOUT,
-                                                 NULL)) {
+    if ((st.purging_slots > 0) &&
+        !event_pending(server->purge, EV_TIMEOUT, NULL)) {
         event_add(server->purge, &tv);
     }
 }
@@ -230,8 +230,7 @@ static void kvf_server_push_pins(kvf_server_t *server, kvf_node_t *node)
     }
 }
 
-static kvf_status_t kvf_server_on_register(kvf_conn_t *conn,
-                                           Kvf__Register *reg)
+static kvf_status_t kvf_server_on_register(kvf_conn_t *conn, Kvf__Register *reg)
 {
     kvf_server_t *server = conn->server;
     Kvf__RegisterReply rep;
@@ -252,16 +251,17 @@ static kvf_status_t kvf_server_on_register(kvf_conn_t *conn,
     params.tp_world           = reg->tp_world;
     params.incarnation        = reg->incarnation;
     params.pool_capacity      = reg->pool_capacity;
-    status = kvf_node_table_register(server->nodes, &params,
-                                     kvf_time_now_ms(), &node);
+    status = kvf_node_table_register(server->nodes, &params, kvf_time_now_ms(),
+                                     &node);
     kvf__register_reply__init(&rep);
     rep.request_id = reg->request_id;
     text[0]        = '\0';
     rep.message    = text;
     if (status != KVF_OK) {
-        snprintf(text, sizeof(text), "register '%.100s' incarnation %" PRIu64
-                 ": %s", (reg->name != NULL) ? reg->name : "",
-                 reg->incarnation, kvf_strerror(status));
+        snprintf(text, sizeof(text),
+                 "register '%.100s' incarnation %" PRIu64 ": %s",
+                 (reg->name != NULL) ? reg->name : "", reg->incarnation,
+                 kvf_strerror(status));
         if (status == KVF_ERR_STALE) {
             server->ctr.stale_rejects++;
         } else {
@@ -277,13 +277,13 @@ static kvf_status_t kvf_server_on_register(kvf_conn_t *conn,
     server->has_registrations = true;
     kvf_server_push_pins(server, node);
     kvf_server_purge_kick(server);
-    rep.status       = KVF_OK;
-    rep.node_id      = node->id;
-    rep.lease_ms     = (uint32_t)(server->cfg->lease_ns / KVF_NSEC_PER_MSEC);
-    rep.heartbeat_ms = (uint32_t)(server->cfg->heartbeat_ns /
-                                  KVF_NSEC_PER_MSEC);
-    rep.recovering   = kvf_server_recovering(server);
-    rep.resync       = true;
+    rep.status   = KVF_OK;
+    rep.node_id  = node->id;
+    rep.lease_ms = (uint32_t)(server->cfg->lease_ns / KVF_NSEC_PER_MSEC);
+    rep.heartbeat_ms =
+        (uint32_t)(server->cfg->heartbeat_ns / KVF_NSEC_PER_MSEC);
+    rep.recovering = kvf_server_recovering(server);
+    rep.resync     = true;
     return kvf_conn_send(conn, KVF_MSG_REGISTER_REPLY, &rep.base);
 }
 
@@ -295,8 +295,7 @@ static kvf_node_t *kvf_server_node_check(kvf_conn_t *conn, uint64_t req_id,
     kvf_status_t status;
     char text[128];
 
-    status = kvf_node_table_check(conn->server->nodes, id, incarnation,
-                                  &node);
+    status = kvf_node_table_check(conn->server->nodes, id, incarnation, &node);
     if (status == KVF_OK) {
         node->last_heartbeat_ms = kvf_time_now_ms();
         return node;
@@ -349,12 +348,11 @@ static kvf_status_t kvf_server_on_heartbeat(kvf_conn_t *conn,
     node->pool_used     = hb->pool_used;
     node->pool_capacity = hb->pool_capacity;
     node->entries       = hb->entries;
-    kvf_registry_slot_set_load(server->reg, node->slot,
-                               (hb->pool_capacity > 0)
-                                       ? (hb->pool_used * 1000) /
-                                                 hb->pool_capacity
-                                       : kvf_registry_slot_keys(server->reg,
-                                                                node->slot));
+    kvf_registry_slot_set_load(
+        server->reg, node->slot,
+        (hb->pool_capacity > 0)
+            ? (hb->pool_used * 1000) / hb->pool_capacity
+            : kvf_registry_slot_keys(server->reg, node->slot));
     if ((hb->last_seq > node->last_seq) && !node->is_resync_pending) {
         kvf_server_request_resync(server, node); /* batches were lost */
     }
@@ -419,8 +417,8 @@ static kvf_status_t kvf_server_on_batch(kvf_conn_t *conn, uint16_t type,
 
     node = kvf_server_node_check(conn, kb->request_id, kb->node_id,
                                  kb->incarnation);
-    if ((node == NULL) || !kvf_server_keys_ok(conn, kb->request_id,
-                                              &kb->keys)) {
+    if ((node == NULL) ||
+        !kvf_server_keys_ok(conn, kb->request_id, &kb->keys)) {
         return KVF_OK;
     }
     if (kb->seq != node->last_seq + 1) {
@@ -452,8 +450,8 @@ static kvf_status_t kvf_server_on_inventory(kvf_conn_t *conn,
 
     node = kvf_server_node_check(conn, inv->request_id, inv->node_id,
                                  inv->incarnation);
-    if ((node == NULL) || !kvf_server_keys_ok(conn, inv->request_id,
-                                              &inv->keys)) {
+    if ((node == NULL) ||
+        !kvf_server_keys_ok(conn, inv->request_id, &inv->keys)) {
         return KVF_OK;
     }
     if (node->is_resync_pending && node->is_resynced) {
@@ -471,9 +469,8 @@ static kvf_status_t kvf_server_on_inventory(kvf_conn_t *conn,
     if ((status == KVF_OK) && inv->last) {
         node->is_resynced       = true;
         node->is_resync_pending = false;
-        kvf_info("node %" PRIu32 " (%s) resynced: %" PRIu64 " keys",
-                 node->id, node->name,
-                 kvf_registry_slot_keys(server->reg, node->slot));
+        kvf_info("node %" PRIu32 " (%s) resynced: %" PRIu64 " keys", node->id,
+                 node->name, kvf_registry_slot_keys(server->reg, node->slot));
         kvf_server_recovering(server);
     }
     return kvf_conn_send_status(conn, inv->request_id, status,
@@ -489,8 +486,7 @@ static uint16_t kvf_server_requester_slot(kvf_server_t *server, uint32_t id)
         return 0;
     }
     node = kvf_node_table_find(server->nodes, id);
-    return ((node != NULL) && (node->state != KVF_NODE_DEAD)) ? node->slot
-                                                              : 0;
+    return ((node != NULL) && (node->state != KVF_NODE_DEAD)) ? node->slot : 0;
 }
 
 static void kvf_server_put_le32(uint8_t *p, uint32_t v)
@@ -510,9 +506,9 @@ static kvf_status_t kvf_server_lookup_reply(kvf_conn_t *conn, uint64_t req_id,
     size_t i;
 
     for (i = 0; i < n; i++) {
-        kvf_server_put_le32(server->holders + 4 * i,
-                            kvf_node_table_slot_id(server->nodes,
-                                                   server->slots[i]));
+        kvf_server_put_le32(
+            server->holders + 4 * i,
+            kvf_node_table_slot_id(server->nodes, server->slots[i]));
     }
     server->ctr.lookups++;
     server->ctr.lookup_keys += n;
@@ -560,8 +556,7 @@ static kvf_status_t kvf_server_on_lookup(kvf_conn_t *conn, Kvf__Lookup *lk)
     return kvf_server_lookup_reply(conn, lk->request_id, n, hit, hit);
 }
 
-static kvf_status_t kvf_server_on_tp_lookup(kvf_conn_t *conn,
-                                            Kvf__TpLookup *lk)
+static kvf_status_t kvf_server_on_tp_lookup(kvf_conn_t *conn, Kvf__TpLookup *lk)
 {
     kvf_server_t *server = conn->server;
     size_t total, n, hit, min_hit = SIZE_MAX, r, i;
@@ -617,9 +612,9 @@ static void kvf_server_node_desc(kvf_server_t *server, kvf_node_t *node,
     d->data_address        = node->data_address;
     d->pool_capacity       = node->pool_capacity;
     d->pool_used           = node->pool_used;
-    d->keys  = kvf_registry_slot_keys(server->reg, node->slot);
-    d->state = (char *)(uintptr_t)kvf_node_state_name(node->state);
-    d->incarnation           = node->incarnation;
+    d->keys                = kvf_registry_slot_keys(server->reg, node->slot);
+    d->state       = (char *)(uintptr_t)kvf_node_state_name(node->state);
+    d->incarnation = node->incarnation;
     d->last_heartbeat_ms_ago = now - node->last_heartbeat_ms;
     d->instance_id           = node->instance_id;
     d->tp_rank               = node->tp_rank;
@@ -659,14 +654,13 @@ static kvf_status_t kvf_server_on_node_info(kvf_conn_t *conn,
         }
     } else {
         for (i = 0; i < req->n_node_ids; i++) {
-            kvf_node_t *node = kvf_node_table_find(server->nodes,
-                                                   req->node_ids[i]);
+            kvf_node_t *node =
+                kvf_node_table_find(server->nodes, req->node_ids[i]);
 
             if (node == NULL) {
                 snprintf(text, sizeof(text), "unknown node %" PRIu32,
                          req->node_ids[i]);
-                kvf_conn_reject(conn, req->request_id, KVF_ERR_NOT_FOUND,
-                                text);
+                kvf_conn_reject(conn, req->request_id, KVF_ERR_NOT_FOUND, text);
                 status = KVF_OK;
                 goto out;
             }
@@ -701,8 +695,8 @@ static kvf_status_t kvf_server_on_stats(kvf_conn_t *conn,
     rep.request_id = req->request_id;
     rep.message    = text;
     rep.recovering = kvf_server_recovering(server);
-    kvf_node_table_census(server->nodes, &rep.nodes_alive,
-                          &rep.nodes_draining, &rep.nodes_dead);
+    kvf_node_table_census(server->nodes, &rep.nodes_alive, &rep.nodes_draining,
+                          &rep.nodes_dead);
     rep.keys               = rs.keys;
     rep.holdings           = rs.entries; /* refined below */
     rep.admits             = server->ctr.admits;
@@ -746,8 +740,8 @@ static kvf_status_t kvf_server_pins_update(kvf_server_t *server, bool is_pin,
             }
         }
         if (is_pin && !found) {
-            uint8_t *p = realloc(server->pins,
-                                 server->pins_len + KVF_KEY_WIRE_SIZE);
+            uint8_t *p =
+                realloc(server->pins, server->pins_len + KVF_KEY_WIRE_SIZE);
 
             if (p == NULL) {
                 return KVF_ERR_NO_MEMORY;
@@ -764,8 +758,7 @@ static kvf_status_t kvf_server_pins_update(kvf_server_t *server, bool is_pin,
     return KVF_OK;
 }
 
-static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn,
-                                        Kvf__AdminCommand *ac)
+static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
 {
     kvf_server_t *server = conn->server;
     kvf_node_t *target   = NULL;
@@ -777,9 +770,8 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn,
 
     if (has_target) {
         target = (ac->node_id != 0)
-                         ? kvf_node_table_find(server->nodes, ac->node_id)
-                         : kvf_node_table_find_name(server->nodes,
-                                                    ac->node_name);
+                     ? kvf_node_table_find(server->nodes, ac->node_id)
+                     : kvf_node_table_find_name(server->nodes, ac->node_name);
         if ((target == NULL) || (target->state == KVF_NODE_DEAD)) {
             snprintf(text, sizeof(text), "unknown node %s%.100s",
                      (ac->node_id != 0) ? "" : "'",
@@ -791,8 +783,8 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn,
                 snprintf(text, sizeof(text), "unknown node '%.100s'",
                          ac->node_name);
             }
-            return kvf_conn_send_status(conn, ac->request_id,
-                                        KVF_ERR_NOT_FOUND, text);
+            return kvf_conn_send_status(conn, ac->request_id, KVF_ERR_NOT_FOUND,
+                                        text);
         }
     }
     switch (ac->type) {
@@ -807,8 +799,8 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn,
             return KVF_OK;
         }
         status = kvf_server_pins_update(
-                server, ac->type == KVF__COMMAND_TYPE__COMMAND_PIN,
-                ac->keys.data, ac->keys.len);
+            server, ac->type == KVF__COMMAND_TYPE__COMMAND_PIN, ac->keys.data,
+            ac->keys.len);
         break;
     case KVF__COMMAND_TYPE__COMMAND_DRAIN:
         if (target == NULL) {
@@ -958,9 +950,8 @@ static void kvf_conn_on_read(struct bufferevent *bev, void *arg)
     }
 }
 
-static void kvf_server_on_accept(struct evconnlistener *lst,
-                                 evutil_socket_t fd, struct sockaddr *sa,
-                                 int salen, void *arg)
+static void kvf_server_on_accept(struct evconnlistener *lst, evutil_socket_t fd,
+                                 struct sockaddr *sa, int salen, void *arg)
 {
     kvf_server_t *server = arg;
     kvf_conn_t *conn;
@@ -971,8 +962,7 @@ static void kvf_server_on_accept(struct evconnlistener *lst,
         evutil_closesocket(fd);
         return;
     }
-    conn->bev = bufferevent_socket_new(server->base, fd,
-                                       BEV_OPT_CLOSE_ON_FREE);
+    conn->bev = bufferevent_socket_new(server->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (conn->bev == NULL) {
         evutil_closesocket(fd);
         free(conn);
@@ -998,8 +988,8 @@ static void kvf_server_on_accept(struct evconnlistener *lst,
     server->conns = conn;
     server->num_conns++;
     /* write low watermark: resume a throttled reader once half drained */
-    bufferevent_setwatermark(conn->bev, EV_WRITE,
-                             server->cfg->max_output / 2, 0);
+    bufferevent_setwatermark(conn->bev, EV_WRITE, server->cfg->max_output / 2,
+                             0);
     bufferevent_setcb(conn->bev, kvf_conn_on_read, kvf_conn_on_write,
                       kvf_conn_on_event, conn);
     bufferevent_enable(conn->bev, EV_READ | EV_WRITE);
@@ -1022,8 +1012,8 @@ static void kvf_server_on_tick(evutil_socket_t fd, short what, void *arg)
 
     if (kvf_node_table_expire(server->nodes, kvf_time_now_ms(),
                               server->cfg->lease_ns / KVF_NSEC_PER_MSEC,
-                              server->cfg->forget_dead_ns /
-                                      KVF_NSEC_PER_MSEC) > 0) {
+                              server->cfg->forget_dead_ns / KVF_NSEC_PER_MSEC) >
+        0) {
         kvf_server_purge_kick(server);
     }
     kvf_server_recovering(server);
@@ -1058,16 +1048,16 @@ static kvf_status_t kvf_server_bind(kvf_server_t *server)
         kvf_error("listen: '%s' is not an IPv4 address", host);
         return KVF_ERR_CONFIG;
     }
-    server->listener = evconnlistener_new_bind(
-            server->base, kvf_server_on_accept, server,
-            LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 128,
-            (struct sockaddr *)sin, sizeof(*sin));
+    server->listener =
+        evconnlistener_new_bind(server->base, kvf_server_on_accept, server,
+                                LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 128,
+                                (struct sockaddr *)sin, sizeof(*sin));
     if (server->listener == NULL) {
         kvf_error("listen %s: %m", server->cfg->listen);
         return KVF_ERR_IO;
     }
-    getsockname(evconnlistener_get_fd(server->listener),
-                (struct sockaddr *)&ss, &len);
+    getsockname(evconnlistener_get_fd(server->listener), (struct sockaddr *)&ss,
+                &len);
     snprintf(server->listen_addr, sizeof(server->listen_addr), "%s:%u", host,
              ntohs(sin->sin_port));
     kvf_info("listening on %s", server->listen_addr);
@@ -1098,8 +1088,7 @@ static kvf_status_t kvf_server_write_port_file(kvf_server_t *server)
 }
 
 kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
-                               struct event_base *base,
-                               kvf_server_t **server_p)
+                               struct event_base *base, kvf_server_t **server_p)
 {
     kvf_server_t *server;
     kvf_status_t status;
@@ -1125,13 +1114,11 @@ kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
     }
     server->slots   = calloc(cfg->max_batch, sizeof(*server->slots));
     server->holders = calloc(cfg->max_batch, 4);
-    server->tick    = event_new(base, -1, EV_PERSIST, kvf_server_on_tick,
-                                server);
+    server->tick  = event_new(base, -1, EV_PERSIST, kvf_server_on_tick, server);
     server->purge = evtimer_new(base, kvf_server_on_purge, server);
-    server->sig_term = evsignal_new(base, SIGTERM, kvf_server_on_signal,
-                                    server);
-    server->sig_int = evsignal_new(base, SIGINT, kvf_server_on_signal,
-                                   server);
+    server->sig_term =
+        evsignal_new(base, SIGTERM, kvf_server_on_signal, server);
+    server->sig_int = evsignal_new(base, SIGINT, kvf_server_on_signal, server);
     if ((server->slots == NULL) || (server->holders == NULL) ||
         (server->tick == NULL) || (server->purge == NULL) ||
         (server->sig_term == NULL) || (server->sig_int == NULL)) {

@@ -12,14 +12,13 @@ typedef struct kvf_bench_cmd {
 } kvf_bench_cmd_t;
 
 static const kvf_bench_cmd_t kvf_bench_cmds[] = {
-        {"controller", kvf_bench_controller_main,
-         "controller ADMIT/LOOKUP throughput and latency vs redis MGET"},
-        {"p2p", kvf_bench_p2p_main,
-         "peer-to-peer chunk fetch between two agents vs ucx_perftest"},
-        {"pd", kvf_bench_pd_main,
-         "prefill->decode push between two agents vs ucx_perftest"},
-        {"gpu", kvf_bench_gpu_main,
-         "paged-KV <-> chunk pack/unpack vs memcpy"},
+    {"controller", kvf_bench_controller_main,
+     "controller ADMIT/LOOKUP throughput and latency vs redis MGET"},
+    {"p2p", kvf_bench_p2p_main,
+     "peer-to-peer chunk fetch between two agents vs ucx_perftest"},
+    {"pd", kvf_bench_pd_main,
+     "prefill->decode push between two agents vs ucx_perftest"},
+    {"gpu", kvf_bench_gpu_main, "paged-KV <-> chunk pack/unpack vs memcpy"},
 };
 
 static void kvf_bench_usage(FILE *out)
