@@ -523,7 +523,7 @@ bool kvf_registry_holds(const kvf_registry_t *reg, const kvf_key_t *key,
 /* Collects the usable holders of @p key into @p cand; returns how many. */
 static inline unsigned kvf_registry_collect(const kvf_registry_t *reg,
                                             const kvf_key_t *key,
-                                            uint16_t *cand)
+                                            uint16_t requester, uint16_t *cand)
 {
     uint64_t i = kvf_registry_hash(key) & reg->mask;
     const kvf_registry_entry_t *e;
@@ -540,9 +540,14 @@ static inline unsigned kvf_registry_collect(const kvf_registry_t *reg,
         for (k = 0; k < KVF_REGISTRY_INLINE; k++) {
             uint16_t h = e->h[k];
 
-            if (kvf_registry_slot_is_live(reg, h) &&
-                !reg->slots[h].is_excluded && (n < KVF_REGISTRY_SCRATCH_C)) {
+            if (!kvf_registry_slot_is_live(reg, h) ||
+                reg->slots[h].is_excluded) {
+                continue;
+            }
+            if (n < KVF_REGISTRY_SCRATCH_C) {
                 cand[n++] = h;
+            } else if (h == requester) {
+                cand[n - 1] = h; /* the requester always stays a choice */
             }
         }
     }
@@ -575,8 +580,8 @@ kvf_status_t kvf_registry_lookup(kvf_registry_t *reg, const uint8_t *keys,
             kvf_registry_prefetch(reg, keys + (i + 8) * KVF_KEY_WIRE_SIZE);
         }
         kvf_registry_key_load(keys + i * KVF_KEY_WIRE_SIZE, &key);
-        reg->ncand[i] =
-            (uint8_t)kvf_registry_collect(reg, &key, &reg->cand[i * C]);
+        reg->ncand[i] = (uint8_t)kvf_registry_collect(reg, &key, requester,
+                                                      &reg->cand[i * C]);
         if (reg->ncand[i] == 0) {
             if (!any_order) {
                 break;
