@@ -52,6 +52,10 @@ typedef enum {
     KVF_MSG_LOOKUP_REPLY    = 24,
     KVF_MSG_NODE_INFO       = 25,
     KVF_MSG_NODE_INFO_REPLY = 26,
+    KVF_MSG_TP_LOOKUP       = 27, /* reply LOOKUP_REPLY */
+    KVF_MSG_STATS           = 30,
+    KVF_MSG_STATS_REPLY     = 31,
+    KVF_MSG_ADMIN_COMMAND   = 32, /* reply STATUS */
     /* engine <-> agent: 40-59 */
     KVF_MSG_POOL_INFO           = 40,
     KVF_MSG_ENGINE_ALLOC        = 41,

@@ -6,6 +6,7 @@
  * documentation fails here.
  */
 #include "agent/config.h"
+#include "controller/config.h"
 #include "tests/helpers/test_helpers.h"
 
 #include <criterion/criterion.h>
@@ -96,4 +97,9 @@ static void check_schema(const kvf_config_schema_t *schema)
 Test(config_docs, agent_keys_documented)
 {
     check_schema(&kvf_agent_config_schema);
+}
+
+Test(config_docs, controller_keys_documented)
+{
+    check_schema(&kvf_controller_config_schema);
 }

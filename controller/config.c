@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+#include "controller/config.h"
+
+#include <stddef.h>
+
+#define KVF_CC_FIELD(_name, _type, _member, _def, _min, _max, _flags, _help) \
+    { \
+        _name, _type, offsetof(kvf_controller_config_t, _member), _def, _min, \
+            _max, NULL, _flags, _help \
+    }
+
+static const kvf_config_field_t kvf_controller_config_fields[] = {
+    KVF_CC_FIELD("listen", KVF_CONFIG_STRING, listen, "127.0.0.1:7400", 0, 0, 0,
+                 "HOST:PORT for agents and kvfctl (port 0: any)"),
+    KVF_CC_FIELD("http", KVF_CONFIG_STRING, http, "127.0.0.1:7401", 0, 0, 0,
+                 "HOST:PORT for /healthz, /v1/*, /metrics (empty: off)"),
+    KVF_CC_FIELD("port_file", KVF_CONFIG_STRING, port_file, "", 0, 0, 0,
+                 "write the bound control and HTTP addresses to this file"),
+    KVF_CC_FIELD("lease", KVF_CONFIG_DURATION, lease_ns, "5s", 10000000ull,
+                 3600000000000ull, 0,
+                 "a node missing heartbeats this long is declared dead"),
+    KVF_CC_FIELD("heartbeat_interval", KVF_CONFIG_DURATION, heartbeat_ns, "1s",
+                 1000000ull, 600000000000ull, 0,
+                 "heartbeat interval the controller asks agents to use"),
+    KVF_CC_FIELD("recovery_window", KVF_CONFIG_DURATION, recovery_window_ns,
+                 "10s", 0, 3600000000000ull, 0,
+                 "longest time reported as recovering after start (0: off)"),
+    KVF_CC_FIELD("forget_dead", KVF_CONFIG_DURATION, forget_dead_ns, "10m", 0,
+                 0, 0, "dead nodes stay listed this long"),
+    KVF_CC_FIELD("max_frame", KVF_CONFIG_SIZE, max_frame, "16M", 4096,
+                 256ull << 20, 0, "hard maximum frame payload size"),
+    KVF_CC_FIELD("max_output", KVF_CONFIG_SIZE, max_output, "64M", 65536, 0, 0,
+                 "per-connection output cap; reading pauses above it"),
+    KVF_CC_FIELD("max_batch", KVF_CONFIG_UINT, max_batch, "65536", 1, 1048576,
+                 0, "most keys in one LOOKUP"),
+    KVF_CC_FIELD("initial_keys", KVF_CONFIG_UINT, initial_keys, "1048576", 0,
+                 1ull << 32, 0, "registry sizing hint (it grows as needed)"),
+    KVF_CC_FIELD("purge_slice", KVF_CONFIG_UINT, purge_slice, "65536", 1024, 0,
+                 0, "table entries scanned per purge step (bounds stalls)"),
+};
+
+const kvf_config_schema_t kvf_controller_config_schema = {
+    .program    = "kvf-controller",
+    .fields     = kvf_controller_config_fields,
+    .num_fields = sizeof(kvf_controller_config_fields) /
+                  sizeof(kvf_controller_config_fields[0]),
+};

@@ -1,0 +1,304 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+#include "controller/ctlconn.h"
+
+#include "common/config.h"
+#include "common/time.h"
+
+#include <event2/buffer.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+struct kvf_ctlconn {
+    int fd;
+    int timeout_ms;
+    uint64_t next_id;
+    struct evbuffer *in;
+    struct evbuffer *out;
+};
+
+static kvf_status_t kvf_ctlconn_wait(kvf_ctlconn_t *conn, short events,
+                                     uint64_t deadline)
+{
+    struct pollfd pfd = {.fd = conn->fd, .events = events};
+    int rc;
+
+    for (;;) {
+        rc = poll(&pfd, 1, kvf_time_left_ms(deadline));
+        if (rc > 0) {
+            return KVF_OK;
+        }
+        if (rc == 0) {
+            return KVF_ERR_TIMEOUT;
+        }
+        if (errno != EINTR) {
+            return KVF_ERR_IO;
+        }
+    }
+}
+
+kvf_status_t kvf_ctlconn_flush(kvf_ctlconn_t *conn)
+{
+    uint64_t deadline =
+        kvf_time_deadline_ns((uint64_t)conn->timeout_ms * KVF_NSEC_PER_MSEC);
+    kvf_status_t status;
+
+    while (evbuffer_get_length(conn->out) > 0) {
+        int n = evbuffer_write(conn->out, conn->fd);
+
+        if (n > 0) {
+            continue;
+        }
+        if ((n < 0) && (errno != EAGAIN) && (errno != EINTR)) {
+            return (errno == EPIPE) ? KVF_ERR_CLOSED : KVF_ERR_IO;
+        }
+        status = kvf_ctlconn_wait(conn, POLLOUT, deadline);
+        if (status != KVF_OK) {
+            return status;
+        }
+    }
+    return KVF_OK;
+}
+
+kvf_status_t kvf_ctlconn_send(kvf_ctlconn_t *conn, uint16_t type,
+                              const ProtobufCMessage *msg)
+{
+    kvf_status_t status;
+
+    status = kvf_frame_encode(conn->out, type, 0, msg, KVF_FRAME_MAX_LIMIT);
+    if (status != KVF_OK) {
+        return status;
+    }
+    return kvf_ctlconn_flush(conn);
+}
+
+kvf_status_t kvf_ctlconn_queue(kvf_ctlconn_t *conn, uint16_t type,
+                               const ProtobufCMessage *msg)
+{
+    return kvf_frame_encode(conn->out, type, 0, msg, KVF_FRAME_MAX_LIMIT);
+}
+
+kvf_status_t kvf_ctlconn_queue_raw(kvf_ctlconn_t *conn, const void *data,
+                                   size_t len)
+{
+    return (evbuffer_add(conn->out, data, len) == 0) ? KVF_OK
+                                                     : KVF_ERR_NO_MEMORY;
+}
+
+kvf_status_t kvf_ctlconn_send_raw(kvf_ctlconn_t *conn, const void *data,
+                                  size_t len)
+{
+    if (evbuffer_add(conn->out, data, len) != 0) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    return kvf_ctlconn_flush(conn);
+}
+
+kvf_status_t kvf_ctlconn_recv(kvf_ctlconn_t *conn, kvf_frame_t *frame_p)
+{
+    uint64_t deadline =
+        kvf_time_deadline_ns((uint64_t)conn->timeout_ms * KVF_NSEC_PER_MSEC);
+    kvf_status_t status;
+
+    for (;;) {
+        int n;
+
+        status = kvf_frame_decode(conn->in, KVF_FRAME_MAX_LIMIT, NULL, frame_p);
+        if (status != KVF_INPROGRESS) {
+            return status;
+        }
+        n = evbuffer_read(conn->in, conn->fd, 1 << 20);
+        if (n > 0) {
+            continue;
+        }
+        if (n == 0) {
+            return KVF_ERR_CLOSED;
+        }
+        if ((errno != EAGAIN) && (errno != EINTR)) {
+            return (errno == ECONNRESET) ? KVF_ERR_CLOSED : KVF_ERR_IO;
+        }
+        status = kvf_ctlconn_wait(conn, POLLIN, deadline);
+        if (status != KVF_OK) {
+            return status;
+        }
+    }
+}
+
+kvf_status_t kvf_ctlconn_recv_buffered(kvf_ctlconn_t *conn,
+                                       kvf_frame_t *frame_p)
+{
+    return kvf_frame_decode(conn->in, KVF_FRAME_MAX_LIMIT, NULL, frame_p);
+}
+
+kvf_status_t kvf_ctlconn_call(kvf_ctlconn_t *conn, uint16_t type,
+                              const ProtobufCMessage *msg, kvf_frame_t *reply_p)
+{
+    kvf_status_t status = kvf_ctlconn_send(conn, type, msg);
+
+    if (status != KVF_OK) {
+        return status;
+    }
+    return kvf_ctlconn_recv(conn, reply_p);
+}
+
+uint64_t kvf_ctlconn_next_id(kvf_ctlconn_t *conn)
+{
+    return ++conn->next_id;
+}
+
+int kvf_ctlconn_fd(const kvf_ctlconn_t *conn)
+{
+    return conn->fd;
+}
+
+static kvf_status_t kvf_ctlconn_connect(kvf_ctlconn_t *conn,
+                                        const char *hostport, char *err,
+                                        size_t err_len)
+{
+    struct addrinfo hints, *res = NULL, *ai;
+    uint64_t deadline =
+        kvf_time_deadline_ns((uint64_t)conn->timeout_ms * KVF_NSEC_PER_MSEC);
+    char host[256], port_str[8];
+    uint16_t port;
+    int rc, one = 1, soerr = ECONNREFUSED;
+    socklen_t len = sizeof(soerr);
+
+    if (kvf_config_parse_hostport(hostport, host, sizeof(host), &port) !=
+        KVF_OK) {
+        snprintf(err, err_len, "bad controller address '%s' (want HOST:PORT)",
+                 hostport);
+        return KVF_ERR_CONFIG;
+    }
+    snprintf(port_str, sizeof(port_str), "%u", port);
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family   = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    rc                = getaddrinfo(host, port_str, &hints, &res);
+    if (rc != 0) {
+        snprintf(err, err_len, "cannot resolve %s: %s", host, gai_strerror(rc));
+        return KVF_ERR_IO;
+    }
+    for (ai = res; ai != NULL; ai = ai->ai_next) {
+        conn->fd = socket(ai->ai_family,
+                          ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (conn->fd < 0) {
+            soerr = errno;
+            continue;
+        }
+        if ((connect(conn->fd, ai->ai_addr, ai->ai_addrlen) == 0) ||
+            ((errno == EINPROGRESS) &&
+             (kvf_ctlconn_wait(conn, POLLOUT, deadline) == KVF_OK) &&
+             (getsockopt(conn->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) == 0) &&
+             (soerr == 0))) {
+            break;
+        }
+        if (errno != EINPROGRESS) {
+            soerr = errno;
+        }
+        close(conn->fd);
+        conn->fd = -1;
+    }
+    freeaddrinfo(res);
+    if (conn->fd < 0) {
+        snprintf(err, err_len, "cannot connect to controller %s: %s", hostport,
+                 strerror(soerr));
+        return KVF_ERR_IO;
+    }
+    setsockopt(conn->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return KVF_OK;
+}
+
+kvf_status_t kvf_ctlconn_create(const char *hostport, int kind,
+                                const char *name, uint32_t version,
+                                int timeout_ms, kvf_ctlconn_t **conn_p,
+                                char *err, size_t err_len)
+{
+    kvf_ctlconn_t *conn;
+    kvf_status_t status;
+    kvf_frame_t frame;
+    Kvf__Hello hello;
+    char name_buf[128];
+
+    conn = calloc(1, sizeof(*conn));
+    if (conn == NULL) {
+        snprintf(err, err_len, "out of memory");
+        return KVF_ERR_NO_MEMORY;
+    }
+    conn->fd         = -1;
+    conn->timeout_ms = timeout_ms;
+    conn->in         = evbuffer_new();
+    conn->out        = evbuffer_new();
+    if ((conn->in == NULL) || (conn->out == NULL)) {
+        snprintf(err, err_len, "out of memory");
+        status = KVF_ERR_NO_MEMORY;
+        goto err_destroy;
+    }
+    status = kvf_ctlconn_connect(conn, hostport, err, err_len);
+    if (status != KVF_OK) {
+        goto err_destroy;
+    }
+    if (version == 0) {
+        *conn_p = conn; /* tests: no HELLO */
+        return KVF_OK;
+    }
+    kvf__hello__init(&hello);
+    snprintf(name_buf, sizeof(name_buf), "%s", (name != NULL) ? name : "");
+    hello.request_id       = kvf_ctlconn_next_id(conn);
+    hello.protocol_version = version;
+    hello.kind             = (Kvf__PeerKind)kind;
+    hello.name             = name_buf;
+    status = kvf_ctlconn_call(conn, KVF_MSG_HELLO, &hello.base, &frame);
+    if (status != KVF_OK) {
+        snprintf(err, err_len, "controller %s: no HELLO reply: %s", hostport,
+                 kvf_strerror(status));
+        goto err_destroy;
+    }
+    if (frame.type != KVF_MSG_HELLO_REPLY) {
+        snprintf(err, err_len, "controller %s: unexpected %s to HELLO",
+                 hostport, kvf_msg_type_name(frame.type));
+        status = KVF_ERR_PROTO;
+    } else if (((Kvf__HelloReply *)frame.msg)->status != KVF_OK) {
+        Kvf__HelloReply *rep = (Kvf__HelloReply *)frame.msg;
+
+        snprintf(err, err_len, "controller %s: %s", hostport, rep->message);
+        status = (kvf_status_t)rep->status;
+    }
+    kvf_frame_release(&frame, NULL);
+    if (status != KVF_OK) {
+        goto err_destroy;
+    }
+    *conn_p = conn;
+    return KVF_OK;
+
+err_destroy:
+    kvf_ctlconn_destroy(conn);
+    return status;
+}
+
+void kvf_ctlconn_destroy(kvf_ctlconn_t *conn)
+{
+    if (conn == NULL) {
+        return;
+    }
+    if (conn->fd >= 0) {
+        close(conn->fd);
+    }
+    if (conn->out != NULL) {
+        evbuffer_free(conn->out);
+    }
+    if (conn->in != NULL) {
+        evbuffer_free(conn->in);
+    }
+    free(conn);
+}

@@ -1,0 +1,245 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+#include "controller/server_int.h"
+#include "common/log.h"
+#include "common/time.h"
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static void kvf_http_json_str(struct evbuffer *b, const char *s)
+{
+    evbuffer_add(b, "\"", 1);
+    for (; *s != '\0'; s++) {
+        unsigned char c = (unsigned char)*s;
+
+        if ((c == '"') || (c == '\\')) {
+            evbuffer_add_printf(b, "\\%c", c);
+        } else if (c < 0x20) {
+            evbuffer_add_printf(b, "\\u%04x", c);
+        } else {
+            evbuffer_add(b, s, 1);
+        }
+    }
+    evbuffer_add(b, "\"", 1);
+}
+
+static void kvf_http_reply(struct evhttp_request *req, struct evbuffer *b,
+                           const char *type)
+{
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      type);
+    evhttp_send_reply(req, HTTP_OK, "OK", b);
+}
+
+static void kvf_http_on_healthz(struct evhttp_request *req, void *arg)
+{
+    struct evbuffer *b = evbuffer_new();
+
+    if (b == NULL) {
+        evhttp_send_error(req, HTTP_INTERNAL, NULL);
+        return;
+    }
+    evbuffer_add_printf(b, "ok\n");
+    kvf_http_reply(req, b, "text/plain");
+    evbuffer_free(b);
+}
+
+static void kvf_http_on_nodes(struct evhttp_request *req, void *arg)
+{
+    kvf_server_t *server = arg;
+    size_t i, n = kvf_node_table_count(server->nodes);
+    uint64_t now       = kvf_time_now_ms();
+    struct evbuffer *b = evbuffer_new();
+
+    if (b == NULL) {
+        evhttp_send_error(req, HTTP_INTERNAL, NULL);
+        return;
+    }
+    evbuffer_add_printf(b, "{\"nodes\":[");
+    for (i = 0; i < n; i++) {
+        kvf_node_t *node = kvf_node_table_at(server->nodes, i);
+
+        evbuffer_add_printf(
+            b, "%s{\"id\":%" PRIu32 ",\"name\":", (i > 0) ? "," : "", node->id);
+        kvf_http_json_str(b, node->name);
+        evbuffer_add_printf(
+            b,
+            ",\"state\":\"%s\",\"role\":%d,"
+            "\"incarnation\":%" PRIu64 ",\"keys\":%" PRIu64
+            ",\"pool_capacity\":%" PRIu64 ",\"pool_used\":%" PRIu64
+            ",\"last_heartbeat_ms_ago\":%" PRIu64 ",\"control_address\":",
+            kvf_node_state_name(node->state), node->role, node->incarnation,
+            kvf_registry_slot_keys(server->reg, node->slot),
+            node->pool_capacity, node->pool_used,
+            now - node->last_heartbeat_ms);
+        kvf_http_json_str(b, node->control_address);
+        evbuffer_add_printf(b, ",\"data_address\":");
+        kvf_http_json_str(b, node->data_address);
+        evbuffer_add_printf(b, ",\"instance_id\":");
+        kvf_http_json_str(b, node->instance_id);
+        evbuffer_add_printf(
+            b, ",\"tp_rank\":%" PRIu32 ",\"tp_world\":%" PRIu32 "}",
+            node->tp_rank, node->tp_world);
+    }
+    evbuffer_add_printf(b, "]}\n");
+    kvf_http_reply(req, b, "application/json");
+    evbuffer_free(b);
+}
+
+static void kvf_http_on_stats(struct evhttp_request *req, void *arg)
+{
+    kvf_server_t *server = arg;
+    kvf_registry_stats_t rs;
+    uint32_t alive, draining, dead;
+    struct evbuffer *b = evbuffer_new();
+
+    if (b == NULL) {
+        evhttp_send_error(req, HTTP_INTERNAL, NULL);
+        return;
+    }
+    kvf_registry_stats(server->reg, &rs);
+    kvf_node_table_census(server->nodes, &alive, &draining, &dead);
+    evbuffer_add_printf(
+        b,
+        "{\"recovering\":%s,\"nodes_alive\":%" PRIu32
+        ",\"nodes_draining\":%" PRIu32 ",\"nodes_dead\":%" PRIu32
+        ",\"keys\":%" PRIu64 ",\"admits\":%" PRIu64 ",\"evicts\":%" PRIu64
+        ",\"lookups\":%" PRIu64 ",\"lookup_hit_chunks\":%" PRIu64
+        ",\"lookup_miss_chunks\":%" PRIu64 ",\"purge_backlog\":%" PRIu64
+        ",\"protocol_errors\":%" PRIu64 ",\"connections\":%" PRIu64
+        ",\"table_bytes\":%" PRIu64 "}\n",
+        kvf_server_recovering(server) ? "true" : "false", alive, draining, dead,
+        rs.keys, server->ctr.admits, server->ctr.evicts, server->ctr.lookups,
+        server->ctr.lookup_hit_chunks, server->ctr.lookup_miss_chunks,
+        rs.purge_backlog, server->ctr.protocol_errors, server->num_conns,
+        rs.table_bytes);
+    kvf_http_reply(req, b, "application/json");
+    evbuffer_free(b);
+}
+
+static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
+{
+    kvf_server_t *server           = arg;
+    const kvf_server_counters_t *c = &server->ctr;
+    kvf_registry_stats_t rs;
+    uint32_t alive, draining, dead;
+    uint64_t cum = 0;
+    unsigned i;
+    struct evbuffer *b = evbuffer_new();
+
+    if (b == NULL) {
+        evhttp_send_error(req, HTTP_INTERNAL, NULL);
+        return;
+    }
+    kvf_registry_stats(server->reg, &rs);
+    kvf_node_table_census(server->nodes, &alive, &draining, &dead);
+    evbuffer_add_printf(
+        b,
+        "# TYPE kvf_controller_nodes gauge\n"
+        "kvf_controller_nodes{state=\"alive\"} %" PRIu32 "\n"
+        "kvf_controller_nodes{state=\"draining\"} %" PRIu32 "\n"
+        "kvf_controller_nodes{state=\"dead\"} %" PRIu32 "\n"
+        "# TYPE kvf_controller_keys gauge\n"
+        "kvf_controller_keys %" PRIu64 "\n"
+        "# TYPE kvf_controller_recovering gauge\n"
+        "kvf_controller_recovering %d\n"
+        "# TYPE kvf_controller_admits_total counter\n"
+        "kvf_controller_admits_total %" PRIu64 "\n"
+        "# TYPE kvf_controller_evicts_total counter\n"
+        "kvf_controller_evicts_total %" PRIu64 "\n"
+        "# TYPE kvf_controller_lookups_total counter\n"
+        "kvf_controller_lookups_total %" PRIu64 "\n"
+        "# TYPE kvf_controller_lookup_chunks_total counter\n"
+        "kvf_controller_lookup_chunks_total{result=\"hit\"} %" PRIu64 "\n"
+        "kvf_controller_lookup_chunks_total{result=\"miss\"} %" PRIu64 "\n"
+        "# TYPE kvf_controller_purge_backlog gauge\n"
+        "kvf_controller_purge_backlog %" PRIu64 "\n"
+        "# TYPE kvf_controller_protocol_errors_total counter\n"
+        "kvf_controller_protocol_errors_total %" PRIu64 "\n"
+        "# TYPE kvf_controller_stale_rejects_total counter\n"
+        "kvf_controller_stale_rejects_total %" PRIu64 "\n"
+        "# TYPE kvf_controller_seq_gaps_total counter\n"
+        "kvf_controller_seq_gaps_total %" PRIu64 "\n"
+        "# TYPE kvf_controller_backpressure_total counter\n"
+        "kvf_controller_backpressure_total %" PRIu64 "\n"
+        "# TYPE kvf_controller_connections gauge\n"
+        "kvf_controller_connections %" PRIu64 "\n"
+        "# TYPE kvf_controller_table_bytes gauge\n"
+        "kvf_controller_table_bytes %" PRIu64 "\n"
+        "# TYPE kvf_controller_request_seconds histogram\n",
+        alive, draining, dead, rs.keys, kvf_server_recovering(server) ? 1 : 0,
+        c->admits, c->evicts, c->lookups, c->lookup_hit_chunks,
+        c->lookup_miss_chunks, rs.purge_backlog, c->protocol_errors,
+        c->stale_rejects, c->seq_gaps, c->backpressure, server->num_conns,
+        rs.table_bytes);
+    for (i = 0; i < KVF_SERVER_LAT_BUCKETS; i++) {
+        cum += c->lat_buckets[i];
+        evbuffer_add_printf(b,
+                            "kvf_controller_request_seconds_bucket{le=\"%g\"} "
+                            "%" PRIu64 "\n",
+                            kvf_server_lat_bounds_us[i] / 1e6, cum);
+    }
+    evbuffer_add_printf(b,
+                        "kvf_controller_request_seconds_bucket{le=\"+Inf\"} "
+                        "%" PRIu64 "\n"
+                        "kvf_controller_request_seconds_sum %.9f\n"
+                        "kvf_controller_request_seconds_count %" PRIu64 "\n",
+                        c->requests, (double)c->lat_sum_ns / 1e9, c->requests);
+    kvf_http_reply(req, b, "text/plain; version=0.0.4");
+    evbuffer_free(b);
+}
+
+kvf_status_t kvf_server_http_start(kvf_server_t *server)
+{
+    const char *addr = server->cfg->http;
+    struct evhttp_bound_socket *sock;
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    char host[256];
+    uint16_t port;
+
+    if ((addr == NULL) || (addr[0] == '\0')) {
+        snprintf(server->http_addr, sizeof(server->http_addr), "-");
+        return KVF_OK;
+    }
+    if (kvf_config_parse_hostport(addr, host, sizeof(host), &port) != KVF_OK) {
+        kvf_error("http: bad address '%s' (want HOST:PORT)", addr);
+        return KVF_ERR_CONFIG;
+    }
+    server->http = evhttp_new(server->base);
+    if (server->http == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    sock = evhttp_bind_socket_with_handle(server->http, host, port);
+    if (sock == NULL) {
+        kvf_error("http %s: cannot bind: %m", addr);
+        return KVF_ERR_IO;
+    }
+    getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &len);
+    snprintf(server->http_addr, sizeof(server->http_addr), "%s:%u", host,
+             ntohs(((struct sockaddr_in *)&ss)->sin_port));
+    evhttp_set_allowed_methods(server->http, EVHTTP_REQ_GET);
+    evhttp_set_cb(server->http, "/healthz", kvf_http_on_healthz, server);
+    evhttp_set_cb(server->http, "/v1/nodes", kvf_http_on_nodes, server);
+    evhttp_set_cb(server->http, "/v1/stats", kvf_http_on_stats, server);
+    evhttp_set_cb(server->http, "/metrics", kvf_http_on_metrics, server);
+    kvf_info("http listening on %s", server->http_addr);
+    return KVF_OK;
+}
+
+void kvf_server_http_stop(kvf_server_t *server)
+{
+    if (server->http != NULL) {
+        evhttp_free(server->http);
+        server->http = NULL;
+    }
+}

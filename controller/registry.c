@@ -1,0 +1,811 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+#include "controller/registry.h"
+
+#include "common/log.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define KVF_REGISTRY_TOMB      0xffffu
+#define KVF_REGISTRY_SLOT_MASK 0x0fffu /* holder bits of h[k] */
+#define KVF_REGISTRY_MORE      0x8000u /* h[0]: other entries of this key */
+#define KVF_REGISTRY_MIN_CAP   1024u
+#define KVF_REGISTRY_SCRATCH_C 8u /* holders kept per key during a lookup */
+
+/* 32 bytes: key plus four holder slots (0 = none). All-zero holders: empty;
+ * h[0] == KVF_REGISTRY_TOMB: tombstone. KVF_REGISTRY_MORE in h[0] says the
+ * key may have further entries later in the probe run (set when a key gets
+ * a second entry, cleared by rehash), so lookups of the common single-entry
+ * key stop at the first match. */
+typedef struct kvf_registry_entry {
+    uint64_t ns;
+    uint64_t hi;
+    uint64_t lo;
+    uint16_t h[KVF_REGISTRY_INLINE];
+} kvf_registry_entry_t;
+
+typedef struct kvf_registry_slot {
+    uint8_t state; /* kvf_registry_slot_state_t */
+    bool is_excluded;
+    uint64_t need_pass; /* PURGING: free after this purge pass completes */
+    uint64_t keys;
+    uint64_t load;
+} kvf_registry_slot_t;
+
+struct kvf_registry {
+    kvf_registry_entry_t *table;
+    uint64_t cap; /* power of two */
+    uint64_t mask;
+    uint64_t entries;
+    uint64_t tombstones;
+    kvf_registry_slot_t slots[KVF_REGISTRY_MAX_SLOTS];
+    uint32_t purging;
+    bool is_purge_active;
+    uint64_t purge_pass; /* pass in progress (or last) */
+    uint64_t purge_cursor;
+    uint64_t purge_backlog;
+    /* lookup scratch, sized for max_batch keys */
+    uint32_t max_batch;
+    uint16_t *cand;
+    uint8_t *ncand;
+    uint32_t *run;
+    uint64_t *pos; /* home index per key */
+};
+
+_Static_assert(sizeof(kvf_registry_entry_t) == 32, "registry entry size");
+
+static inline uint64_t kvf_registry_load_le64(const uint8_t *p)
+{
+#if defined(__BYTE_ORDER__) && (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
+    uint64_t v;
+
+    memcpy(&v, p, sizeof(v));
+    return v;
+#else
+    uint64_t v = 0;
+    int i;
+
+    for (i = 7; i >= 0; i--) {
+        v = (v << 8) | p[i];
+    }
+    return v;
+#endif
+}
+
+static inline void kvf_registry_key_load(const uint8_t *p, kvf_key_t *key)
+{
+    key->ns = kvf_registry_load_le64(p);
+    key->hi = kvf_registry_load_le64(p + 8);
+    key->lo = kvf_registry_load_le64(p + 16);
+}
+
+static inline uint64_t kvf_registry_hash(const kvf_key_t *key)
+{
+    /* digests are already hashes; fold and finalize (splitmix64) */
+    uint64_t x = key->lo ^ (key->hi * 0x9e3779b97f4a7c15ull) ^
+                 (key->ns * 0xc2b2ae3d27d4eb4full);
+
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+static inline bool kvf_registry_entry_is_empty(const kvf_registry_entry_t *e)
+{
+    uint64_t h;
+
+    memcpy(&h, e->h, sizeof(h));
+    return h == 0;
+}
+
+static inline bool kvf_registry_entry_is_tomb(const kvf_registry_entry_t *e)
+{
+    return e->h[0] == KVF_REGISTRY_TOMB;
+}
+
+static inline uint16_t kvf_registry_h(const kvf_registry_entry_t *e, unsigned k)
+{
+    return e->h[k] & KVF_REGISTRY_SLOT_MASK;
+}
+
+static inline void kvf_registry_h_set(kvf_registry_entry_t *e, unsigned k,
+                                      uint16_t slot)
+{
+    e->h[k] = (uint16_t)((e->h[k] & ~KVF_REGISTRY_SLOT_MASK) | slot);
+}
+
+static inline bool kvf_registry_entry_has_holders(const kvf_registry_entry_t *e)
+{
+    return (kvf_registry_h(e, 0) | e->h[1] | e->h[2] | e->h[3]) != 0;
+}
+
+static inline bool kvf_registry_entry_has_more(const kvf_registry_entry_t *e)
+{
+    return (e->h[0] & KVF_REGISTRY_MORE) != 0;
+}
+
+static inline void kvf_registry_entry_set_tomb(kvf_registry_entry_t *e)
+{
+    e->h[0] = KVF_REGISTRY_TOMB;
+    e->h[1] = 0;
+    e->h[2] = 0;
+    e->h[3] = 0;
+}
+
+static inline bool kvf_registry_entry_match(const kvf_registry_entry_t *e,
+                                            const kvf_key_t *key)
+{
+    return (e->lo == key->lo) && (e->hi == key->hi) && (e->ns == key->ns) &&
+           !kvf_registry_entry_is_tomb(e);
+}
+
+static kvf_status_t kvf_registry_table_alloc(uint64_t cap,
+                                             kvf_registry_entry_t **table_p)
+{
+    size_t bytes = cap * sizeof(kvf_registry_entry_t);
+    void *table;
+
+    /* anonymous memory is zeroed (all entries empty); huge pages keep the
+     * random probes of a large table from missing the TLB every time */
+    table = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (table == MAP_FAILED) {
+        kvf_error("registry: cannot map %" PRIu64 " entries: %m", cap);
+        return KVF_ERR_NO_MEMORY;
+    }
+    if (bytes >= (2u << 20)) {
+        madvise(table, bytes, MADV_HUGEPAGE); /* advice only */
+    }
+    *table_p = table;
+    return KVF_OK;
+}
+
+static void kvf_registry_table_free(kvf_registry_entry_t *table, uint64_t cap)
+{
+    if (table != NULL) {
+        munmap(table, cap * sizeof(*table));
+    }
+}
+
+kvf_status_t kvf_registry_create(uint64_t expected_keys, uint32_t max_batch,
+                                 kvf_registry_t **reg_p)
+{
+    kvf_registry_t *reg;
+    kvf_status_t status;
+    uint64_t cap = KVF_REGISTRY_MIN_CAP;
+
+    if (max_batch == 0) {
+        return KVF_ERR_INVALID;
+    }
+    while (((cap / 4) * 3) < expected_keys) {
+        cap *= 2;
+    }
+    reg = calloc(1, sizeof(*reg));
+    if (reg == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    status = kvf_registry_table_alloc(cap, &reg->table);
+    if (status != KVF_OK) {
+        goto err_free_reg;
+    }
+    reg->cap       = cap;
+    reg->mask      = cap - 1;
+    reg->max_batch = max_batch;
+    reg->cand =
+        malloc((size_t)max_batch * KVF_REGISTRY_SCRATCH_C * sizeof(*reg->cand));
+    reg->ncand = malloc((size_t)max_batch * sizeof(*reg->ncand));
+    reg->run =
+        malloc((size_t)max_batch * KVF_REGISTRY_SCRATCH_C * sizeof(*reg->run));
+    reg->pos = malloc((size_t)max_batch * sizeof(*reg->pos));
+    if ((reg->cand == NULL) || (reg->ncand == NULL) || (reg->run == NULL) ||
+        (reg->pos == NULL)) {
+        status = KVF_ERR_NO_MEMORY;
+        goto err_free_scratch;
+    }
+    *reg_p = reg;
+    return KVF_OK;
+
+err_free_scratch:
+    free(reg->pos);
+    free(reg->run);
+    free(reg->ncand);
+    free(reg->cand);
+    kvf_registry_table_free(reg->table, reg->cap);
+err_free_reg:
+    free(reg);
+    return status;
+}
+
+void kvf_registry_destroy(kvf_registry_t *reg)
+{
+    if (reg == NULL) {
+        return;
+    }
+    free(reg->pos);
+    free(reg->run);
+    free(reg->ncand);
+    free(reg->cand);
+    kvf_registry_table_free(reg->table, reg->cap);
+    free(reg);
+}
+
+kvf_status_t kvf_registry_slot_open(kvf_registry_t *reg, uint16_t *slot_p)
+{
+    uint16_t s;
+
+    for (s = 1; s < KVF_REGISTRY_MAX_SLOTS; s++) {
+        if (reg->slots[s].state == KVF_REGISTRY_SLOT_FREE) {
+            memset(&reg->slots[s], 0, sizeof(reg->slots[s]));
+            reg->slots[s].state = KVF_REGISTRY_SLOT_LIVE;
+            *slot_p             = s;
+            return KVF_OK;
+        }
+    }
+    kvf_error("registry: all %u holder slots in use",
+              KVF_REGISTRY_MAX_SLOTS - 1);
+    return KVF_ERR_BUSY;
+}
+
+static void kvf_registry_slot_free(kvf_registry_t *reg, uint16_t s)
+{
+    reg->purge_backlog -= reg->slots[s].keys;
+    memset(&reg->slots[s], 0, sizeof(reg->slots[s]));
+    reg->purging--;
+}
+
+void kvf_registry_slot_close(kvf_registry_t *reg, uint16_t slot)
+{
+    kvf_registry_slot_t *s;
+
+    if ((slot == 0) || (slot >= KVF_REGISTRY_MAX_SLOTS)) {
+        return;
+    }
+    s = &reg->slots[slot];
+    if (s->state != KVF_REGISTRY_SLOT_LIVE) {
+        return;
+    }
+    s->state = KVF_REGISTRY_SLOT_PURGING;
+    reg->purging++;
+    if (s->keys == 0) {
+        /* nothing to remove: free at once */
+        s->state = KVF_REGISTRY_SLOT_FREE;
+        reg->purging--;
+        return;
+    }
+    reg->purge_backlog += s->keys;
+    if (reg->is_purge_active) {
+        s->need_pass = reg->purge_pass + 1; /* the cursor passed some */
+    } else {
+        reg->is_purge_active = true;
+        reg->purge_pass++;
+        reg->purge_cursor = 0;
+        s->need_pass      = reg->purge_pass;
+    }
+}
+
+kvf_registry_slot_state_t kvf_registry_slot_state(const kvf_registry_t *reg,
+                                                  uint16_t slot)
+{
+    if ((slot == 0) || (slot >= KVF_REGISTRY_MAX_SLOTS)) {
+        return KVF_REGISTRY_SLOT_FREE;
+    }
+    return (kvf_registry_slot_state_t)reg->slots[slot].state;
+}
+
+uint64_t kvf_registry_slot_keys(const kvf_registry_t *reg, uint16_t slot)
+{
+    if ((slot == 0) || (slot >= KVF_REGISTRY_MAX_SLOTS)) {
+        return 0;
+    }
+    return reg->slots[slot].keys;
+}
+
+void kvf_registry_slot_set_load(kvf_registry_t *reg, uint16_t slot,
+                                uint64_t load)
+{
+    if ((slot > 0) && (slot < KVF_REGISTRY_MAX_SLOTS)) {
+        reg->slots[slot].load = load;
+    }
+}
+
+void kvf_registry_slot_set_excluded(kvf_registry_t *reg, uint16_t slot,
+                                    bool excluded)
+{
+    if ((slot > 0) && (slot < KVF_REGISTRY_MAX_SLOTS)) {
+        reg->slots[slot].is_excluded = excluded;
+    }
+}
+
+static inline bool kvf_registry_slot_is_live(const kvf_registry_t *reg,
+                                             uint16_t h)
+{
+    return (h != 0) && (h < KVF_REGISTRY_MAX_SLOTS) &&
+           (reg->slots[h].state == KVF_REGISTRY_SLOT_LIVE);
+}
+
+/* Removes the purging holders of @p e (an in-use entry); true when the entry
+ * became a tombstone. */
+static bool kvf_registry_entry_scrub(kvf_registry_t *reg,
+                                     kvf_registry_entry_t *e)
+{
+    unsigned i;
+    bool any = false;
+
+    for (i = 0; i < KVF_REGISTRY_INLINE; i++) {
+        uint16_t h = kvf_registry_h(e, i);
+
+        if (h == 0) {
+            continue;
+        }
+        if (reg->slots[h].state == KVF_REGISTRY_SLOT_PURGING) {
+            reg->slots[h].keys--;
+            reg->purge_backlog--;
+            kvf_registry_h_set(e, i, 0);
+        } else {
+            any = true;
+        }
+    }
+    return !any;
+}
+
+/* Rebuilds the table at @p new_cap, dropping tombstones and the holdings of
+ * purging slots (which completes every purge). */
+static kvf_status_t kvf_registry_rehash(kvf_registry_t *reg, uint64_t new_cap)
+{
+    kvf_registry_entry_t *table;
+    kvf_status_t status;
+    uint64_t i, entries = 0;
+    uint16_t s;
+
+    status = kvf_registry_table_alloc(new_cap, &table);
+    if (status != KVF_OK) {
+        return status;
+    }
+    for (i = 0; i < reg->cap; i++) {
+        kvf_registry_entry_t *e = &reg->table[i];
+        kvf_key_t key;
+        uint64_t j;
+
+        if (kvf_registry_entry_is_empty(e) || kvf_registry_entry_is_tomb(e)) {
+            continue;
+        }
+        if (kvf_registry_entry_scrub(reg, e)) {
+            continue;
+        }
+        key.ns = e->ns;
+        key.hi = e->hi;
+        key.lo = e->lo;
+        j      = kvf_registry_hash(&key) & (new_cap - 1);
+        e->h[0] &= (uint16_t)~KVF_REGISTRY_MORE;
+        while (!kvf_registry_entry_is_empty(&table[j])) {
+            if (kvf_registry_entry_match(&table[j], &key)) {
+                table[j].h[0] |= KVF_REGISTRY_MORE;
+                e->h[0] |= KVF_REGISTRY_MORE;
+            }
+            j = (j + 1) & (new_cap - 1);
+        }
+        table[j] = *e;
+        entries++;
+    }
+    for (s = 1; s < KVF_REGISTRY_MAX_SLOTS; s++) {
+        if (reg->slots[s].state == KVF_REGISTRY_SLOT_PURGING) {
+            kvf_registry_slot_free(reg, s);
+        }
+    }
+    reg->is_purge_active = false;
+    kvf_registry_table_free(reg->table, reg->cap);
+    reg->table      = table;
+    reg->cap        = new_cap;
+    reg->mask       = new_cap - 1;
+    reg->entries    = entries;
+    reg->tombstones = 0;
+    kvf_debug("registry: rehashed to %" PRIu64 " entries (%" PRIu64 " used)",
+              new_cap, entries);
+    return KVF_OK;
+}
+
+static kvf_status_t kvf_registry_reserve(kvf_registry_t *reg)
+{
+    uint64_t new_cap = reg->cap;
+
+    if (((reg->entries + reg->tombstones + 1) * 4) <= (reg->cap * 3)) {
+        return KVF_OK;
+    }
+    while (((reg->entries + 1) * 2) > new_cap) {
+        new_cap *= 2;
+    }
+    return kvf_registry_rehash(reg, new_cap);
+}
+
+/* A key got a further entry: flag all its entries (rare path). */
+static void kvf_registry_mark_more(kvf_registry_t *reg, const kvf_key_t *key)
+{
+    uint64_t i = kvf_registry_hash(key) & reg->mask;
+
+    for (; !kvf_registry_entry_is_empty(&reg->table[i]);
+         i = (i + 1) & reg->mask) {
+        if (kvf_registry_entry_match(&reg->table[i], key)) {
+            reg->table[i].h[0] |= KVF_REGISTRY_MORE;
+        }
+    }
+}
+
+/* Adds one holder; returns true when it was new. */
+static bool kvf_registry_add(kvf_registry_t *reg, const kvf_key_t *key,
+                             uint16_t slot)
+{
+    uint64_t i                    = kvf_registry_hash(key) & reg->mask;
+    kvf_registry_entry_t *free_e  = NULL;
+    kvf_registry_entry_t *free_he = NULL; /* entry with a free holder */
+    unsigned free_k               = 0;
+    bool is_found                 = false;
+    kvf_registry_entry_t *e;
+    unsigned k;
+
+    for (;; i = (i + 1) & reg->mask) {
+        e = &reg->table[i];
+        if (kvf_registry_entry_is_empty(e)) {
+            break;
+        }
+        if (kvf_registry_entry_is_tomb(e)) {
+            if (free_e == NULL) {
+                free_e = e;
+            }
+            continue;
+        }
+        if ((e->lo != key->lo) || (e->hi != key->hi) || (e->ns != key->ns)) {
+            continue;
+        }
+        is_found = true;
+        for (k = 0; k < KVF_REGISTRY_INLINE; k++) {
+            uint16_t h = kvf_registry_h(e, k);
+
+            if (h == slot) {
+                return false;
+            }
+            if ((free_he == NULL) &&
+                ((h == 0) ||
+                 (reg->slots[h].state == KVF_REGISTRY_SLOT_PURGING))) {
+                free_he = e;
+                free_k  = k;
+            }
+        }
+    }
+    if (free_he != NULL) {
+        uint16_t h = kvf_registry_h(free_he, free_k);
+
+        if (h != 0) {
+            reg->slots[h].keys--;
+            reg->purge_backlog--;
+        }
+        kvf_registry_h_set(free_he, free_k, slot);
+    } else {
+        if (free_e != NULL) {
+            reg->tombstones--;
+            e = free_e;
+        }
+        e->ns = key->ns;
+        e->hi = key->hi;
+        e->lo = key->lo;
+        memset(e->h, 0, sizeof(e->h));
+        e->h[0] = slot;
+        reg->entries++;
+        if (is_found) {
+            kvf_registry_mark_more(reg, key);
+        }
+    }
+    reg->slots[slot].keys++;
+    return true;
+}
+
+kvf_status_t kvf_registry_admit(kvf_registry_t *reg, uint16_t slot,
+                                const uint8_t *keys, size_t n, size_t *added_p)
+{
+    kvf_status_t status;
+    size_t i, added = 0;
+    kvf_key_t key;
+
+    if (!kvf_registry_slot_is_live(reg, slot)) {
+        return KVF_ERR_INVALID;
+    }
+    for (i = 0; i < n; i++) {
+        status = kvf_registry_reserve(reg);
+        if (status != KVF_OK) {
+            *added_p = added;
+            return status;
+        }
+        kvf_registry_key_load(keys + i * KVF_KEY_WIRE_SIZE, &key);
+        added += kvf_registry_add(reg, &key, slot);
+    }
+    *added_p = added;
+    return KVF_OK;
+}
+
+static bool kvf_registry_remove(kvf_registry_t *reg, const kvf_key_t *key,
+                                uint16_t slot)
+{
+    uint64_t i = kvf_registry_hash(key) & reg->mask;
+    kvf_registry_entry_t *e;
+    unsigned k;
+
+    for (;; i = (i + 1) & reg->mask) {
+        e = &reg->table[i];
+        if (kvf_registry_entry_is_empty(e)) {
+            return false;
+        }
+        if (!kvf_registry_entry_match(e, key)) {
+            continue;
+        }
+        for (k = 0; k < KVF_REGISTRY_INLINE; k++) {
+            if (kvf_registry_h(e, k) != slot) {
+                continue;
+            }
+            kvf_registry_h_set(e, k, 0);
+            reg->slots[slot].keys--;
+            if (!kvf_registry_entry_has_holders(e)) {
+                kvf_registry_entry_set_tomb(e);
+                reg->entries--;
+                reg->tombstones++;
+            }
+            return true;
+        }
+        if (!kvf_registry_entry_has_more(e)) {
+            return false;
+        }
+    }
+}
+
+kvf_status_t kvf_registry_evict(kvf_registry_t *reg, uint16_t slot,
+                                const uint8_t *keys, size_t n,
+                                size_t *removed_p)
+{
+    size_t i, removed = 0;
+    kvf_key_t key;
+
+    if (!kvf_registry_slot_is_live(reg, slot)) {
+        return KVF_ERR_INVALID;
+    }
+    for (i = 0; i < n; i++) {
+        kvf_registry_key_load(keys + i * KVF_KEY_WIRE_SIZE, &key);
+        removed += kvf_registry_remove(reg, &key, slot);
+    }
+    *removed_p = removed;
+    return KVF_OK;
+}
+
+bool kvf_registry_holds(const kvf_registry_t *reg, const kvf_key_t *key,
+                        uint16_t slot)
+{
+    uint64_t i = kvf_registry_hash(key) & reg->mask;
+    const kvf_registry_entry_t *e;
+    unsigned k;
+
+    if (!kvf_registry_slot_is_live(reg, slot)) {
+        return false;
+    }
+    for (;; i = (i + 1) & reg->mask) {
+        e = &reg->table[i];
+        if (kvf_registry_entry_is_empty(e)) {
+            return false;
+        }
+        if (!kvf_registry_entry_match(e, key)) {
+            continue;
+        }
+        for (k = 0; k < KVF_REGISTRY_INLINE; k++) {
+            if (kvf_registry_h(e, k) == slot) {
+                return true;
+            }
+        }
+        if (!kvf_registry_entry_has_more(e)) {
+            return false;
+        }
+    }
+}
+
+/* Collects the usable holders of @p key into @p cand; returns how many. */
+static inline unsigned kvf_registry_collect(const kvf_registry_t *reg,
+                                            const kvf_key_t *key,
+                                            uint16_t requester, uint64_t i,
+                                            uint16_t *cand)
+{
+    const kvf_registry_entry_t *e;
+    unsigned k, n = 0;
+
+    for (;; i = (i + 1) & reg->mask) {
+        e = &reg->table[i];
+        if (kvf_registry_entry_is_empty(e)) {
+            return n;
+        }
+        if (!kvf_registry_entry_match(e, key)) {
+            continue;
+        }
+        for (k = 0; k < KVF_REGISTRY_INLINE; k++) {
+            uint16_t h = kvf_registry_h(e, k);
+
+            if (!kvf_registry_slot_is_live(reg, h) ||
+                reg->slots[h].is_excluded) {
+                continue;
+            }
+            if (n < KVF_REGISTRY_SCRATCH_C) {
+                cand[n++] = h;
+            } else if (h == requester) {
+                cand[n - 1] = h; /* the requester always stays a choice */
+            }
+        }
+        if (!kvf_registry_entry_has_more(e)) {
+            return n;
+        }
+    }
+}
+
+kvf_status_t kvf_registry_lookup(kvf_registry_t *reg, const uint8_t *keys,
+                                 size_t n, uint16_t requester, bool any_order,
+                                 uint16_t *slots_out, size_t *hit_p)
+{
+    const size_t C = KVF_REGISTRY_SCRATCH_C;
+    size_t i, hit = 0;
+    uint16_t prev = 0;
+    unsigned k, j;
+    kvf_key_t key;
+
+    if (n > reg->max_batch) {
+        return KVF_ERR_TOO_BIG;
+    }
+    /* hash everything and prefetch first: the misses overlap */
+    for (i = 0; i < n; i++) {
+        kvf_registry_key_load(keys + i * KVF_KEY_WIRE_SIZE, &key);
+        reg->pos[i] = kvf_registry_hash(&key) & reg->mask;
+        __builtin_prefetch(&reg->table[reg->pos[i]]);
+        /* a collision continues into the next entry: maybe the next line */
+        __builtin_prefetch(&reg->table[(reg->pos[i] + 1) & reg->mask]);
+    }
+    for (i = 0; i < n; i++) {
+        kvf_registry_key_load(keys + i * KVF_KEY_WIRE_SIZE, &key);
+        reg->ncand[i] = (uint8_t)kvf_registry_collect(
+            reg, &key, requester, reg->pos[i], &reg->cand[i * C]);
+        if (reg->ncand[i] == 0) {
+            if (!any_order) {
+                break;
+            }
+        } else {
+            hit++;
+        }
+    }
+    if (!any_order) {
+        hit = i;
+    }
+    for (i = 0; i < n; i++) {
+        slots_out[i] = 0;
+    }
+
+    if (any_order) {
+        for (i = 0; i < n; i++) {
+            const uint16_t *cand = &reg->cand[i * C];
+            uint16_t best        = 0;
+
+            for (k = 0; k < reg->ncand[i]; k++) {
+                if (cand[k] == requester) {
+                    best = requester;
+                    break;
+                }
+                if ((best == 0) ||
+                    (reg->slots[cand[k]].load < reg->slots[best].load)) {
+                    best = cand[k];
+                }
+            }
+            slots_out[i] = best;
+        }
+        *hit_p = hit;
+        return KVF_OK;
+    }
+
+    /* run[i][k]: how many keys from i on cand[i][k] holds in a row */
+    for (i = hit; i-- > 0;) {
+        for (k = 0; k < reg->ncand[i]; k++) {
+            uint32_t r = 1;
+
+            if ((i + 1) < hit) {
+                for (j = 0; j < reg->ncand[i + 1]; j++) {
+                    if (reg->cand[(i + 1) * C + j] == reg->cand[i * C + k]) {
+                        r += reg->run[(i + 1) * C + j];
+                        break;
+                    }
+                }
+            }
+            reg->run[i * C + k] = r;
+        }
+    }
+    for (i = 0; i < hit; i++) {
+        const uint16_t *cand = &reg->cand[i * C];
+        const uint32_t *run  = &reg->run[i * C];
+        uint16_t best        = 0;
+        uint32_t best_run    = 0;
+
+        for (k = 0; k < reg->ncand[i]; k++) {
+            bool better;
+
+            if (cand[k] == requester) {
+                best = requester;
+                break;
+            }
+            if (best == 0) {
+                better = true;
+            } else if (run[k] != best_run) {
+                better = run[k] > best_run;
+            } else if ((cand[k] == prev) || (best == prev)) {
+                better = cand[k] == prev;
+            } else {
+                better = reg->slots[cand[k]].load < reg->slots[best].load;
+            }
+            if (better) {
+                best     = cand[k];
+                best_run = run[k];
+            }
+        }
+        slots_out[i] = best;
+        prev         = best;
+    }
+    *hit_p = hit;
+    return KVF_OK;
+}
+
+uint32_t kvf_registry_purge_step(kvf_registry_t *reg, uint64_t budget)
+{
+    uint64_t end;
+    uint16_t s;
+
+    if (!reg->is_purge_active) {
+        return reg->purging;
+    }
+    end = reg->purge_cursor + budget;
+    if (end > reg->cap) {
+        end = reg->cap;
+    }
+    for (; reg->purge_cursor < end; reg->purge_cursor++) {
+        kvf_registry_entry_t *e = &reg->table[reg->purge_cursor];
+
+        if (kvf_registry_entry_is_empty(e) || kvf_registry_entry_is_tomb(e)) {
+            continue;
+        }
+        if (kvf_registry_entry_scrub(reg, e)) {
+            kvf_registry_entry_set_tomb(e);
+            reg->entries--;
+            reg->tombstones++;
+        }
+    }
+    if (reg->purge_cursor < reg->cap) {
+        return reg->purging;
+    }
+    for (s = 1; s < KVF_REGISTRY_MAX_SLOTS; s++) {
+        if ((reg->slots[s].state == KVF_REGISTRY_SLOT_PURGING) &&
+            (reg->slots[s].need_pass <= reg->purge_pass)) {
+            kvf_registry_slot_free(reg, s);
+        }
+    }
+    if (reg->purging > 0) {
+        reg->purge_pass++;
+        reg->purge_cursor = 0;
+    } else {
+        reg->is_purge_active = false;
+    }
+    return reg->purging;
+}
+
+void kvf_registry_stats(const kvf_registry_t *reg,
+                        kvf_registry_stats_t *stats_p)
+{
+    memset(stats_p, 0, sizeof(*stats_p));
+    stats_p->keys          = reg->entries;
+    stats_p->entries       = reg->entries;
+    stats_p->tombstones    = reg->tombstones;
+    stats_p->capacity      = reg->cap;
+    stats_p->table_bytes   = reg->cap * sizeof(kvf_registry_entry_t);
+    stats_p->purge_backlog = reg->purge_backlog;
+    stats_p->purging_slots = reg->purging;
+}

@@ -1,0 +1,1241 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+#include "controller/server.h"
+
+#include "controller/server_int.h"
+#include "common/log.h"
+#include "common/time.h"
+#include "proto/frame.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+const double kvf_server_lat_bounds_us[KVF_SERVER_LAT_BUCKETS] = {
+    1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 10000, 100000,
+};
+
+struct kvf_conn {
+    kvf_server_t *server;
+    struct bufferevent *bev;
+    kvf_conn_t *prev;
+    kvf_conn_t *next;
+    uint64_t id;
+    bool is_hello_done;
+    bool is_closing;   /* flush the output, then free */
+    bool is_throttled; /* reading paused: output over max_output */
+    int kind;          /* Kvf__PeerKind */
+    char peer[64];
+};
+
+static void kvf_conn_on_read(struct bufferevent *bev, void *arg);
+
+static void kvf_conn_destroy(kvf_conn_t *conn)
+{
+    kvf_server_t *server = conn->server;
+
+    if (conn->prev != NULL) {
+        conn->prev->next = conn->next;
+    } else {
+        server->conns = conn->next;
+    }
+    if (conn->next != NULL) {
+        conn->next->prev = conn->prev;
+    }
+    server->num_conns--;
+    bufferevent_free(conn->bev);
+    free(conn);
+}
+
+static void kvf_conn_on_write(struct bufferevent *bev, void *arg)
+{
+    kvf_conn_t *conn = arg;
+
+    if (conn->is_closing) {
+        if (evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+            kvf_debug("conn %" PRIu64 " %s: closed after error", conn->id,
+                      conn->peer);
+            kvf_conn_destroy(conn);
+        }
+        return;
+    }
+    if (conn->is_throttled) {
+        conn->is_throttled = false;
+        bufferevent_enable(bev, EV_READ);
+        kvf_conn_on_read(bev, conn); /* frames may already be buffered */
+    }
+}
+
+static void kvf_conn_close_after_flush(kvf_conn_t *conn)
+{
+    conn->is_closing = true;
+    bufferevent_disable(conn->bev, EV_READ);
+    bufferevent_setwatermark(conn->bev, EV_WRITE, 0, 0);
+    if (evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0) {
+        kvf_conn_destroy(conn);
+    }
+}
+
+static void kvf_conn_on_event(struct bufferevent *bev, short what, void *arg)
+{
+    kvf_conn_t *conn = arg;
+
+    if (what & BEV_EVENT_ERROR) {
+        kvf_debug("conn %" PRIu64 " %s: %s", conn->id, conn->peer,
+                  evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    }
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        kvf_conn_destroy(conn);
+    }
+}
+
+static kvf_status_t kvf_conn_send(kvf_conn_t *conn, uint16_t type,
+                                  const ProtobufCMessage *msg)
+{
+    kvf_status_t status;
+
+    status = kvf_frame_encode(bufferevent_get_output(conn->bev), type,
+                              KVF_FRAME_FLAG_REPLY, msg,
+                              (uint32_t)conn->server->cfg->max_frame);
+    if (status != KVF_OK) {
+        kvf_warn("conn %" PRIu64 ": cannot encode %s: %s", conn->id,
+                 kvf_msg_type_name(type), kvf_status_name(status));
+    }
+    return status;
+}
+
+static kvf_status_t kvf_conn_send_status(kvf_conn_t *conn, uint64_t req_id,
+                                         kvf_status_t code, const char *text)
+{
+    Kvf__Status st;
+    char buf[256];
+
+    kvf__status__init(&st);
+    snprintf(buf, sizeof(buf), "%s", (text != NULL) ? text : "");
+    st.request_id = req_id;
+    st.status     = code;
+    st.message    = buf;
+    return kvf_conn_send(conn, KVF_MSG_STATUS, &st.base);
+}
+
+/* Counts a peer error and answers it. */
+static void kvf_conn_reject(kvf_conn_t *conn, uint64_t req_id,
+                            kvf_status_t code, const char *text)
+{
+    conn->server->ctr.protocol_errors++;
+    kvf_debug("conn %" PRIu64 " %s: %s: %s", conn->id, conn->peer,
+              kvf_status_name(code), text);
+    kvf_conn_send_status(conn, req_id, code, text);
+}
+
+bool kvf_server_recovering(kvf_server_t *server)
+{
+    uint64_t now = kvf_time_now_ms();
+    size_t i, n;
+    bool all = true;
+
+    if (!server->is_recovering) {
+        return false;
+    }
+    if ((now - server->start_ms) * KVF_NSEC_PER_MSEC >=
+        server->cfg->recovery_window_ns) {
+        kvf_info("recovery window over");
+        server->is_recovering = false;
+        return false;
+    }
+    if (!server->has_registrations) {
+        return true;
+    }
+    n = kvf_node_table_count(server->nodes);
+    for (i = 0; i < n; i++) {
+        kvf_node_t *node = kvf_node_table_at(server->nodes, i);
+
+        if ((node->state != KVF_NODE_DEAD) && !node->is_resynced) {
+            all = false;
+        }
+    }
+    if (all) {
+        kvf_info("recovery complete: every registered node resynced");
+        server->is_recovering = false;
+    }
+    return server->is_recovering;
+}
+
+static void kvf_server_purge_kick(kvf_server_t *server)
+{
+    kvf_registry_stats_t st;
+    struct timeval tv = {0, 0};
+
+    kvf_registry_stats(server->reg, &st);
+    if ((st.purging_slots > 0) &&
+        !event_pending(server->purge, EV_TIMEOUT, NULL)) {
+        event_add(server->purge, &tv);
+    }
+}
+
+/* ---- handlers -------------------------------------------------------- */
+
+static kvf_status_t kvf_server_on_hello(kvf_conn_t *conn, Kvf__Hello *hello)
+{
+    Kvf__HelloReply rep;
+    char text[160];
+    char name[] = "kvf-controller";
+
+    kvf__hello_reply__init(&rep);
+    rep.request_id       = hello->request_id;
+    rep.protocol_version = KVF_PROTOCOL_VERSION;
+    rep.name             = name;
+    if (conn->is_hello_done) {
+        kvf_conn_reject(conn, hello->request_id, KVF_ERR_STATE,
+                        "HELLO sent twice");
+        return KVF_ERR_PROTO;
+    }
+    if (hello->protocol_version != KVF_PROTOCOL_VERSION) {
+        snprintf(text, sizeof(text),
+                 "protocol version %" PRIu32 " not supported "
+                 "(controller speaks %d)",
+                 hello->protocol_version, KVF_PROTOCOL_VERSION);
+        conn->server->ctr.protocol_errors++;
+        kvf_info("conn %" PRIu64 " %s: %s", conn->id, conn->peer, text);
+        rep.status  = KVF_ERR_VERSION;
+        rep.message = text;
+        kvf_conn_send(conn, KVF_MSG_HELLO_REPLY, &rep.base);
+        return KVF_ERR_PROTO;
+    }
+    conn->is_hello_done = true;
+    conn->kind          = hello->kind;
+    rep.status          = KVF_OK;
+    text[0]             = '\0';
+    rep.message         = text;
+    return kvf_conn_send(conn, KVF_MSG_HELLO_REPLY, &rep.base);
+}
+
+static void kvf_server_push_pins(kvf_server_t *server, kvf_node_t *node)
+{
+    if (server->pins_len > 0) {
+        kvf_node_cmd_push(node, KVF__COMMAND_TYPE__COMMAND_PIN, server->pins,
+                          server->pins_len);
+    }
+}
+
+static kvf_status_t kvf_server_on_register(kvf_conn_t *conn, Kvf__Register *reg)
+{
+    kvf_server_t *server = conn->server;
+    Kvf__RegisterReply rep;
+    kvf_node_params_t params;
+    kvf_node_t *node;
+    kvf_status_t status;
+    char text[200];
+
+    memset(&params, 0, sizeof(params));
+    params.name               = reg->name;
+    params.role               = reg->role;
+    params.worker_address     = reg->worker_address.data;
+    params.worker_address_len = reg->worker_address.len;
+    params.control_address    = reg->control_address;
+    params.data_address       = reg->data_address;
+    params.instance_id        = reg->instance_id;
+    params.tp_rank            = reg->tp_rank;
+    params.tp_world           = reg->tp_world;
+    params.incarnation        = reg->incarnation;
+    params.pool_capacity      = reg->pool_capacity;
+    status = kvf_node_table_register(server->nodes, &params, kvf_time_now_ms(),
+                                     &node);
+    kvf__register_reply__init(&rep);
+    rep.request_id = reg->request_id;
+    text[0]        = '\0';
+    rep.message    = text;
+    if (status != KVF_OK) {
+        snprintf(text, sizeof(text),
+                 "register '%.100s' incarnation %" PRIu64 ": %s",
+                 (reg->name != NULL) ? reg->name : "", reg->incarnation,
+                 kvf_strerror(status));
+        if (status == KVF_ERR_STALE) {
+            server->ctr.stale_rejects++;
+        } else {
+            server->ctr.protocol_errors++;
+        }
+        kvf_debug("conn %" PRIu64 ": %s", conn->id, text);
+        rep.status = status;
+        return kvf_conn_send(conn, KVF_MSG_REGISTER_REPLY, &rep.base);
+    }
+    kvf_info("node %" PRIu32 " registered: %s incarnation %" PRIu64
+             " role %d slot %u",
+             node->id, node->name, node->incarnation, node->role, node->slot);
+    server->has_registrations = true;
+    kvf_server_push_pins(server, node);
+    kvf_server_purge_kick(server);
+    rep.status   = KVF_OK;
+    rep.node_id  = node->id;
+    rep.lease_ms = (uint32_t)(server->cfg->lease_ns / KVF_NSEC_PER_MSEC);
+    rep.heartbeat_ms =
+        (uint32_t)(server->cfg->heartbeat_ns / KVF_NSEC_PER_MSEC);
+    rep.recovering = kvf_server_recovering(server);
+    rep.resync     = true;
+    return kvf_conn_send(conn, KVF_MSG_REGISTER_REPLY, &rep.base);
+}
+
+/* Resolves a node id + incarnation, answering the error itself. */
+static kvf_node_t *kvf_server_node_check(kvf_conn_t *conn, uint64_t req_id,
+                                         uint32_t id, uint64_t incarnation)
+{
+    kvf_node_t *node = NULL;
+    kvf_status_t status;
+    char text[128];
+
+    status = kvf_node_table_check(conn->server->nodes, id, incarnation, &node);
+    if (status == KVF_OK) {
+        node->last_heartbeat_ms = kvf_time_now_ms();
+        return node;
+    }
+    if (status == KVF_ERR_STALE) {
+        conn->server->ctr.stale_rejects++;
+        snprintf(text, sizeof(text),
+                 "node %" PRIu32 " incarnation %" PRIu64
+                 " is stale: register again",
+                 id, incarnation);
+        kvf_debug("conn %" PRIu64 ": %s", conn->id, text);
+        kvf_conn_send_status(conn, req_id, status, text);
+    } else {
+        snprintf(text, sizeof(text), "unknown node %" PRIu32, id);
+        kvf_conn_reject(conn, req_id, status, text);
+    }
+    return NULL;
+}
+
+static void kvf_server_request_resync(kvf_server_t *server, kvf_node_t *node)
+{
+    if (node->is_resync_pending) {
+        return;
+    }
+    node->is_resync_pending = true;
+    server->ctr.seq_gaps++;
+    kvf_node_cmd_push(node, KVF__COMMAND_TYPE__COMMAND_RESYNC, NULL, 0);
+    kvf_info("node %" PRIu32 " (%s): sequence gap at seq %" PRIu64
+             ", asking for resync",
+             node->id, node->name, node->last_seq);
+}
+
+static kvf_status_t kvf_server_on_heartbeat(kvf_conn_t *conn,
+                                            Kvf__Heartbeat *hb)
+{
+    kvf_server_t *server = conn->server;
+    Kvf__HeartbeatReply rep;
+    Kvf__Command cmds[KVF_NODE_COMMANDS_MAX];
+    Kvf__Command *cmd_ptrs[KVF_NODE_COMMANDS_MAX];
+    kvf_node_t *node;
+    kvf_status_t status;
+    unsigned i;
+    char text[] = "";
+
+    node = kvf_server_node_check(conn, hb->request_id, hb->node_id,
+                                 hb->incarnation);
+    if (node == NULL) {
+        return KVF_OK;
+    }
+    node->pool_used     = hb->pool_used;
+    node->pool_capacity = hb->pool_capacity;
+    node->entries       = hb->entries;
+    kvf_registry_slot_set_load(
+        server->reg, node->slot,
+        (hb->pool_capacity > 0)
+            ? (hb->pool_used * 1000) / hb->pool_capacity
+            : kvf_registry_slot_keys(server->reg, node->slot));
+    if ((hb->last_seq > node->last_seq) && !node->is_resync_pending) {
+        kvf_server_request_resync(server, node); /* batches were lost */
+    }
+    kvf__heartbeat_reply__init(&rep);
+    rep.request_id = hb->request_id;
+    rep.status     = KVF_OK;
+    rep.message    = text;
+    for (i = 0; i < node->num_cmds; i++) {
+        kvf__command__init(&cmds[i]);
+        cmds[i].type      = (Kvf__CommandType)node->cmds[i].type;
+        cmds[i].keys.data = node->cmds[i].keys;
+        cmds[i].keys.len  = node->cmds[i].keys_len;
+        cmd_ptrs[i]       = &cmds[i];
+    }
+    rep.n_commands = node->num_cmds;
+    rep.commands   = cmd_ptrs;
+    status         = kvf_conn_send(conn, KVF_MSG_HEARTBEAT_REPLY, &rep.base);
+    if (status == KVF_OK) {
+        kvf_node_cmd_clear(node);
+    }
+    return status;
+}
+
+static kvf_status_t kvf_server_on_deregister(kvf_conn_t *conn,
+                                             Kvf__Deregister *dr)
+{
+    kvf_node_t *node;
+
+    node = kvf_server_node_check(conn, dr->request_id, dr->node_id,
+                                 dr->incarnation);
+    if (node == NULL) {
+        return KVF_OK;
+    }
+    kvf_node_table_kill(conn->server->nodes, node, kvf_time_now_ms(),
+                        "deregistered");
+    kvf_server_purge_kick(conn->server);
+    return kvf_conn_send_status(conn, dr->request_id, KVF_OK, NULL);
+}
+
+static bool kvf_server_keys_ok(kvf_conn_t *conn, uint64_t req_id,
+                               const ProtobufCBinaryData *keys)
+{
+    char text[128];
+
+    if ((keys->len % KVF_KEY_WIRE_SIZE) == 0) {
+        return true;
+    }
+    snprintf(text, sizeof(text),
+             "keys field of %zu bytes is not a multiple of %d", keys->len,
+             KVF_KEY_WIRE_SIZE);
+    kvf_conn_reject(conn, req_id, KVF_ERR_INVALID, text);
+    return false;
+}
+
+static kvf_status_t kvf_server_on_batch(kvf_conn_t *conn, uint16_t type,
+                                        Kvf__KeyBatch *kb)
+{
+    kvf_server_t *server = conn->server;
+    kvf_node_t *node;
+    kvf_status_t status;
+    size_t n, done = 0;
+
+    node = kvf_server_node_check(conn, kb->request_id, kb->node_id,
+                                 kb->incarnation);
+    if ((node == NULL) ||
+        !kvf_server_keys_ok(conn, kb->request_id, &kb->keys)) {
+        return KVF_OK;
+    }
+    if (kb->seq != node->last_seq + 1) {
+        kvf_server_request_resync(server, node);
+    }
+    node->last_seq = kb->seq;
+    n              = kb->keys.len / KVF_KEY_WIRE_SIZE;
+    if (type == KVF_MSG_ADMIT) {
+        status = kvf_registry_admit(server->reg, node->slot, kb->keys.data, n,
+                                    &done);
+        server->ctr.admits += n;
+    } else {
+        status = kvf_registry_evict(server->reg, node->slot, kb->keys.data, n,
+                                    &done);
+        server->ctr.evicts += n;
+    }
+    return kvf_conn_send_status(conn, kb->request_id, status,
+                                (status == KVF_OK) ? NULL
+                                                   : kvf_strerror(status));
+}
+
+static kvf_status_t kvf_server_on_inventory(kvf_conn_t *conn,
+                                            Kvf__Inventory *inv)
+{
+    kvf_server_t *server = conn->server;
+    kvf_node_t *node;
+    kvf_status_t status = KVF_OK;
+    size_t done;
+
+    node = kvf_server_node_check(conn, inv->request_id, inv->node_id,
+                                 inv->incarnation);
+    if ((node == NULL) ||
+        !kvf_server_keys_ok(conn, inv->request_id, &inv->keys)) {
+        return KVF_OK;
+    }
+    if (!node->is_inventory_open &&
+        (kvf_registry_slot_keys(server->reg, node->slot) > 0)) {
+        /* an inventory is the whole truth: start from an empty slot */
+        status = kvf_node_table_reslot(server->nodes, node);
+        kvf_server_purge_kick(server);
+    }
+    if (status == KVF_OK) {
+        node->is_inventory_open = true;
+        node->is_resynced       = false;
+        status = kvf_registry_admit(server->reg, node->slot, inv->keys.data,
+                                    inv->keys.len / KVF_KEY_WIRE_SIZE, &done);
+        server->ctr.inventory_keys += inv->keys.len / KVF_KEY_WIRE_SIZE;
+        node->last_seq = inv->seq;
+    }
+    if ((status == KVF_OK) && inv->last) {
+        node->is_resynced       = true;
+        node->is_resync_pending = false;
+        node->is_inventory_open = false;
+        kvf_info("node %" PRIu32 " (%s) resynced: %" PRIu64 " keys", node->id,
+                 node->name, kvf_registry_slot_keys(server->reg, node->slot));
+        kvf_server_recovering(server);
+    }
+    return kvf_conn_send_status(conn, inv->request_id, status,
+                                (status == KVF_OK) ? NULL
+                                                   : kvf_strerror(status));
+}
+
+static uint16_t kvf_server_requester_slot(kvf_server_t *server, uint32_t id)
+{
+    kvf_node_t *node;
+
+    if (id == 0) {
+        return 0;
+    }
+    node = kvf_node_table_find(server->nodes, id);
+    return ((node != NULL) && (node->state != KVF_NODE_DEAD)) ? node->slot : 0;
+}
+
+static void kvf_server_put_le32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static kvf_status_t kvf_server_lookup_reply(kvf_conn_t *conn, uint64_t req_id,
+                                            size_t n, size_t hit, size_t held)
+{
+    kvf_server_t *server = conn->server;
+    Kvf__LookupReply rep;
+    char text[] = "";
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        kvf_server_put_le32(
+            server->holders + 4 * i,
+            kvf_node_table_slot_id(server->nodes, server->slots[i]));
+    }
+    server->ctr.lookups++;
+    server->ctr.lookup_keys += n;
+    server->ctr.lookup_hit_chunks += held;
+    server->ctr.lookup_miss_chunks += n - held;
+    kvf__lookup_reply__init(&rep);
+    rep.request_id   = req_id;
+    rep.status       = KVF_OK;
+    rep.message      = text;
+    rep.hit_chunks   = (uint32_t)hit;
+    rep.holders.data = server->holders;
+    rep.holders.len  = 4 * n;
+    rep.recovering   = server->is_recovering && kvf_server_recovering(server);
+    return kvf_conn_send(conn, KVF_MSG_LOOKUP_REPLY, &rep.base);
+}
+
+static bool kvf_server_batch_ok(kvf_conn_t *conn, uint64_t req_id, size_t n)
+{
+    char text[128];
+
+    if (n <= conn->server->cfg->max_batch) {
+        return true;
+    }
+    snprintf(text, sizeof(text), "lookup of %zu keys over max_batch %" PRIu64,
+             n, conn->server->cfg->max_batch);
+    kvf_conn_reject(conn, req_id, KVF_ERR_TOO_BIG, text);
+    return false;
+}
+
+static kvf_status_t kvf_server_on_lookup(kvf_conn_t *conn, Kvf__Lookup *lk)
+{
+    kvf_server_t *server = conn->server;
+    size_t n, hit;
+
+    if (!kvf_server_keys_ok(conn, lk->request_id, &lk->keys)) {
+        return KVF_OK;
+    }
+    n = lk->keys.len / KVF_KEY_WIRE_SIZE;
+    if (!kvf_server_batch_ok(conn, lk->request_id, n)) {
+        return KVF_OK;
+    }
+    kvf_registry_lookup(server->reg, lk->keys.data, n,
+                        kvf_server_requester_slot(server, lk->requester),
+                        lk->any_order, server->slots, &hit);
+    return kvf_server_lookup_reply(conn, lk->request_id, n, hit, hit);
+}
+
+static kvf_status_t kvf_server_on_tp_lookup(kvf_conn_t *conn, Kvf__TpLookup *lk)
+{
+    kvf_server_t *server = conn->server;
+    size_t total, n, hit, min_hit = SIZE_MAX, r, i;
+    uint16_t req;
+    char text[128];
+
+    if (!kvf_server_keys_ok(conn, lk->request_id, &lk->keys)) {
+        return KVF_OK;
+    }
+    total = lk->keys.len / KVF_KEY_WIRE_SIZE;
+    if ((lk->tp_world == 0) || ((total % lk->tp_world) != 0)) {
+        snprintf(text, sizeof(text),
+                 "%zu keys do not split into tp_world %" PRIu32, total,
+                 lk->tp_world);
+        kvf_conn_reject(conn, lk->request_id, KVF_ERR_INVALID, text);
+        return KVF_OK;
+    }
+    if (!kvf_server_batch_ok(conn, lk->request_id, total)) {
+        return KVF_OK;
+    }
+    n   = total / lk->tp_world;
+    req = kvf_server_requester_slot(server, lk->requester);
+    for (r = 0; r < lk->tp_world; r++) {
+        kvf_registry_lookup(server->reg,
+                            lk->keys.data + r * n * KVF_KEY_WIRE_SIZE, n, req,
+                            false, server->slots + r * n, &hit);
+        if (hit < min_hit) {
+            min_hit = hit;
+        }
+    }
+    if (min_hit == SIZE_MAX) {
+        min_hit = 0;
+    }
+    for (r = 0; r < lk->tp_world; r++) {
+        for (i = min_hit; i < n; i++) {
+            server->slots[r * n + i] = 0;
+        }
+    }
+    return kvf_server_lookup_reply(conn, lk->request_id, total, min_hit,
+                                   min_hit * lk->tp_world);
+}
+
+static void kvf_server_node_desc(kvf_server_t *server, kvf_node_t *node,
+                                 uint64_t now, Kvf__NodeDesc *d)
+{
+    kvf__node_desc__init(d);
+    d->node_id             = node->id;
+    d->name                = node->name;
+    d->role                = (Kvf__Role)node->role;
+    d->worker_address.data = node->worker_address;
+    d->worker_address.len  = node->worker_address_len;
+    d->control_address     = node->control_address;
+    d->data_address        = node->data_address;
+    d->pool_capacity       = node->pool_capacity;
+    d->pool_used           = node->pool_used;
+    d->keys                = kvf_registry_slot_keys(server->reg, node->slot);
+    d->state       = (char *)(uintptr_t)kvf_node_state_name(node->state);
+    d->incarnation = node->incarnation;
+    d->last_heartbeat_ms_ago = now - node->last_heartbeat_ms;
+    d->instance_id           = node->instance_id;
+    d->tp_rank               = node->tp_rank;
+    d->tp_world              = node->tp_world;
+}
+
+static kvf_status_t kvf_server_on_node_info(kvf_conn_t *conn,
+                                            Kvf__NodeInfoRequest *req)
+{
+    kvf_server_t *server = conn->server;
+    size_t count = kvf_node_table_count(server->nodes), i, n = 0;
+    Kvf__NodeInfoReply rep;
+    Kvf__NodeDesc *descs;
+    Kvf__NodeDesc **ptrs;
+    uint64_t now = kvf_time_now_ms();
+    kvf_status_t status;
+    char text[128] = "";
+
+    if (req->n_node_ids > count) {
+        kvf_conn_reject(conn, req->request_id, KVF_ERR_NOT_FOUND,
+                        "more node ids than nodes");
+        return KVF_OK;
+    }
+    /* admin path: may allocate */
+    descs = calloc(count + 1, sizeof(*descs));
+    ptrs  = calloc(count + 1, sizeof(*ptrs));
+    if ((descs == NULL) || (ptrs == NULL)) {
+        status = KVF_ERR_NO_MEMORY;
+        goto out;
+    }
+    if (req->n_node_ids == 0) {
+        for (i = 0; i < count; i++) {
+            kvf_server_node_desc(server, kvf_node_table_at(server->nodes, i),
+                                 now, &descs[n]);
+            ptrs[n] = &descs[n];
+            n++;
+        }
+    } else {
+        for (i = 0; i < req->n_node_ids; i++) {
+            kvf_node_t *node =
+                kvf_node_table_find(server->nodes, req->node_ids[i]);
+
+            if (node == NULL) {
+                snprintf(text, sizeof(text), "unknown node %" PRIu32,
+                         req->node_ids[i]);
+                kvf_conn_reject(conn, req->request_id, KVF_ERR_NOT_FOUND, text);
+                status = KVF_OK;
+                goto out;
+            }
+            kvf_server_node_desc(server, node, now, &descs[n]);
+            ptrs[n] = &descs[n];
+            n++;
+        }
+    }
+    kvf__node_info_reply__init(&rep);
+    rep.request_id = req->request_id;
+    rep.status     = KVF_OK;
+    rep.message    = text;
+    rep.n_nodes    = n;
+    rep.nodes      = ptrs;
+    status         = kvf_conn_send(conn, KVF_MSG_NODE_INFO_REPLY, &rep.base);
+out:
+    free(ptrs);
+    free(descs);
+    return status;
+}
+
+static kvf_status_t kvf_server_on_stats(kvf_conn_t *conn,
+                                        Kvf__StatsRequest *req)
+{
+    kvf_server_t *server = conn->server;
+    kvf_registry_stats_t rs;
+    Kvf__StatsReply rep;
+    char text[] = "";
+
+    kvf_registry_stats(server->reg, &rs);
+    kvf__stats_reply__init(&rep);
+    rep.request_id = req->request_id;
+    rep.message    = text;
+    rep.recovering = kvf_server_recovering(server);
+    kvf_node_table_census(server->nodes, &rep.nodes_alive, &rep.nodes_draining,
+                          &rep.nodes_dead);
+    rep.keys               = rs.keys;
+    rep.holdings           = rs.entries; /* refined below */
+    rep.admits             = server->ctr.admits;
+    rep.evicts             = server->ctr.evicts;
+    rep.lookups            = server->ctr.lookups;
+    rep.lookup_hit_chunks  = server->ctr.lookup_hit_chunks;
+    rep.lookup_miss_chunks = server->ctr.lookup_miss_chunks;
+    rep.purge_backlog      = rs.purge_backlog;
+    rep.protocol_errors    = server->ctr.protocol_errors;
+    rep.connections        = server->num_conns;
+    rep.uptime_ms          = kvf_time_now_ms() - server->start_ms;
+    rep.table_bytes        = rs.table_bytes;
+    rep.seq_gaps           = server->ctr.seq_gaps;
+    rep.stale_rejects      = server->ctr.stale_rejects;
+    {
+        size_t i, count = kvf_node_table_count(server->nodes);
+        uint64_t holdings = 0;
+
+        for (i = 0; i < count; i++) {
+            kvf_node_t *node = kvf_node_table_at(server->nodes, i);
+
+            holdings += kvf_registry_slot_keys(server->reg, node->slot);
+        }
+        rep.holdings = holdings;
+    }
+    return kvf_conn_send(conn, KVF_MSG_STATS_REPLY, &rep.base);
+}
+
+static kvf_status_t kvf_server_pins_update(kvf_server_t *server, bool is_pin,
+                                           const uint8_t *keys, size_t len)
+{
+    size_t i, j;
+
+    for (i = 0; i < len; i += KVF_KEY_WIRE_SIZE) {
+        bool found = false;
+
+        for (j = 0; j < server->pins_len; j += KVF_KEY_WIRE_SIZE) {
+            if (memcmp(server->pins + j, keys + i, KVF_KEY_WIRE_SIZE) == 0) {
+                found = true;
+                break;
+            }
+        }
+        if (is_pin && !found) {
+            uint8_t *p =
+                realloc(server->pins, server->pins_len + KVF_KEY_WIRE_SIZE);
+
+            if (p == NULL) {
+                return KVF_ERR_NO_MEMORY;
+            }
+            server->pins = p;
+            memcpy(p + server->pins_len, keys + i, KVF_KEY_WIRE_SIZE);
+            server->pins_len += KVF_KEY_WIRE_SIZE;
+        } else if (!is_pin && found) {
+            memmove(server->pins + j, server->pins + j + KVF_KEY_WIRE_SIZE,
+                    server->pins_len - j - KVF_KEY_WIRE_SIZE);
+            server->pins_len -= KVF_KEY_WIRE_SIZE;
+        }
+    }
+    return KVF_OK;
+}
+
+static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
+{
+    kvf_server_t *server = conn->server;
+    kvf_node_t *target   = NULL;
+    kvf_status_t status  = KVF_OK;
+    size_t i, count = kvf_node_table_count(server->nodes), sent = 0;
+    char text[200];
+    bool has_target = (ac->node_id != 0) ||
+                      ((ac->node_name != NULL) && (ac->node_name[0] != '\0'));
+
+    if (has_target) {
+        target = (ac->node_id != 0)
+                     ? kvf_node_table_find(server->nodes, ac->node_id)
+                     : kvf_node_table_find_name(server->nodes, ac->node_name);
+        if ((target == NULL) || (target->state == KVF_NODE_DEAD)) {
+            snprintf(text, sizeof(text), "unknown node %s%.100s",
+                     (ac->node_id != 0) ? "" : "'",
+                     (ac->node_id != 0) ? "" : ac->node_name);
+            if (ac->node_id != 0) {
+                snprintf(text, sizeof(text), "unknown node %" PRIu32,
+                         ac->node_id);
+            } else {
+                snprintf(text, sizeof(text), "unknown node '%.100s'",
+                         ac->node_name);
+            }
+            return kvf_conn_send_status(conn, ac->request_id, KVF_ERR_NOT_FOUND,
+                                        text);
+        }
+    }
+    switch (ac->type) {
+    case KVF__COMMAND_TYPE__COMMAND_PIN:
+    case KVF__COMMAND_TYPE__COMMAND_UNPIN:
+        if ((ac->keys.len == 0) ||
+            !kvf_server_keys_ok(conn, ac->request_id, &ac->keys)) {
+            if (ac->keys.len == 0) {
+                kvf_conn_reject(conn, ac->request_id, KVF_ERR_INVALID,
+                                "pin/unpin needs keys");
+            }
+            return KVF_OK;
+        }
+        status = kvf_server_pins_update(
+            server, ac->type == KVF__COMMAND_TYPE__COMMAND_PIN, ac->keys.data,
+            ac->keys.len);
+        break;
+    case KVF__COMMAND_TYPE__COMMAND_DRAIN:
+        if (target == NULL) {
+            return kvf_conn_send_status(conn, ac->request_id, KVF_ERR_INVALID,
+                                        "drain needs a node");
+        }
+        target->state = KVF_NODE_DRAINING;
+        kvf_registry_slot_set_excluded(server->reg, target->slot, true);
+        break;
+    case KVF__COMMAND_TYPE__COMMAND_CLEAR:
+        break;
+    default:
+        snprintf(text, sizeof(text), "admin command type %d not supported",
+                 (int)ac->type);
+        return kvf_conn_send_status(conn, ac->request_id, KVF_ERR_UNSUPPORTED,
+                                    text);
+    }
+    if (status != KVF_OK) {
+        return kvf_conn_send_status(conn, ac->request_id, status,
+                                    kvf_strerror(status));
+    }
+    for (i = 0; i < count; i++) {
+        kvf_node_t *node = kvf_node_table_at(server->nodes, i);
+
+        if ((node->state == KVF_NODE_DEAD) ||
+            ((target != NULL) && (node != target))) {
+            continue;
+        }
+        if (kvf_node_cmd_push(node, ac->type, ac->keys.data, ac->keys.len) ==
+            KVF_OK) {
+            sent++;
+        }
+        if (ac->type == KVF__COMMAND_TYPE__COMMAND_CLEAR) {
+            /* the agent empties its pool; forget its holdings now */
+            kvf_node_table_reslot(server->nodes, node);
+            node->is_resynced = true;
+        }
+    }
+    kvf_server_purge_kick(server);
+    kvf_info("admin %d: queued for %zu node(s)", (int)ac->type, sent);
+    snprintf(text, sizeof(text), "queued for %zu node(s)", sent);
+    return kvf_conn_send_status(conn, ac->request_id, KVF_OK, text);
+}
+
+/* Returns KVF_ERR_PROTO when the connection must be closed. */
+static kvf_status_t kvf_server_dispatch(kvf_conn_t *conn, kvf_frame_t *frame)
+{
+    ProtobufCMessage *msg = frame->msg;
+
+    if (frame->flags & KVF_FRAME_FLAG_REPLY) {
+        kvf_conn_reject(conn, 0, KVF_ERR_PROTO, "unexpected reply frame");
+        return KVF_ERR_PROTO;
+    }
+    if (frame->type == KVF_MSG_HELLO) {
+        return kvf_server_on_hello(conn, (Kvf__Hello *)msg);
+    }
+    if (!conn->is_hello_done) {
+        kvf_conn_reject(conn, 0, KVF_ERR_STATE,
+                        "expected HELLO as the first frame");
+        return KVF_ERR_PROTO;
+    }
+    switch (frame->type) {
+    case KVF_MSG_REGISTER:
+        return kvf_server_on_register(conn, (Kvf__Register *)msg);
+    case KVF_MSG_HEARTBEAT:
+        return kvf_server_on_heartbeat(conn, (Kvf__Heartbeat *)msg);
+    case KVF_MSG_DEREGISTER:
+        return kvf_server_on_deregister(conn, (Kvf__Deregister *)msg);
+    case KVF_MSG_ADMIT:
+    case KVF_MSG_EVICT:
+        return kvf_server_on_batch(conn, frame->type, (Kvf__KeyBatch *)msg);
+    case KVF_MSG_INVENTORY:
+        return kvf_server_on_inventory(conn, (Kvf__Inventory *)msg);
+    case KVF_MSG_LOOKUP:
+        return kvf_server_on_lookup(conn, (Kvf__Lookup *)msg);
+    case KVF_MSG_TP_LOOKUP:
+        return kvf_server_on_tp_lookup(conn, (Kvf__TpLookup *)msg);
+    case KVF_MSG_NODE_INFO:
+        return kvf_server_on_node_info(conn, (Kvf__NodeInfoRequest *)msg);
+    case KVF_MSG_STATS:
+        return kvf_server_on_stats(conn, (Kvf__StatsRequest *)msg);
+    case KVF_MSG_ADMIN_COMMAND:
+        return kvf_server_on_admin(conn, (Kvf__AdminCommand *)msg);
+    default:
+        break;
+    }
+    kvf_conn_reject(conn, 0, KVF_ERR_UNSUPPORTED,
+                    "frame type not served by the controller");
+    return KVF_OK;
+}
+
+static void kvf_server_observe(kvf_server_t *server, uint64_t ns)
+{
+    unsigned b;
+
+    server->ctr.requests++;
+    server->ctr.lat_sum_ns += ns;
+    for (b = 0; b < KVF_SERVER_LAT_BUCKETS; b++) {
+        if ((double)ns <= kvf_server_lat_bounds_us[b] * 1000.0) {
+            server->ctr.lat_buckets[b]++;
+            break;
+        }
+    }
+}
+
+#define KVF_SERVER_ARENA_SIZE (256u << 10)
+
+static void *kvf_server_arena_alloc(void *data, size_t size)
+{
+    kvf_server_t *server = data;
+    size_t need          = (size + 15) & ~(size_t)15;
+
+    if (need <= server->arena_size - server->arena_used) {
+        void *p = server->arena + server->arena_used;
+
+        server->arena_used += need;
+        return p;
+    }
+    server->arena_spills++;
+    return malloc(size);
+}
+
+static void kvf_server_arena_free(void *data, void *ptr)
+{
+    kvf_server_t *server = data;
+    uint8_t *p           = ptr;
+
+    if ((p >= server->arena) && (p < server->arena + server->arena_size)) {
+        return; /* reset after the frame */
+    }
+    free(ptr);
+}
+
+static void kvf_conn_on_read(struct bufferevent *bev, void *arg)
+{
+    kvf_conn_t *conn         = arg;
+    kvf_server_t *server     = conn->server;
+    struct evbuffer *in      = bufferevent_get_input(bev);
+    struct evbuffer *out     = bufferevent_get_output(bev);
+    ProtobufCAllocator alloc = {.alloc          = kvf_server_arena_alloc,
+                                .free           = kvf_server_arena_free,
+                                .allocator_data = server};
+    kvf_frame_t frame;
+    kvf_status_t status;
+    char text[128];
+
+    while (!conn->is_closing) {
+        uint64_t t0;
+
+        if (evbuffer_get_length(out) > server->cfg->max_output) {
+            /* the peer does not read its replies: stop reading from it */
+            conn->is_throttled = true;
+            server->ctr.backpressure++;
+            bufferevent_disable(bev, EV_READ);
+            return;
+        }
+        t0                 = kvf_time_now_ns();
+        server->arena_used = 0;
+        status = kvf_frame_decode(in, (uint32_t)server->cfg->max_frame, &alloc,
+                                  &frame);
+        if (status == KVF_INPROGRESS) {
+            return;
+        }
+        if (status != KVF_OK) {
+            snprintf(text, sizeof(text), "bad frame: %s",
+                     (status == KVF_ERR_TOO_BIG) ? "over max_frame"
+                                                 : "malformed");
+            kvf_conn_reject(conn, 0, status, text);
+            kvf_conn_close_after_flush(conn);
+            return;
+        }
+        status = kvf_server_dispatch(conn, &frame);
+        kvf_frame_release(&frame, &alloc);
+        kvf_server_observe(server, kvf_time_now_ns() - t0);
+        if (status == KVF_ERR_PROTO) {
+            kvf_conn_close_after_flush(conn);
+            return;
+        }
+    }
+}
+
+static void kvf_server_on_accept(struct evconnlistener *lst, evutil_socket_t fd,
+                                 struct sockaddr *sa, int salen, void *arg)
+{
+    kvf_server_t *server = arg;
+    kvf_conn_t *conn;
+    int one = 1;
+
+    conn = calloc(1, sizeof(*conn));
+    if (conn == NULL) {
+        evutil_closesocket(fd);
+        return;
+    }
+    conn->bev = bufferevent_socket_new(server->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (conn->bev == NULL) {
+        evutil_closesocket(fd);
+        free(conn);
+        return;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    conn->server = server;
+    conn->id     = ++server->ctr.connections_total;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *sin = (const struct sockaddr_in *)sa;
+        char host[INET_ADDRSTRLEN];
+
+        inet_ntop(AF_INET, &sin->sin_addr, host, sizeof(host));
+        snprintf(conn->peer, sizeof(conn->peer), "%s:%u", host,
+                 ntohs(sin->sin_port));
+    } else {
+        snprintf(conn->peer, sizeof(conn->peer), "peer");
+    }
+    conn->next = server->conns;
+    if (server->conns != NULL) {
+        server->conns->prev = conn;
+    }
+    server->conns = conn;
+    server->num_conns++;
+    /* write low watermark: resume a throttled reader once half drained */
+    bufferevent_setwatermark(conn->bev, EV_WRITE, server->cfg->max_output / 2,
+                             0);
+    /* big reads: fewer syscalls and fewer frames split across chunks */
+    bufferevent_set_max_single_read(conn->bev, 1 << 20);
+    bufferevent_set_max_single_write(conn->bev, 1 << 20);
+    bufferevent_setcb(conn->bev, kvf_conn_on_read, kvf_conn_on_write,
+                      kvf_conn_on_event, conn);
+    bufferevent_enable(conn->bev, EV_READ | EV_WRITE);
+    kvf_debug("conn %" PRIu64 " %s: accepted", conn->id, conn->peer);
+}
+
+static void kvf_server_on_purge(evutil_socket_t fd, short what, void *arg)
+{
+    kvf_server_t *server = arg;
+    struct timeval tv    = {0, 0};
+
+    if (kvf_registry_purge_step(server->reg, server->cfg->purge_slice) > 0) {
+        event_add(server->purge, &tv); /* next slice after pending I/O */
+    }
+}
+
+static void kvf_server_on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    kvf_server_t *server = arg;
+
+    if (kvf_node_table_expire(server->nodes, kvf_time_now_ms(),
+                              server->cfg->lease_ns / KVF_NSEC_PER_MSEC,
+                              server->cfg->forget_dead_ns / KVF_NSEC_PER_MSEC) >
+        0) {
+        kvf_server_purge_kick(server);
+    }
+    kvf_server_recovering(server);
+}
+
+static void kvf_server_on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    kvf_server_t *server = arg;
+
+    kvf_info("signal %d: shutting down", (int)sig);
+    event_base_loopexit(server->base, NULL);
+}
+
+static kvf_status_t kvf_server_bind(kvf_server_t *server)
+{
+    struct sockaddr_storage ss;
+    struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+    socklen_t len           = sizeof(ss);
+    char host[256];
+    uint16_t port;
+
+    if (kvf_config_parse_hostport(server->cfg->listen, host, sizeof(host),
+                                  &port) != KVF_OK) {
+        kvf_error("listen: bad address '%s' (want HOST:PORT)",
+                  server->cfg->listen);
+        return KVF_ERR_CONFIG;
+    }
+    memset(&ss, 0, sizeof(ss));
+    sin->sin_family = AF_INET;
+    sin->sin_port   = htons(port);
+    if (inet_pton(AF_INET, host, &sin->sin_addr) != 1) {
+        kvf_error("listen: '%s' is not an IPv4 address", host);
+        return KVF_ERR_CONFIG;
+    }
+    server->listener =
+        evconnlistener_new_bind(server->base, kvf_server_on_accept, server,
+                                LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 128,
+                                (struct sockaddr *)sin, sizeof(*sin));
+    if (server->listener == NULL) {
+        kvf_error("listen %s: %m", server->cfg->listen);
+        return KVF_ERR_IO;
+    }
+    getsockname(evconnlistener_get_fd(server->listener), (struct sockaddr *)&ss,
+                &len);
+    snprintf(server->listen_addr, sizeof(server->listen_addr), "%s:%u", host,
+             ntohs(sin->sin_port));
+    kvf_info("listening on %s", server->listen_addr);
+    return KVF_OK;
+}
+
+static kvf_status_t kvf_server_write_port_file(kvf_server_t *server)
+{
+    const char *path = server->cfg->port_file;
+    char tmp[4096];
+    FILE *f;
+
+    if ((path == NULL) || (path[0] == '\0')) {
+        return KVF_OK;
+    }
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    f = fopen(tmp, "w");
+    if (f == NULL) {
+        kvf_error("port file %s: %m", tmp);
+        return KVF_ERR_IO;
+    }
+    fprintf(f, "%s\n%s\n", server->listen_addr, server->http_addr);
+    if ((fclose(f) != 0) || (rename(tmp, path) != 0)) {
+        kvf_error("port file %s: %m", path);
+        return KVF_ERR_IO;
+    }
+    return KVF_OK;
+}
+
+kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
+                               struct event_base *base, kvf_server_t **server_p)
+{
+    kvf_server_t *server;
+    kvf_status_t status;
+    struct timeval tick;
+    uint64_t tick_ms;
+
+    server = calloc(1, sizeof(*server));
+    if (server == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    server->cfg           = cfg;
+    server->base          = base;
+    server->start_ms      = kvf_time_now_ms();
+    server->is_recovering = cfg->recovery_window_ns > 0;
+    status = kvf_registry_create(cfg->initial_keys, (uint32_t)cfg->max_batch,
+                                 &server->reg);
+    if (status != KVF_OK) {
+        goto err_free;
+    }
+    status = kvf_node_table_create(server->reg, &server->nodes);
+    if (status != KVF_OK) {
+        goto err_free;
+    }
+    server->arena_size = KVF_SERVER_ARENA_SIZE;
+    server->arena      = malloc(server->arena_size);
+    server->slots      = calloc(cfg->max_batch, sizeof(*server->slots));
+    server->holders    = calloc(cfg->max_batch, 4);
+    server->tick  = event_new(base, -1, EV_PERSIST, kvf_server_on_tick, server);
+    server->purge = evtimer_new(base, kvf_server_on_purge, server);
+    server->sig_term =
+        evsignal_new(base, SIGTERM, kvf_server_on_signal, server);
+    server->sig_int = evsignal_new(base, SIGINT, kvf_server_on_signal, server);
+    if ((server->arena == NULL) || (server->slots == NULL) ||
+        (server->holders == NULL) || (server->tick == NULL) ||
+        (server->purge == NULL) || (server->sig_term == NULL) ||
+        (server->sig_int == NULL)) {
+        status = KVF_ERR_NO_MEMORY;
+        goto err_free;
+    }
+    status = kvf_server_bind(server);
+    if (status != KVF_OK) {
+        goto err_free;
+    }
+    status = kvf_server_http_start(server);
+    if (status != KVF_OK) {
+        goto err_free;
+    }
+    status = kvf_server_write_port_file(server);
+    if (status != KVF_OK) {
+        goto err_free;
+    }
+    tick_ms = cfg->lease_ns / KVF_NSEC_PER_MSEC / 4;
+    if (tick_ms > 250) {
+        tick_ms = 250;
+    }
+    if (tick_ms < 2) {
+        tick_ms = 2;
+    }
+    tick.tv_sec  = (time_t)(tick_ms / 1000);
+    tick.tv_usec = (suseconds_t)((tick_ms % 1000) * 1000);
+    event_add(server->tick, &tick);
+    event_add(server->sig_term, NULL);
+    event_add(server->sig_int, NULL);
+    *server_p = server;
+    return KVF_OK;
+
+err_free:
+    kvf_server_destroy(server);
+    return status;
+}
+
+void kvf_server_destroy(kvf_server_t *server)
+{
+    if (server == NULL) {
+        return;
+    }
+    while (server->conns != NULL) {
+        kvf_conn_destroy(server->conns);
+    }
+    kvf_server_http_stop(server);
+    if (server->listener != NULL) {
+        evconnlistener_free(server->listener);
+    }
+    if (server->sig_int != NULL) {
+        event_free(server->sig_int);
+    }
+    if (server->sig_term != NULL) {
+        event_free(server->sig_term);
+    }
+    if (server->purge != NULL) {
+        event_free(server->purge);
+    }
+    if (server->tick != NULL) {
+        event_free(server->tick);
+    }
+    free(server->holders);
+    free(server->slots);
+    free(server->arena);
+    free(server->pins);
+    kvf_node_table_destroy(server->nodes);
+    kvf_registry_destroy(server->reg);
+    free(server);
+}
+
+kvf_status_t kvf_server_run(kvf_server_t *server)
+{
+    if (event_base_dispatch(server->base) < 0) {
+        kvf_error("event loop failed");
+        return KVF_ERR_IO;
+    }
+    return KVF_OK;
+}

@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * The controller service: listener, connections, request handlers, lease
+ * and purge timers, HTTP. One libevent loop.
+ *
+ * thread: owning loop only. Ownership: the server owns everything it
+ * creates; @p cfg is borrowed and must outlive it.
+ */
+#ifndef KVF_CONTROLLER_SERVER_H
+#define KVF_CONTROLLER_SERVER_H
+
+#include "controller/config.h"
+
+#include <kvfabric/status.h>
+
+struct event_base;
+
+typedef struct kvf_server kvf_server_t;
+
+/* Binds the listeners (logging "listening on HOST:PORT") and writes the
+ * port file when configured. */
+kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
+                               struct event_base *base,
+                               kvf_server_t **server_p);
+
+/* Closes every connection and frees everything; NULL is a no-op. */
+void kvf_server_destroy(kvf_server_t *server);
+
+/* Runs the loop until SIGTERM/SIGINT. */
+kvf_status_t kvf_server_run(kvf_server_t *server);
+
+#endif /* KVF_CONTROLLER_SERVER_H */

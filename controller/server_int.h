@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/* Server internals shared by server.c and http.c (controller/ only). */
+#ifndef KVF_CONTROLLER_SERVER_INT_H
+#define KVF_CONTROLLER_SERVER_INT_H
+
+#include "controller/node.h"
+#include "controller/registry.h"
+#include "controller/server.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct evconnlistener;
+struct evhttp;
+struct event;
+
+#define KVF_SERVER_LAT_BUCKETS 12
+
+typedef struct kvf_server_counters {
+    uint64_t admits; /* keys */
+    uint64_t evicts; /* keys */
+    uint64_t inventory_keys;
+    uint64_t lookups; /* requests */
+    uint64_t lookup_keys;
+    uint64_t lookup_hit_chunks;
+    uint64_t lookup_miss_chunks;
+    uint64_t protocol_errors;
+    uint64_t stale_rejects;
+    uint64_t seq_gaps;
+    uint64_t backpressure;
+    uint64_t connections_total;
+    uint64_t requests;
+    uint64_t lat_buckets[KVF_SERVER_LAT_BUCKETS]; /* cumulative below */
+    uint64_t lat_sum_ns;
+} kvf_server_counters_t;
+
+extern const double kvf_server_lat_bounds_us[KVF_SERVER_LAT_BUCKETS];
+
+typedef struct kvf_conn kvf_conn_t;
+
+struct kvf_server {
+    const kvf_controller_config_t *cfg;
+    struct event_base *base;
+    struct evconnlistener *listener;
+    struct evhttp *http;
+    struct event *sig_term;
+    struct event *sig_int;
+    struct event *tick;
+    struct event *purge;
+    kvf_registry_t *reg;
+    kvf_node_table_t *nodes;
+    kvf_conn_t *conns; /* doubly linked */
+    uint64_t num_conns;
+    kvf_server_counters_t ctr;
+    uint64_t start_ms;
+    bool is_recovering;
+    bool has_registrations;
+    uint8_t *pins; /* pinned keys, packed */
+    size_t pins_len;
+    /* decode arena: a frame's message is unpacked here, reset per frame,
+     * so per-request work does not call malloc */
+    uint8_t *arena;
+    size_t arena_size;
+    size_t arena_used;
+    uint64_t arena_spills; /* allocations that did not fit */
+    /* lookup scratch (max_batch keys) */
+    uint16_t *slots;
+    uint8_t *holders;
+    char listen_addr[300];
+    char http_addr[300];
+};
+
+/* Starts HTTP on cfg->http (no-op when empty). */
+kvf_status_t kvf_server_http_start(kvf_server_t *server);
+void kvf_server_http_stop(kvf_server_t *server);
+
+/* Recomputes and returns the recovering flag. */
+bool kvf_server_recovering(kvf_server_t *server);
+
+#endif /* KVF_CONTROLLER_SERVER_INT_H */

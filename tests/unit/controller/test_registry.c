@@ -1,0 +1,298 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+#include "controller/registry.h"
+#include "tests/helpers/test_helpers.h"
+
+#include <criterion/criterion.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+static kvf_registry_t *g_reg;
+
+static void registry_setup(void)
+{
+    cr_assert_eq(kvf_registry_create(0, 1024, &g_reg), KVF_OK);
+}
+
+static void registry_teardown(void)
+{
+    kvf_registry_destroy(g_reg);
+    kvf_test_check_leaks();
+}
+
+TestSuite(registry, .init = registry_setup, .fini = registry_teardown,
+          .timeout = 30);
+
+/* Packs keys (ns 1, digest i + base) into buf. */
+static void make_keys(uint8_t *buf, size_t n, uint64_t base)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        kvf_key_t k = {.ns = 1, .hi = 0xabc, .lo = base + i};
+
+        kvf_key_pack(&k, buf + i * KVF_KEY_WIRE_SIZE);
+    }
+}
+
+static uint16_t open_slot(void)
+{
+    uint16_t s = 0;
+
+    cr_assert_eq(kvf_registry_slot_open(g_reg, &s), KVF_OK);
+    cr_assert_neq(s, 0);
+    return s;
+}
+
+static void admit(uint16_t s, uint64_t base, size_t n)
+{
+    uint8_t *keys = malloc(n * KVF_KEY_WIRE_SIZE);
+    size_t added;
+
+    make_keys(keys, n, base);
+    cr_assert_eq(kvf_registry_admit(g_reg, s, keys, n, &added), KVF_OK);
+    free(keys);
+}
+
+static size_t lookup(uint64_t base, size_t n, uint16_t req, bool any,
+                     uint16_t *out)
+{
+    uint8_t keys[64 * KVF_KEY_WIRE_SIZE];
+    size_t hit = 0;
+
+    cr_assert(n <= 64);
+    make_keys(keys, n, base);
+    cr_assert_eq(kvf_registry_lookup(g_reg, keys, n, req, any, out, &hit),
+                 KVF_OK);
+    return hit;
+}
+
+Test(registry, admit_lookup_evict)
+{
+    uint16_t a = open_slot(), out[8];
+    uint8_t keys[8 * KVF_KEY_WIRE_SIZE];
+    size_t n;
+
+    make_keys(keys, 8, 100);
+    cr_assert_eq(kvf_registry_admit(g_reg, a, keys, 8, &n), KVF_OK);
+    cr_assert_eq(n, 8);
+    cr_assert_eq(kvf_registry_admit(g_reg, a, keys, 8, &n), KVF_OK);
+    cr_assert_eq(n, 0, "re-admit is idempotent");
+    cr_assert_eq(kvf_registry_slot_keys(g_reg, a), 8);
+    cr_assert_eq(lookup(100, 8, 0, false, out), 8);
+    cr_assert_eq(out[7], a);
+    cr_assert_eq(
+        kvf_registry_evict(g_reg, a, keys + 3 * KVF_KEY_WIRE_SIZE, 1, &n),
+        KVF_OK);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(lookup(100, 8, 0, false, out), 3, "chain stops at the gap");
+    cr_assert_eq(out[3], 0);
+    cr_assert_eq(lookup(100, 8, 0, true, out), 7, "any order skips the gap");
+    cr_assert_eq(out[3], 0);
+    cr_assert_eq(out[4], a);
+    cr_assert_eq(
+        kvf_registry_evict(g_reg, a, keys + 3 * KVF_KEY_WIRE_SIZE, 1, &n),
+        KVF_OK);
+    cr_assert_eq(n, 0);
+}
+
+Test(registry, admit_to_closed_slot_is_invalid)
+{
+    uint8_t keys[KVF_KEY_WIRE_SIZE];
+    size_t n;
+
+    make_keys(keys, 1, 0);
+    cr_assert_eq(kvf_registry_admit(g_reg, 7, keys, 1, &n), KVF_ERR_INVALID);
+    cr_assert_eq(kvf_registry_evict(g_reg, 0, keys, 1, &n), KVF_ERR_INVALID);
+}
+
+Test(registry, lookup_over_max_batch)
+{
+    uint8_t *keys = calloc(2048, KVF_KEY_WIRE_SIZE);
+    uint16_t *out = calloc(2048, sizeof(*out));
+    size_t hit;
+
+    cr_assert_eq(kvf_registry_lookup(g_reg, keys, 2048, 0, false, out, &hit),
+                 KVF_ERR_TOO_BIG);
+    free(out);
+    free(keys);
+}
+
+Test(registry, holder_choice_prefers_requester)
+{
+    uint16_t a = open_slot(), b = open_slot(), out[4];
+
+    admit(a, 0, 4);
+    admit(b, 0, 4);
+    cr_assert_eq(lookup(0, 4, b, false, out), 4);
+    cr_assert_eq(out[0], b);
+    cr_assert_eq(out[3], b);
+    cr_assert_eq(lookup(0, 4, a, false, out), 4);
+    cr_assert_eq(out[0], a);
+}
+
+Test(registry, holder_choice_longest_run_then_least_loaded)
+{
+    uint16_t a = open_slot(), b = open_slot(), c = open_slot(), out[10];
+
+    /* a holds 0..3, b holds 0..9, c holds 6..9 */
+    admit(a, 0, 4);
+    admit(b, 0, 10);
+    admit(c, 6, 4);
+    cr_assert_eq(lookup(0, 10, 0, false, out), 10);
+    for (int i = 0; i < 10; i++) {
+        cr_assert_eq(out[i], b, "key %d: b covers the longest run", i);
+    }
+    /* prefix assembled from several holders: a 0..3, c 4..9 */
+    {
+        uint16_t d = open_slot(), e = open_slot();
+
+        admit(d, 100, 4);
+        admit(e, 104, 6);
+        cr_assert_eq(lookup(100, 10, 0, false, out), 10);
+        cr_assert_eq(out[0], d);
+        cr_assert_eq(out[3], d);
+        cr_assert_eq(out[4], e);
+        cr_assert_eq(out[9], e);
+    }
+    /* equal runs: least loaded wins */
+    {
+        uint16_t f = open_slot(), g = open_slot();
+
+        admit(f, 200, 4);
+        admit(g, 200, 4);
+        kvf_registry_slot_set_load(g_reg, f, 900);
+        kvf_registry_slot_set_load(g_reg, g, 100);
+        cr_assert_eq(lookup(200, 4, 0, false, out), 4);
+        cr_assert_eq(out[0], g);
+        kvf_registry_slot_set_load(g_reg, f, 10);
+        cr_assert_eq(lookup(200, 4, 0, true, out), 4);
+        cr_assert_eq(out[0], f, "any-order uses least loaded too");
+    }
+}
+
+Test(registry, many_holders_of_one_key)
+{
+    uint16_t s[9], out[1];
+    int i;
+
+    for (i = 0; i < 9; i++) {
+        s[i] = open_slot();
+        admit(s[i], 0, 1);
+    }
+    for (i = 0; i < 9; i++) {
+        kvf_key_t k = {.ns = 1, .hi = 0xabc, .lo = 0};
+
+        cr_assert(kvf_registry_holds(g_reg, &k, s[i]), "holder %d", i);
+    }
+    cr_assert_eq(lookup(0, 1, s[8], false, out), 1);
+    cr_assert_eq(out[0], s[8]);
+}
+
+Test(registry, excluded_slot_is_not_chosen)
+{
+    uint16_t a = open_slot(), out[2];
+
+    admit(a, 0, 2);
+    kvf_registry_slot_set_excluded(g_reg, a, true);
+    cr_assert_eq(lookup(0, 2, 0, false, out), 0);
+    kvf_registry_slot_set_excluded(g_reg, a, false);
+    cr_assert_eq(lookup(0, 2, 0, false, out), 2);
+}
+
+Test(registry, close_hides_at_once_and_purges_incrementally)
+{
+    uint16_t a = open_slot(), b = open_slot(), out[4];
+    kvf_registry_stats_t st;
+    unsigned steps = 0;
+
+    admit(a, 0, 5000);
+    admit(b, 0, 2);
+    kvf_registry_slot_close(g_reg, a);
+    cr_assert_eq(kvf_registry_slot_state(g_reg, a), KVF_REGISTRY_SLOT_PURGING);
+    cr_assert_eq(lookup(0, 4, 0, false, out), 2, "a's keys gone at once");
+    cr_assert_eq(out[0], b);
+    kvf_registry_stats(g_reg, &st);
+    cr_assert_eq(st.purge_backlog, 5000);
+    while (kvf_registry_purge_step(g_reg, 1024) > 0) {
+        steps++;
+        cr_assert(steps < 1000);
+    }
+    cr_assert(steps > 1, "purge ran in slices");
+    kvf_registry_stats(g_reg, &st);
+    cr_assert_eq(st.purge_backlog, 0);
+    cr_assert_eq(st.entries, 2);
+    cr_assert_eq(kvf_registry_slot_state(g_reg, a), KVF_REGISTRY_SLOT_FREE);
+    cr_assert_eq(kvf_registry_slot_keys(g_reg, b), 2);
+}
+
+Test(registry, slot_closed_mid_pass_waits_for_next_pass)
+{
+    uint16_t a = open_slot(), b = open_slot();
+    kvf_registry_stats_t st;
+
+    admit(a, 0, 3000);
+    admit(b, 10000, 3000);
+    kvf_registry_slot_close(g_reg, a);
+    kvf_registry_purge_step(g_reg, 512);
+    kvf_registry_slot_close(g_reg, b);
+    while (kvf_registry_purge_step(g_reg, 512) > 0) {
+    }
+    kvf_registry_stats(g_reg, &st);
+    cr_assert_eq(st.purge_backlog, 0);
+    cr_assert_eq(st.entries, 0);
+    cr_assert_eq(kvf_registry_slot_state(g_reg, b), KVF_REGISTRY_SLOT_FREE);
+}
+
+Test(registry, grows_and_rehash_completes_purge)
+{
+    uint16_t a = open_slot(), b = open_slot(), out[64];
+    kvf_registry_stats_t st;
+
+    admit(a, 0, 1000);
+    kvf_registry_slot_close(g_reg, a);
+    admit(b, 0, 300000); /* forces several rehashes; ends at load 0.57 */
+    kvf_registry_stats(g_reg, &st);
+    cr_assert_eq(st.purge_backlog, 0);
+    cr_assert_eq(kvf_registry_slot_state(g_reg, a), KVF_REGISTRY_SLOT_FREE);
+    cr_assert_eq(st.entries, 300000);
+    cr_assert(st.table_bytes / st.entries <= 64, "%lu bytes per key",
+              (unsigned long)(st.table_bytes / st.entries));
+    cr_assert_eq(lookup(299000, 64, 0, false, out), 64);
+}
+
+Test(registry, tombstones_are_reused)
+{
+    uint16_t a = open_slot();
+    kvf_registry_stats_t st, st2;
+    uint8_t *keys = malloc(500 * KVF_KEY_WIRE_SIZE);
+    size_t n;
+    int round;
+
+    make_keys(keys, 500, 0);
+    kvf_registry_stats(g_reg, &st);
+    for (round = 0; round < 50; round++) {
+        cr_assert_eq(kvf_registry_admit(g_reg, a, keys, 500, &n), KVF_OK);
+        cr_assert_eq(kvf_registry_evict(g_reg, a, keys, 500, &n), KVF_OK);
+        cr_assert_eq(n, 500);
+    }
+    kvf_registry_stats(g_reg, &st2);
+    cr_assert_eq(st2.entries, 0);
+    cr_assert_eq(st2.capacity, st.capacity, "churn does not grow the table");
+    free(keys);
+}
+
+Test(registry, slots_run_out)
+{
+    uint16_t s;
+    unsigned i;
+
+    for (i = 1; i < KVF_REGISTRY_MAX_SLOTS; i++) {
+        cr_assert_eq(kvf_registry_slot_open(g_reg, &s), KVF_OK);
+    }
+    kvf_test_log_capture_start();
+    cr_assert_eq(kvf_registry_slot_open(g_reg, &s), KVF_ERR_BUSY);
+    kvf_test_log_capture_stop();
+    cr_assert(kvf_test_log_contains("holder slots in use"));
+}
