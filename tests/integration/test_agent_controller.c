@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * A real kvf-agent against a real kvf-controller: an engine's commits reach
+ * the registry through ADMIT, a controller restart is healed by the agent's
+ * inventory, and a clean agent shutdown deregisters it.
+ */
+#include "tests/helpers/proc.h"
+#include "tests/helpers/test_helpers.h"
+#include "tests/integration/controller_harness.h"
+
+#include <kvfabric/kvfabric.h>
+
+#include <criterion/criterion.h>
+
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CHUNK (64u << 10)
+
+static kvf_th_ctl_t g_ctl;
+static kvf_test_proc_t g_agent;
+static char g_sock[128], g_http[64], g_ctl_addr[64], g_bin[4096];
+
+static void start_controller(uint16_t port)
+{
+    char listen[64];
+    const char *args[] = {"--listen", listen, "--lease", "2s", NULL};
+
+    snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
+    kvf_th_ctl_start(&g_ctl, args);
+}
+
+static bool agent_registered(void)
+{
+    char body[4096];
+    uint16_t port = (uint16_t)atoi(strrchr(g_http, ':') + 1);
+
+    return (kvf_test_http_get(port, "/healthz", body, sizeof(body)) == 200) &&
+           (strstr(body, "\"registered\":true") != NULL);
+}
+
+static void wait_registered(void)
+{
+    int i;
+
+    for (i = 0; (i < 2000) && !agent_registered(); i++) {
+        poll(NULL, 0, 5);
+    }
+    cr_assert(agent_registered(), "agent did not register: %s",
+              kvf_test_proc_log(&g_agent));
+}
+
+static void setup(void)
+{
+    uint16_t port      = kvf_test_free_port();
+    const char *argv[] = {g_bin,         "--controller",
+                          g_ctl_addr,    "--name",
+                          "it-node-a",   "--socket",
+                          g_sock,        "--http",
+                          g_http,        "--listen",
+                          "127.0.0.1:0", "--pool-size",
+                          "16M",         "--max-chunk",
+                          "1M",          "--reconnect-max",
+                          "100ms",       NULL};
+
+    start_controller(port);
+    snprintf(g_ctl_addr, sizeof(g_ctl_addr), "127.0.0.1:%u", port);
+    snprintf(g_bin, sizeof(g_bin), "%s",
+             kvf_test_build_path("agent/kvf-agent"));
+    snprintf(g_sock, sizeof(g_sock), "/tmp/kvf-ac-it-%d.sock", (int)getpid());
+    snprintf(g_http, sizeof(g_http), "127.0.0.1:%u", kvf_test_free_port());
+    cr_assert_eq(kvf_test_proc_start(&g_agent, argv), 0);
+    wait_registered();
+}
+
+static void teardown(void)
+{
+    kvf_test_proc_stop(&g_agent, 10000);
+    kvf_th_ctl_stop(&g_ctl);
+    kvf_test_check_leaks();
+}
+
+TestSuite(agent_controller, .init = setup, .fini = teardown, .timeout = 90);
+
+/* Stores one chunk per key through the agent; returns the formatted keys. */
+static void store(kvf_key_t *keys, uint32_t n, char text[][KVF_KEY_STR_SIZE])
+{
+    kvf_client_params_t p = {.field_mask  = KVF_CLIENT_PARAM_SOCKET,
+                             .socket_path = g_sock};
+    kvf_client_t *c       = NULL;
+    kvf_slot_t slots[8];
+    uint64_t sums[8];
+    uint32_t tokens[8 * 16];
+    size_t got, i;
+
+    for (i = 0; i < n * 16; i++) {
+        tokens[i] = (uint32_t)(i * 31 + 5);
+    }
+    cr_assert_eq(kvf_key_chain(0xabc, tokens, n * 16, 16, false, keys, n, &got),
+                 KVF_OK);
+    cr_assert_eq(kvf_client_connect(&p, &c), KVF_OK);
+    cr_assert_eq(kvf_client_alloc(c, CHUNK, n, slots), KVF_OK);
+    for (i = 0; i < n; i++) {
+        uint8_t *d = (uint8_t *)kvf_client_pool_base(c) + slots[i].offset;
+
+        memset(d, (int)i + 1, CHUNK);
+        sums[i] = kvf_chunk_checksum(d, CHUNK);
+        kvf_key_format(&keys[i], text[i]);
+    }
+    cr_assert_eq(kvf_client_commit(c, keys, slots, sums, n), KVF_OK);
+    kvf_client_disconnect(c);
+}
+
+/* kvfctl lookup of @p n keys; returns its JSON output. */
+static const char *kvfctl_lookup(char text[][KVF_KEY_STR_SIZE], uint32_t n)
+{
+    static char out[8192];
+    char bin[4096];
+    const char *argv[16] = {bin, "--controller", g_ctl.addr, "--json",
+                            "lookup"};
+    uint32_t i;
+
+    snprintf(bin, sizeof(bin), "%s", kvf_test_build_path("tools/kvfctl"));
+    for (i = 0; i < n; i++) {
+        argv[5 + i] = text[i];
+    }
+    argv[5 + n] = NULL;
+    cr_assert_eq(kvf_test_run(argv, out, sizeof(out), 10000), 0, "%s", out);
+    return out;
+}
+
+/* Polls kvfctl until its lookup reports @p hits (the ADMIT batch is sent
+ * within a few ms of the commit). */
+static void wait_hits(char text[][KVF_KEY_STR_SIZE], uint32_t n,
+                      const char *hits)
+{
+    const char *out = "";
+    int i;
+
+    for (i = 0; i < 400; i++) {
+        out = kvfctl_lookup(text, n);
+        if (strstr(out, hits) != NULL) {
+            return;
+        }
+        poll(NULL, 0, 10);
+    }
+    cr_assert_fail("lookup never reported %s: %s", hits, out);
+}
+
+Test(agent_controller, commits_reach_the_registry)
+{
+    char text[3][KVF_KEY_STR_SIZE];
+    kvf_key_t keys[3];
+
+    store(keys, 3, text);
+    wait_hits(text, 3, "\"hit_chunks\":3");
+}
+
+Test(agent_controller, controller_restart_is_healed_by_the_inventory)
+{
+    char text[2][KVF_KEY_STR_SIZE];
+    kvf_key_t keys[2];
+    uint16_t port = (uint16_t)atoi(strrchr(g_ctl_addr, ':') + 1);
+
+    store(keys, 2, text);
+    wait_hits(text, 2, "\"hit_chunks\":2");
+    cr_assert_eq(kvf_th_ctl_stop(&g_ctl), 0);
+    /* the new controller knows nothing until the agent resyncs */
+    start_controller(port);
+    wait_registered();
+    wait_hits(text, 2, "\"hit_chunks\":2");
+}
+
+Test(agent_controller, clean_shutdown_deregisters)
+{
+    char text[1][KVF_KEY_STR_SIZE];
+    kvf_key_t keys[1];
+
+    store(keys, 1, text);
+    wait_hits(text, 1, "\"hit_chunks\":1");
+    cr_assert_eq(kvf_test_proc_stop(&g_agent, 10000), 0, "%s",
+                 kvf_test_proc_log(&g_agent));
+    /* deregistration removes the node's holdings at once, no lease wait */
+    wait_hits(text, 1, "\"hit_chunks\":0");
+}
