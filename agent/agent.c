@@ -4,6 +4,7 @@
 
 #include "agent/ctl_client.h"
 #include "agent/engine_server.h"
+#include "agent/peer.h"
 #include "agent/store.h"
 #include "common/log.h"
 #include "transport/ucx.h"
@@ -26,6 +27,7 @@ struct kvf_agent {
     kvf_ctl_client_t *ctl;
     kvf_store_t *store;
     kvf_engine_server_t *engines;
+    kvf_peer_t *peer;
     kvf_ucx_ctx_t *ucx;
     kvf_ucx_worker_t *worker;
     kvf_ucx_listener_t *listener; /* peer service */
@@ -188,9 +190,43 @@ static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
 {
     kvf_engine_server_stats_t es;
     kvf_store_stats_t st;
+    kvf_peer_stats_t ps;
 
     kvf_store_get_stats(agent->store, &st);
     kvf_engine_server_get_stats(agent->engines, &es);
+    kvf_peer_get_stats(agent->peer, &ps);
+    evbuffer_add_printf(
+        body,
+        "# HELP kvf_agent_fetch_chunks_total chunks asked of peers, by "
+        "result\n"
+        "# TYPE kvf_agent_fetch_chunks_total counter\n"
+        "kvf_agent_fetch_chunks_total{result=\"fetched\"} %" PRIu64 "\n"
+        "kvf_agent_fetch_chunks_total{result=\"missed\"} %" PRIu64 "\n"
+        "# HELP kvf_agent_fetch_bytes_total bytes received from peers\n"
+        "# TYPE kvf_agent_fetch_bytes_total counter\n"
+        "kvf_agent_fetch_bytes_total %" PRIu64 "\n"
+        "# HELP kvf_agent_fetch_timeouts_total fetches that ran past "
+        "fetch_timeout\n"
+        "# TYPE kvf_agent_fetch_timeouts_total counter\n"
+        "kvf_agent_fetch_timeouts_total %" PRIu64 "\n"
+        "# HELP kvf_agent_fetch_checksum_failures_total fetched chunks "
+        "refused for a bad checksum\n"
+        "# TYPE kvf_agent_fetch_checksum_failures_total counter\n"
+        "kvf_agent_fetch_checksum_failures_total %" PRIu64 "\n"
+        "# HELP kvf_agent_served_chunks_total chunks sent to peers\n"
+        "# TYPE kvf_agent_served_chunks_total counter\n"
+        "kvf_agent_served_chunks_total %" PRIu64 "\n"
+        "# HELP kvf_agent_served_bytes_total bytes sent to peers\n"
+        "# TYPE kvf_agent_served_bytes_total counter\n"
+        "kvf_agent_served_bytes_total %" PRIu64 "\n"
+        "# HELP kvf_agent_lookup_chunks_total chunks engines looked up, by "
+        "where they are held\n"
+        "# TYPE kvf_agent_lookup_chunks_total counter\n"
+        "kvf_agent_lookup_chunks_total{held=\"local\"} %" PRIu64 "\n"
+        "kvf_agent_lookup_chunks_total{held=\"remote\"} %" PRIu64 "\n",
+        ps.chunks_fetched, ps.chunks_missed, ps.bytes_fetched, ps.timeouts,
+        ps.checksum_failures, ps.chunks_served, ps.bytes_served,
+        es.local_hit_keys, es.remote_hit_keys);
     evbuffer_add_printf(
         body,
         "# HELP kvf_agent_pool_bytes pool bytes by state\n"
@@ -315,7 +351,6 @@ static kvf_status_t kvf_agent_http_start(kvf_agent_t *agent)
 static kvf_status_t kvf_agent_store_start(kvf_agent_t *agent)
 {
     const kvf_agent_config_t *config = agent->config;
-    kvf_engine_server_params_t eparams;
     kvf_store_params_t sparams;
     kvf_pool_params_t pparams;
     kvf_status_t status;
@@ -347,15 +382,23 @@ static kvf_status_t kvf_agent_store_start(kvf_agent_t *agent)
     sparams.evict_cb = kvf_agent_on_evict;
     sparams.cb_arg   = agent;
     status           = kvf_store_create(&sparams, &agent->store);
-    if (status != KVF_OK) {
-        return status;
-    }
+    return status;
+}
+
+/* Engines connect last: by then the pool, the peers and the controller
+ * connection they use all exist. */
+static kvf_status_t kvf_agent_engines_start(kvf_agent_t *agent)
+{
+    kvf_engine_server_params_t eparams;
+
     memset(&eparams, 0, sizeof(eparams));
     eparams.base            = agent->base;
-    eparams.path            = config->socket;
+    eparams.path            = agent->config->socket;
     eparams.store           = agent->store;
+    eparams.peer            = agent->peer;
+    eparams.ctl             = agent->ctl;
     eparams.node_name       = agent->name;
-    eparams.max_frame       = (uint32_t)config->max_frame;
+    eparams.max_frame       = (uint32_t)agent->config->max_frame;
     eparams.max_connections = 1024;
     return kvf_engine_server_create(&eparams, &agent->engines);
 }
@@ -369,6 +412,22 @@ static void kvf_agent_on_peer(kvf_ucx_ep_t *ep, const char *peer, void *arg)
 
 /* UCX context and worker on the agent's loop, the peer listener, and the
  * pool registered once, whole, for remote read (DESIGN.md §3). */
+static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent);
+
+static kvf_status_t kvf_agent_peer_start(kvf_agent_t *agent)
+{
+    kvf_peer_params_t params;
+
+    memset(&params, 0, sizeof(params));
+    params.base       = agent->base;
+    params.worker     = agent->worker;
+    params.pool_mem   = agent->pool_mem;
+    params.store      = agent->store;
+    params.timeout_ns = agent->config->fetch_timeout;
+    params.name       = agent->name;
+    return kvf_peer_create(&params, &agent->peer);
+}
+
 static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent)
 {
     const kvf_agent_config_t *config = agent->config;
@@ -454,6 +513,10 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
     if (status != KVF_OK) {
         goto err_destroy;
     }
+    status = kvf_agent_peer_start(agent);
+    if (status != KVF_OK) {
+        goto err_destroy;
+    }
     status = kvf_agent_http_start(agent);
     if (status != KVF_OK) {
         goto err_destroy;
@@ -480,6 +543,11 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
     params.ops                = &kvf_agent_ctl_ops;
     params.arg                = agent;
     status                    = kvf_ctl_client_create(&params, &agent->ctl);
+    if (status != KVF_OK) {
+        goto err_destroy;
+    }
+    kvf_peer_set_ctl(agent->peer, agent->ctl);
+    status = kvf_agent_engines_start(agent);
     if (status != KVF_OK) {
         goto err_destroy;
     }
@@ -513,11 +581,17 @@ void kvf_agent_destroy(kvf_agent_t *agent)
     }
     kvf_engine_server_destroy(agent->engines);
     kvf_ctl_client_destroy(agent->ctl);
-    /* the data plane goes down in reverse: listener, memory, worker, ctx */
+    if (agent->peer != NULL) {
+        kvf_peer_set_ctl(agent->peer, NULL);
+    }
+    /* the data plane goes down in reverse: listener, worker (which
+     * completes every operation in flight, into the peer service), the
+     * peer service, memory, context */
     kvf_ucx_listener_destroy(agent->listener);
-    kvf_ucx_mem_deregister(agent->pool_mem);
     free(agent->worker_address);
     kvf_ucx_worker_destroy(agent->worker);
+    kvf_peer_destroy(agent->peer);
+    kvf_ucx_mem_deregister(agent->pool_mem);
     kvf_ucx_ctx_destroy(agent->ucx);
     kvf_store_destroy(agent->store);
     free(agent);

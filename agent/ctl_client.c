@@ -32,6 +32,20 @@ typedef enum {
     KVF_CTL_STATE_STOPPED,
 } kvf_ctl_state_t;
 
+/* A LOOKUP or NODE_INFO waiting for its reply. */
+typedef struct kvf_ctl_pending {
+    struct kvf_ctl_pending *next;
+    uint64_t request_id;
+    uint64_t deadline_ns;
+    uint16_t reply_type;  /* KVF_MSG_LOOKUP_REPLY or KVF_MSG_NODE_INFO_REPLY */
+    uint32_t num;         /* keys asked (lookup) */
+    uint32_t node_id;     /* node asked (node info) */
+    kvf_status_t failure; /* KVF_OK, or a status to deliver at once */
+    kvf_ctl_lookup_cb_t lookup_cb;
+    kvf_ctl_node_cb_t node_cb;
+    void *arg;
+} kvf_ctl_pending_t;
+
 /* A growing array of packed 24-byte keys. */
 typedef struct kvf_ctl_keybuf {
     uint8_t *data;
@@ -46,6 +60,8 @@ struct kvf_ctl_client {
     struct event *deadline_ev;  /* connect/HELLO/REGISTER/DEREGISTER */
     struct event *heartbeat_ev; /* periodic, while READY */
     struct event *flush_ev;     /* ADMIT/EVICT coalescing */
+    struct event *pending_ev;   /* request deadlines and deferred failures */
+    kvf_ctl_pending_t *pending;
     kvf_ctl_state_t state;
     struct sockaddr_storage addr;
     socklen_t addr_len;
@@ -86,6 +102,11 @@ struct kvf_ctl_client {
 
 static void kvf_ctl_client_connect(kvf_ctl_client_t *client);
 static void kvf_ctl_client_reset(kvf_ctl_client_t *client, const char *why);
+static void kvf_ctl_client_fail_pending(kvf_ctl_client_t *client,
+                                        kvf_status_t status);
+static kvf_ctl_pending_t *kvf_ctl_client_take(kvf_ctl_client_t *client,
+                                              uint64_t request_id);
+static void kvf_ctl_pending_finish(kvf_ctl_pending_t *p, kvf_status_t status);
 
 static const Kvf__Role kvf_ctl_roles[] = {
     KVF__ROLE__ROLE_BOTH, KVF__ROLE__ROLE_PREFILL, KVF__ROLE__ROLE_DECODE};
@@ -393,6 +414,7 @@ static void kvf_ctl_client_reset(kvf_ctl_client_t *client, const char *why)
     evtimer_del(client->flush_ev);
     client->batch.len     = 0;
     client->inventory.len = 0;
+    kvf_ctl_client_fail_pending(client, KVF_ERR_CLOSED);
     if (client->state == KVF_CTL_STATE_READY) {
         kvf_warn("controller %s: connection lost (%s); node %u reconnects",
                  client->controller, why, client->node_id);
@@ -525,6 +547,15 @@ static void kvf_ctl_client_on_status(kvf_ctl_client_t *client,
     if (reply->status == KVF_OK) {
         return;
     }
+    {
+        kvf_ctl_pending_t *p = kvf_ctl_client_take(client, reply->request_id);
+
+        if (p != NULL) {
+            /* a lookup or node info the controller refused */
+            kvf_ctl_pending_finish(p, (kvf_status_t)reply->status);
+            return;
+        }
+    }
     client->stats.errors++;
     kvf_warn("controller %s: request %llu failed: %s (%s)", client->controller,
              (unsigned long long)reply->request_id,
@@ -537,6 +568,228 @@ static void kvf_ctl_client_on_status(kvf_ctl_client_t *client,
          * again, which resends the inventory */
         kvf_ctl_client_reset(client, "controller no longer knows this node");
     }
+}
+
+static void kvf_ctl_pending_finish(kvf_ctl_pending_t *p, kvf_status_t status)
+{
+    if (p->lookup_cb != NULL) {
+        p->lookup_cb(p->arg, status, 0, NULL, 0);
+    } else if (p->node_cb != NULL) {
+        p->node_cb(p->arg, status, p->node_id, "", false);
+    }
+    free(p);
+}
+
+/* Completes failed and expired requests; re-arms while any are left. */
+static void kvf_ctl_client_on_pending(evutil_socket_t fd, short what, void *arg)
+{
+    kvf_ctl_client_t *client = arg;
+    kvf_ctl_pending_t **pp   = &client->pending, *p;
+    uint64_t now             = kvf_time_now_ns();
+
+    while ((p = *pp) != NULL) {
+        if ((p->failure != KVF_OK) || (now >= p->deadline_ns)) {
+            *pp = p->next;
+            kvf_ctl_pending_finish(p, (p->failure != KVF_OK) ? p->failure
+                                                             : KVF_ERR_TIMEOUT);
+            continue;
+        }
+        pp = &p->next;
+    }
+    if (client->pending != NULL) {
+        kvf_ctl_client_arm(client->pending_ev, 10 * KVF_NSEC_PER_MSEC);
+    }
+}
+
+/* Fails every pending request (the connection is gone), deferred. */
+static void kvf_ctl_client_fail_pending(kvf_ctl_client_t *client,
+                                        kvf_status_t status)
+{
+    kvf_ctl_pending_t *p;
+
+    for (p = client->pending; p != NULL; p = p->next) {
+        p->failure = status;
+    }
+    if (client->pending != NULL) {
+        kvf_ctl_client_arm(client->pending_ev, 0);
+    }
+}
+
+static kvf_ctl_pending_t *kvf_ctl_client_take(kvf_ctl_client_t *client,
+                                              uint64_t request_id)
+{
+    kvf_ctl_pending_t **pp, *p;
+
+    for (pp = &client->pending; (p = *pp) != NULL; pp = &p->next) {
+        if ((p->request_id == request_id) && (p->failure == KVF_OK)) {
+            *pp = p->next;
+            return p;
+        }
+    }
+    return NULL;
+}
+
+static kvf_ctl_pending_t *kvf_ctl_client_add(kvf_ctl_client_t *client,
+                                             uint16_t reply_type, void *arg)
+{
+    kvf_ctl_pending_t *p = calloc(1, sizeof(*p));
+
+    if (p == NULL) {
+        return NULL;
+    }
+    p->reply_type   = reply_type;
+    p->arg          = arg;
+    p->request_id   = client->next_request++;
+    p->deadline_ns  = kvf_time_deadline_ns(client->request_timeout_ns);
+    p->next         = client->pending;
+    client->pending = p;
+    if (!evtimer_pending(client->pending_ev, NULL)) {
+        kvf_ctl_client_arm(client->pending_ev, 10 * KVF_NSEC_PER_MSEC);
+    }
+    return p;
+}
+
+void kvf_ctl_client_lookup(kvf_ctl_client_t *client, const kvf_key_t *keys,
+                           uint32_t num, bool any_order, kvf_ctl_lookup_cb_t cb,
+                           void *arg)
+{
+    kvf_ctl_pending_t *p;
+    Kvf__Lookup req;
+    uint8_t *packed;
+    uint32_t i;
+
+    p = kvf_ctl_client_add(client, KVF_MSG_LOOKUP_REPLY, arg);
+    if (p == NULL) {
+        cb(arg, KVF_ERR_NO_MEMORY, 0, NULL, 0); /* nothing else to do */
+        return;
+    }
+    p->lookup_cb = cb;
+    p->num       = num;
+    if (client->state != KVF_CTL_STATE_READY) {
+        p->failure = KVF_ERR_STATE;
+        kvf_ctl_client_arm(client->pending_ev, 0);
+        return;
+    }
+    packed = malloc((size_t)num * KVF_KEY_WIRE_SIZE + 1);
+    if (packed == NULL) {
+        p->failure = KVF_ERR_NO_MEMORY;
+        kvf_ctl_client_arm(client->pending_ev, 0);
+        return;
+    }
+    for (i = 0; i < num; i++) {
+        kvf_key_pack(&keys[i], packed + (size_t)i * KVF_KEY_WIRE_SIZE);
+    }
+    kvf__lookup__init(&req);
+    req.request_id = p->request_id;
+    req.requester  = client->node_id;
+    req.keys.data  = packed;
+    req.keys.len   = (size_t)num * KVF_KEY_WIRE_SIZE;
+    req.any_order  = any_order;
+    if (kvf_ctl_client_send(client, KVF_MSG_LOOKUP, &req.base) != KVF_OK) {
+        p->failure = KVF_ERR_CLOSED;
+        kvf_ctl_client_arm(client->pending_ev, 0);
+    }
+    free(packed);
+}
+
+void kvf_ctl_client_node_info(kvf_ctl_client_t *client, uint32_t node_id,
+                              kvf_ctl_node_cb_t cb, void *arg)
+{
+    Kvf__NodeInfoRequest req;
+    kvf_ctl_pending_t *p;
+
+    p = kvf_ctl_client_add(client, KVF_MSG_NODE_INFO_REPLY, arg);
+    if (p == NULL) {
+        cb(arg, KVF_ERR_NO_MEMORY, node_id, "", false);
+        return;
+    }
+    p->node_cb = cb;
+    p->node_id = node_id;
+    if (client->state != KVF_CTL_STATE_READY) {
+        p->failure = KVF_ERR_STATE;
+        kvf_ctl_client_arm(client->pending_ev, 0);
+        return;
+    }
+    kvf__node_info_request__init(&req);
+    req.request_id = p->request_id;
+    req.n_node_ids = 1;
+    req.node_ids   = &node_id;
+    if (kvf_ctl_client_send(client, KVF_MSG_NODE_INFO, &req.base) != KVF_OK) {
+        p->failure = KVF_ERR_CLOSED;
+        kvf_ctl_client_arm(client->pending_ev, 0);
+    }
+}
+
+void kvf_ctl_client_cancel(kvf_ctl_client_t *client, const void *arg)
+{
+    kvf_ctl_pending_t **pp = &client->pending, *p;
+
+    while ((p = *pp) != NULL) {
+        if (p->arg == arg) {
+            *pp = p->next;
+            free(p);
+            continue;
+        }
+        pp = &p->next;
+    }
+}
+
+static void kvf_ctl_client_on_lookup_reply(kvf_ctl_client_t *client,
+                                           const Kvf__LookupReply *reply)
+{
+    kvf_ctl_pending_t *p = kvf_ctl_client_take(client, reply->request_id);
+    uint32_t *holders;
+    uint32_t i;
+
+    if ((p == NULL) || (p->reply_type != KVF_MSG_LOOKUP_REPLY)) {
+        free(p);
+        return;
+    }
+    if ((reply->status != KVF_OK) || (reply->holders.len != 4ull * p->num) ||
+        (reply->hit_chunks > p->num)) {
+        kvf_ctl_pending_finish(p, (reply->status != KVF_OK)
+                                      ? (kvf_status_t)reply->status
+                                      : KVF_ERR_PROTO);
+        return;
+    }
+    holders = malloc((p->num + 1) * sizeof(*holders));
+    if (holders == NULL) {
+        kvf_ctl_pending_finish(p, KVF_ERR_NO_MEMORY);
+        return;
+    }
+    for (i = 0; i < p->num; i++) {
+        const uint8_t *b = reply->holders.data + 4 * (size_t)i;
+
+        holders[i] = (uint32_t)b[0] | ((uint32_t)b[1] << 8) |
+                     ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24);
+    }
+    p->lookup_cb(p->arg, KVF_OK, reply->hit_chunks, holders, p->num);
+    free(holders);
+    free(p);
+}
+
+static void kvf_ctl_client_on_node_info_reply(kvf_ctl_client_t *client,
+                                              const Kvf__NodeInfoReply *reply)
+{
+    kvf_ctl_pending_t *p = kvf_ctl_client_take(client, reply->request_id);
+    const Kvf__NodeDesc *node;
+
+    if ((p == NULL) || (p->reply_type != KVF_MSG_NODE_INFO_REPLY)) {
+        free(p);
+        return;
+    }
+    if ((reply->status != KVF_OK) || (reply->n_nodes != 1) ||
+        (reply->nodes[0]->node_id != p->node_id)) {
+        kvf_ctl_pending_finish(p, (reply->status != KVF_OK)
+                                      ? (kvf_status_t)reply->status
+                                      : KVF_ERR_NOT_FOUND);
+        return;
+    }
+    node = reply->nodes[0];
+    p->node_cb(p->arg, KVF_OK, node->node_id,
+               (node->data_address != NULL) ? node->data_address : "",
+               (node->state != NULL) && (strcmp(node->state, "alive") == 0));
+    free(p);
 }
 
 static void kvf_ctl_client_dispatch(kvf_ctl_client_t *client,
@@ -575,6 +828,14 @@ static void kvf_ctl_client_dispatch(kvf_ctl_client_t *client,
         break;
     case KVF_MSG_STATUS:
         kvf_ctl_client_on_status(client, (const Kvf__Status *)frame->msg);
+        break;
+    case KVF_MSG_LOOKUP_REPLY:
+        kvf_ctl_client_on_lookup_reply(client,
+                                       (const Kvf__LookupReply *)frame->msg);
+        break;
+    case KVF_MSG_NODE_INFO_REPLY:
+        kvf_ctl_client_on_node_info_reply(
+            client, (const Kvf__NodeInfoReply *)frame->msg);
         break;
     default:
         kvf_debug("controller %s: ignoring %s", client->controller,
@@ -751,8 +1012,11 @@ kvf_status_t kvf_ctl_client_create(const kvf_ctl_client_params_t *params,
         evtimer_new(client->base, kvf_ctl_client_on_heartbeat, client);
     client->flush_ev =
         evtimer_new(client->base, kvf_ctl_client_on_flush, client);
+    client->pending_ev =
+        evtimer_new(client->base, kvf_ctl_client_on_pending, client);
     if ((client->retry_ev == NULL) || (client->deadline_ev == NULL) ||
-        (client->heartbeat_ev == NULL) || (client->flush_ev == NULL)) {
+        (client->heartbeat_ev == NULL) || (client->flush_ev == NULL) ||
+        (client->pending_ev == NULL)) {
         goto err_destroy;
     }
     status = kvf_ctl_client_resolve(client);
@@ -787,6 +1051,15 @@ void kvf_ctl_client_destroy(kvf_ctl_client_t *client)
     }
     if (client->flush_ev != NULL) {
         event_free(client->flush_ev);
+    }
+    if (client->pending_ev != NULL) {
+        event_free(client->pending_ev);
+    }
+    while (client->pending != NULL) {
+        kvf_ctl_pending_t *p = client->pending;
+
+        client->pending = p->next;
+        free(p); /* the owners are going away with the client */
     }
     free(client->batch.data);
     free(client->inventory.data);

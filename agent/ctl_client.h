@@ -108,6 +108,34 @@ void kvf_ctl_client_inventory_end(kvf_ctl_client_t *client);
  * connected). */
 void kvf_ctl_client_stop(kvf_ctl_client_t *client);
 
+/* Answer to kvf_ctl_client_lookup(): @p holders has one node id per key
+ * (0: none), valid during the call only. */
+typedef void (*kvf_ctl_lookup_cb_t)(void *arg, kvf_status_t status,
+                                    uint32_t hit_chunks,
+                                    const uint32_t *holders, uint32_t num);
+
+/* Answer to kvf_ctl_client_node_info(): the node's peer address (empty
+ * when unknown), valid during the call only. */
+typedef void (*kvf_ctl_node_cb_t)(void *arg, kvf_status_t status,
+                                  uint32_t node_id, const char *data_address,
+                                  bool alive);
+
+/* Asks the controller which nodes hold @p keys (an ordered chain, or each
+ * key on its own with @p any_order). @p cb runs exactly once: with the
+ * answer, or with KVF_ERR_CLOSED / KVF_ERR_TIMEOUT (request_timeout) /
+ * KVF_ERR_STATE (not registered). Never from inside this call. */
+void kvf_ctl_client_lookup(kvf_ctl_client_t *client, const kvf_key_t *keys,
+                           uint32_t num, bool any_order, kvf_ctl_lookup_cb_t cb,
+                           void *arg);
+
+/* Resolves @p node_id to its peer address; @p cb as above. */
+void kvf_ctl_client_node_info(kvf_ctl_client_t *client, uint32_t node_id,
+                              kvf_ctl_node_cb_t cb, void *arg);
+
+/* Cancels every pending request whose arg is @p arg (its owner is going
+ * away): their callbacks never run. */
+void kvf_ctl_client_cancel(kvf_ctl_client_t *client, const void *arg);
+
 bool kvf_ctl_client_is_registered(const kvf_ctl_client_t *client);
 uint32_t kvf_ctl_client_node_id(const kvf_ctl_client_t *client);
 void kvf_ctl_client_get_stats(const kvf_ctl_client_t *client,

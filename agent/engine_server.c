@@ -21,12 +21,26 @@
 #define KVF_ENGINE_MAX_BATCH 65536u /* chunks per request */
 
 typedef struct kvf_engine_conn kvf_engine_conn_t;
+typedef struct kvf_engine_wait kvf_engine_wait_t;
+
+/* A LOOKUP or RETRIEVE waiting for the controller or for peers. */
+struct kvf_engine_wait {
+    kvf_engine_wait_t *next;
+    kvf_engine_conn_t *conn;
+    uint64_t request_id;
+    uint16_t type; /* KVF_MSG_ENGINE_LOOKUP or KVF_MSG_ENGINE_RETRIEVE */
+    bool prefetch;
+    uint32_t local; /* LOOKUP: leading chunks held here */
+    uint32_t num;
+    kvf_key_t keys[]; /* the request's keys */
+};
 
 struct kvf_engine_conn {
     kvf_engine_server_t *server;
     struct bufferevent *bev;
     kvf_engine_conn_t *prev, *next;
     kvf_store_owner_t *owner; /* this engine's grants and pins */
+    kvf_engine_wait_t *waits; /* requests waiting for the controller/peers */
     bool hello_done;
     char name[64];
 };
@@ -35,6 +49,8 @@ struct kvf_engine_server {
     struct event_base *base;
     struct evconnlistener *listener;
     kvf_store_t *store;
+    kvf_peer_t *peer;      /* may be NULL: local hits only */
+    kvf_ctl_client_t *ctl; /* may be NULL */
     char path[108];
     char node_name[128];
     uint32_t max_frame;
@@ -47,6 +63,19 @@ static void kvf_engine_conn_close(kvf_engine_conn_t *conn)
 {
     kvf_engine_server_t *server = conn->server;
 
+    /* requests still waiting: nobody to answer any more */
+    while (conn->waits != NULL) {
+        kvf_engine_wait_t *wait = conn->waits;
+
+        conn->waits = wait->next;
+        if (server->peer != NULL) {
+            kvf_peer_cancel(server->peer, wait);
+        }
+        if (server->ctl != NULL) {
+            kvf_ctl_client_cancel(server->ctl, wait);
+        }
+        free(wait);
+    }
     /* everything the engine held goes back: a crashed engine leaks nothing
      * and the cache it filled stays */
     kvf_store_owner_destroy(server->store, conn->owner);
@@ -278,45 +307,127 @@ static kvf_status_t kvf_engine_conn_commit(kvf_engine_conn_t *conn,
     return status;
 }
 
+static kvf_engine_wait_t *kvf_engine_wait_create(kvf_engine_conn_t *conn,
+                                                 uint16_t type,
+                                                 uint64_t request_id,
+                                                 const ProtobufCBinaryData *k)
+{
+    uint32_t n = (uint32_t)(k->len / KVF_KEY_WIRE_SIZE), i;
+    kvf_engine_wait_t *wait;
+
+    wait = calloc(1, sizeof(*wait) + (size_t)n * sizeof(kvf_key_t));
+    if (wait == NULL) {
+        return NULL;
+    }
+    wait->conn       = conn;
+    wait->type       = type;
+    wait->request_id = request_id;
+    wait->num        = n;
+    for (i = 0; i < n; i++) {
+        kvf_key_unpack(k->data + (size_t)i * KVF_KEY_WIRE_SIZE, &wait->keys[i]);
+    }
+    return wait;
+}
+
+static void kvf_engine_wait_link(kvf_engine_wait_t *wait)
+{
+    wait->next        = wait->conn->waits;
+    wait->conn->waits = wait;
+}
+
+static void kvf_engine_wait_unlink(kvf_engine_wait_t *wait)
+{
+    kvf_engine_wait_t **pp;
+
+    for (pp = &wait->conn->waits; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == wait) {
+            *pp = wait->next;
+            return;
+        }
+    }
+}
+
+static kvf_status_t kvf_engine_lookup_reply(kvf_engine_conn_t *conn,
+                                            uint64_t request_id, uint32_t num,
+                                            uint32_t local, uint32_t hit)
+{
+    kvf_engine_server_t *server = conn->server;
+    Kvf__EngineLookupReply reply;
+
+    kvf__engine_lookup_reply__init(&reply);
+    reply.request_id   = request_id;
+    reply.local_chunks = local;
+    reply.hit_chunks   = (hit > local) ? hit : local;
+    server->stats.lookups++;
+    server->stats.lookup_keys += num;
+    server->stats.local_hit_keys += local;
+    server->stats.remote_hit_keys += reply.hit_chunks - local;
+    return kvf_engine_conn_send(conn, KVF_MSG_ENGINE_LOOKUP_REPLY, &reply.base);
+}
+
+static void kvf_engine_on_remote_lookup(void *arg, kvf_status_t status,
+                                        uint32_t hit_chunks,
+                                        const uint32_t *holders, uint32_t num)
+{
+    kvf_engine_wait_t *wait     = arg;
+    kvf_engine_conn_t *conn     = wait->conn;
+    kvf_engine_server_t *server = conn->server;
+    uint32_t hit                = (status == KVF_OK) ? hit_chunks : 0;
+
+    kvf_engine_wait_unlink(wait);
+    /* "lookup is a promise": with prefetch the remote part of the hit
+     * starts moving into the pool now; retrieve finds it local or waits */
+    if (wait->prefetch && (hit > wait->local) && (server->peer != NULL)) {
+        kvf_peer_fetch(server->peer, wait->keys + wait->local,
+                       hit - wait->local, NULL, NULL);
+    }
+    if (kvf_engine_lookup_reply(conn, wait->request_id, wait->num, wait->local,
+                                hit) != KVF_OK) {
+        free(wait);
+        kvf_engine_conn_error(conn, "cannot queue a reply");
+        return;
+    }
+    free(wait);
+}
+
 static kvf_status_t kvf_engine_conn_lookup(kvf_engine_conn_t *conn,
                                            const Kvf__EngineLookup *req)
 {
     kvf_engine_server_t *server = conn->server;
-    Kvf__EngineLookupReply reply;
-    kvf_key_t *keys;
-    kvf_status_t status;
-    size_t n, i;
+    kvf_engine_wait_t *wait;
+    uint32_t local;
 
     if (!kvf_engine_keys_ok(&req->keys)) {
         return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_INVALID,
                                       "lookup needs 1..65536 24-byte keys");
     }
-    n    = req->keys.len / KVF_KEY_WIRE_SIZE;
-    keys = malloc(n * sizeof(*keys));
-    if (keys == NULL) {
+    wait = kvf_engine_wait_create(conn, KVF_MSG_ENGINE_LOOKUP, req->request_id,
+                                  &req->keys);
+    if (wait == NULL) {
         return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_NO_MEMORY,
                                       "out of memory");
     }
-    for (i = 0; i < n; i++) {
-        kvf_key_unpack(req->keys.data + i * KVF_KEY_WIRE_SIZE, &keys[i]);
+    local = kvf_store_local_prefix(server->store, wait->keys, wait->num);
+    if ((local == wait->num) || (server->ctl == NULL) ||
+        !kvf_ctl_client_is_registered(server->ctl)) {
+        free(wait);
+        return kvf_engine_lookup_reply(
+            conn, req->request_id,
+            (uint32_t)(req->keys.len / KVF_KEY_WIRE_SIZE), local, local);
     }
-    kvf__engine_lookup_reply__init(&reply);
-    reply.request_id = req->request_id;
-    reply.local_chunks =
-        kvf_store_local_prefix(server->store, keys, (uint32_t)n);
-    /* remote holders come from the controller with peer fetch */
-    reply.hit_chunks = reply.local_chunks;
-    server->stats.lookups++;
-    server->stats.lookup_keys += n;
-    server->stats.local_hit_keys += reply.local_chunks;
-    status =
-        kvf_engine_conn_send(conn, KVF_MSG_ENGINE_LOOKUP_REPLY, &reply.base);
-    free(keys);
-    return status;
+    /* the rest of the prefix may be held elsewhere: ask the controller */
+    wait->local    = local;
+    wait->prefetch = req->prefetch;
+    kvf_engine_wait_link(wait);
+    kvf_ctl_client_lookup(server->ctl, wait->keys, wait->num, false,
+                          kvf_engine_on_remote_lookup, wait);
+    return KVF_OK;
 }
 
-static kvf_status_t kvf_engine_conn_retrieve(kvf_engine_conn_t *conn,
-                                             const Kvf__EngineRetrieve *req)
+/* Pins every key held here and answers RETRIEVE; the rest are missing. */
+static kvf_status_t kvf_engine_retrieve_reply(kvf_engine_conn_t *conn,
+                                              uint64_t request_id,
+                                              const kvf_key_t *keys, uint32_t n)
 {
     kvf_engine_server_t *server = conn->server;
     uint64_t *offsets, *lengths;
@@ -324,14 +435,8 @@ static kvf_status_t kvf_engine_conn_retrieve(kvf_engine_conn_t *conn,
     kvf_status_t status;
     uint8_t *missing;
     kvf_slot_t slot;
-    kvf_key_t key;
-    size_t n, i;
+    uint32_t i;
 
-    if (!kvf_engine_keys_ok(&req->keys)) {
-        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_INVALID,
-                                      "retrieve needs 1..65536 24-byte keys");
-    }
-    n       = req->keys.len / KVF_KEY_WIRE_SIZE;
     offsets = calloc(n, sizeof(*offsets));
     lengths = calloc(n, sizeof(*lengths));
     missing = calloc(n, 1);
@@ -339,12 +444,12 @@ static kvf_status_t kvf_engine_conn_retrieve(kvf_engine_conn_t *conn,
         free(offsets);
         free(lengths);
         free(missing);
-        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_NO_MEMORY,
+        return kvf_engine_conn_status(conn, request_id, KVF_ERR_NO_MEMORY,
                                       "out of memory");
     }
     for (i = 0; i < n; i++) {
-        kvf_key_unpack(req->keys.data + i * KVF_KEY_WIRE_SIZE, &key);
-        if (kvf_store_pin(server->store, conn->owner, &key, &slot) == KVF_OK) {
+        if (kvf_store_pin(server->store, conn->owner, &keys[i], &slot) ==
+            KVF_OK) {
             offsets[i] = slot.offset;
             lengths[i] = slot.length;
         } else {
@@ -352,7 +457,7 @@ static kvf_status_t kvf_engine_conn_retrieve(kvf_engine_conn_t *conn,
         }
     }
     kvf__engine_slots__init(&reply);
-    reply.request_id   = req->request_id;
+    reply.request_id   = request_id;
     reply.n_offsets    = n;
     reply.offsets      = offsets;
     reply.n_lengths    = n;
@@ -363,6 +468,69 @@ static kvf_status_t kvf_engine_conn_retrieve(kvf_engine_conn_t *conn,
     free(offsets);
     free(lengths);
     free(missing);
+    return status;
+}
+
+static void kvf_engine_on_fetched(void *arg, uint32_t fetched, uint32_t missed)
+{
+    kvf_engine_wait_t *wait = arg;
+    kvf_engine_conn_t *conn = wait->conn;
+
+    kvf_engine_wait_unlink(wait);
+    conn->server->stats.fetched_keys += fetched;
+    if (kvf_engine_retrieve_reply(conn, wait->request_id, wait->keys,
+                                  wait->num) != KVF_OK) {
+        free(wait);
+        kvf_engine_conn_error(conn, "cannot queue a reply");
+        return;
+    }
+    free(wait);
+}
+
+static kvf_status_t kvf_engine_conn_retrieve(kvf_engine_conn_t *conn,
+                                             const Kvf__EngineRetrieve *req)
+{
+    kvf_engine_server_t *server = conn->server;
+    kvf_engine_wait_t *wait;
+    kvf_key_t *absent;
+    uint32_t i, m = 0;
+    kvf_status_t status;
+
+    if (!kvf_engine_keys_ok(&req->keys)) {
+        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_INVALID,
+                                      "retrieve needs 1..65536 24-byte keys");
+    }
+    wait = kvf_engine_wait_create(conn, KVF_MSG_ENGINE_RETRIEVE,
+                                  req->request_id, &req->keys);
+    if (wait == NULL) {
+        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_NO_MEMORY,
+                                      "out of memory");
+    }
+    absent = malloc(((size_t)wait->num + 1) * sizeof(*absent));
+    if (absent == NULL) {
+        free(wait);
+        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_NO_MEMORY,
+                                      "out of memory");
+    }
+    for (i = 0; i < wait->num; i++) {
+        if (kvf_store_local_prefix(server->store, &wait->keys[i], 1) == 0) {
+            absent[m++] = wait->keys[i];
+        }
+    }
+    status = KVF_ERR_STATE;
+    if ((m > 0) && (server->peer != NULL)) {
+        /* fetch what others hold into our pool first; the reply waits */
+        status = kvf_peer_fetch(server->peer, absent, m, kvf_engine_on_fetched,
+                                wait);
+    }
+    free(absent);
+    if (status == KVF_OK) {
+        kvf_engine_wait_link(wait);
+        return KVF_OK;
+    }
+    status =
+        kvf_engine_retrieve_reply(conn, req->request_id, wait->keys, wait->num);
+    free(wait);
     return status;
 }
 

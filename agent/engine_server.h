@@ -12,6 +12,8 @@
 #ifndef KVF_AGENT_ENGINE_SERVER_H
 #define KVF_AGENT_ENGINE_SERVER_H
 
+#include "agent/ctl_client.h"
+#include "agent/peer.h"
 #include "agent/store.h"
 
 #include <kvfabric/status.h>
@@ -26,6 +28,8 @@ typedef struct kvf_engine_server_params {
     struct event_base *base;
     const char *path;      /* socket path; a stale file is replaced */
     kvf_store_t *store;    /* borrowed; outlives the server */
+    kvf_peer_t *peer;      /* borrowed, may be NULL: no remote fetch */
+    kvf_ctl_client_t *ctl; /* borrowed, may be NULL: no remote lookup */
     const char *node_name; /* told to engines */
     uint32_t max_frame;
     uint32_t max_connections;
@@ -39,6 +43,8 @@ typedef struct kvf_engine_server_stats {
     uint64_t lookups;
     uint64_t lookup_keys;
     uint64_t local_hit_keys;
+    uint64_t remote_hit_keys; /* lookups: held by another node */
+    uint64_t fetched_keys;    /* retrieves: fetched from peers */
 } kvf_engine_server_stats_t;
 
 /* Binds the socket and starts accepting. KVF_ERR_EXISTS when another agent

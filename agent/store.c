@@ -291,6 +291,24 @@ kvf_status_t kvf_store_release(kvf_store_t *store, kvf_store_owner_t *owner,
     return KVF_OK;
 }
 
+kvf_status_t kvf_store_hold_chunk(kvf_store_t *store, const kvf_key_t *key,
+                                  kvf_pool_entry_t **entry_p)
+{
+    kvf_pool_entry_t *entry = kvf_pool_lookup(store->pool, key);
+
+    if (entry == NULL) {
+        return KVF_ERR_NOT_FOUND;
+    }
+    kvf_pool_entry_hold(store->pool, entry);
+    *entry_p = entry;
+    return KVF_OK;
+}
+
+void kvf_store_put_chunk(kvf_store_t *store, kvf_pool_entry_t *entry)
+{
+    kvf_pool_entry_put(store->pool, entry);
+}
+
 uint32_t kvf_store_local_prefix(kvf_store_t *store, const kvf_key_t *keys,
                                 uint32_t num)
 {

@@ -66,7 +66,10 @@ typedef enum {
     KVF_MSG_ENGINE_LOOKUP_REPLY = 46,
     KVF_MSG_ENGINE_RETRIEVE     = 47,
     KVF_MSG_ENGINE_RELEASE      = 48,
-    KVF_MSG_TYPE_MAX            = 256, /* type numbers are below this */
+    /* agent <-> agent (UCX active-message headers): 60-79 */
+    KVF_MSG_PEER_FETCH = 60,
+    KVF_MSG_PEER_CHUNK = 61,
+    KVF_MSG_TYPE_MAX   = 256, /* type numbers are below this */
 } kvf_msg_type_t;
 
 /* One decoded frame. */

@@ -1,0 +1,677 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+#include "agent/peer.h"
+
+#include "common/log.h"
+#include "common/time.h"
+#include "proto/frame.h"
+
+#include <event2/event.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    KVF_PEER_AM_FETCH = 1, /* requester -> holder: PEER_FETCH header */
+    KVF_PEER_AM_CHUNK = 2, /* holder -> requester: PEER_CHUNK + payload */
+};
+
+#define KVF_PEER_MAX_KEYS  65536u /* keys in one fetch */
+#define KVF_PEER_SERVE_MAX 4096u  /* chunks being sent at once */
+#define KVF_PEER_HDR_MAX   256u
+
+typedef struct kvf_peer_fetch kvf_peer_fetch_t;
+
+typedef enum {
+    KVF_PEER_ITEM_WAIT = 0, /* asked, nothing arrived yet */
+    KVF_PEER_ITEM_RECV,     /* payload being received into a slot */
+    KVF_PEER_ITEM_DONE,     /* settled: fetched or missed */
+} kvf_peer_item_state_t;
+
+typedef struct kvf_peer_item {
+    kvf_peer_fetch_t *fetch;
+    kvf_key_t key;
+    uint32_t holder;
+    uint64_t offset;   /* the granted slot while receiving */
+    uint64_t checksum; /* as the holder announced it */
+    uint8_t state;
+} kvf_peer_item_t;
+
+struct kvf_peer_fetch {
+    kvf_peer_fetch_t *next;
+    kvf_peer_t *peer;
+    uint64_t request_id;
+    uint64_t deadline_ns;
+    kvf_peer_fetch_cb_t cb; /* NULL once canceled */
+    void *arg;
+    kvf_store_owner_t *owner; /* grants of chunks being received */
+    kvf_peer_item_t *items;
+    uint32_t num;
+    uint32_t settled;
+    uint32_t fetched;
+    uint32_t inflight;    /* UCX operations not completed yet */
+    uint32_t pending_ctl; /* controller requests not answered yet */
+    bool done;            /* the callback has run (or was canceled) */
+};
+
+/* A chunk being sent to a peer: pinned until UCX is done with it. */
+typedef struct kvf_peer_serve {
+    kvf_peer_t *peer;
+    kvf_pool_entry_t *entry;
+    struct kvf_peer_serve *next_free;
+} kvf_peer_serve_t;
+
+struct kvf_peer {
+    kvf_ucx_worker_t *worker;
+    kvf_ucx_mem_t *pool_mem;
+    kvf_store_t *store;
+    kvf_ctl_client_t *ctl;
+    uint64_t timeout_ns;
+    char name[128];
+    uint64_t next_request;
+    kvf_peer_fetch_t *fetches;
+    struct event *tick_ev; /* deadlines */
+    kvf_peer_serve_t *serves;
+    kvf_peer_serve_t *serve_free;
+    kvf_peer_stats_t stats;
+    bool destroying;
+};
+
+static void kvf_peer_fetch_maybe_free(kvf_peer_fetch_t *fetch)
+{
+    kvf_peer_t *peer = fetch->peer;
+    kvf_peer_fetch_t **pp;
+
+    if (!fetch->done || (fetch->inflight > 0) || (fetch->pending_ctl > 0)) {
+        return;
+    }
+    for (pp = &peer->fetches; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == fetch) {
+            *pp = fetch->next;
+            break;
+        }
+    }
+    kvf_store_owner_destroy(peer->store, fetch->owner);
+    free(fetch->items);
+    free(fetch);
+}
+
+static void kvf_peer_fetch_complete(kvf_peer_fetch_t *fetch)
+{
+    if (fetch->done) {
+        return;
+    }
+    fetch->done = true;
+    fetch->peer->stats.chunks_missed += fetch->num - fetch->fetched;
+    if (fetch->cb != NULL) {
+        fetch->cb(fetch->arg, fetch->fetched, fetch->num - fetch->fetched);
+    }
+}
+
+static void kvf_peer_item_settle(kvf_peer_item_t *item, bool fetched)
+{
+    kvf_peer_fetch_t *fetch = item->fetch;
+
+    if (item->state == KVF_PEER_ITEM_DONE) {
+        return;
+    }
+    item->state = KVF_PEER_ITEM_DONE;
+    fetch->settled++;
+    if (fetched) {
+        fetch->fetched++;
+    }
+    if (fetch->settled == fetch->num) {
+        kvf_peer_fetch_complete(fetch);
+    }
+}
+
+/* Settles every item still waiting on @p holder (0: all) as missed. */
+static void kvf_peer_fetch_miss_waiting(kvf_peer_fetch_t *fetch,
+                                        uint32_t holder)
+{
+    uint32_t i;
+
+    for (i = 0; (i < fetch->num) && !fetch->done; i++) {
+        if ((fetch->items[i].state == KVF_PEER_ITEM_WAIT) &&
+            ((holder == 0) || (fetch->items[i].holder == holder))) {
+            kvf_peer_item_settle(&fetch->items[i], false);
+        }
+    }
+}
+
+static void kvf_peer_on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    kvf_peer_t *peer = arg;
+    kvf_peer_fetch_t *fetch, *next;
+    struct timeval tv = {0, 10000};
+    uint64_t now      = kvf_time_now_ns();
+
+    for (fetch = peer->fetches; fetch != NULL; fetch = next) {
+        next = fetch->next;
+        if (!fetch->done && (now >= fetch->deadline_ns)) {
+            peer->stats.timeouts++;
+            kvf_debug("%s: fetch %llu timed out with %u of %u chunks",
+                      peer->name, (unsigned long long)fetch->request_id,
+                      fetch->fetched, fetch->num);
+            /* chunks still arriving may complete later; they are simply
+             * committed then, the engine has moved on */
+            fetch->settled = fetch->num;
+            kvf_peer_fetch_complete(fetch);
+            kvf_peer_fetch_maybe_free(fetch);
+        }
+    }
+    if (peer->fetches != NULL) {
+        evtimer_add(peer->tick_ev, &tv);
+    }
+}
+
+/* ------------------------------------------------------- requester side */
+
+static void kvf_peer_on_fetch_sent(kvf_status_t status, void *arg)
+{
+    kvf_peer_item_t *first  = arg; /* an item of the holder asked */
+    kvf_peer_fetch_t *fetch = first->fetch;
+
+    fetch->inflight--;
+    if (status != KVF_OK) {
+        kvf_debug("%s: fetch request to node %u failed: %s", fetch->peer->name,
+                  first->holder, kvf_strerror(status));
+        kvf_peer_fetch_miss_waiting(fetch, first->holder);
+    }
+    kvf_peer_fetch_maybe_free(fetch);
+}
+
+/* Sends one PEER_FETCH with the keys that @p holder holds. */
+static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
+                               const char *data_address)
+{
+    kvf_peer_t *peer       = fetch->peer;
+    kvf_peer_item_t *first = NULL;
+    kvf_ucx_ep_t *ep       = NULL;
+    uint32_t *indexes      = NULL;
+    uint8_t *keys          = NULL;
+    uint8_t *hdr           = NULL;
+    Kvf__PeerFetch req;
+    kvf_status_t status;
+    uint32_t i, n = 0;
+    size_t len;
+
+    keys    = malloc((size_t)fetch->num * KVF_KEY_WIRE_SIZE + 1);
+    indexes = malloc(((size_t)fetch->num + 1) * sizeof(*indexes));
+    if ((keys == NULL) || (indexes == NULL)) {
+        goto err;
+    }
+    for (i = 0; i < fetch->num; i++) {
+        if ((fetch->items[i].holder == holder) &&
+            (fetch->items[i].state == KVF_PEER_ITEM_WAIT)) {
+            if (first == NULL) {
+                first = &fetch->items[i];
+            }
+            kvf_key_pack(&fetch->items[i].key,
+                         keys + (size_t)n * KVF_KEY_WIRE_SIZE);
+            indexes[n++] = i;
+        }
+    }
+    if (n == 0) {
+        goto out;
+    }
+    kvf__peer_fetch__init(&req);
+    req.request_id = fetch->request_id;
+    req.keys.data  = keys;
+    req.keys.len   = (size_t)n * KVF_KEY_WIRE_SIZE;
+    req.n_indexes  = n;
+    req.indexes    = indexes;
+    len            = kvf_frame_size(&req.base);
+    hdr            = malloc(len);
+    if ((hdr == NULL) ||
+        (kvf_frame_pack(hdr, len, KVF_MSG_PEER_FETCH, 0, &req.base,
+                        KVF_FRAME_MAX_DEFAULT, &len) != KVF_OK)) {
+        goto err;
+    }
+    status = kvf_ucx_ep_get(peer->worker, data_address, NULL, &ep);
+    if (status != KVF_OK) {
+        kvf_debug("%s: no endpoint to node %u at %s: %s", peer->name, holder,
+                  data_address, kvf_strerror(status));
+        goto err;
+    }
+    status = kvf_ucx_am_send(ep, KVF_PEER_AM_FETCH, hdr, len, NULL, 0, NULL,
+                             KVF_UCX_AM_SEND_EAGER, peer->timeout_ns,
+                             kvf_peer_on_fetch_sent, first);
+    kvf_ucx_ep_put(ep);
+    if (status != KVF_OK) {
+        goto err;
+    }
+    fetch->inflight++;
+    goto out;
+
+err:
+    kvf_peer_fetch_miss_waiting(fetch, holder);
+out:
+    free(hdr);
+    free(keys);
+    free(indexes);
+}
+
+static void kvf_peer_on_node(void *arg, kvf_status_t status, uint32_t node_id,
+                             const char *data_address, bool alive)
+{
+    kvf_peer_fetch_t *fetch = arg;
+
+    fetch->pending_ctl--;
+    if (!fetch->done) {
+        if ((status != KVF_OK) || !alive || (data_address[0] == '\0')) {
+            kvf_peer_fetch_miss_waiting(fetch, node_id);
+        } else {
+            kvf_peer_fetch_ask(fetch, node_id, data_address);
+        }
+    }
+    kvf_peer_fetch_maybe_free(fetch);
+}
+
+static void kvf_peer_on_lookup(void *arg, kvf_status_t status,
+                               uint32_t hit_chunks, const uint32_t *holders,
+                               uint32_t num)
+{
+    kvf_peer_fetch_t *fetch = arg;
+    kvf_peer_t *peer        = fetch->peer;
+    uint32_t self           = kvf_ctl_client_node_id(peer->ctl);
+    uint32_t i, j;
+
+    fetch->pending_ctl--;
+    if (fetch->done) {
+        kvf_peer_fetch_maybe_free(fetch);
+        return;
+    }
+    if ((status != KVF_OK) || (num != fetch->num)) {
+        kvf_peer_fetch_miss_waiting(fetch, 0);
+        kvf_peer_fetch_maybe_free(fetch);
+        return;
+    }
+    for (i = 0; i < num; i++) {
+        fetch->items[i].holder = holders[i];
+        if ((holders[i] == 0) || (holders[i] == self)) {
+            /* nobody else has it (or only a stale record of ourselves) */
+            kvf_peer_item_settle(&fetch->items[i], false);
+        }
+    }
+    /* one NODE_INFO per distinct holder, then one PEER_FETCH per holder */
+    for (i = 0; (i < num) && !fetch->done; i++) {
+        bool seen = false;
+
+        if (fetch->items[i].state != KVF_PEER_ITEM_WAIT) {
+            continue;
+        }
+        for (j = 0; j < i; j++) {
+            if ((fetch->items[j].holder == holders[i]) && (holders[j] != 0) &&
+                (holders[j] != self)) {
+                seen = true;
+                break;
+            }
+        }
+        if (!seen) {
+            fetch->pending_ctl++;
+            kvf_ctl_client_node_info(peer->ctl, holders[i], kvf_peer_on_node,
+                                     fetch);
+        }
+    }
+    kvf_peer_fetch_maybe_free(fetch);
+}
+
+kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
+                            uint32_t num, kvf_peer_fetch_cb_t cb, void *arg)
+{
+    kvf_peer_fetch_t *fetch;
+    struct timeval tv = {0, 10000};
+    uint32_t i;
+
+    if ((peer->ctl == NULL) || !kvf_ctl_client_is_registered(peer->ctl)) {
+        return KVF_ERR_STATE;
+    }
+    if ((num == 0) || (num > KVF_PEER_MAX_KEYS)) {
+        return KVF_ERR_INVALID;
+    }
+    fetch = calloc(1, sizeof(*fetch));
+    if (fetch == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    fetch->items = calloc(num, sizeof(*fetch->items));
+    if ((fetch->items == NULL) ||
+        (kvf_store_owner_create(peer->store, &fetch->owner) != KVF_OK)) {
+        free(fetch->items);
+        free(fetch);
+        return KVF_ERR_NO_MEMORY;
+    }
+    fetch->peer        = peer;
+    fetch->request_id  = ++peer->next_request;
+    fetch->deadline_ns = kvf_time_deadline_ns(peer->timeout_ns);
+    fetch->cb          = cb;
+    fetch->arg         = arg;
+    fetch->num         = num;
+    for (i = 0; i < num; i++) {
+        fetch->items[i].fetch = fetch;
+        fetch->items[i].key   = keys[i];
+    }
+    fetch->next   = peer->fetches;
+    peer->fetches = fetch;
+    peer->stats.fetches++;
+    fetch->pending_ctl++;
+    kvf_ctl_client_lookup(peer->ctl, keys, num, true, kvf_peer_on_lookup,
+                          fetch);
+    if (!evtimer_pending(peer->tick_ev, NULL)) {
+        evtimer_add(peer->tick_ev, &tv);
+    }
+    return KVF_OK;
+}
+
+void kvf_peer_cancel(kvf_peer_t *peer, const void *arg)
+{
+    kvf_peer_fetch_t *fetch;
+
+    for (fetch = peer->fetches; fetch != NULL; fetch = fetch->next) {
+        if (fetch->arg == arg) {
+            fetch->cb = NULL;
+        }
+    }
+}
+
+static void kvf_peer_on_recv(kvf_status_t status, void *arg)
+{
+    kvf_peer_item_t *item   = arg;
+    kvf_peer_fetch_t *fetch = item->fetch;
+    kvf_peer_t *peer        = fetch->peer;
+    bool fetched            = false;
+
+    fetch->inflight--;
+    if (status == KVF_OK) {
+        /* the commit recomputes the checksum over the bytes that landed:
+         * a damaged or torn transfer is refused here */
+        status = kvf_store_commit(peer->store, fetch->owner, &item->key,
+                                  item->offset, item->checksum);
+        if ((status == KVF_OK) || (status == KVF_ERR_EXISTS)) {
+            fetched = true;
+            peer->stats.chunks_fetched++;
+        } else if (status == KVF_ERR_CHECKSUM) {
+            peer->stats.checksum_failures++;
+            kvf_warn("%s: chunk from node %u failed its checksum; refused",
+                     peer->name, item->holder);
+        }
+    } else {
+        kvf_store_release(peer->store, fetch->owner, item->offset);
+    }
+    if (item->state == KVF_PEER_ITEM_RECV) {
+        item->state = KVF_PEER_ITEM_WAIT; /* so settle counts it */
+        kvf_peer_item_settle(item, fetched);
+    }
+    kvf_peer_fetch_maybe_free(fetch);
+}
+
+static kvf_status_t kvf_peer_on_chunk(void *arg, const void *header,
+                                      size_t header_len,
+                                      const kvf_ucx_am_msg_t *msg)
+{
+    kvf_peer_t *peer = arg;
+    const Kvf__PeerChunk *chunk;
+    kvf_peer_fetch_t *fetch;
+    kvf_peer_item_t *item = NULL;
+    kvf_frame_t frame;
+    kvf_slot_t slot;
+    kvf_status_t status, ret = KVF_OK;
+    size_t used = 0;
+
+    if ((kvf_frame_decode_buf(header, header_len, KVF_PEER_HDR_MAX, NULL,
+                              &frame, &used) != KVF_OK) ||
+        (frame.type != KVF_MSG_PEER_CHUNK)) {
+        if (used > 0) {
+            kvf_frame_release(&frame, NULL);
+        }
+        kvf_debug("%s: bad PEER_CHUNK header; dropped", peer->name);
+        return KVF_OK;
+    }
+    chunk = (const Kvf__PeerChunk *)frame.msg;
+    for (fetch = peer->fetches; fetch != NULL; fetch = fetch->next) {
+        if (fetch->request_id == chunk->request_id) {
+            break;
+        }
+    }
+    if ((fetch == NULL) || fetch->done || (chunk->index >= fetch->num) ||
+        (fetch->items[chunk->index].state != KVF_PEER_ITEM_WAIT)) {
+        goto out; /* late or unknown: declined */
+    }
+    item = &fetch->items[chunk->index];
+    if (chunk->status != KVF_OK) {
+        kvf_peer_item_settle(item, false); /* the holder evicted it */
+        goto out;
+    }
+    if ((chunk->length != msg->length) || (chunk->length == 0) ||
+        (kvf_store_alloc(peer->store, fetch->owner, chunk->length, &slot) !=
+         KVF_OK)) {
+        kvf_peer_item_settle(item, false);
+        goto out;
+    }
+    item->offset   = slot.offset;
+    item->checksum = chunk->checksum;
+    status         = kvf_ucx_am_recv_data(
+                msg, (uint8_t *)kvf_store_base(peer->store) + slot.offset,
+                chunk->length, peer->pool_mem, peer->timeout_ns, kvf_peer_on_recv,
+                item);
+    if (status != KVF_OK) {
+        kvf_store_release(peer->store, fetch->owner, slot.offset);
+        kvf_peer_item_settle(item, false);
+        goto out;
+    }
+    item->state = KVF_PEER_ITEM_RECV;
+    fetch->inflight++;
+    peer->stats.bytes_fetched += chunk->length;
+    ret = msg->is_rndv ? KVF_INPROGRESS : KVF_OK;
+
+out:
+    kvf_frame_release(&frame, NULL);
+    if (fetch != NULL) {
+        kvf_peer_fetch_maybe_free(fetch);
+    }
+    return ret;
+}
+
+/* ---------------------------------------------------------- holder side */
+
+static void kvf_peer_on_miss_sent(kvf_status_t status, void *arg)
+{
+    /* a miss carries no payload: nothing to release */
+}
+
+static void kvf_peer_on_served(kvf_status_t status, void *arg)
+{
+    kvf_peer_serve_t *serve = arg;
+    kvf_peer_t *peer        = serve->peer;
+
+    kvf_store_put_chunk(peer->store, serve->entry);
+    serve->entry     = NULL;
+    serve->next_free = peer->serve_free;
+    peer->serve_free = serve;
+}
+
+/* Answers one key: the chunk zero-copy from the pool, or a miss. */
+static void kvf_peer_serve_one(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
+                               uint64_t request_id, uint32_t index,
+                               const kvf_key_t *key)
+{
+    uint8_t hdr[KVF_PEER_HDR_MAX];
+    kvf_pool_entry_t *entry = NULL;
+    kvf_peer_serve_t *serve = peer->serve_free;
+    Kvf__PeerChunk chunk;
+    size_t len = 0;
+
+    kvf__peer_chunk__init(&chunk);
+    chunk.request_id = request_id;
+    chunk.index      = index;
+    chunk.status     = KVF_ERR_NOT_FOUND;
+    if ((serve != NULL) &&
+        (kvf_store_hold_chunk(peer->store, key, &entry) == KVF_OK)) {
+        chunk.status   = KVF_OK;
+        chunk.length   = kvf_pool_entry_length(entry);
+        chunk.checksum = kvf_pool_entry_checksum(entry);
+    }
+    if (kvf_frame_pack(hdr, sizeof(hdr), KVF_MSG_PEER_CHUNK, 0, &chunk.base,
+                       KVF_PEER_HDR_MAX, &len) != KVF_OK) {
+        goto err_put;
+    }
+    if (entry == NULL) {
+        peer->stats.serve_misses++;
+        kvf_ucx_am_send(ep, KVF_PEER_AM_CHUNK, hdr, len, NULL, 0, NULL,
+                        KVF_UCX_AM_SEND_EAGER, peer->timeout_ns,
+                        kvf_peer_on_miss_sent, NULL);
+        return;
+    }
+    peer->serve_free = serve->next_free;
+    serve->entry     = entry;
+    if (kvf_ucx_am_send(ep, KVF_PEER_AM_CHUNK, hdr, len,
+                        (uint8_t *)kvf_store_base(peer->store) +
+                            kvf_pool_entry_offset(entry),
+                        chunk.length, peer->pool_mem, KVF_UCX_AM_SEND_RNDV,
+                        peer->timeout_ns, kvf_peer_on_served,
+                        serve) != KVF_OK) {
+        serve->entry     = NULL;
+        serve->next_free = peer->serve_free;
+        peer->serve_free = serve;
+        goto err_put;
+    }
+    peer->stats.chunks_served++;
+    peer->stats.bytes_served += chunk.length;
+    return;
+
+err_put:
+    if (entry != NULL) {
+        kvf_store_put_chunk(peer->store, entry);
+    }
+}
+
+static kvf_status_t kvf_peer_on_fetch(void *arg, const void *header,
+                                      size_t header_len,
+                                      const kvf_ucx_am_msg_t *msg)
+{
+    kvf_peer_t *peer = arg;
+    const Kvf__PeerFetch *req;
+    kvf_frame_t frame;
+    size_t used = 0, n, i;
+    kvf_key_t key;
+
+    if (msg->reply_ep == NULL) {
+        kvf_debug("%s: PEER_FETCH without a reply endpoint; dropped",
+                  peer->name);
+        return KVF_OK;
+    }
+    if ((kvf_frame_decode_buf(header, header_len, KVF_FRAME_MAX_DEFAULT, NULL,
+                              &frame, &used) != KVF_OK) ||
+        (frame.type != KVF_MSG_PEER_FETCH)) {
+        if (used > 0) {
+            kvf_frame_release(&frame, NULL);
+        }
+        kvf_debug("%s: bad PEER_FETCH header; dropped", peer->name);
+        return KVF_OK;
+    }
+    req = (const Kvf__PeerFetch *)frame.msg;
+    n   = req->keys.len / KVF_KEY_WIRE_SIZE;
+    if ((req->keys.len % KVF_KEY_WIRE_SIZE != 0) || (n != req->n_indexes) ||
+        (n > KVF_PEER_MAX_KEYS)) {
+        kvf_debug("%s: PEER_FETCH with %zu key bytes and %zu indexes; "
+                  "dropped",
+                  peer->name, req->keys.len, req->n_indexes);
+        kvf_frame_release(&frame, NULL);
+        return KVF_OK;
+    }
+    for (i = 0; i < n; i++) {
+        kvf_key_unpack(req->keys.data + i * KVF_KEY_WIRE_SIZE, &key);
+        kvf_peer_serve_one(peer, msg->reply_ep, req->request_id,
+                           req->indexes[i], &key);
+    }
+    kvf_frame_release(&frame, NULL);
+    return KVF_OK;
+}
+
+/* ----------------------------------------------------------- lifecycle */
+
+kvf_status_t kvf_peer_create(const kvf_peer_params_t *params,
+                             kvf_peer_t **peer_p)
+{
+    kvf_peer_t *peer;
+    kvf_status_t status;
+    uint32_t i;
+
+    peer = calloc(1, sizeof(*peer));
+    if (peer == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    peer->worker   = params->worker;
+    peer->pool_mem = params->pool_mem;
+    peer->store    = params->store;
+    peer->timeout_ns =
+        (params->timeout_ns > 0) ? params->timeout_ns : 5 * KVF_NSEC_PER_SEC;
+    snprintf(peer->name, sizeof(peer->name), "%s",
+             (params->name != NULL) ? params->name : "agent");
+    peer->serves  = calloc(KVF_PEER_SERVE_MAX, sizeof(*peer->serves));
+    peer->tick_ev = evtimer_new(params->base, kvf_peer_on_tick, peer);
+    if ((peer->serves == NULL) || (peer->tick_ev == NULL)) {
+        status = KVF_ERR_NO_MEMORY;
+        goto err;
+    }
+    for (i = 0; i < KVF_PEER_SERVE_MAX; i++) {
+        peer->serves[i].peer = peer;
+        peer->serves[i].next_free =
+            (i + 1 < KVF_PEER_SERVE_MAX) ? &peer->serves[i + 1] : NULL;
+    }
+    peer->serve_free = &peer->serves[0];
+    status           = kvf_ucx_am_set_handler(peer->worker, KVF_PEER_AM_FETCH,
+                                              kvf_peer_on_fetch, peer);
+    if (status == KVF_OK) {
+        status = kvf_ucx_am_set_handler(peer->worker, KVF_PEER_AM_CHUNK,
+                                        kvf_peer_on_chunk, peer);
+    }
+    if (status != KVF_OK) {
+        goto err;
+    }
+    *peer_p = peer;
+    return KVF_OK;
+
+err:
+    kvf_peer_destroy(peer);
+    return status;
+}
+
+void kvf_peer_destroy(kvf_peer_t *peer)
+{
+    kvf_peer_fetch_t *fetch;
+
+    if (peer == NULL) {
+        return;
+    }
+    peer->destroying = true;
+    if (peer->ctl != NULL) {
+        for (fetch = peer->fetches; fetch != NULL; fetch = fetch->next) {
+            kvf_ctl_client_cancel(peer->ctl, fetch);
+        }
+    }
+    /* the worker is destroyed after us and completes every operation
+     * then: what is still in flight here is freed with its owner */
+    while (peer->fetches != NULL) {
+        fetch         = peer->fetches;
+        peer->fetches = fetch->next;
+        kvf_store_owner_destroy(peer->store, fetch->owner);
+        free(fetch->items);
+        free(fetch);
+    }
+    if (peer->tick_ev != NULL) {
+        event_free(peer->tick_ev);
+    }
+    free(peer->serves);
+    free(peer);
+}
+
+void kvf_peer_set_ctl(kvf_peer_t *peer, kvf_ctl_client_t *ctl)
+{
+    peer->ctl = ctl;
+}
+
+void kvf_peer_get_stats(const kvf_peer_t *peer, kvf_peer_stats_t *stats_p)
+{
+    *stats_p = peer->stats;
+}

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * Peer-to-peer chunk transfer between agents (DESIGN.md §3), over UCX
+ * active messages: the requester asks a holder for a batch of keys
+ * (PEER_FETCH); the holder answers each key with a PEER_CHUNK header whose
+ * payload is the chunk, sent zero-copy from its registered pool and received
+ * by rendezvous straight into a slot of the requester's pool. The requester
+ * verifies every chunk's checksum before committing it (the commit admits
+ * it to the controller); a chunk that fails, was evicted, or whose holder
+ * dies or stalls past the deadline is a miss, never wrong bytes.
+ *
+ * Holders pin what they serve until the send completes, and serve any
+ * number of requesters at once: each chunk is its own message.
+ *
+ * thread: owning loop only.
+ */
+#ifndef KVF_AGENT_PEER_H
+#define KVF_AGENT_PEER_H
+
+#include "agent/ctl_client.h"
+#include "agent/store.h"
+#include "transport/ucx.h"
+
+#include <kvfabric/keys.h>
+#include <kvfabric/status.h>
+
+#include <stdint.h>
+
+typedef struct kvf_peer kvf_peer_t;
+
+/* A fetch settled: @p fetched chunks are now local, @p missed are not. */
+typedef void (*kvf_peer_fetch_cb_t)(void *arg, uint32_t fetched,
+                                    uint32_t missed);
+
+typedef struct kvf_peer_params {
+    struct event_base *base; /* the worker's loop */
+    kvf_ucx_worker_t *worker;
+    kvf_ucx_mem_t *pool_mem; /* the pool, registered */
+    kvf_store_t *store;
+    uint64_t timeout_ns; /* deadline of one fetch, end to end */
+    const char *name;    /* for logs */
+} kvf_peer_params_t;
+
+typedef struct kvf_peer_stats {
+    uint64_t fetches;
+    uint64_t chunks_fetched;
+    uint64_t bytes_fetched;
+    uint64_t chunks_missed;
+    uint64_t checksum_failures;
+    uint64_t timeouts;
+    uint64_t chunks_served;
+    uint64_t bytes_served;
+    uint64_t serve_misses;
+} kvf_peer_stats_t;
+
+kvf_status_t kvf_peer_create(const kvf_peer_params_t *params,
+                             kvf_peer_t **peer_p);
+
+/* Frees the service. Destroy the worker first: its destruction completes
+ * every operation in flight, and those callbacks still use the service.
+ * NULL is a no-op. */
+void kvf_peer_destroy(kvf_peer_t *peer);
+
+/* The controller connection used to find holders (set once it exists). */
+void kvf_peer_set_ctl(kvf_peer_t *peer, kvf_ctl_client_t *ctl);
+
+/*
+ * Makes the chunks of @p keys local: asks the controller who holds them,
+ * fetches from those holders, verifies and commits each. @p cb runs exactly
+ * once, never from inside this call, by the deadline at the latest.
+ * KVF_ERR_STATE when no controller is connected (cb not called).
+ */
+kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
+                            uint32_t num, kvf_peer_fetch_cb_t cb, void *arg);
+
+/* Forgets the callbacks of fetches started with @p arg (its owner is going
+ * away); the transfers themselves finish or time out on their own. */
+void kvf_peer_cancel(kvf_peer_t *peer, const void *arg);
+
+void kvf_peer_get_stats(const kvf_peer_t *peer, kvf_peer_stats_t *stats_p);
+
+#endif /* KVF_AGENT_PEER_H */
