@@ -659,3 +659,124 @@ Test(ucx, op_pool_exhaustion_is_busy)
     kvf_ucx_worker_destroy(w);
     fixture_down();
 }
+
+#define AM_ID_REPLY 4
+
+typedef struct reply_state {
+    kvf_ucx_ep_t *reply_ep; /* held */
+    unsigned got;
+    char text[16];
+} reply_state_t;
+
+static reply_state_t g_reply;
+
+static kvf_status_t on_ask(void *arg, const void *header, size_t header_len,
+                           const kvf_ucx_am_msg_t *msg)
+{
+    if (msg->reply_ep != NULL) {
+        kvf_ucx_ep_hold(msg->reply_ep);
+        g_reply.reply_ep = msg->reply_ep;
+    }
+    return KVF_OK;
+}
+
+static kvf_status_t on_answer(void *arg, const void *header, size_t header_len,
+                              const kvf_ucx_am_msg_t *msg)
+{
+    g_reply.got++;
+    if (!msg->is_rndv && (msg->length < sizeof(g_reply.text))) {
+        memcpy(g_reply.text, msg->data, msg->length);
+    }
+    return KVF_OK;
+}
+
+static bool reply_ep_known(void)
+{
+    return g_reply.reply_ep != NULL;
+}
+
+static bool answer_arrived(void)
+{
+    return g_reply.got > 0;
+}
+
+Test(ucx, am_reply_goes_back_on_the_accepted_ep)
+{
+    op_result_t r = {0};
+    kvf_ucx_ep_t *ep;
+
+    memset(&g_reply, 0, sizeof(g_reply));
+    fixture_up("tcp", true);
+    cr_assert_eq(kvf_ucx_am_set_handler(g.srv, AM_ID_REPLY, on_ask, NULL),
+                 KVF_OK);
+    cr_assert_eq(kvf_ucx_am_set_handler(g.cli, AM_ID_REPLY, on_answer, NULL),
+                 KVF_OK);
+    ep = fixture_connect(false);
+    cr_assert_eq(kvf_ucx_am_send(ep, AM_ID_REPLY, "q", 1, NULL, 0, NULL, 0, 0,
+                                 on_op, &r),
+                 KVF_OK);
+    cr_assert(loop_until(reply_ep_known, WAIT_NS));
+    cr_assert_eq(g.accepted, 1);
+    memset(&r, 0, sizeof(r));
+    cr_assert_eq(kvf_ucx_am_send(g_reply.reply_ep, AM_ID_REPLY, "a", 1, "hello",
+                                 5, NULL, KVF_UCX_AM_SEND_EAGER, 0, on_op, &r),
+                 KVF_OK);
+    cr_assert(loop_until(answer_arrived, WAIT_NS));
+    cr_assert_str_eq(g_reply.text, "hello");
+    wait_op(&r);
+    cr_assert_eq(r.status, KVF_OK);
+    kvf_ucx_ep_put(g_reply.reply_ep);
+    kvf_ucx_ep_put(ep);
+    fixture_down();
+}
+
+Test(ucx, failed_ep_leaves_the_cache_and_reconnects)
+{
+    kvf_ucx_worker_stats_t st;
+    op_result_t r = {0};
+    kvf_ucx_ep_t *old;
+    kvf_ucx_ep_t *ep;
+
+    fixture_up("tcp", true);
+    g.am.dest_len = 4096;
+    g.am.dest     = calloc(1, g.am.dest_len);
+    old           = fixture_connect(false);
+    kvf_ucx_ep_fail(old, KVF_ERR_CLOSED);
+    kvf_ucx_ep_fail(old, KVF_ERR_TIMEOUT); /* once only */
+    cr_assert(loop_until(cli_saw_error, WAIT_NS));
+    cr_assert_eq(g.ep_error, KVF_ERR_CLOSED);
+    cr_assert_eq(kvf_ucx_am_send(old, AM_ID_DATA, "x", 1, "abc", 3, NULL, 0, 0,
+                                 on_op, &r),
+                 KVF_ERR_CLOSED);
+
+    ep = fixture_connect(false);
+    cr_assert_neq(ep, old);
+    cr_assert_eq(kvf_ucx_am_send(ep, AM_ID_DATA, "x", 1, "abc", 3, NULL, 0, 0,
+                                 on_op, &r),
+                 KVF_OK);
+    wait_op(&r);
+    cr_assert_eq(r.status, KVF_OK);
+    cr_assert(loop_until(srv_recv_done, WAIT_NS));
+    cr_assert(memcmp(g.am.dest, "abc", 3) == 0);
+    kvf_ucx_worker_stats(g.cli, &st);
+    cr_assert_eq(st.ep_failures, 1);
+    cr_assert_eq(st.eps_cached, 1);
+    kvf_ucx_ep_put(old);
+    kvf_ucx_ep_put(ep);
+    fixture_down();
+}
+
+Test(ucx, listener_rejects_bad_host)
+{
+    kvf_ucx_listener_t *l = NULL;
+
+    fixture_up("tcp", false);
+    cr_assert_eq(
+        kvf_ucx_listener_create(g.srv, "256.1.1.1", 0, on_accept, NULL, &l),
+        KVF_ERR_INVALID);
+    cr_assert_null(l);
+    cr_assert_eq(
+        kvf_ucx_listener_create(g.srv, "127.0.0.1", 0, NULL, NULL, NULL),
+        KVF_ERR_INVALID);
+    fixture_down();
+}
