@@ -95,7 +95,11 @@ extern const char *const kvf_ucx_ctx_default_tunings[];
 kvf_status_t kvf_ucx_ctx_create(const kvf_ucx_ctx_params_t *params,
                                 kvf_ucx_ctx_t **ctx_p);
 
-/** Destroys a context; NULL is a no-op. thread: any, once unused. */
+/**
+ * Destroys a context. NULL is a no-op.
+ *
+ * thread: any, once no worker or registration of it is left.
+ */
 void kvf_ucx_ctx_destroy(kvf_ucx_ctx_t *ctx);
 
 /* --------------------------------------------------------------- worker */
@@ -159,7 +163,14 @@ kvf_status_t kvf_ucx_worker_create(kvf_ucx_ctx_t *ctx, struct event_base *base,
  */
 void kvf_ucx_worker_destroy(kvf_ucx_worker_t *worker);
 
-/** Runs the progress/arm loop once by hand (tests, shutdown paths). */
+/**
+ * Progresses until idle and delivers completions, without waiting for the
+ * event fd (tests, shutdown paths).
+ *
+ * @return the number of UCX events progressed
+ *
+ * thread: owning loop only, not from a callback of this worker.
+ */
 unsigned kvf_ucx_worker_progress(kvf_ucx_worker_t *worker);
 
 /**
@@ -172,6 +183,11 @@ unsigned kvf_ucx_worker_progress(kvf_ucx_worker_t *worker);
 kvf_status_t kvf_ucx_worker_address_pack(kvf_ucx_worker_t *worker,
                                          void **addr_p, size_t *len_p);
 
+/**
+ * Counters of @p worker, for metrics and leak checks in tests.
+ *
+ * thread: owning loop only.
+ */
 void kvf_ucx_worker_stats(const kvf_ucx_worker_t *worker,
                           kvf_ucx_worker_stats_t *stats_p);
 
@@ -197,10 +213,15 @@ kvf_status_t kvf_ucx_listener_create(kvf_ucx_worker_t *worker, const char *host,
                                      kvf_ucx_accept_cb_t accept_cb, void *arg,
                                      kvf_ucx_listener_t **listener_p);
 
-/** Stops listening; accepted endpoints stay. NULL is a no-op. */
+/**
+ * Stops listening and refuses connections not accepted yet; accepted
+ * endpoints stay. NULL is a no-op.
+ *
+ * thread: owning loop only.
+ */
 void kvf_ucx_listener_destroy(kvf_ucx_listener_t *listener);
 
-/** The bound port (useful after port 0). */
+/** The bound port (useful after port 0). thread: any. */
 uint16_t kvf_ucx_listener_port(const kvf_ucx_listener_t *listener);
 
 /* ------------------------------------------------------------ endpoints */
@@ -247,7 +268,11 @@ kvf_status_t kvf_ucx_ep_get(kvf_ucx_worker_t *worker, const char *peer,
                             const kvf_ucx_ep_params_t *params,
                             kvf_ucx_ep_t **ep_p);
 
-/** Takes a reference. thread: owning loop only. */
+/**
+ * Takes a reference; drop it with kvf_ucx_ep_put.
+ *
+ * thread: owning loop only.
+ */
 void kvf_ucx_ep_hold(kvf_ucx_ep_t *ep);
 
 /**
@@ -262,13 +287,19 @@ void kvf_ucx_ep_put(kvf_ucx_ep_t *ep);
  */
 void kvf_ucx_ep_fail(kvf_ucx_ep_t *ep, kvf_status_t status);
 
-/** true once the endpoint failed or was closed. */
+/** true once the endpoint failed or was closed. thread: owning loop. */
 bool kvf_ucx_ep_is_failed(const kvf_ucx_ep_t *ep);
 
-/** Peer name (cache key, or the remote address of accepted endpoints). */
+/**
+ * Peer name: the cache key, or "HOST:PORT" of the remote side of an
+ * accepted endpoint. ownership: borrowed, lives as long as @p ep.
+ */
 const char *kvf_ucx_ep_peer(const kvf_ucx_ep_t *ep);
 
-/** Caller-owned tag (e.g. a peer object of the agent). */
+/**
+ * A caller-owned tag (e.g. the agent's peer object); never freed here.
+ * thread: owning loop only.
+ */
 void kvf_ucx_ep_set_user(kvf_ucx_ep_t *ep, void *user);
 void *kvf_ucx_ep_user(const kvf_ucx_ep_t *ep);
 
@@ -292,11 +323,20 @@ typedef enum {
 kvf_status_t kvf_ucx_mem_register(kvf_ucx_ctx_t *ctx, void *addr, size_t len,
                                   unsigned access, kvf_ucx_mem_t **mem_p);
 
-/** Deregisters; NULL is a no-op. */
+/**
+ * Deregisters; NULL is a no-op. Before kvf_ucx_ctx_destroy, and after the
+ * last operation using it completed.
+ */
 void kvf_ucx_mem_deregister(kvf_ucx_mem_t *mem);
 
-/** The packed rkey (borrowed, valid until deregister). */
+/**
+ * The packed rkey, to send to peers (PD and peer-fetch replies).
+ *
+ * @param [out] len_p  its length
+ * @return the blob; ownership: borrowed, valid until deregister
+ */
 const void *kvf_ucx_mem_rkey(const kvf_ucx_mem_t *mem, size_t *len_p);
+/** Start and length of the registered region. thread: any. */
 void *kvf_ucx_mem_base(const kvf_ucx_mem_t *mem);
 size_t kvf_ucx_mem_length(const kvf_ucx_mem_t *mem);
 
@@ -314,6 +354,7 @@ kvf_status_t kvf_ucx_rkey_unpack(kvf_ucx_ep_t *ep, const void *packed,
                                  size_t packed_len, uint64_t remote_base,
                                  uint64_t remote_len, kvf_ucx_rkey_t **rkey_p);
 
+/** Destroys an unpacked rkey; NULL is a no-op. thread: owning loop. */
 void kvf_ucx_rkey_destroy(kvf_ucx_rkey_t *rkey);
 
 /* ------------------------------------------------------------ operations */
@@ -389,7 +430,13 @@ kvf_status_t kvf_ucx_am_recv_data(const kvf_ucx_am_msg_t *msg, void *dest,
                                   uint64_t timeout_ns, kvf_ucx_op_cb_t cb,
                                   void *arg);
 
-/** Declines a kept rendezvous message without receiving it. */
+/**
+ * Releases a kept rendezvous message without receiving it; UCX then
+ * completes the sender's send (successfully). Inside the handler it
+ * declines the message. Eager messages: no-op.
+ *
+ * thread: owning loop only.
+ */
 void kvf_ucx_am_msg_release(const kvf_ucx_am_msg_t *msg);
 
 /**
@@ -409,7 +456,10 @@ kvf_status_t kvf_ucx_get(kvf_ucx_ep_t *ep, void *dest, size_t len,
                          const kvf_ucx_rkey_t *rkey, uint64_t timeout_ns,
                          kvf_ucx_op_cb_t cb, void *arg);
 
-/** Completes when every operation issued on @p ep so far completed. */
+/**
+ * Completes when every operation issued on @p ep so far completed;
+ * KVF_ERR_CLOSED when the ep failed meanwhile. Returns as kvf_ucx_am_send.
+ */
 kvf_status_t kvf_ucx_ep_flush(kvf_ucx_ep_t *ep, uint64_t timeout_ns,
                               kvf_ucx_op_cb_t cb, void *arg);
 
@@ -421,7 +471,11 @@ kvf_status_t kvf_ucx_ep_flush(kvf_ucx_ep_t *ep, uint64_t timeout_ns,
 kvf_status_t kvf_ucx_worker_flush(kvf_ucx_worker_t *worker, uint64_t timeout_ns,
                                   kvf_ucx_op_cb_t cb, void *arg);
 
-/** Maps a UCX status to ours (CLOSED for peer failures). */
+/**
+ * Maps a ucs_status_t to ours: KVF_ERR_CLOSED for peer failures
+ * (reset, endpoint timeout, unreachable, rejected), KVF_ERR_TRANSPORT for
+ * anything unlisted. thread: any.
+ */
 kvf_status_t kvf_ucx_status(int ucs_status);
 
 #endif /* KVF_TRANSPORT_UCX_H */
