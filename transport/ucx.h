@@ -46,6 +46,8 @@ typedef struct kvf_ucx_rkey kvf_ucx_rkey_t;
 #define KVF_UCX_TIMEOUT_DEFAULT_NS (10ull * 1000 * 1000 * 1000)
 /** Longest peer name kept by the endpoint cache, with the NUL. */
 #define KVF_UCX_PEER_NAME_MAX 128
+/** Longest packed rkey kvf_ucx_rkey_unpack accepts (ours are ~100 B). */
+#define KVF_UCX_RKEY_MAX 1024
 /** Active message ids are below this. */
 #define KVF_UCX_AM_ID_MAX 64
 
@@ -344,8 +346,13 @@ size_t kvf_ucx_mem_length(const kvf_ucx_mem_t *mem);
  * Unpacks a peer's rkey for @p ep, describing the remote region
  * [remote_base, remote_base+remote_len) so put/get can be range-checked.
  *
+ * UCX 1.13 does not validate the blob (its unpack takes no length): it is
+ * unpacked from a zero-padded copy, but accept rkeys from authenticated
+ * peers only.
+ *
  * @return KVF_OK; KVF_ERR_INVALID; KVF_ERR_CLOSED (failed ep);
- *         KVF_ERR_PROTO (UCX rejected the blob); KVF_ERR_NO_MEMORY
+ *         KVF_ERR_TOO_BIG (> KVF_UCX_RKEY_MAX); KVF_ERR_PROTO (UCX
+ *         rejected the blob); KVF_ERR_NO_MEMORY
  *
  * thread: owning loop only. ownership: caller destroys it before the ep's
  * last reference goes.

@@ -780,3 +780,30 @@ Test(ucx, listener_rejects_bad_host)
         KVF_ERR_INVALID);
     fixture_down();
 }
+
+Test(ucx, rkey_unpack_of_junk_does_not_crash)
+{
+    unsigned char junk[64];
+    kvf_ucx_rkey_t *rkey = NULL;
+    kvf_ucx_ep_t *ep;
+    kvf_status_t status;
+    unsigned i;
+
+    fixture_up("tcp", true);
+    ep = fixture_connect(false);
+    for (i = 0; i < sizeof(junk); i++) {
+        junk[i] = (unsigned char)(i * 37 + 11);
+    }
+    /* junk[0..7] is the md map: indexes past the context's mds */
+    status = kvf_ucx_rkey_unpack(ep, junk, sizeof(junk), 4096, 4096, &rkey);
+    cr_assert(status == KVF_OK || status == KVF_ERR_PROTO, "%s",
+              kvf_strerror(status));
+    kvf_ucx_rkey_destroy(rkey);
+    rkey = NULL;
+    cr_assert_eq(
+        kvf_ucx_rkey_unpack(ep, junk, KVF_UCX_RKEY_MAX + 1, 4096, 4096, &rkey),
+        KVF_ERR_TOO_BIG);
+    cr_assert_null(rkey);
+    kvf_ucx_ep_put(ep);
+    fixture_down();
+}
