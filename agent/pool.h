@@ -127,10 +127,7 @@ size_t kvf_pool_capacity(const kvf_pool_t *pool);
 /** true when the region got huge pages (MFD_HUGETLB). */
 bool kvf_pool_is_hugetlb(const kvf_pool_t *pool);
 
-/**
- * Usage counters (for /metrics). Scans the entries to count pins: call it
- * from a timer or a metrics request, not per chunk.
- */
+/** Usage counters (for /metrics); O(1). */
 void kvf_pool_stats(const kvf_pool_t *pool, kvf_pool_stats_t *stats_p);
 
 /**

@@ -416,6 +416,7 @@ Test(pool, soft_pins_go_last_hard_pins_never)
 Test(pool, refcount_pins_and_returns_to_zero)
 {
     kvf_pool_entry_t *es[9];
+    kvf_pool_stats_t st;
     kvf_pool_entry_t *e;
     kvf_key_t k;
     uint64_t n;
@@ -437,6 +438,22 @@ Test(pool, refcount_pins_and_returns_to_zero)
     /* released last: most recently used, so 3 goes first */
     cr_assert_eq(kvf_pool_alloc(g_pool, 1 * MIB, UINT64_MAX, &e), KVF_OK);
     cr_assert_eq(g_evicted_keys[1].lo, 3);
+    kvf_pool_stats(g_pool, &st);
+    cr_assert_eq(st.pinned, 0);
+
+    /* pins count while they last, also across commit and removal */
+    kvf_pool_entry_pin(g_pool, e, KVF_POOL_PIN_HARD); /* uncommitted */
+    kvf_pool_stats(g_pool, &st);
+    cr_assert_eq(st.pinned, 0);
+    k = key_of(77);
+    cr_assert_eq(kvf_pool_commit(g_pool, e, &k, 0), KVF_OK);
+    kvf_pool_entry_hold(g_pool, es[4]);
+    kvf_pool_stats(g_pool, &st);
+    cr_assert_eq(st.pinned, 2);
+    cr_assert_eq(kvf_pool_remove(g_pool, &k), KVF_OK);
+    cr_assert_eq(kvf_pool_entry_put(g_pool, es[4]), KVF_OK);
+    kvf_pool_stats(g_pool, &st);
+    cr_assert_eq(st.pinned, 0);
 }
 
 Test(pool, full_and_all_pinned_fails_at_once)
