@@ -219,6 +219,10 @@ kvf_status_t kvf_ucx_listener_create(kvf_ucx_worker_t *worker, const char *host,
  * Stops listening and refuses connections not accepted yet; accepted
  * endpoints stay. NULL is a no-op.
  *
+ * UCX 1.13 can crash on its async thread (ucp_cm_server_conn_request_cb)
+ * when a client handshake lands while the listener is destroyed: destroy
+ * listeners only at shutdown, after the peers were told to stop.
+ *
  * thread: owning loop only.
  */
 void kvf_ucx_listener_destroy(kvf_ucx_listener_t *listener);
@@ -278,8 +282,10 @@ kvf_status_t kvf_ucx_ep_get(kvf_ucx_worker_t *worker, const char *peer,
 void kvf_ucx_ep_hold(kvf_ucx_ep_t *ep);
 
 /**
- * Drops a reference; the last one closes the UCX endpoint (flush when
- * healthy, force when failed) and frees it once UCX is done. NULL: no-op.
+ * Drops a reference; the last one closes the UCX endpoint and frees it once
+ * UCX is done. The close is forced (UCP_EP_CLOSE_FLAG_FORCE): none of our
+ * operations are left on it, and a dead or stalled peer cannot hold it up;
+ * the peer sees a reset. NULL: no-op.
  */
 void kvf_ucx_ep_put(kvf_ucx_ep_t *ep);
 

@@ -168,7 +168,7 @@ void kvf_ucx_ep_dispatch_accept(kvf_ucx_worker_t *worker);
 void kvf_ucx_ep_dispatch_close(kvf_ucx_worker_t *worker);
 void kvf_ucx_ep_dispatch_notify(kvf_ucx_worker_t *worker);
 kvf_ucx_ep_t *kvf_ucx_ep_find_ucp(kvf_ucx_worker_t *worker, ucp_ep_h ucp_ep);
-void kvf_ucx_ep_free_all(kvf_ucx_worker_t *worker);
+void kvf_ucx_ep_free_all(kvf_ucx_worker_t *worker, bool with_closing);
 bool kvf_ucx_ep_closing_any(const kvf_ucx_worker_t *worker);
 
 /* ucx_worker.c */

@@ -552,3 +552,22 @@ Test(pool, index_survives_many_keys_and_removals)
     }
     kvf_pool_destroy(pool);
 }
+
+Test(pool, bad_arguments_are_refused)
+{
+    kvf_pool_entry_t *e;
+    kvf_key_t key = key_of(5);
+
+    cr_assert_eq(kvf_pool_alloc(g_pool, 64 * KIB, UINT64_MAX, NULL),
+                 KVF_ERR_INVALID);
+    cr_assert_eq(kvf_pool_alloc(g_pool, 64 * KIB, UINT64_MAX, &e), KVF_OK);
+    cr_assert_eq(kvf_pool_commit(g_pool, e, NULL, 0), KVF_ERR_INVALID);
+    cr_assert_eq(kvf_pool_commit(g_pool, NULL, &key, 0), KVF_ERR_INVALID);
+    cr_assert_eq(kvf_pool_free(g_pool, NULL), KVF_ERR_INVALID);
+
+    /* a referenced allocation is being written: not freed under it */
+    kvf_pool_entry_hold(g_pool, e);
+    cr_assert_eq(kvf_pool_free(g_pool, e), KVF_ERR_BUSY);
+    cr_assert_eq(kvf_pool_entry_put(g_pool, e), KVF_OK);
+    cr_assert_eq(kvf_pool_free(g_pool, e), KVF_OK);
+}
