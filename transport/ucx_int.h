@@ -159,6 +159,7 @@ void kvf_ucx_op_on_recv_am(void *request, ucs_status_t status, size_t length,
 void kvf_ucx_op_complete_now(kvf_ucx_op_t *op, kvf_status_t status);
 void kvf_ucx_op_dispatch_done(kvf_ucx_worker_t *worker);
 void kvf_ucx_op_dispatch_orphans(kvf_ucx_worker_t *worker);
+void kvf_ucx_op_cancel_all(kvf_ucx_worker_t *worker);
 void kvf_ucx_op_on_timer(evutil_socket_t fd, short what, void *arg);
 void kvf_ucx_op_list_remove(kvf_ucx_op_list_t *list, kvf_ucx_op_t *op);
 

@@ -290,6 +290,29 @@ void kvf_ucx_op_dispatch_orphans(kvf_ucx_worker_t *worker)
     }
 }
 
+/*
+ * After ucp_worker_destroy: operations UCX never called back are over
+ * (their endpoints were force-closed, the worker is gone). Their users
+ * hear KVF_ERR_CANCELED; orphans only give their slots back.
+ */
+void kvf_ucx_op_cancel_all(kvf_ucx_worker_t *worker)
+{
+    kvf_ucx_op_t *op;
+
+    while ((op = worker->inflight.head) != NULL) {
+        kvf_ucx_op_list_remove(&worker->inflight, op);
+        op->req = NULL;
+        if (op->is_orphan) {
+            worker->orphans--;
+            kvf_ucx_op_free(op);
+            continue;
+        }
+        op->status = KVF_ERR_CANCELED;
+        kvf_ucx_op_list_push(&worker->done, op);
+        kvf_ucx_op_dispatch_done(worker); /* runs the callback, drops the ep */
+    }
+}
+
 /* Fails what cannot be canceled; returns true when the list changed. */
 static bool kvf_ucx_op_expire(kvf_ucx_op_t *op)
 {
