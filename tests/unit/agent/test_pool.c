@@ -116,7 +116,12 @@ Test(pool, region_is_a_shared_memfd)
     int flags;
 
     /* default params try huge pages first and fall back (logged) */
+    kvf_test_log_capture_start();
     cr_assert_eq(kvf_pool_create(&p, &pool), KVF_OK);
+    kvf_test_log_capture_stop();
+    cr_assert(kvf_pool_is_hugetlb(pool) ||
+                  kvf_test_log_contains("no huge pages for 8388608 bytes"),
+              "%s", kvf_test_log_text());
     cr_assert_eq(kvf_pool_capacity(pool), 8 * MIB);
     flags = fcntl(kvf_pool_fd(pool), F_GETFD);
     cr_assert(flags & FD_CLOEXEC);
