@@ -477,9 +477,11 @@ kvf_status_t kvf_ucx_ep_flush(kvf_ucx_ep_t *ep, uint64_t timeout_ns,
                               kvf_ucx_op_cb_t cb, void *arg);
 
 /**
- * Completes when every operation issued on the worker so far completed.
- * A worker flush cannot be canceled by UCX: past its deadline every
- * endpoint with operations in flight is failed, which releases it.
+ * Completes when UCX has flushed the worker (ucp_worker_flush_nbx). In UCX
+ * 1.13 that does not wait for rendezvous sends still waiting for their
+ * receiver (seen in tests): use the send callbacks for those. A worker
+ * flush cannot be canceled by UCX: past its deadline every endpoint with
+ * operations in flight is failed, which releases it.
  */
 kvf_status_t kvf_ucx_worker_flush(kvf_ucx_worker_t *worker, uint64_t timeout_ns,
                                   kvf_ucx_op_cb_t cb, void *arg);
