@@ -88,6 +88,7 @@ struct kvf_pool {
     uint64_t evictions;
     uint64_t reclaimed;
     uint64_t alloc_fails;
+    uint64_t pinned; /* committed entries with references or a pin */
     uint64_t seq;
 };
 
@@ -105,6 +106,26 @@ static unsigned kvf_pool_log2(uint64_t v)
 static uint64_t kvf_pool_pct(uint64_t v, unsigned pct)
 {
     return (v / 100) * pct + (v % 100) * pct / 100;
+}
+
+static bool kvf_pool_entry_is_pinned(const kvf_pool_entry_t *e)
+{
+    return (e->state == KVF_POOL_ENTRY_COMMITTED) &&
+           ((e->refcount != 0) || (e->pin != KVF_POOL_PIN_NONE));
+}
+
+/* Keeps pool->pinned right across a change of @p e made between the two
+ * calls: was = kvf_pool_entry_is_pinned(e) before it. */
+static void kvf_pool_pinned_update(kvf_pool_t *pool, const kvf_pool_entry_t *e,
+                                   bool was)
+{
+    bool is = kvf_pool_entry_is_pinned(e);
+
+    if (is && !was) {
+        pool->pinned++;
+    } else if (!is && was) {
+        pool->pinned--;
+    }
 }
 
 static uint32_t kvf_pool_entry_idx(const kvf_pool_t *pool,
@@ -333,6 +354,9 @@ static void kvf_pool_index_delete(kvf_pool_t *pool, uint32_t i)
 
 static void kvf_pool_entry_release(kvf_pool_t *pool, kvf_pool_entry_t *e)
 {
+    if (kvf_pool_entry_is_pinned(e)) {
+        pool->pinned--; /* soft pins can be evicted, pins removed */
+    }
     kvf_pool_list_remove(pool, e);
     kvf_pool_block_free(pool, e->cls, (uint32_t)(e->offset >> pool->min_shift));
     e->state         = KVF_POOL_ENTRY_FREE;
@@ -604,24 +628,12 @@ bool kvf_pool_is_hugetlb(const kvf_pool_t *pool)
 
 void kvf_pool_stats(const kvf_pool_t *pool, kvf_pool_stats_t *stats_p)
 {
-    uint64_t pinned = 0;
-    uint32_t i;
-
-    /* not a hot path: count pins by scanning */
-    for (i = 0; i < pool->units; i++) {
-        const kvf_pool_entry_t *e = &pool->entries[i];
-
-        if ((e->state == KVF_POOL_ENTRY_COMMITTED) &&
-            ((e->refcount != 0) || (e->pin != KVF_POOL_PIN_NONE))) {
-            pinned++;
-        }
-    }
     stats_p->capacity    = pool->capacity;
     stats_p->used        = pool->used;
     stats_p->free        = pool->capacity - pool->used;
     stats_p->entries     = pool->committed;
     stats_p->allocated   = pool->allocated;
-    stats_p->pinned      = pinned;
+    stats_p->pinned      = pool->pinned;
     stats_p->evictions   = pool->evictions;
     stats_p->reclaimed   = pool->reclaimed;
     stats_p->alloc_fails = pool->alloc_fails;
@@ -718,6 +730,7 @@ kvf_status_t kvf_pool_commit(kvf_pool_t *pool, kvf_pool_entry_t *entry,
     pool->index[slot] = kvf_pool_entry_idx(pool, entry);
     pool->allocated--;
     pool->committed++;
+    kvf_pool_pinned_update(pool, entry, false); /* pins set before commit */
     kvf_pool_relist(pool, entry);
     return KVF_OK;
 }
@@ -816,22 +829,29 @@ kvf_pool_entry_t *kvf_pool_entry_find(kvf_pool_t *pool, uint64_t offset)
 
 void kvf_pool_entry_hold(kvf_pool_t *pool, kvf_pool_entry_t *entry)
 {
+    bool was = kvf_pool_entry_is_pinned(entry);
+
     kvf_assert(entry->state != KVF_POOL_ENTRY_FREE);
     if (entry->refcount++ == 0) {
         kvf_pool_relist(pool, entry); /* off the eviction lists */
     }
+    kvf_pool_pinned_update(pool, entry, was);
 }
 
 kvf_status_t kvf_pool_entry_put(kvf_pool_t *pool, kvf_pool_entry_t *entry)
 {
+    bool was;
+
     if ((entry->state == KVF_POOL_ENTRY_FREE) || (entry->refcount == 0)) {
         kvf_error("pool %s: put of offset %" PRIu64 " without a reference",
                   pool->name, entry->offset);
         return KVF_ERR_STATE;
     }
+    was = kvf_pool_entry_is_pinned(entry);
     if (--entry->refcount == 0) {
         kvf_pool_relist(pool, entry);
     }
+    kvf_pool_pinned_update(pool, entry, was);
     return KVF_OK;
 }
 
@@ -843,10 +863,13 @@ kvf_pool_pin_t kvf_pool_entry_pin_level(const kvf_pool_entry_t *entry)
 void kvf_pool_entry_pin(kvf_pool_t *pool, kvf_pool_entry_t *entry,
                         kvf_pool_pin_t pin)
 {
+    bool was = kvf_pool_entry_is_pinned(entry);
+
     entry->pin = (uint8_t)pin;
     if (entry->state == KVF_POOL_ENTRY_COMMITTED) {
         kvf_pool_relist(pool, entry);
     }
+    kvf_pool_pinned_update(pool, entry, was);
 }
 
 uint64_t kvf_pool_entry_offset(const kvf_pool_entry_t *entry)

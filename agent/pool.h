@@ -114,10 +114,20 @@ kvf_status_t kvf_pool_create(const kvf_pool_params_t *params,
 /** Unmaps and closes; warns about pinned entries. NULL is a no-op. */
 void kvf_pool_destroy(kvf_pool_t *pool);
 
+/**
+ * The memfd of the region. ownership: the pool's; dup() it to pass it to
+ * an engine (SCM_RIGHTS) or keep it past kvf_pool_destroy.
+ */
 int kvf_pool_fd(const kvf_pool_t *pool);
+
+/** Start of the mapping and usable bytes: what to register with UCX. */
 void *kvf_pool_base(const kvf_pool_t *pool);
 size_t kvf_pool_capacity(const kvf_pool_t *pool);
+
+/** true when the region got huge pages (MFD_HUGETLB). */
 bool kvf_pool_is_hugetlb(const kvf_pool_t *pool);
+
+/** Usage counters (for /metrics); O(1). */
 void kvf_pool_stats(const kvf_pool_t *pool, kvf_pool_stats_t *stats_p);
 
 /**
@@ -185,7 +195,10 @@ kvf_pool_entry_t *kvf_pool_lookup(kvf_pool_t *pool, const kvf_key_t *key);
  */
 kvf_pool_entry_t *kvf_pool_entry_find(kvf_pool_t *pool, uint64_t offset);
 
-/** Takes a reference (pins against eviction). */
+/**
+ * Takes a reference: the entry is not evicted, freed or reclaimed while
+ * one is held. Each hold needs one kvf_pool_entry_put.
+ */
 void kvf_pool_entry_hold(kvf_pool_t *pool, kvf_pool_entry_t *entry);
 
 /**
@@ -198,10 +211,18 @@ kvf_status_t kvf_pool_entry_put(kvf_pool_t *pool, kvf_pool_entry_t *entry);
 /** Returns the pin level of an entry. */
 kvf_pool_pin_t kvf_pool_entry_pin_level(const kvf_pool_entry_t *entry);
 
-/** Sets the pin level of an entry (any state). */
+/**
+ * Sets the pin level of an entry (any live state; kept through commit).
+ * Hard pins never leave by eviction; kvf_pool_remove still removes them.
+ */
 void kvf_pool_entry_pin(kvf_pool_t *pool, kvf_pool_entry_t *entry,
                         kvf_pool_pin_t pin);
 
+/**
+ * Entry accessors: block offset in the region (what travels to engines and
+ * peers), requested length, checksum and key (set at commit), state and
+ * references. The key pointer is borrowed from the entry.
+ */
 uint64_t kvf_pool_entry_offset(const kvf_pool_entry_t *entry);
 uint64_t kvf_pool_entry_length(const kvf_pool_entry_t *entry);
 /** Bytes of the block holding the entry (its size class). */

@@ -46,6 +46,8 @@ typedef struct kvf_ucx_rkey kvf_ucx_rkey_t;
 #define KVF_UCX_TIMEOUT_DEFAULT_NS (10ull * 1000 * 1000 * 1000)
 /** Longest peer name kept by the endpoint cache, with the NUL. */
 #define KVF_UCX_PEER_NAME_MAX 128
+/** Longest packed rkey kvf_ucx_rkey_unpack accepts (ours are ~100 B). */
+#define KVF_UCX_RKEY_MAX 1024
 /** Active message ids are below this. */
 #define KVF_UCX_AM_ID_MAX 64
 
@@ -95,7 +97,11 @@ extern const char *const kvf_ucx_ctx_default_tunings[];
 kvf_status_t kvf_ucx_ctx_create(const kvf_ucx_ctx_params_t *params,
                                 kvf_ucx_ctx_t **ctx_p);
 
-/** Destroys a context; NULL is a no-op. thread: any, once unused. */
+/**
+ * Destroys a context. NULL is a no-op.
+ *
+ * thread: any, once no worker or registration of it is left.
+ */
 void kvf_ucx_ctx_destroy(kvf_ucx_ctx_t *ctx);
 
 /* --------------------------------------------------------------- worker */
@@ -159,7 +165,14 @@ kvf_status_t kvf_ucx_worker_create(kvf_ucx_ctx_t *ctx, struct event_base *base,
  */
 void kvf_ucx_worker_destroy(kvf_ucx_worker_t *worker);
 
-/** Runs the progress/arm loop once by hand (tests, shutdown paths). */
+/**
+ * Progresses until idle and delivers completions, without waiting for the
+ * event fd (tests, shutdown paths).
+ *
+ * @return the number of UCX events progressed
+ *
+ * thread: owning loop only, not from a callback of this worker.
+ */
 unsigned kvf_ucx_worker_progress(kvf_ucx_worker_t *worker);
 
 /**
@@ -172,6 +185,11 @@ unsigned kvf_ucx_worker_progress(kvf_ucx_worker_t *worker);
 kvf_status_t kvf_ucx_worker_address_pack(kvf_ucx_worker_t *worker,
                                          void **addr_p, size_t *len_p);
 
+/**
+ * Counters of @p worker, for metrics and leak checks in tests.
+ *
+ * thread: owning loop only.
+ */
 void kvf_ucx_worker_stats(const kvf_ucx_worker_t *worker,
                           kvf_ucx_worker_stats_t *stats_p);
 
@@ -197,10 +215,19 @@ kvf_status_t kvf_ucx_listener_create(kvf_ucx_worker_t *worker, const char *host,
                                      kvf_ucx_accept_cb_t accept_cb, void *arg,
                                      kvf_ucx_listener_t **listener_p);
 
-/** Stops listening; accepted endpoints stay. NULL is a no-op. */
+/**
+ * Stops listening and refuses connections not accepted yet; accepted
+ * endpoints stay. NULL is a no-op.
+ *
+ * UCX 1.13 can crash on its async thread (ucp_cm_server_conn_request_cb)
+ * when a client handshake lands while the listener is destroyed: destroy
+ * listeners only at shutdown, after the peers were told to stop.
+ *
+ * thread: owning loop only.
+ */
 void kvf_ucx_listener_destroy(kvf_ucx_listener_t *listener);
 
-/** The bound port (useful after port 0). */
+/** The bound port (useful after port 0). thread: any. */
 uint16_t kvf_ucx_listener_port(const kvf_ucx_listener_t *listener);
 
 /* ------------------------------------------------------------ endpoints */
@@ -247,12 +274,18 @@ kvf_status_t kvf_ucx_ep_get(kvf_ucx_worker_t *worker, const char *peer,
                             const kvf_ucx_ep_params_t *params,
                             kvf_ucx_ep_t **ep_p);
 
-/** Takes a reference. thread: owning loop only. */
+/**
+ * Takes a reference; drop it with kvf_ucx_ep_put.
+ *
+ * thread: owning loop only.
+ */
 void kvf_ucx_ep_hold(kvf_ucx_ep_t *ep);
 
 /**
- * Drops a reference; the last one closes the UCX endpoint (flush when
- * healthy, force when failed) and frees it once UCX is done. NULL: no-op.
+ * Drops a reference; the last one closes the UCX endpoint and frees it once
+ * UCX is done. The close is forced (UCP_EP_CLOSE_FLAG_FORCE): none of our
+ * operations are left on it, and a dead or stalled peer cannot hold it up;
+ * the peer sees a reset. NULL: no-op.
  */
 void kvf_ucx_ep_put(kvf_ucx_ep_t *ep);
 
@@ -262,13 +295,19 @@ void kvf_ucx_ep_put(kvf_ucx_ep_t *ep);
  */
 void kvf_ucx_ep_fail(kvf_ucx_ep_t *ep, kvf_status_t status);
 
-/** true once the endpoint failed or was closed. */
+/** true once the endpoint failed or was closed. thread: owning loop. */
 bool kvf_ucx_ep_is_failed(const kvf_ucx_ep_t *ep);
 
-/** Peer name (cache key, or the remote address of accepted endpoints). */
+/**
+ * Peer name: the cache key, or "HOST:PORT" of the remote side of an
+ * accepted endpoint. ownership: borrowed, lives as long as @p ep.
+ */
 const char *kvf_ucx_ep_peer(const kvf_ucx_ep_t *ep);
 
-/** Caller-owned tag (e.g. a peer object of the agent). */
+/**
+ * A caller-owned tag (e.g. the agent's peer object); never freed here.
+ * thread: owning loop only.
+ */
 void kvf_ucx_ep_set_user(kvf_ucx_ep_t *ep, void *user);
 void *kvf_ucx_ep_user(const kvf_ucx_ep_t *ep);
 
@@ -292,11 +331,20 @@ typedef enum {
 kvf_status_t kvf_ucx_mem_register(kvf_ucx_ctx_t *ctx, void *addr, size_t len,
                                   unsigned access, kvf_ucx_mem_t **mem_p);
 
-/** Deregisters; NULL is a no-op. */
+/**
+ * Deregisters; NULL is a no-op. Before kvf_ucx_ctx_destroy, and after the
+ * last operation using it completed.
+ */
 void kvf_ucx_mem_deregister(kvf_ucx_mem_t *mem);
 
-/** The packed rkey (borrowed, valid until deregister). */
+/**
+ * The packed rkey, to send to peers (PD and peer-fetch replies).
+ *
+ * @param [out] len_p  its length
+ * @return the blob; ownership: borrowed, valid until deregister
+ */
 const void *kvf_ucx_mem_rkey(const kvf_ucx_mem_t *mem, size_t *len_p);
+/** Start and length of the registered region. thread: any. */
 void *kvf_ucx_mem_base(const kvf_ucx_mem_t *mem);
 size_t kvf_ucx_mem_length(const kvf_ucx_mem_t *mem);
 
@@ -304,8 +352,13 @@ size_t kvf_ucx_mem_length(const kvf_ucx_mem_t *mem);
  * Unpacks a peer's rkey for @p ep, describing the remote region
  * [remote_base, remote_base+remote_len) so put/get can be range-checked.
  *
+ * UCX 1.13 does not validate the blob (its unpack takes no length): it is
+ * unpacked from a zero-padded copy, but accept rkeys from authenticated
+ * peers only.
+ *
  * @return KVF_OK; KVF_ERR_INVALID; KVF_ERR_CLOSED (failed ep);
- *         KVF_ERR_PROTO (UCX rejected the blob); KVF_ERR_NO_MEMORY
+ *         KVF_ERR_TOO_BIG (> KVF_UCX_RKEY_MAX); KVF_ERR_PROTO (UCX
+ *         rejected the blob); KVF_ERR_NO_MEMORY
  *
  * thread: owning loop only. ownership: caller destroys it before the ep's
  * last reference goes.
@@ -314,6 +367,7 @@ kvf_status_t kvf_ucx_rkey_unpack(kvf_ucx_ep_t *ep, const void *packed,
                                  size_t packed_len, uint64_t remote_base,
                                  uint64_t remote_len, kvf_ucx_rkey_t **rkey_p);
 
+/** Destroys an unpacked rkey; NULL is a no-op. thread: owning loop. */
 void kvf_ucx_rkey_destroy(kvf_ucx_rkey_t *rkey);
 
 /* ------------------------------------------------------------ operations */
@@ -389,7 +443,13 @@ kvf_status_t kvf_ucx_am_recv_data(const kvf_ucx_am_msg_t *msg, void *dest,
                                   uint64_t timeout_ns, kvf_ucx_op_cb_t cb,
                                   void *arg);
 
-/** Declines a kept rendezvous message without receiving it. */
+/**
+ * Releases a kept rendezvous message without receiving it; UCX then
+ * completes the sender's send (successfully). Inside the handler it
+ * declines the message. Eager messages: no-op.
+ *
+ * thread: owning loop only.
+ */
 void kvf_ucx_am_msg_release(const kvf_ucx_am_msg_t *msg);
 
 /**
@@ -409,19 +469,28 @@ kvf_status_t kvf_ucx_get(kvf_ucx_ep_t *ep, void *dest, size_t len,
                          const kvf_ucx_rkey_t *rkey, uint64_t timeout_ns,
                          kvf_ucx_op_cb_t cb, void *arg);
 
-/** Completes when every operation issued on @p ep so far completed. */
+/**
+ * Completes when every operation issued on @p ep so far completed;
+ * KVF_ERR_CLOSED when the ep failed meanwhile. Returns as kvf_ucx_am_send.
+ */
 kvf_status_t kvf_ucx_ep_flush(kvf_ucx_ep_t *ep, uint64_t timeout_ns,
                               kvf_ucx_op_cb_t cb, void *arg);
 
 /**
- * Completes when every operation issued on the worker so far completed.
- * A worker flush cannot be canceled by UCX: past its deadline every
- * endpoint with operations in flight is failed, which releases it.
+ * Completes when UCX has flushed the worker (ucp_worker_flush_nbx). In UCX
+ * 1.13 that does not wait for rendezvous sends still waiting for their
+ * receiver (seen in tests): use the send callbacks for those. A worker
+ * flush cannot be canceled by UCX: past its deadline every endpoint with
+ * operations in flight is failed, which releases it.
  */
 kvf_status_t kvf_ucx_worker_flush(kvf_ucx_worker_t *worker, uint64_t timeout_ns,
                                   kvf_ucx_op_cb_t cb, void *arg);
 
-/** Maps a UCX status to ours (CLOSED for peer failures). */
+/**
+ * Maps a ucs_status_t to ours: KVF_ERR_CLOSED for peer failures
+ * (reset, endpoint timeout, unreachable, rejected), KVF_ERR_TRANSPORT for
+ * anything unlisted. thread: any.
+ */
 kvf_status_t kvf_ucx_status(int ucs_status);
 
 #endif /* KVF_TRANSPORT_UCX_H */

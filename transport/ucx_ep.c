@@ -401,7 +401,9 @@ void kvf_ucx_ep_put(kvf_ucx_ep_t *ep)
         return;
     }
     kvf_ucx_ep_cache_remove(ep);
-    kvf_ucx_ep_close(ep, ep->is_failed || ep->worker->is_destroying);
+    /* force: none of our operations are left on it (each holds a
+     * reference), and a dead or stalled peer cannot hold the close up */
+    kvf_ucx_ep_close(ep, true);
     if (!ep->is_closing) {
         kvf_ucx_ep_free(ep);
     }
@@ -451,16 +453,21 @@ bool kvf_ucx_ep_closing_any(const kvf_ucx_worker_t *worker)
     return worker->notify_head != NULL;
 }
 
-void kvf_ucx_ep_free_all(kvf_ucx_worker_t *worker)
+void kvf_ucx_ep_free_all(kvf_ucx_worker_t *worker, bool with_closing)
 {
+    kvf_ucx_ep_t *next;
     kvf_ucx_ep_t *ep;
 
-    while ((ep = worker->eps) != NULL) {
-        kvf_warn("worker %s: ep %s still has %u references at destroy",
-                 worker->name, ep->peer, ep->refcount);
-        if (ep->is_closing) {
-            /* UCX still owns the close request; it goes with the worker */
-            ep->close_req = NULL;
+    for (ep = worker->eps; ep != NULL; ep = next) {
+        next = ep->next;
+        if (ep->is_closing && !with_closing) {
+            /* UCX may still complete its close request (and call us with
+             * ep) while the worker is destroyed: free it after that */
+            continue;
+        }
+        if (ep->refcount != 0) {
+            kvf_warn("worker %s: ep %s still has %u references at destroy",
+                     worker->name, ep->peer, ep->refcount);
         }
         kvf_ucx_ep_free(ep);
     }

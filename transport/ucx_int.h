@@ -159,6 +159,7 @@ void kvf_ucx_op_on_recv_am(void *request, ucs_status_t status, size_t length,
 void kvf_ucx_op_complete_now(kvf_ucx_op_t *op, kvf_status_t status);
 void kvf_ucx_op_dispatch_done(kvf_ucx_worker_t *worker);
 void kvf_ucx_op_dispatch_orphans(kvf_ucx_worker_t *worker);
+void kvf_ucx_op_cancel_all(kvf_ucx_worker_t *worker);
 void kvf_ucx_op_on_timer(evutil_socket_t fd, short what, void *arg);
 void kvf_ucx_op_list_remove(kvf_ucx_op_list_t *list, kvf_ucx_op_t *op);
 
@@ -168,7 +169,7 @@ void kvf_ucx_ep_dispatch_accept(kvf_ucx_worker_t *worker);
 void kvf_ucx_ep_dispatch_close(kvf_ucx_worker_t *worker);
 void kvf_ucx_ep_dispatch_notify(kvf_ucx_worker_t *worker);
 kvf_ucx_ep_t *kvf_ucx_ep_find_ucp(kvf_ucx_worker_t *worker, ucp_ep_h ucp_ep);
-void kvf_ucx_ep_free_all(kvf_ucx_worker_t *worker);
+void kvf_ucx_ep_free_all(kvf_ucx_worker_t *worker, bool with_closing);
 bool kvf_ucx_ep_closing_any(const kvf_ucx_worker_t *worker);
 
 /* ucx_worker.c */

@@ -117,6 +117,7 @@ kvf_status_t kvf_ucx_rkey_unpack(kvf_ucx_ep_t *ep, const void *packed,
                                  size_t packed_len, uint64_t remote_base,
                                  uint64_t remote_len, kvf_ucx_rkey_t **rkey_p)
 {
+    unsigned char copy[KVF_UCX_RKEY_MAX + 64];
     kvf_ucx_rkey_t *rkey;
     ucs_status_t ucs;
 
@@ -128,13 +129,20 @@ kvf_status_t kvf_ucx_rkey_unpack(kvf_ucx_ep_t *ep, const void *packed,
     if (ep->is_failed || (ep->ucp_ep == NULL)) {
         return KVF_ERR_CLOSED;
     }
+    if (packed_len > KVF_UCX_RKEY_MAX) {
+        kvf_debug("ep %s: rkey of %zu bytes refused", ep->peer, packed_len);
+        return KVF_ERR_TOO_BIG;
+    }
     rkey = calloc(1, sizeof(*rkey));
     if (rkey == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    /* UCX trusts the blob's inner lengths; a peer sent it, so it was
-     * bounded by the frame decoder before it got here */
-    ucs = ucp_ep_rkey_unpack(ep->ucp_ep, packed, &rkey->ucp);
+    /* ucp_ep_rkey_unpack takes no length and trusts the blob: a short or
+     * forged one would be read past its end. Unpack from a zero-padded
+     * copy so any over-read stays inside our buffer. */
+    memset(copy, 0, sizeof(copy));
+    memcpy(copy, packed, packed_len);
+    ucs = ucp_ep_rkey_unpack(ep->ucp_ep, copy, &rkey->ucp);
     if (ucs != UCS_OK) {
         kvf_debug("ep %s: rkey unpack failed: %s", ep->peer,
                   ucs_status_string(ucs));

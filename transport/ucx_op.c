@@ -290,8 +290,35 @@ void kvf_ucx_op_dispatch_orphans(kvf_ucx_worker_t *worker)
     }
 }
 
-/* Fails what cannot be canceled; returns true when the list changed. */
-static bool kvf_ucx_op_expire(kvf_ucx_op_t *op)
+/*
+ * After ucp_worker_destroy: operations UCX never called back are over
+ * (their endpoints were force-closed, the worker is gone). Their users
+ * hear KVF_ERR_CANCELED; orphans only give their slots back.
+ */
+void kvf_ucx_op_cancel_all(kvf_ucx_worker_t *worker)
+{
+    kvf_ucx_op_t *op;
+
+    while ((op = worker->inflight.head) != NULL) {
+        kvf_ucx_op_list_remove(&worker->inflight, op);
+        op->req = NULL;
+        if (op->is_orphan) {
+            worker->orphans--;
+            kvf_ucx_op_free(op);
+            continue;
+        }
+        op->status = KVF_ERR_CANCELED;
+        kvf_ucx_op_list_push(&worker->done, op);
+        kvf_ucx_op_dispatch_done(worker); /* runs the callback, drops the ep */
+    }
+}
+
+/*
+ * Fails what cannot be canceled. Endpoint failures are deferred to
+ * dispatch, so the in-flight list changes here only when UCX completes a
+ * canceled receive in place (that removes @p op alone).
+ */
+static void kvf_ucx_op_expire(kvf_ucx_op_t *op)
 {
     kvf_ucx_worker_t *worker = op->worker;
     kvf_ucx_op_t *other;
@@ -304,50 +331,46 @@ static bool kvf_ucx_op_expire(kvf_ucx_op_t *op)
     if (op->type == KVF_UCX_OP_AM_RECV) {
         ucp_request_cancel(worker->ucp, op->req);
         if (op->req == NULL) {
-            return true;
+            return; /* canceled in place */
         }
     }
     if (op->ep != NULL) {
         kvf_ucx_ep_fail(op->ep, KVF_ERR_TIMEOUT);
-        return true;
+        return;
     }
     if (op->type == KVF_UCX_OP_WORKER_FLUSH) {
+        /* UCX cannot cancel a flush: fail every busy endpoint instead */
         for (other = worker->inflight.head; other != NULL;
              other = other->next) {
-            if ((other->ep != NULL) && !other->ep->is_failed) {
+            if ((other->ep != NULL) && !other->is_orphan) {
                 kvf_ucx_ep_fail(other->ep, KVF_ERR_TIMEOUT);
-                return true;
             }
         }
     }
-    return false;
 }
 
 void kvf_ucx_op_on_timer(evutil_socket_t fd, short what, void *arg)
 {
     kvf_ucx_worker_t *worker = arg;
     uint64_t now             = kvf_time_now_ns();
-    uint64_t next            = UINT64_MAX;
+    uint64_t next_deadline   = UINT64_MAX;
+    kvf_ucx_op_t *next;
     kvf_ucx_op_t *op;
 
-again:
-    for (op = worker->inflight.head; op != NULL; op = op->next) {
-        if (op->is_timed_out || op->is_orphan) {
-            continue;
-        }
-        if (op->deadline_ns <= now) {
-            if (kvf_ucx_op_expire(op)) {
-                goto again; /* callbacks changed the list */
-            }
+    for (op = worker->inflight.head; op != NULL; op = next) {
+        next = op->next;
+        if (!op->is_timed_out && !op->is_orphan && (op->deadline_ns <= now)) {
+            kvf_ucx_op_expire(op);
         }
     }
     for (op = worker->inflight.head; op != NULL; op = op->next) {
-        if (!op->is_timed_out && !op->is_orphan && (op->deadline_ns < next)) {
-            next = op->deadline_ns;
+        if (!op->is_timed_out && !op->is_orphan &&
+            (op->deadline_ns < next_deadline)) {
+            next_deadline = op->deadline_ns;
         }
     }
-    if (next != UINT64_MAX) {
-        kvf_ucx_op_timer_arm(worker, next);
+    if (next_deadline != UINT64_MAX) {
+        kvf_ucx_op_timer_arm(worker, next_deadline);
     }
     kvf_ucx_worker_kick(worker);
 }

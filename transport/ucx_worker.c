@@ -210,7 +210,7 @@ void kvf_ucx_worker_destroy(kvf_ucx_worker_t *worker)
         kvf_warn("worker %s: %u operations still in flight at destroy",
                  worker->name, worker->inflight.count - worker->orphans);
     }
-    kvf_ucx_ep_free_all(worker);
+    kvf_ucx_ep_free_all(worker, false);
 
     for (i = 0; i < KVF_UCX_AM_ID_MAX; i++) {
         if (worker->am[i].cb != NULL) {
@@ -225,6 +225,12 @@ void kvf_ucx_worker_destroy(kvf_ucx_worker_t *worker)
     worker->timer = NULL;
     worker->ev    = NULL;
     ucp_worker_destroy(worker->ucp);
+    worker->ucp = NULL;
+    /* what UCX completed while going, then what it never will: every
+     * callback still runs once */
+    kvf_ucx_op_dispatch_done(worker);
+    kvf_ucx_op_cancel_all(worker);
+    kvf_ucx_ep_free_all(worker, true);
     free(worker->ops);
     free(worker);
 }

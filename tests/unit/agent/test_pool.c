@@ -116,7 +116,12 @@ Test(pool, region_is_a_shared_memfd)
     int flags;
 
     /* default params try huge pages first and fall back (logged) */
+    kvf_test_log_capture_start();
     cr_assert_eq(kvf_pool_create(&p, &pool), KVF_OK);
+    kvf_test_log_capture_stop();
+    cr_assert(kvf_pool_is_hugetlb(pool) ||
+                  kvf_test_log_contains("no huge pages for 8388608 bytes"),
+              "%s", kvf_test_log_text());
     cr_assert_eq(kvf_pool_capacity(pool), 8 * MIB);
     flags = fcntl(kvf_pool_fd(pool), F_GETFD);
     cr_assert(flags & FD_CLOEXEC);
@@ -416,6 +421,7 @@ Test(pool, soft_pins_go_last_hard_pins_never)
 Test(pool, refcount_pins_and_returns_to_zero)
 {
     kvf_pool_entry_t *es[9];
+    kvf_pool_stats_t st;
     kvf_pool_entry_t *e;
     kvf_key_t k;
     uint64_t n;
@@ -437,6 +443,22 @@ Test(pool, refcount_pins_and_returns_to_zero)
     /* released last: most recently used, so 3 goes first */
     cr_assert_eq(kvf_pool_alloc(g_pool, 1 * MIB, UINT64_MAX, &e), KVF_OK);
     cr_assert_eq(g_evicted_keys[1].lo, 3);
+    kvf_pool_stats(g_pool, &st);
+    cr_assert_eq(st.pinned, 0);
+
+    /* pins count while they last, also across commit and removal */
+    kvf_pool_entry_pin(g_pool, e, KVF_POOL_PIN_HARD); /* uncommitted */
+    kvf_pool_stats(g_pool, &st);
+    cr_assert_eq(st.pinned, 0);
+    k = key_of(77);
+    cr_assert_eq(kvf_pool_commit(g_pool, e, &k, 0), KVF_OK);
+    kvf_pool_entry_hold(g_pool, es[4]);
+    kvf_pool_stats(g_pool, &st);
+    cr_assert_eq(st.pinned, 2);
+    cr_assert_eq(kvf_pool_remove(g_pool, &k), KVF_OK);
+    cr_assert_eq(kvf_pool_entry_put(g_pool, es[4]), KVF_OK);
+    kvf_pool_stats(g_pool, &st);
+    cr_assert_eq(st.pinned, 0);
 }
 
 Test(pool, full_and_all_pinned_fails_at_once)
@@ -534,4 +556,23 @@ Test(pool, index_survives_many_keys_and_removals)
         }
     }
     kvf_pool_destroy(pool);
+}
+
+Test(pool, bad_arguments_are_refused)
+{
+    kvf_pool_entry_t *e;
+    kvf_key_t key = key_of(5);
+
+    cr_assert_eq(kvf_pool_alloc(g_pool, 64 * KIB, UINT64_MAX, NULL),
+                 KVF_ERR_INVALID);
+    cr_assert_eq(kvf_pool_alloc(g_pool, 64 * KIB, UINT64_MAX, &e), KVF_OK);
+    cr_assert_eq(kvf_pool_commit(g_pool, e, NULL, 0), KVF_ERR_INVALID);
+    cr_assert_eq(kvf_pool_commit(g_pool, NULL, &key, 0), KVF_ERR_INVALID);
+    cr_assert_eq(kvf_pool_free(g_pool, NULL), KVF_ERR_INVALID);
+
+    /* a referenced allocation is being written: not freed under it */
+    kvf_pool_entry_hold(g_pool, e);
+    cr_assert_eq(kvf_pool_free(g_pool, e), KVF_ERR_BUSY);
+    cr_assert_eq(kvf_pool_entry_put(g_pool, e), KVF_OK);
+    cr_assert_eq(kvf_pool_free(g_pool, e), KVF_OK);
 }
