@@ -375,6 +375,9 @@ static void kvf_engine_on_remote_lookup(void *arg, kvf_status_t status,
     uint32_t hit                = (status == KVF_OK) ? hit_chunks : 0;
 
     kvf_engine_wait_unlink(wait);
+    kvf_debug("engine %s: lookup of %u keys: %u local, %u held in the "
+              "cluster (%s)",
+              conn->name, wait->num, wait->local, hit, kvf_strerror(status));
     /* "lookup is a promise": with prefetch the remote part of the hit
      * starts moving into the pool now; retrieve finds it local or waits */
     if (wait->prefetch && (hit > wait->local) && (server->peer != NULL)) {
@@ -737,6 +740,8 @@ kvf_status_t kvf_engine_server_create(const kvf_engine_server_params_t *params,
     }
     server->base      = params->base;
     server->store     = params->store;
+    server->peer      = params->peer;
+    server->ctl       = params->ctl;
     server->max_frame = params->max_frame;
     server->max_connections =
         (params->max_connections > 0) ? params->max_connections : 1024;

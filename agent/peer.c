@@ -167,89 +167,96 @@ static void kvf_peer_on_tick(evutil_socket_t fd, short what, void *arg)
 
 /* ------------------------------------------------------- requester side */
 
+/* One PEER_FETCH message in flight: its frame is the payload, kept until
+ * the send completes. */
+typedef struct kvf_peer_ask {
+    kvf_peer_fetch_t *fetch;
+    uint32_t holder;
+    size_t len;
+    uint8_t frame[];
+} kvf_peer_ask_t;
+
+#define KVF_PEER_KEYS_PER_ASK 512u
+
 static void kvf_peer_on_fetch_sent(kvf_status_t status, void *arg)
 {
-    kvf_peer_item_t *first  = arg; /* an item of the holder asked */
-    kvf_peer_fetch_t *fetch = first->fetch;
+    kvf_peer_ask_t *ask     = arg;
+    kvf_peer_fetch_t *fetch = ask->fetch;
 
     fetch->inflight--;
     if (status != KVF_OK) {
         kvf_debug("%s: fetch request to node %u failed: %s", fetch->peer->name,
-                  first->holder, kvf_strerror(status));
-        kvf_peer_fetch_miss_waiting(fetch, first->holder);
+                  ask->holder, kvf_strerror(status));
+        kvf_peer_fetch_miss_waiting(fetch, ask->holder);
     }
+    free(ask);
     kvf_peer_fetch_maybe_free(fetch);
 }
 
-/* Sends one PEER_FETCH with the keys that @p holder holds. */
+/* Sends PEER_FETCH messages (up to KVF_PEER_KEYS_PER_ASK keys each) for
+ * the keys that @p holder holds. */
 static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
                                const char *data_address)
 {
-    kvf_peer_t *peer       = fetch->peer;
-    kvf_peer_item_t *first = NULL;
-    kvf_ucx_ep_t *ep       = NULL;
-    uint32_t *indexes      = NULL;
-    uint8_t *keys          = NULL;
-    uint8_t *hdr           = NULL;
+    uint8_t keys[KVF_PEER_KEYS_PER_ASK * KVF_KEY_WIRE_SIZE];
+    uint32_t indexes[KVF_PEER_KEYS_PER_ASK];
+    kvf_peer_t *peer = fetch->peer;
+    kvf_ucx_ep_t *ep = NULL;
+    kvf_peer_ask_t *ask;
     Kvf__PeerFetch req;
     kvf_status_t status;
-    uint32_t i, n = 0;
+    uint32_t i = 0, n;
     size_t len;
 
-    keys    = malloc((size_t)fetch->num * KVF_KEY_WIRE_SIZE + 1);
-    indexes = malloc(((size_t)fetch->num + 1) * sizeof(*indexes));
-    if ((keys == NULL) || (indexes == NULL)) {
-        goto err;
-    }
-    for (i = 0; i < fetch->num; i++) {
-        if ((fetch->items[i].holder == holder) &&
-            (fetch->items[i].state == KVF_PEER_ITEM_WAIT)) {
-            if (first == NULL) {
-                first = &fetch->items[i];
-            }
-            kvf_key_pack(&fetch->items[i].key,
-                         keys + (size_t)n * KVF_KEY_WIRE_SIZE);
-            indexes[n++] = i;
-        }
-    }
-    if (n == 0) {
-        goto out;
-    }
-    kvf__peer_fetch__init(&req);
-    req.request_id = fetch->request_id;
-    req.keys.data  = keys;
-    req.keys.len   = (size_t)n * KVF_KEY_WIRE_SIZE;
-    req.n_indexes  = n;
-    req.indexes    = indexes;
-    len            = kvf_frame_size(&req.base);
-    hdr            = malloc(len);
-    if ((hdr == NULL) ||
-        (kvf_frame_pack(hdr, len, KVF_MSG_PEER_FETCH, 0, &req.base,
-                        KVF_FRAME_MAX_DEFAULT, &len) != KVF_OK)) {
-        goto err;
-    }
     status = kvf_ucx_ep_get(peer->worker, data_address, NULL, &ep);
     if (status != KVF_OK) {
         kvf_debug("%s: no endpoint to node %u at %s: %s", peer->name, holder,
                   data_address, kvf_strerror(status));
-        goto err;
+        kvf_peer_fetch_miss_waiting(fetch, holder);
+        return;
     }
-    status = kvf_ucx_am_send(ep, KVF_PEER_AM_FETCH, hdr, len, NULL, 0, NULL,
-                             KVF_UCX_AM_SEND_EAGER, peer->timeout_ns,
-                             kvf_peer_on_fetch_sent, first);
+    while (i < fetch->num) {
+        for (n = 0; (i < fetch->num) && (n < KVF_PEER_KEYS_PER_ASK); i++) {
+            if ((fetch->items[i].holder == holder) &&
+                (fetch->items[i].state == KVF_PEER_ITEM_WAIT)) {
+                kvf_key_pack(&fetch->items[i].key,
+                             keys + (size_t)n * KVF_KEY_WIRE_SIZE);
+                indexes[n++] = i;
+            }
+        }
+        if (n == 0) {
+            break;
+        }
+        kvf__peer_fetch__init(&req);
+        req.request_id = fetch->request_id;
+        req.keys.data  = keys;
+        req.keys.len   = (size_t)n * KVF_KEY_WIRE_SIZE;
+        req.n_indexes  = n;
+        req.indexes    = indexes;
+        len            = kvf_frame_size(&req.base);
+        ask            = malloc(sizeof(*ask) + len);
+        if ((ask == NULL) ||
+            (kvf_frame_pack(ask->frame, len, KVF_MSG_PEER_FETCH, 0, &req.base,
+                            KVF_FRAME_MAX_DEFAULT, &ask->len) != KVF_OK)) {
+            free(ask);
+            break;
+        }
+        ask->fetch  = fetch;
+        ask->holder = holder;
+        status = kvf_ucx_am_send(ep, KVF_PEER_AM_FETCH, NULL, 0, ask->frame,
+                                 ask->len, NULL, KVF_UCX_AM_SEND_EAGER,
+                                 peer->timeout_ns, kvf_peer_on_fetch_sent, ask);
+        if (status != KVF_OK) {
+            free(ask);
+            break;
+        }
+        fetch->inflight++;
+    }
     kvf_ucx_ep_put(ep);
-    if (status != KVF_OK) {
-        goto err;
+    if (i < fetch->num) {
+        /* a request could not be sent: what it asked for is a miss */
+        kvf_peer_fetch_miss_waiting(fetch, holder);
     }
-    fetch->inflight++;
-    goto out;
-
-err:
-    kvf_peer_fetch_miss_waiting(fetch, holder);
-out:
-    free(hdr);
-    free(keys);
-    free(indexes);
 }
 
 static void kvf_peer_on_node(void *arg, kvf_status_t status, uint32_t node_id,
@@ -260,6 +267,9 @@ static void kvf_peer_on_node(void *arg, kvf_status_t status, uint32_t node_id,
     fetch->pending_ctl--;
     if (!fetch->done) {
         if ((status != KVF_OK) || !alive || (data_address[0] == '\0')) {
+            kvf_debug("%s: holder node %u unusable: %s%s", fetch->peer->name,
+                      node_id, kvf_strerror(status),
+                      alive ? "" : ", not alive");
             kvf_peer_fetch_miss_waiting(fetch, node_id);
         } else {
             kvf_peer_fetch_ask(fetch, node_id, data_address);
@@ -283,6 +293,8 @@ static void kvf_peer_on_lookup(void *arg, kvf_status_t status,
         return;
     }
     if ((status != KVF_OK) || (num != fetch->num)) {
+        kvf_debug("%s: fetch %llu: controller lookup failed: %s", peer->name,
+                  (unsigned long long)fetch->request_id, kvf_strerror(status));
         kvf_peer_fetch_miss_waiting(fetch, 0);
         kvf_peer_fetch_maybe_free(fetch);
         return;
@@ -418,13 +430,15 @@ static kvf_status_t kvf_peer_on_chunk(void *arg, const void *header,
     kvf_status_t status, ret = KVF_OK;
     size_t used = 0;
 
-    if ((kvf_frame_decode_buf(header, header_len, KVF_PEER_HDR_MAX, NULL,
-                              &frame, &used) != KVF_OK) ||
-        (frame.type != KVF_MSG_PEER_CHUNK)) {
-        if (used > 0) {
-            kvf_frame_release(&frame, NULL);
-        }
+    if (kvf_frame_decode_buf(header, header_len, KVF_PEER_HDR_MAX, NULL, &frame,
+                             &used) != KVF_OK) {
         kvf_debug("%s: bad PEER_CHUNK header; dropped", peer->name);
+        return KVF_OK;
+    }
+    if (frame.type != KVF_MSG_PEER_CHUNK) {
+        kvf_frame_release(&frame, NULL);
+        kvf_debug("%s: %s sent as PEER_CHUNK; dropped", peer->name,
+                  kvf_msg_type_name(frame.type));
         return KVF_OK;
     }
     chunk = (const Kvf__PeerChunk *)frame.msg;
@@ -551,6 +565,7 @@ static kvf_status_t kvf_peer_on_fetch(void *arg, const void *header,
 {
     kvf_peer_t *peer = arg;
     const Kvf__PeerFetch *req;
+    kvf_status_t status;
     kvf_frame_t frame;
     size_t used = 0, n, i;
     kvf_key_t key;
@@ -560,13 +575,20 @@ static kvf_status_t kvf_peer_on_fetch(void *arg, const void *header,
                   peer->name);
         return KVF_OK;
     }
-    if ((kvf_frame_decode_buf(header, header_len, KVF_FRAME_MAX_DEFAULT, NULL,
-                              &frame, &used) != KVF_OK) ||
-        (frame.type != KVF_MSG_PEER_FETCH)) {
-        if (used > 0) {
-            kvf_frame_release(&frame, NULL);
-        }
-        kvf_debug("%s: bad PEER_FETCH header; dropped", peer->name);
+    status = KVF_ERR_PROTO;
+    if (!msg->is_rndv && (msg->data != NULL)) {
+        status = kvf_frame_decode_buf(
+            msg->data, msg->length, KVF_FRAME_MAX_DEFAULT, NULL, &frame, &used);
+    }
+    if (status != KVF_OK) {
+        kvf_debug("%s: bad PEER_FETCH (%zu bytes): %s; dropped", peer->name,
+                  msg->length, kvf_strerror(status));
+        return KVF_OK;
+    }
+    if (frame.type != KVF_MSG_PEER_FETCH) {
+        kvf_frame_release(&frame, NULL);
+        kvf_debug("%s: %s sent as PEER_FETCH; dropped", peer->name,
+                  kvf_msg_type_name(frame.type));
         return KVF_OK;
     }
     req = (const Kvf__PeerFetch *)frame.msg;

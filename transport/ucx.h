@@ -51,6 +51,9 @@ typedef struct kvf_ucx_rkey kvf_ucx_rkey_t;
 /** Active message ids are below this. */
 #define KVF_UCX_AM_ID_MAX 64
 
+/** Largest active-message header kvf_ucx_am_send takes (it is copied). */
+#define KVF_UCX_AM_HEADER_MAX 256
+
 /* ------------------------------------------------------------------ ctx */
 
 typedef enum {
@@ -381,7 +384,8 @@ typedef enum {
 } kvf_ucx_am_send_flags_t;
 
 /**
- * Sends active message @p id: @p header (small, copied by UCX) and @p data
+ * Sends active message @p id: @p header (at most KVF_UCX_AM_HEADER_MAX
+ * bytes, copied: the caller's buffer may go at once) and @p data
  * (the payload; must stay untouched until the callback). @p mem, when not
  * NULL, is the registration covering @p data (zero copy).
  *

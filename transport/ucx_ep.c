@@ -178,8 +178,13 @@ void kvf_ucx_ep_dispatch_notify(kvf_ucx_worker_t *worker)
             worker->ep_err_cb(ep, ep->error, worker->ep_err_arg);
         }
         if (ep->has_worker_ref) {
+            /* the notify reference is still held, so dropping the worker's
+             * cannot free the endpoint: drop it in place (a second put
+             * would read ep after a free on a path gcc -O3 cannot rule
+             * out) */
             ep->has_worker_ref = false;
-            kvf_ucx_ep_put(ep);
+            kvf_assert(ep->refcount >= 2);
+            ep->refcount--;
         }
         kvf_ucx_ep_put(ep); /* the notify reference */
     }

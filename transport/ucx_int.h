@@ -60,6 +60,9 @@ typedef struct kvf_ucx_op {
     kvf_ucx_op_type_t type;
     bool is_timed_out;
     bool is_orphan; /* user told already; UCX still owns the request */
+    /* AM send: UCX 1.13 reads the header until the send completes (a
+     * pending send during wireup replays it later), so it lives here */
+    uint8_t header[KVF_UCX_AM_HEADER_MAX];
 } kvf_ucx_op_t;
 
 /* Doubly linked list of ops with a sentinel-free head. */

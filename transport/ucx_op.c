@@ -385,13 +385,20 @@ kvf_status_t kvf_ucx_am_send(kvf_ucx_ep_t *ep, unsigned id, const void *header,
     kvf_status_t status;
 
     if ((ep == NULL) || (id >= KVF_UCX_AM_ID_MAX) ||
-        ((flags & KVF_UCX_AM_SEND_EAGER) && (flags & KVF_UCX_AM_SEND_RNDV))) {
+        ((flags & KVF_UCX_AM_SEND_EAGER) && (flags & KVF_UCX_AM_SEND_RNDV)) ||
+        ((header == NULL) && (header_len > 0))) {
         return KVF_ERR_INVALID;
+    }
+    if (header_len > KVF_UCX_AM_HEADER_MAX) {
+        return KVF_ERR_TOO_BIG;
     }
     status = kvf_ucx_op_alloc(ep->worker, ep, KVF_UCX_OP_AM_SEND, timeout_ns,
                               cb, arg, &op);
     if (status != KVF_OK) {
         return status;
+    }
+    if (header_len > 0) {
+        memcpy(op->header, header, header_len);
     }
     kvf_ucx_op_param_init(op, &param);
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
@@ -406,10 +413,10 @@ kvf_status_t kvf_ucx_am_send(kvf_ucx_ep_t *ep, unsigned id, const void *header,
         param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         param.memh = mem->memh;
     }
-    return kvf_ucx_op_start(
-        op,
-        ucp_am_send_nbx(ep->ucp_ep, id, header, header_len, data, len, &param),
-        "am send");
+    return kvf_ucx_op_start(op,
+                            ucp_am_send_nbx(ep->ucp_ep, id, op->header,
+                                            header_len, data, len, &param),
+                            "am send");
 }
 
 static kvf_status_t kvf_ucx_rma_check(kvf_ucx_ep_t *ep, size_t len,
