@@ -1,0 +1,236 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * Peer-to-peer fetch between real agents over UCX (TCP on loopback): a
+ * controller and three agents. Chunks stored through A are retrieved
+ * through B byte for byte; a prefix is assembled from A and C; a holder
+ * killed mid-way turns into misses within the fetch timeout, never a hang
+ * or wrong bytes.
+ */
+#include "tests/helpers/proc.h"
+#include "tests/helpers/test_helpers.h"
+#include "tests/integration/controller_harness.h"
+
+#include <kvfabric/kvfabric.h>
+
+#include <criterion/criterion.h>
+
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CHUNK  (256u << 10)
+#define AGENTS 3
+
+typedef struct it_agent {
+    kvf_test_proc_t proc;
+    char sock[128];
+    char http[64];
+    char name[32];
+} it_agent_t;
+
+static kvf_th_ctl_t g_ctl;
+static it_agent_t g_agents[AGENTS];
+static char g_bin[4096];
+
+static bool registered(const it_agent_t *a)
+{
+    char body[4096];
+    uint16_t port = (uint16_t)atoi(strrchr(a->http, ':') + 1);
+
+    return (kvf_test_http_get(port, "/healthz", body, sizeof(body)) == 200) &&
+           (strstr(body, "\"registered\":true") != NULL);
+}
+
+static void start_agent(int i)
+{
+    it_agent_t *a      = &g_agents[i];
+    const char *argv[] = {
+        g_bin,   "--controller",    g_ctl.addr,    "--name",
+        a->name, "--socket",        a->sock,       "--http",
+        a->http, "--listen",        "127.0.0.1:0", "--pool-size",
+        "32M",   "--max-chunk",     "1M",          "--transports",
+        "tcp",   "--fetch-timeout", "3s",          NULL};
+    int k;
+
+    snprintf(a->name, sizeof(a->name), "it-peer-%c", 'a' + i);
+    snprintf(a->sock, sizeof(a->sock), "/tmp/kvf-peer-it-%d-%d.sock",
+             (int)getpid(), i);
+    snprintf(a->http, sizeof(a->http), "127.0.0.1:%u", kvf_test_free_port());
+    cr_assert_eq(kvf_test_proc_start(&a->proc, argv), 0);
+    for (k = 0; (k < 2000) && !registered(a); k++) {
+        poll(NULL, 0, 5);
+    }
+    cr_assert(registered(a), "agent %s did not register: %s", a->name,
+              kvf_test_proc_log(&a->proc));
+}
+
+static void setup(void)
+{
+    int i;
+
+    snprintf(g_bin, sizeof(g_bin), "%s",
+             kvf_test_build_path("agent/kvf-agent"));
+    kvf_th_ctl_start(&g_ctl, NULL);
+    for (i = 0; i < AGENTS; i++) {
+        start_agent(i);
+    }
+}
+
+static void teardown(void)
+{
+    int i;
+
+    for (i = 0; i < AGENTS; i++) {
+        kvf_test_proc_stop(&g_agents[i].proc, 10000);
+    }
+    kvf_th_ctl_stop(&g_ctl);
+    kvf_test_check_leaks();
+}
+
+TestSuite(peer_fetch, .init = setup, .fini = teardown, .timeout = 120);
+
+static kvf_client_t *connect_to(int i)
+{
+    kvf_client_params_t p = {.field_mask = KVF_CLIENT_PARAM_SOCKET |
+                                           KVF_CLIENT_PARAM_TIMEOUT,
+                             .socket_path = g_agents[i].sock,
+                             .timeout_ns  = 20000000000ull};
+    kvf_client_t *c       = NULL;
+
+    cr_assert_eq(kvf_client_connect(&p, &c), KVF_OK);
+    return c;
+}
+
+static void chain(kvf_key_t *keys, uint32_t n)
+{
+    uint32_t tokens[64 * 16];
+    size_t got, i;
+
+    for (i = 0; i < (size_t)n * 16; i++) {
+        tokens[i] = (uint32_t)(i * 7 + 3);
+    }
+    cr_assert_eq(
+        kvf_key_chain(0x77, tokens, (size_t)n * 16, 16, false, keys, n, &got),
+        KVF_OK);
+}
+
+static void fill(uint8_t *p, const kvf_key_t *key)
+{
+    uint64_t x = key->lo | 1, i;
+
+    for (i = 0; i < CHUNK; i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        memcpy(p + i, &x, 8);
+    }
+}
+
+/* Stores keys[from, to) through agent @p i. */
+static void store_on(int i, const kvf_key_t *keys, uint32_t from, uint32_t to)
+{
+    kvf_client_t *c = connect_to(i);
+    kvf_slot_t slots[64];
+    uint64_t sums[64];
+    uint32_t k, n = to - from;
+
+    cr_assert_eq(kvf_client_alloc(c, CHUNK, n, slots), KVF_OK);
+    for (k = 0; k < n; k++) {
+        uint8_t *p = (uint8_t *)kvf_client_pool_base(c) + slots[k].offset;
+
+        fill(p, &keys[from + k]);
+        sums[k] = kvf_chunk_checksum(p, CHUNK);
+    }
+    cr_assert_eq(kvf_client_commit(c, keys + from, slots, sums, n), KVF_OK);
+    kvf_client_disconnect(c);
+}
+
+/* Waits until a lookup through agent @p i sees @p hits chunks. */
+static void wait_hits(int i, const kvf_key_t *keys, uint32_t n, uint32_t hits)
+{
+    kvf_client_t *c = connect_to(i);
+    kvf_lookup_result_t res;
+    int k;
+
+    for (k = 0; k < 1000; k++) {
+        cr_assert_eq(kvf_client_lookup(c, keys, n, false, &res), KVF_OK);
+        if (res.hit_chunks == hits) {
+            break;
+        }
+        poll(NULL, 0, 5);
+    }
+    cr_assert_eq(res.hit_chunks, hits, "lookup on agent %d", i);
+    kvf_client_disconnect(c);
+}
+
+/* Retrieves through agent @p i and checks every byte of what came. */
+static uint32_t retrieve_check(int i, const kvf_key_t *keys, uint32_t n,
+                               bool *missing)
+{
+    kvf_client_t *c = connect_to(i);
+    uint8_t *expect = malloc(CHUNK);
+    kvf_slot_t slots[64];
+    uint32_t k, got = 0;
+
+    cr_assert_eq(kvf_client_retrieve(c, keys, n, slots, missing), KVF_OK, "%s",
+                 kvf_client_last_error(c));
+    for (k = 0; k < n; k++) {
+        if (missing[k]) {
+            continue;
+        }
+        fill(expect, &keys[k]);
+        cr_assert_eq(slots[k].length, CHUNK);
+        cr_assert(memcmp((uint8_t *)kvf_client_pool_base(c) + slots[k].offset,
+                         expect, CHUNK) == 0,
+                  "chunk %u fetched through agent %d differs", k, i);
+        kvf_client_release(c, &slots[k], 1);
+        got++;
+    }
+    free(expect);
+    kvf_client_disconnect(c);
+    return got;
+}
+
+Test(peer_fetch, store_on_a_fetch_on_b_byte_identical)
+{
+    kvf_key_t keys[8];
+    bool missing[8];
+
+    chain(keys, 8);
+    store_on(0, keys, 0, 8);
+    wait_hits(1, keys, 8, 8); /* B sees A's chunks through the controller */
+    cr_assert_eq(retrieve_check(1, keys, 8, missing), 8);
+    /* B admitted its new copies: they are local there now */
+    wait_hits(1, keys, 8, 8);
+}
+
+Test(peer_fetch, prefix_assembled_from_two_holders)
+{
+    kvf_key_t keys[6];
+    bool missing[6];
+
+    chain(keys, 6);
+    store_on(0, keys, 0, 3);
+    store_on(2, keys, 3, 6);
+    wait_hits(1, keys, 6, 6);
+    cr_assert_eq(retrieve_check(1, keys, 6, missing), 6);
+}
+
+Test(peer_fetch, dead_holder_becomes_misses_not_a_hang)
+{
+    kvf_key_t keys[4];
+    bool missing[4];
+    uint32_t got;
+
+    chain(keys, 4);
+    store_on(0, keys, 0, 4);
+    wait_hits(1, keys, 4, 4);
+    kvf_test_proc_kill(&g_agents[0].proc); /* kill -9 of the only holder */
+    got = retrieve_check(1, keys, 4, missing);
+    /* within the 3 s fetch timeout: every chunk missed, none wrong */
+    cr_assert_eq(got, 0);
+    cr_assert(missing[0] && missing[1] && missing[2] && missing[3]);
+}
