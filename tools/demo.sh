@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # Copyright (c) 2026 The kvfabric authors
 #
-# make demo: a local kvfabric cluster on loopback. Starts a controller and an
-# agent from BUILD_DIR, waits until the agent has registered, shows what an
+# make demo: a local kvfabric cluster on loopback. Starts a controller and two
+# agents from BUILD_DIR, drives them with a synthetic engine workload (the
+# second worker reuses the first one's KV through peer fetch), shows what an
 # operator sees (kvfctl, /metrics), and shuts everything down cleanly.
 #
 #   tools/demo.sh BUILD_DIR [--keep-running]
@@ -66,40 +67,48 @@ wait_for() {
 
 ctl_port=$(free_port)
 ctl_http=$(free_port)
-agent_http=$(free_port)
-agent_data=$(free_port)
 
 say "kvfabric local demo (work dir $work)"
-if [ -x "$controller_bin" ]; then
-    "$controller_bin" --listen "127.0.0.1:$ctl_port" --http "127.0.0.1:$ctl_http" \
-        >"$work/controller.log" 2>&1 &
-    pids+=($!)
-    wait_for "kvf-controller on 127.0.0.1:$ctl_port" 10 \
-        curl -sf "http://127.0.0.1:$ctl_http/healthz"
-    echo "kvf-controller  pid ${pids[-1]}  control 127.0.0.1:$ctl_port  http 127.0.0.1:$ctl_http"
-else
-    echo "kvf-controller: not built yet in this version (controller issue)"
+if [ ! -x "$controller_bin" ]; then
+    echo "demo: $controller_bin is missing; run make build" >&2
+    exit 1
 fi
-
-"$agent_bin" --controller "127.0.0.1:$ctl_port" --name demo-agent-1 --role both \
-    --pool-size 3G --socket "$work/agent-1.sock" --listen "127.0.0.1:$agent_data" \
-    --http "127.0.0.1:$agent_http" >"$work/agent-1.log" 2>&1 &
+"$controller_bin" --listen "127.0.0.1:$ctl_port" --http "127.0.0.1:$ctl_http" \
+    >"$work/controller.log" 2>&1 &
 pids+=($!)
-wait_for "kvf-agent /healthz" 10 curl -sf "http://127.0.0.1:$agent_http/healthz"
-echo "kvf-agent       pid ${pids[-1]}  http 127.0.0.1:$agent_http"
+wait_for "kvf-controller on 127.0.0.1:$ctl_port" 10 \
+    curl -sf "http://127.0.0.1:$ctl_http/healthz"
+echo "kvf-controller  pid ${pids[-1]}  control 127.0.0.1:$ctl_port  http 127.0.0.1:$ctl_http"
 
-if [ -x "$controller_bin" ]; then
-    wait_for "demo-agent-1 to register" 10 \
-        bash -c "curl -sf http://127.0.0.1:$agent_http/healthz | grep -q '\"registered\":true'"
-fi
+# two GPU workers' agents, each with its own pool, socket and ports; UCX
+# moves chunks between them over TCP on loopback
+agent_http=()
+for i in 1 2; do
+    http=$(free_port)
+    agent_http+=("$http")
+    "$agent_bin" --controller "127.0.0.1:$ctl_port" --name "demo-agent-$i" \
+        --role both --pool-size 3G --socket "$work/agent-$i.sock" \
+        --listen "127.0.0.1:0" --http "127.0.0.1:$http" --transports tcp \
+        >"$work/agent-$i.log" 2>&1 &
+    pids+=($!)
+    wait_for "demo-agent-$i to register" 15 \
+        bash -c "curl -sf http://127.0.0.1:$http/healthz | grep -q '\"registered\":true'"
+    echo "kvf-agent       pid ${pids[-1]}  demo-agent-$i  http 127.0.0.1:$http"
+done
 
-say "synthetic engine on demo-agent-1: Llama-3-8B-shaped KV (32 layers, 8 KV heads, head_dim 128, bf16, 256-token chunks = 32 MiB)"
-echo "6 conversations x 3 turns over one 2048-token system prompt, then 4 RAG"
-echo "documents reused by every conversation. Every byte read back is checked."
-"$engine_bin" --socket "$work/agent-1.sock" --name demo-engine-1
+workload="6 conversations x 3 turns over one 2048-token system prompt, then 4 RAG
+documents reused by every conversation; Llama-3-8B-shaped KV (32 layers,
+8 KV heads, head_dim 128, bf16, 256-token chunks = 32 MiB each). Every byte
+read back is checked against what the writer produced."
 
-say "agent status (GET /healthz)"
-curl -sf "http://127.0.0.1:$agent_http/healthz"
+say "phase 1: an engine on worker 1 serves the workload (its own cache only)"
+echo "$workload"
+"$engine_bin" --socket "$work/agent-1.sock" --name engine-worker-1
+
+say "phase 2: an engine on worker 2 serves the same workload"
+echo "Its agent finds the prefixes in the cluster and fetches them from"
+echo "demo-agent-1 over UCX into its own pool before the engine reads them."
+"$engine_bin" --socket "$work/agent-2.sock" --name engine-worker-2
 
 if [ -x "$kvfctl_bin" ]; then
     say "kvfctl nodes"
@@ -108,22 +117,23 @@ if [ -x "$kvfctl_bin" ]; then
     "$kvfctl_bin" --controller "127.0.0.1:$ctl_port" stats
 fi
 
-say "agent metrics (GET /metrics, excerpt)"
-curl -sf "http://127.0.0.1:$agent_http/metrics" | grep -v '^#' | head -n 8
+say "demo-agent-2 metrics (GET /metrics, excerpt)"
+curl -sf "http://127.0.0.1:${agent_http[1]}/metrics" | grep -v '^#' |
+    grep -E 'pool_bytes|commits|retrieve|fetch|checksum' || true
 
 say "what this demo does not show yet"
 cat <<'TXT'
-Shown: an agent with its shared pool, an engine storing and reusing KV
-chunks through libkvfabric (local hits, verified byte for byte), and the
-agent registered with the controller. Not built yet, so not shown:
-peer-to-peer fetch between agents over UCX (remote hits), prefill->decode
-push, and the GPU copy kernels. Each lands with its issue.
+Shown: a controller, two agents with shared pools, engines storing and
+reusing KV chunks through libkvfabric, and a second worker getting the first
+one's KV over UCX (remote hits), every byte verified. Not built yet, so not
+shown: prefill->decode push (PD mode) and GPU copies on a real GPU (the CUDA
+kernels are built but no GPU is here). Each lands with its issue.
 TXT
 
 if [ $keep -eq 1 ]; then
     say "cluster left running (Ctrl-C stops it)"
-    echo "  curl http://127.0.0.1:$agent_http/metrics"
-    [ -x "$controller_bin" ] && echo "  curl http://127.0.0.1:$ctl_http/metrics"
+    echo "  curl http://127.0.0.1:${agent_http[0]}/metrics"
+    echo "  curl http://127.0.0.1:$ctl_http/metrics"
     [ -x "$kvfctl_bin" ] && echo "  $kvfctl_bin --controller 127.0.0.1:$ctl_port nodes"
     echo "  logs: $work/*.log"
     wait "${pids[0]}" || true

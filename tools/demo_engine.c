@@ -85,12 +85,15 @@ typedef struct kvf_demo_stats {
     uint64_t tokens_saved; /* prefill skipped thanks to hits */
     uint64_t chunks_stored;
     uint64_t chunks_hit;
+    uint64_t chunks_remote; /* hits another agent held: fetched by peers */
     uint64_t chunks_missed;
     uint64_t bytes_written;
     uint64_t bytes_read;
     uint64_t wrong_bytes; /* chunks read back that differ: must be 0 */
     uint64_t write_ns;    /* fill + checksum + commit */
     uint64_t read_ns;     /* retrieve + verify */
+    uint64_t fetch_ns;    /* retrieves that fetched from peers */
+    uint64_t bytes_fetched;
     uint64_t lookup_ns;
     uint64_t lookups;
 } kvf_demo_stats_t;
@@ -163,11 +166,24 @@ static int kvf_demo_prompt(kvf_demo_t *demo, const kvf_key_t *keys, uint32_t n,
 
     /* read the hit prefix back and check every byte */
     if (hit > 0) {
+        uint64_t tr;
+
         t0     = kvf_time_now_ns();
         status = kvf_client_retrieve(demo->client, keys, hit, slots, missing);
         if (status != KVF_OK) {
             kvf_demo_fail(demo, "retrieve", status);
             goto out;
+        }
+        tr = kvf_time_now_ns() - t0;
+        if (hit > res.local_chunks) {
+            /* the retrieve pulled the remote part from other agents */
+            demo->st.fetch_ns += tr;
+            for (i = res.local_chunks; i < hit; i++) {
+                if (!missing[i]) {
+                    demo->st.chunks_remote++;
+                    demo->st.bytes_fetched += slots[i].length;
+                }
+            }
         }
         for (i = 0; i < hit; i++) {
             if (missing[i]) {
@@ -333,7 +349,8 @@ static void kvf_demo_report(const kvf_demo_t *demo)
                ",\"tokens_saved\":%" PRIu64 ",\"prompt_tokens\":%" PRIu64
                ",\"bytes_written\":%" PRIu64 ",\"bytes_read\":%" PRIu64
                ",\"write_GBps\":%.2f,\"read_verify_GBps\":%.2f"
-               ",\"lookup_avg_us\":%.1f,\"wrong_bytes\":%" PRIu64 "}\n",
+               ",\"lookup_avg_us\":%.1f,\"chunks_fetched\":%" PRIu64
+               ",\"fetch_GBps\":%.2f,\"wrong_bytes\":%" PRIu64 "}\n",
                s->prompts, demo->chunk_bytes, s->chunks_stored, s->chunks_hit,
                hit_rate, s->tokens_saved, s->prompt_tokens, s->bytes_written,
                s->bytes_read, kvf_demo_gbps(s->bytes_written, s->write_ns),
@@ -341,6 +358,7 @@ static void kvf_demo_report(const kvf_demo_t *demo)
                (s->lookups == 0)
                    ? 0.0
                    : (double)s->lookup_ns / 1000.0 / (double)s->lookups,
+               s->chunks_remote, kvf_demo_gbps(s->bytes_fetched, s->fetch_ns),
                s->wrong_bytes);
         return;
     }
@@ -351,12 +369,16 @@ static void kvf_demo_report(const kvf_demo_t *demo)
            s->chunks_stored);
     printf("  %-34s %14" PRIu64 "  (%.1f%% of chunks asked)\n",
            "chunks reused from the cache", s->chunks_hit, hit_rate);
+    printf("  %-34s %14" PRIu64 "\n", "  of which fetched from peers",
+           s->chunks_remote);
     printf("  %-34s %14" PRIu64 " of %" PRIu64 "\n", "prefill tokens saved",
            s->tokens_saved, s->prompt_tokens);
     printf("  %-34s %14.2f\n", "written to the pool (GB)",
            (double)s->bytes_written / 1e9);
     printf("  %-34s %14.2f\n", "write + checksum + commit (GB/s)",
            kvf_demo_gbps(s->bytes_written, s->write_ns));
+    printf("  %-34s %14.2f\n", "peer fetch incl. lookup (GB/s)",
+           kvf_demo_gbps(s->bytes_fetched, s->fetch_ns));
     printf("  %-34s %14.2f\n", "retrieve + byte check (GB/s)",
            kvf_demo_gbps(s->bytes_read, s->read_ns));
     printf("  %-34s %14.1f\n", "lookup round trip, mean (us)",
