@@ -22,9 +22,10 @@ typedef struct kvf_ctlconn kvf_ctlconn_t;
 
 /*
  * Connects to @p hostport and exchanges HELLO (@p kind is a Kvf__PeerKind,
- * @p version normally KVF_PROTOCOL_VERSION). On failure writes a one-line
- * reason to @p err: KVF_ERR_CONFIG bad address, KVF_ERR_IO cannot connect,
- * KVF_ERR_TIMEOUT, KVF_ERR_VERSION / other status from the HELLO reply.
+ * @p version normally KVF_PROTOCOL_VERSION; 0 skips HELLO, for tests). On
+ * failure writes a one-line reason to @p err: KVF_ERR_CONFIG bad address,
+ * KVF_ERR_IO cannot connect, KVF_ERR_TIMEOUT, KVF_ERR_VERSION / other status
+ * from the HELLO reply.
  */
 kvf_status_t kvf_ctlconn_create(const char *hostport, int kind,
                                 const char *name, uint32_t version,

@@ -62,6 +62,7 @@ typedef struct kvf_node {
     uint64_t last_seq;      /* last ADMIT/EVICT/INVENTORY seq applied */
     bool is_resynced;       /* sent INVENTORY with last set */
     bool is_resync_pending; /* a RESYNC command was queued */
+    bool is_inventory_open; /* INVENTORY batches arriving, last not yet */
     kvf_node_cmd_t cmds[KVF_NODE_COMMANDS_MAX];
     unsigned num_cmds;
 } kvf_node_t;

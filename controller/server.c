@@ -454,13 +454,15 @@ static kvf_status_t kvf_server_on_inventory(kvf_conn_t *conn,
         !kvf_server_keys_ok(conn, inv->request_id, &inv->keys)) {
         return KVF_OK;
     }
-    if (node->is_resync_pending && node->is_resynced) {
-        /* first batch of a requested resync: start from an empty slot */
+    if (!node->is_inventory_open &&
+        (kvf_registry_slot_keys(server->reg, node->slot) > 0)) {
+        /* an inventory is the whole truth: start from an empty slot */
         status = kvf_node_table_reslot(server->nodes, node);
         kvf_server_purge_kick(server);
     }
     if (status == KVF_OK) {
-        node->is_resynced = false;
+        node->is_inventory_open = true;
+        node->is_resynced       = false;
         status = kvf_registry_admit(server->reg, node->slot, inv->keys.data,
                                     inv->keys.len / KVF_KEY_WIRE_SIZE, &done);
         server->ctr.inventory_keys += inv->keys.len / KVF_KEY_WIRE_SIZE;
@@ -469,6 +471,7 @@ static kvf_status_t kvf_server_on_inventory(kvf_conn_t *conn,
     if ((status == KVF_OK) && inv->last) {
         node->is_resynced       = true;
         node->is_resync_pending = false;
+        node->is_inventory_open = false;
         kvf_info("node %" PRIu32 " (%s) resynced: %" PRIu64 " keys", node->id,
                  node->name, kvf_registry_slot_keys(server->reg, node->slot));
         kvf_server_recovering(server);

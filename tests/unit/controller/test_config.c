@@ -20,8 +20,8 @@ Test(controller_config, defaults_and_flags)
     int argi;
 
     memset(&cfg, 0, sizeof(cfg));
-    cr_assert_eq(kvf_config_load(&kvf_controller_config_schema, &cfg, 5,
-                                 argv, &argi, &err),
+    cr_assert_eq(kvf_config_load(&kvf_controller_config_schema, &cfg, 5, argv,
+                                 &argi, &err),
                  KVF_OK, "%s", err.msg);
     cr_assert_str_eq(cfg.listen, "127.0.0.1:0");
     cr_assert_eq(cfg.lease_ns, 250000000ull);
@@ -46,8 +46,7 @@ Test(controller_config, every_key_is_documented)
         char needle[80];
 
         snprintf(needle, sizeof(needle), "`%s`", name);
-        cr_assert_not_null(strstr(text, needle), "key %s not documented",
-                           name);
+        cr_assert_not_null(strstr(text, needle), "key %s not documented", name);
     }
 }
 
@@ -59,8 +58,8 @@ Test(controller_config, lease_below_minimum_is_an_error)
     int argi;
 
     memset(&cfg, 0, sizeof(cfg));
-    cr_assert_eq(kvf_config_load(&kvf_controller_config_schema, &cfg, 3,
-                                 argv, &argi, &err),
+    cr_assert_eq(kvf_config_load(&kvf_controller_config_schema, &cfg, 3, argv,
+                                 &argi, &err),
                  KVF_ERR_CONFIG);
     cr_assert_not_null(strstr(err.msg, "lease"), "%s", err.msg);
     kvf_config_cleanup(&kvf_controller_config_schema, &cfg);

@@ -30,7 +30,7 @@ TestSuite(node, .init = node_setup, .fini = node_teardown, .timeout = 10);
 static kvf_node_t *reg_node(const char *name, uint64_t inc, uint64_t now)
 {
     kvf_node_params_t p;
-    kvf_node_t *node = NULL;
+    kvf_node_t *node  = NULL;
     uint8_t worker[3] = {1, 2, 3};
 
     memset(&p, 0, sizeof(p));
@@ -77,8 +77,8 @@ Test(node, bad_params_are_invalid)
 
 Test(node, new_incarnation_replaces_and_fences_old)
 {
-    kvf_node_t *old = reg_node("a", 1, 0), *node;
-    uint32_t old_id = old->id;
+    kvf_node_t *old   = reg_node("a", 1, 0), *node;
+    uint32_t old_id   = old->id;
     uint16_t old_slot = old->slot;
     kvf_node_params_t p;
 
@@ -97,8 +97,7 @@ Test(node, new_incarnation_replaces_and_fences_old)
     cr_assert_eq(kvf_node_table_check(g_nodes, 9999, 1, &node),
                  KVF_ERR_NOT_FOUND);
     p.incarnation = 1;
-    cr_assert_eq(kvf_node_table_register(g_nodes, &p, 0, &node),
-                 KVF_ERR_STALE);
+    cr_assert_eq(kvf_node_table_register(g_nodes, &p, 0, &node), KVF_ERR_STALE);
 }
 
 Test(node, lease_expiry_and_forget)
@@ -124,7 +123,7 @@ Test(node, lease_expiry_and_forget)
 
 Test(node, commands_queue_and_clear)
 {
-    kvf_node_t *a = reg_node("a", 1, 0);
+    kvf_node_t *a    = reg_node("a", 1, 0);
     uint8_t keys[48] = {0};
     unsigned i;
 
@@ -142,7 +141,7 @@ Test(node, commands_queue_and_clear)
 Test(node, reslot_moves_holdings_to_purge)
 {
     kvf_node_t *a = reg_node("a", 1, 0);
-    uint16_t old = a->slot;
+    uint16_t old  = a->slot;
 
     cr_assert_eq(kvf_node_table_reslot(g_nodes, a), KVF_OK);
     cr_assert_neq(a->slot, old);

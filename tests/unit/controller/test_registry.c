@@ -82,18 +82,18 @@ Test(registry, admit_lookup_evict)
     cr_assert_eq(kvf_registry_slot_keys(g_reg, a), 8);
     cr_assert_eq(lookup(100, 8, 0, false, out), 8);
     cr_assert_eq(out[7], a);
-    cr_assert_eq(kvf_registry_evict(g_reg, a, keys + 3 * KVF_KEY_WIRE_SIZE, 1,
-                                    &n),
-                 KVF_OK);
+    cr_assert_eq(
+        kvf_registry_evict(g_reg, a, keys + 3 * KVF_KEY_WIRE_SIZE, 1, &n),
+        KVF_OK);
     cr_assert_eq(n, 1);
     cr_assert_eq(lookup(100, 8, 0, false, out), 3, "chain stops at the gap");
     cr_assert_eq(out[3], 0);
     cr_assert_eq(lookup(100, 8, 0, true, out), 7, "any order skips the gap");
     cr_assert_eq(out[3], 0);
     cr_assert_eq(out[4], a);
-    cr_assert_eq(kvf_registry_evict(g_reg, a, keys + 3 * KVF_KEY_WIRE_SIZE, 1,
-                                    &n),
-                 KVF_OK);
+    cr_assert_eq(
+        kvf_registry_evict(g_reg, a, keys + 3 * KVF_KEY_WIRE_SIZE, 1, &n),
+        KVF_OK);
     cr_assert_eq(n, 0);
 }
 

@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+#include "tests/helpers/test_helpers.h"
+#include "tests/integration/controller_harness.h"
+
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <string.h>
+
+static kvf_th_ctl_t g_ctl;
+static char g_out[1 << 16];
+
+static void kvfctl_teardown(void)
+{
+    if (g_ctl.pid > 0) {
+        kvf_th_ctl_stop(&g_ctl);
+    }
+    kvf_test_check_leaks();
+}
+
+TestSuite(kvfctl, .fini = kvfctl_teardown, .timeout = 60);
+
+#define KVFCTL(...) \
+    kvf_th_run(g_out, sizeof(g_out), "%s --controller %s " __VA_ARGS__)
+
+static const char *kvfctl_path(void)
+{
+    static char path[1024];
+
+    snprintf(path, sizeof(path), "%s", kvf_th_build_path("tools/kvfctl"));
+    return path;
+}
+
+Test(kvfctl, commands_tables_and_json)
+{
+    const char *args[] = {"--recovery-window", "0", NULL};
+    kvf_ctlconn_t *a;
+    uint32_t na;
+    char key0[KVF_KEY_STR_SIZE], key9[KVF_KEY_STR_SIZE];
+    kvf_key_t k0 = {.ns = 1, .hi = 7, .lo = 0}, k9 = {.ns = 1, .hi = 7,
+                                                      .lo = 9};
+    const char *ctl;
+
+    kvf_th_ctl_start(&g_ctl, args);
+    ctl = kvfctl_path();
+    a   = kvf_th_connect(&g_ctl, KVF__PEER_KIND__PEER_AGENT);
+    na  = kvf_th_register(a, "gpu0", 1, NULL);
+    cr_assert_eq(kvf_th_batch(a, KVF_MSG_ADMIT, na, 1, 1, 0, 3, false),
+                 KVF_OK);
+    kvf_key_format(&k0, key0);
+    kvf_key_format(&k9, key9);
+
+    cr_assert_eq(KVFCTL("nodes 2>&1", ctl, g_ctl.addr), 0, "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "NAME"), "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "gpu0"), "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "alive"), "%s", g_out);
+
+    cr_assert_eq(KVFCTL("--json nodes 2>&1", ctl, g_ctl.addr), 0);
+    cr_assert_not_null(strstr(g_out, "{\"nodes\":[{\"id\":"), "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"name\":\"gpu0\",\"state\":\"alive\""),
+                       "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"keys\":3"), "%s", g_out);
+
+    cr_assert_eq(KVFCTL("stats --json 2>&1", ctl, g_ctl.addr), 0);
+    cr_assert_not_null(strstr(g_out, "\"nodes_alive\":1"), "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"admits\":3"), "%s", g_out);
+    cr_assert_eq(KVFCTL("stats 2>&1", ctl, g_ctl.addr), 0);
+    cr_assert_not_null(strstr(g_out, "recovering"), "%s", g_out);
+
+    cr_assert_eq(KVFCTL("lookup %s %s 2>&1", ctl, g_ctl.addr, key0, key9),
+                 0, "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "hit 1 of 2"), "%s", g_out);
+    cr_assert_eq(KVFCTL("--json lookup %s 2>&1", ctl, g_ctl.addr, key0), 0);
+    cr_assert_not_null(strstr(g_out, "\"hit_chunks\":1"), "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"holder\":"), "%s", g_out);
+
+    cr_assert_eq(KVFCTL("tree 2>&1", ctl, g_ctl.addr), 0);
+    cr_assert_not_null(strstr(g_out, "gpu0"), "%s", g_out);
+    cr_assert_eq(KVFCTL("tree --json 2>&1", ctl, g_ctl.addr), 0);
+    cr_assert_not_null(strstr(g_out, "\"holdings\":3"), "%s", g_out);
+
+    cr_assert_eq(KVFCTL("pin %s 2>&1", ctl, g_ctl.addr, key0), 0, "%s",
+                 g_out);
+    cr_assert_not_null(strstr(g_out, "ok: queued for 1 node"), "%s", g_out);
+    cr_assert_eq(KVFCTL("unpin %s --json 2>&1", ctl, g_ctl.addr, key0), 0);
+    cr_assert_not_null(strstr(g_out, "{\"ok\":true"), "%s", g_out);
+    cr_assert_eq(KVFCTL("drain gpu0 2>&1", ctl, g_ctl.addr), 0, "%s", g_out);
+    cr_assert_eq(KVFCTL("clear 2>&1", ctl, g_ctl.addr), 0, "%s", g_out);
+
+    /* errors: one line, non-zero */
+    cr_assert_eq(KVFCTL("drain nosuch 2>&1", ctl, g_ctl.addr), 1);
+    cr_assert_str_eq(g_out, "kvfctl: unknown node 'nosuch'\n");
+    cr_assert_eq(KVFCTL("clear 4242 2>&1", ctl, g_ctl.addr), 1);
+    cr_assert_str_eq(g_out, "kvfctl: unknown node 4242\n");
+    cr_assert_eq(KVFCTL("lookup zz 2>&1", ctl, g_ctl.addr), 1);
+    cr_assert_not_null(strstr(g_out, "bad key 'zz'"), "%s", g_out);
+    cr_assert_eq(KVFCTL("frobnicate 2>&1", ctl, g_ctl.addr), 2);
+
+    kvf_ctlconn_destroy(a);
+    cr_assert_eq(kvf_th_ctl_stop(&g_ctl), 0);
+}
+
+Test(kvfctl, unreachable_controller)
+{
+    /* a port nobody listens on: bind one, note it, close it */
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "%s --controller 127.0.0.1:1 --timeout 2000 "
+                            "nodes 2>&1",
+                            kvfctl_path()),
+                 1);
+    cr_assert_not_null(strstr(g_out, "kvfctl: cannot connect to controller "
+                                     "127.0.0.1:1"),
+                       "%s", g_out);
+    cr_assert_eq(strchr(g_out, '\n'), g_out + strlen(g_out) - 1,
+                 "one line: %s", g_out);
+}
+
+Test(kvfctl, http_endpoints)
+{
+    kvf_th_ctl_start(&g_ctl, NULL);
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "curl -sf http://%s/healthz", g_ctl.http),
+                 0);
+    cr_assert_str_eq(g_out, "ok\n");
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "curl -sf http://%s/v1/stats", g_ctl.http),
+                 0);
+    cr_assert_not_null(strstr(g_out, "\"recovering\":true"), "%s", g_out);
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "curl -sf http://%s/v1/nodes", g_ctl.http),
+                 0);
+    cr_assert_str_eq(g_out, "{\"nodes\":[]}\n");
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "curl -sf http://%s/metrics", g_ctl.http),
+                 0);
+    cr_assert_not_null(strstr(g_out, "kvf_controller_nodes{state=\"alive\"} "
+                                     "0"),
+                       "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "kvf_controller_request_seconds_bucket"
+                                     "{le=\"+Inf\"}"),
+                       "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "kvf_controller_purge_backlog 0"));
+    cr_assert_eq(kvf_th_ctl_stop(&g_ctl), 0);
+}
