@@ -84,8 +84,8 @@ static int kvf_ctl_check(const kvf_frame_t *frame, uint16_t want)
         if (st->status != KVF_OK) {
             fprintf(stderr, "kvfctl: %s\n",
                     (st->message[0] != '\0')
-                            ? st->message
-                            : kvf_strerror((kvf_status_t)st->status));
+                        ? st->message
+                        : kvf_strerror((kvf_status_t)st->status));
             return 1;
         }
         if (want == KVF_MSG_STATUS) {
@@ -141,9 +141,9 @@ static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
     if (opts->is_json) {
         printf("{\"nodes\":[");
     } else {
-        printf("%-5s %-20s %-9s %-8s %10s %12s %12s %6s %8s %s\n", "ID",
-               "NAME", "STATE", "ROLE", "KEYS", "POOL_USED", "POOL_CAP",
-               "INCARN", "HB_AGO", "DATA_ADDRESS");
+        printf("%-5s %-20s %-9s %-8s %10s %12s %12s %6s %8s %s\n", "ID", "NAME",
+               "STATE", "ROLE", "KEYS", "POOL_USED", "POOL_CAP", "INCARN",
+               "HB_AGO", "DATA_ADDRESS");
     }
     for (i = 0; i < rep->n_nodes; i++) {
         const Kvf__NodeDesc *d = rep->nodes[i];
@@ -162,8 +162,8 @@ static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
         kvf_ctl_json_str(d->name);
         printf(",\"state\":\"%s\",\"role\":\"%s\",\"keys\":%" PRIu64
                ",\"pool_used\":%" PRIu64 ",\"pool_capacity\":%" PRIu64
-               ",\"incarnation\":%" PRIu64
-               ",\"last_heartbeat_ms_ago\":%" PRIu64 ",\"control_address\":",
+               ",\"incarnation\":%" PRIu64 ",\"last_heartbeat_ms_ago\":%" PRIu64
+               ",\"control_address\":",
                d->state, kvf_ctl_role_name(d->role), d->keys, d->pool_used,
                d->pool_capacity, d->incarnation, d->last_heartbeat_ms_ago);
         kvf_ctl_json_str(d->control_address);
@@ -171,8 +171,8 @@ static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
         kvf_ctl_json_str(d->data_address);
         printf(",\"instance_id\":");
         kvf_ctl_json_str(d->instance_id);
-        printf(",\"tp_rank\":%" PRIu32 ",\"tp_world\":%" PRIu32 "}",
-               d->tp_rank, d->tp_world);
+        printf(",\"tp_rank\":%" PRIu32 ",\"tp_world\":%" PRIu32 "}", d->tp_rank,
+               d->tp_world);
     }
     if (opts->is_json) {
         printf("]}\n");
@@ -293,8 +293,9 @@ static int kvf_ctl_lookup(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
     }
     rep = (const Kvf__LookupReply *)frame.msg;
     if (rep->holders.len != (size_t)argc * 4) {
-        fprintf(stderr, "kvfctl: lookup reply has %zu holder bytes for %d "
-                        "keys\n",
+        fprintf(stderr,
+                "kvfctl: lookup reply has %zu holder bytes for %d "
+                "keys\n",
                 rep->holders.len, argc);
         kvf_frame_release(&frame, NULL);
         return 1;
@@ -303,9 +304,8 @@ static int kvf_ctl_lookup(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
         printf("{\"hit_chunks\":%" PRIu32 ",\"recovering\":%s,\"keys\":[",
                rep->hit_chunks, rep->recovering ? "true" : "false");
     } else {
-        printf("hit %" PRIu32 " of %d chunk(s)%s\n%-50s %s\n",
-               rep->hit_chunks, argc,
-               rep->recovering ? " (controller recovering)" : "", "KEY",
+        printf("hit %" PRIu32 " of %d chunk(s)%s\n%-50s %s\n", rep->hit_chunks,
+               argc, rep->recovering ? " (controller recovering)" : "", "KEY",
                "HOLDER");
     }
     for (i = 0; i < argc; i++) {
@@ -353,14 +353,14 @@ static int kvf_ctl_tree(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
                ",\"purge_backlog\":%" PRIu64 ",\"nodes\":[",
                st->keys, st->holdings, st->purge_backlog);
     } else {
-        printf("registry: %" PRIu64 " keys, %" PRIu64
-               " holdings, %" PRIu64 " being purged\n",
+        printf("registry: %" PRIu64 " keys, %" PRIu64 " holdings, %" PRIu64
+               " being purged\n",
                st->keys, st->holdings, st->purge_backlog);
     }
     for (i = 0; i < rep->n_nodes; i++) {
         const Kvf__NodeDesc *d = rep->nodes[i];
-        double share = (total > 0) ? (100.0 * (double)d->keys / (double)total)
-                                   : 0.0;
+        double share =
+            (total > 0) ? (100.0 * (double)d->keys / (double)total) : 0.0;
 
         if (opts->is_json) {
             printf("%s{\"id\":%" PRIu32 ",\"name\":", (i > 0) ? "," : "",
@@ -409,8 +409,8 @@ static int kvf_ctl_admin(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
         req.keys.data = keys;
         req.keys.len  = (size_t)argc * KVF_KEY_WIRE_SIZE;
     } else {
-        if ((argc > 1) || ((type == KVF__COMMAND_TYPE__COMMAND_DRAIN) &&
-                           (argc != 1))) {
+        if ((argc > 1) ||
+            ((type == KVF__COMMAND_TYPE__COMMAND_DRAIN) && (argc != 1))) {
             fprintf(stderr, "kvfctl: %s takes %s NODE\n",
                     (type == KVF__COMMAND_TYPE__COMMAND_DRAIN) ? "drain"
                                                                : "clear",
