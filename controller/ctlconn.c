@@ -48,7 +48,7 @@ static kvf_status_t kvf_ctlconn_wait(kvf_ctlconn_t *conn, short events,
     }
 }
 
-static kvf_status_t kvf_ctlconn_flush(kvf_ctlconn_t *conn)
+kvf_status_t kvf_ctlconn_flush(kvf_ctlconn_t *conn)
 {
     uint64_t deadline =
         kvf_time_deadline_ns((uint64_t)conn->timeout_ms * KVF_NSEC_PER_MSEC);
@@ -81,6 +81,12 @@ kvf_status_t kvf_ctlconn_send(kvf_ctlconn_t *conn, uint16_t type,
         return status;
     }
     return kvf_ctlconn_flush(conn);
+}
+
+kvf_status_t kvf_ctlconn_queue(kvf_ctlconn_t *conn, uint16_t type,
+                               const ProtobufCMessage *msg)
+{
+    return kvf_frame_encode(conn->out, type, 0, msg, KVF_FRAME_MAX_LIMIT);
 }
 
 kvf_status_t kvf_ctlconn_send_raw(kvf_ctlconn_t *conn, const void *data,

@@ -41,6 +41,13 @@ uint64_t kvf_ctlconn_next_id(kvf_ctlconn_t *conn);
 kvf_status_t kvf_ctlconn_send(kvf_ctlconn_t *conn, uint16_t type,
                               const ProtobufCMessage *msg);
 
+/* Queues one frame without writing it (pipelining); then flush. */
+kvf_status_t kvf_ctlconn_queue(kvf_ctlconn_t *conn, uint16_t type,
+                               const ProtobufCMessage *msg);
+
+/* Writes everything queued (bounded by the timeout). */
+kvf_status_t kvf_ctlconn_flush(kvf_ctlconn_t *conn);
+
 /* Sends raw bytes (tests of malformed input). */
 kvf_status_t kvf_ctlconn_send_raw(kvf_ctlconn_t *conn, const void *data,
                                   size_t len);

@@ -7,13 +7,19 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define KVF_REGISTRY_TOMB      0xffffu
+#define KVF_REGISTRY_SLOT_MASK 0x0fffu /* holder bits of h[k] */
+#define KVF_REGISTRY_MORE      0x8000u /* h[0]: other entries of this key */
 #define KVF_REGISTRY_MIN_CAP   1024u
 #define KVF_REGISTRY_SCRATCH_C 8u /* holders kept per key during a lookup */
 
 /* 32 bytes: key plus four holder slots (0 = none). All-zero holders: empty;
- * h[0] == KVF_REGISTRY_TOMB: tombstone. */
+ * h[0] == KVF_REGISTRY_TOMB: tombstone. KVF_REGISTRY_MORE in h[0] says the
+ * key may have further entries later in the probe run (set when a key gets
+ * a second entry, cleared by rehash), so lookups of the common single-entry
+ * key stop at the first match. */
 typedef struct kvf_registry_entry {
     uint64_t ns;
     uint64_t hi;
@@ -46,6 +52,7 @@ struct kvf_registry {
     uint16_t *cand;
     uint8_t *ncand;
     uint32_t *run;
+    uint64_t *pos; /* home index per key */
 };
 
 _Static_assert(sizeof(kvf_registry_entry_t) == 32, "registry entry size");
@@ -102,6 +109,35 @@ static inline bool kvf_registry_entry_is_tomb(const kvf_registry_entry_t *e)
     return e->h[0] == KVF_REGISTRY_TOMB;
 }
 
+static inline uint16_t kvf_registry_h(const kvf_registry_entry_t *e, unsigned k)
+{
+    return e->h[k] & KVF_REGISTRY_SLOT_MASK;
+}
+
+static inline void kvf_registry_h_set(kvf_registry_entry_t *e, unsigned k,
+                                      uint16_t slot)
+{
+    e->h[k] = (uint16_t)((e->h[k] & ~KVF_REGISTRY_SLOT_MASK) | slot);
+}
+
+static inline bool kvf_registry_entry_has_holders(const kvf_registry_entry_t *e)
+{
+    return (kvf_registry_h(e, 0) | e->h[1] | e->h[2] | e->h[3]) != 0;
+}
+
+static inline bool kvf_registry_entry_has_more(const kvf_registry_entry_t *e)
+{
+    return (e->h[0] & KVF_REGISTRY_MORE) != 0;
+}
+
+static inline void kvf_registry_entry_set_tomb(kvf_registry_entry_t *e)
+{
+    e->h[0] = KVF_REGISTRY_TOMB;
+    e->h[1] = 0;
+    e->h[2] = 0;
+    e->h[3] = 0;
+}
+
 static inline bool kvf_registry_entry_match(const kvf_registry_entry_t *e,
                                             const kvf_key_t *key)
 {
@@ -112,15 +148,29 @@ static inline bool kvf_registry_entry_match(const kvf_registry_entry_t *e,
 static kvf_status_t kvf_registry_table_alloc(uint64_t cap,
                                              kvf_registry_entry_t **table_p)
 {
-    kvf_registry_entry_t *table;
+    size_t bytes = cap * sizeof(kvf_registry_entry_t);
+    void *table;
 
-    table = calloc(cap, sizeof(*table));
-    if (table == NULL) {
-        kvf_error("registry: cannot allocate %" PRIu64 " entries", cap);
+    /* anonymous memory is zeroed (all entries empty); huge pages keep the
+     * random probes of a large table from missing the TLB every time */
+    table = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (table == MAP_FAILED) {
+        kvf_error("registry: cannot map %" PRIu64 " entries: %m", cap);
         return KVF_ERR_NO_MEMORY;
+    }
+    if (bytes >= (2u << 20)) {
+        madvise(table, bytes, MADV_HUGEPAGE); /* advice only */
     }
     *table_p = table;
     return KVF_OK;
+}
+
+static void kvf_registry_table_free(kvf_registry_entry_t *table, uint64_t cap)
+{
+    if (table != NULL) {
+        munmap(table, cap * sizeof(*table));
+    }
 }
 
 kvf_status_t kvf_registry_create(uint64_t expected_keys, uint32_t max_batch,
@@ -133,7 +183,7 @@ kvf_status_t kvf_registry_create(uint64_t expected_keys, uint32_t max_batch,
     if (max_batch == 0) {
         return KVF_ERR_INVALID;
     }
-    while ((cap / 2) < expected_keys) {
+    while (((cap / 4) * 3) < expected_keys) {
         cap *= 2;
     }
     reg = calloc(1, sizeof(*reg));
@@ -152,7 +202,9 @@ kvf_status_t kvf_registry_create(uint64_t expected_keys, uint32_t max_batch,
     reg->ncand = malloc((size_t)max_batch * sizeof(*reg->ncand));
     reg->run =
         malloc((size_t)max_batch * KVF_REGISTRY_SCRATCH_C * sizeof(*reg->run));
-    if ((reg->cand == NULL) || (reg->ncand == NULL) || (reg->run == NULL)) {
+    reg->pos = malloc((size_t)max_batch * sizeof(*reg->pos));
+    if ((reg->cand == NULL) || (reg->ncand == NULL) || (reg->run == NULL) ||
+        (reg->pos == NULL)) {
         status = KVF_ERR_NO_MEMORY;
         goto err_free_scratch;
     }
@@ -160,10 +212,11 @@ kvf_status_t kvf_registry_create(uint64_t expected_keys, uint32_t max_batch,
     return KVF_OK;
 
 err_free_scratch:
+    free(reg->pos);
     free(reg->run);
     free(reg->ncand);
     free(reg->cand);
-    free(reg->table);
+    kvf_registry_table_free(reg->table, reg->cap);
 err_free_reg:
     free(reg);
     return status;
@@ -174,10 +227,11 @@ void kvf_registry_destroy(kvf_registry_t *reg)
     if (reg == NULL) {
         return;
     }
+    free(reg->pos);
     free(reg->run);
     free(reg->ncand);
     free(reg->cand);
-    free(reg->table);
+    kvf_registry_table_free(reg->table, reg->cap);
     free(reg);
 }
 
@@ -284,7 +338,7 @@ static bool kvf_registry_entry_scrub(kvf_registry_t *reg,
     bool any = false;
 
     for (i = 0; i < KVF_REGISTRY_INLINE; i++) {
-        uint16_t h = e->h[i];
+        uint16_t h = kvf_registry_h(e, i);
 
         if (h == 0) {
             continue;
@@ -292,7 +346,7 @@ static bool kvf_registry_entry_scrub(kvf_registry_t *reg,
         if (reg->slots[h].state == KVF_REGISTRY_SLOT_PURGING) {
             reg->slots[h].keys--;
             reg->purge_backlog--;
-            e->h[i] = 0;
+            kvf_registry_h_set(e, i, 0);
         } else {
             any = true;
         }
@@ -328,7 +382,12 @@ static kvf_status_t kvf_registry_rehash(kvf_registry_t *reg, uint64_t new_cap)
         key.hi = e->hi;
         key.lo = e->lo;
         j      = kvf_registry_hash(&key) & (new_cap - 1);
+        e->h[0] &= (uint16_t)~KVF_REGISTRY_MORE;
         while (!kvf_registry_entry_is_empty(&table[j])) {
+            if (kvf_registry_entry_match(&table[j], &key)) {
+                table[j].h[0] |= KVF_REGISTRY_MORE;
+                e->h[0] |= KVF_REGISTRY_MORE;
+            }
             j = (j + 1) & (new_cap - 1);
         }
         table[j] = *e;
@@ -340,7 +399,7 @@ static kvf_status_t kvf_registry_rehash(kvf_registry_t *reg, uint64_t new_cap)
         }
     }
     reg->is_purge_active = false;
-    free(reg->table);
+    kvf_registry_table_free(reg->table, reg->cap);
     reg->table      = table;
     reg->cap        = new_cap;
     reg->mask       = new_cap - 1;
@@ -364,13 +423,28 @@ static kvf_status_t kvf_registry_reserve(kvf_registry_t *reg)
     return kvf_registry_rehash(reg, new_cap);
 }
 
+/* A key got a further entry: flag all its entries (rare path). */
+static void kvf_registry_mark_more(kvf_registry_t *reg, const kvf_key_t *key)
+{
+    uint64_t i = kvf_registry_hash(key) & reg->mask;
+
+    for (; !kvf_registry_entry_is_empty(&reg->table[i]);
+         i = (i + 1) & reg->mask) {
+        if (kvf_registry_entry_match(&reg->table[i], key)) {
+            reg->table[i].h[0] |= KVF_REGISTRY_MORE;
+        }
+    }
+}
+
 /* Adds one holder; returns true when it was new. */
 static bool kvf_registry_add(kvf_registry_t *reg, const kvf_key_t *key,
                              uint16_t slot)
 {
-    uint64_t i                   = kvf_registry_hash(key) & reg->mask;
-    uint16_t *free_h             = NULL;
-    kvf_registry_entry_t *free_e = NULL;
+    uint64_t i                    = kvf_registry_hash(key) & reg->mask;
+    kvf_registry_entry_t *free_e  = NULL;
+    kvf_registry_entry_t *free_he = NULL; /* entry with a free holder */
+    unsigned free_k               = 0;
+    bool is_found                 = false;
     kvf_registry_entry_t *e;
     unsigned k;
 
@@ -388,24 +462,29 @@ static bool kvf_registry_add(kvf_registry_t *reg, const kvf_key_t *key,
         if ((e->lo != key->lo) || (e->hi != key->hi) || (e->ns != key->ns)) {
             continue;
         }
+        is_found = true;
         for (k = 0; k < KVF_REGISTRY_INLINE; k++) {
-            uint16_t h = e->h[k];
+            uint16_t h = kvf_registry_h(e, k);
 
             if (h == slot) {
                 return false;
             }
-            if ((free_h == NULL) && ((h == 0) || (reg->slots[h].state ==
-                                                  KVF_REGISTRY_SLOT_PURGING))) {
-                free_h = &e->h[k];
+            if ((free_he == NULL) &&
+                ((h == 0) ||
+                 (reg->slots[h].state == KVF_REGISTRY_SLOT_PURGING))) {
+                free_he = e;
+                free_k  = k;
             }
         }
     }
-    if (free_h != NULL) {
-        if (*free_h != 0) {
-            reg->slots[*free_h].keys--;
+    if (free_he != NULL) {
+        uint16_t h = kvf_registry_h(free_he, free_k);
+
+        if (h != 0) {
+            reg->slots[h].keys--;
             reg->purge_backlog--;
         }
-        *free_h = slot;
+        kvf_registry_h_set(free_he, free_k, slot);
     } else {
         if (free_e != NULL) {
             reg->tombstones--;
@@ -417,6 +496,9 @@ static bool kvf_registry_add(kvf_registry_t *reg, const kvf_key_t *key,
         memset(e->h, 0, sizeof(e->h));
         e->h[0] = slot;
         reg->entries++;
+        if (is_found) {
+            kvf_registry_mark_more(reg, key);
+        }
     }
     reg->slots[slot].keys++;
     return true;
@@ -461,17 +543,20 @@ static bool kvf_registry_remove(kvf_registry_t *reg, const kvf_key_t *key,
             continue;
         }
         for (k = 0; k < KVF_REGISTRY_INLINE; k++) {
-            if (e->h[k] != slot) {
+            if (kvf_registry_h(e, k) != slot) {
                 continue;
             }
-            e->h[k] = 0;
+            kvf_registry_h_set(e, k, 0);
             reg->slots[slot].keys--;
-            if (kvf_registry_entry_is_empty(e)) {
-                e->h[0] = KVF_REGISTRY_TOMB;
+            if (!kvf_registry_entry_has_holders(e)) {
+                kvf_registry_entry_set_tomb(e);
                 reg->entries--;
                 reg->tombstones++;
             }
             return true;
+        }
+        if (!kvf_registry_entry_has_more(e)) {
+            return false;
         }
     }
 }
@@ -513,9 +598,12 @@ bool kvf_registry_holds(const kvf_registry_t *reg, const kvf_key_t *key,
             continue;
         }
         for (k = 0; k < KVF_REGISTRY_INLINE; k++) {
-            if (e->h[k] == slot) {
+            if (kvf_registry_h(e, k) == slot) {
                 return true;
             }
+        }
+        if (!kvf_registry_entry_has_more(e)) {
+            return false;
         }
     }
 }
@@ -523,9 +611,9 @@ bool kvf_registry_holds(const kvf_registry_t *reg, const kvf_key_t *key,
 /* Collects the usable holders of @p key into @p cand; returns how many. */
 static inline unsigned kvf_registry_collect(const kvf_registry_t *reg,
                                             const kvf_key_t *key,
-                                            uint16_t requester, uint16_t *cand)
+                                            uint16_t requester, uint64_t i,
+                                            uint16_t *cand)
 {
-    uint64_t i = kvf_registry_hash(key) & reg->mask;
     const kvf_registry_entry_t *e;
     unsigned k, n = 0;
 
@@ -538,7 +626,7 @@ static inline unsigned kvf_registry_collect(const kvf_registry_t *reg,
             continue;
         }
         for (k = 0; k < KVF_REGISTRY_INLINE; k++) {
-            uint16_t h = e->h[k];
+            uint16_t h = kvf_registry_h(e, k);
 
             if (!kvf_registry_slot_is_live(reg, h) ||
                 reg->slots[h].is_excluded) {
@@ -550,16 +638,10 @@ static inline unsigned kvf_registry_collect(const kvf_registry_t *reg,
                 cand[n - 1] = h; /* the requester always stays a choice */
             }
         }
+        if (!kvf_registry_entry_has_more(e)) {
+            return n;
+        }
     }
-}
-
-static inline void kvf_registry_prefetch(const kvf_registry_t *reg,
-                                         const uint8_t *p)
-{
-    kvf_key_t key;
-
-    kvf_registry_key_load(p, &key);
-    __builtin_prefetch(&reg->table[kvf_registry_hash(&key) & reg->mask]);
 }
 
 kvf_status_t kvf_registry_lookup(kvf_registry_t *reg, const uint8_t *keys,
@@ -575,13 +657,16 @@ kvf_status_t kvf_registry_lookup(kvf_registry_t *reg, const uint8_t *keys,
     if (n > reg->max_batch) {
         return KVF_ERR_TOO_BIG;
     }
+    /* hash everything and prefetch first: the misses overlap */
     for (i = 0; i < n; i++) {
-        if ((i + 8) < n) {
-            kvf_registry_prefetch(reg, keys + (i + 8) * KVF_KEY_WIRE_SIZE);
-        }
         kvf_registry_key_load(keys + i * KVF_KEY_WIRE_SIZE, &key);
-        reg->ncand[i] = (uint8_t)kvf_registry_collect(reg, &key, requester,
-                                                      &reg->cand[i * C]);
+        reg->pos[i] = kvf_registry_hash(&key) & reg->mask;
+        __builtin_prefetch(&reg->table[reg->pos[i]]);
+    }
+    for (i = 0; i < n; i++) {
+        kvf_registry_key_load(keys + i * KVF_KEY_WIRE_SIZE, &key);
+        reg->ncand[i] = (uint8_t)kvf_registry_collect(
+            reg, &key, requester, reg->pos[i], &reg->cand[i * C]);
         if (reg->ncand[i] == 0) {
             if (!any_order) {
                 break;
@@ -687,7 +772,7 @@ uint32_t kvf_registry_purge_step(kvf_registry_t *reg, uint64_t budget)
             continue;
         }
         if (kvf_registry_entry_scrub(reg, e)) {
-            e->h[0] = KVF_REGISTRY_TOMB;
+            kvf_registry_entry_set_tomb(e);
             reg->entries--;
             reg->tombstones++;
         }

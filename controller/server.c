@@ -909,12 +909,43 @@ static void kvf_server_observe(kvf_server_t *server, uint64_t ns)
     }
 }
 
+#define KVF_SERVER_ARENA_SIZE (256u << 10)
+
+static void *kvf_server_arena_alloc(void *data, size_t size)
+{
+    kvf_server_t *server = data;
+    size_t need          = (size + 15) & ~(size_t)15;
+
+    if (need <= server->arena_size - server->arena_used) {
+        void *p = server->arena + server->arena_used;
+
+        server->arena_used += need;
+        return p;
+    }
+    server->arena_spills++;
+    return malloc(size);
+}
+
+static void kvf_server_arena_free(void *data, void *ptr)
+{
+    kvf_server_t *server = data;
+    uint8_t *p           = ptr;
+
+    if ((p >= server->arena) && (p < server->arena + server->arena_size)) {
+        return; /* reset after the frame */
+    }
+    free(ptr);
+}
+
 static void kvf_conn_on_read(struct bufferevent *bev, void *arg)
 {
-    kvf_conn_t *conn     = arg;
-    kvf_server_t *server = conn->server;
-    struct evbuffer *in  = bufferevent_get_input(bev);
-    struct evbuffer *out = bufferevent_get_output(bev);
+    kvf_conn_t *conn         = arg;
+    kvf_server_t *server     = conn->server;
+    struct evbuffer *in      = bufferevent_get_input(bev);
+    struct evbuffer *out     = bufferevent_get_output(bev);
+    ProtobufCAllocator alloc = {.alloc          = kvf_server_arena_alloc,
+                                .free           = kvf_server_arena_free,
+                                .allocator_data = server};
     kvf_frame_t frame;
     kvf_status_t status;
     char text[128];
@@ -929,8 +960,9 @@ static void kvf_conn_on_read(struct bufferevent *bev, void *arg)
             bufferevent_disable(bev, EV_READ);
             return;
         }
-        t0     = kvf_time_now_ns();
-        status = kvf_frame_decode(in, (uint32_t)server->cfg->max_frame, NULL,
+        t0                 = kvf_time_now_ns();
+        server->arena_used = 0;
+        status = kvf_frame_decode(in, (uint32_t)server->cfg->max_frame, &alloc,
                                   &frame);
         if (status == KVF_INPROGRESS) {
             return;
@@ -944,7 +976,7 @@ static void kvf_conn_on_read(struct bufferevent *bev, void *arg)
             return;
         }
         status = kvf_server_dispatch(conn, &frame);
-        kvf_frame_release(&frame, NULL);
+        kvf_frame_release(&frame, &alloc);
         kvf_server_observe(server, kvf_time_now_ns() - t0);
         if (status == KVF_ERR_PROTO) {
             kvf_conn_close_after_flush(conn);
@@ -993,6 +1025,9 @@ static void kvf_server_on_accept(struct evconnlistener *lst, evutil_socket_t fd,
     /* write low watermark: resume a throttled reader once half drained */
     bufferevent_setwatermark(conn->bev, EV_WRITE, server->cfg->max_output / 2,
                              0);
+    /* big reads: fewer syscalls and fewer frames split across chunks */
+    bufferevent_set_max_single_read(conn->bev, 1 << 20);
+    bufferevent_set_max_single_write(conn->bev, 1 << 20);
     bufferevent_setcb(conn->bev, kvf_conn_on_read, kvf_conn_on_write,
                       kvf_conn_on_event, conn);
     bufferevent_enable(conn->bev, EV_READ | EV_WRITE);
@@ -1115,16 +1150,19 @@ kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
     if (status != KVF_OK) {
         goto err_free;
     }
-    server->slots   = calloc(cfg->max_batch, sizeof(*server->slots));
-    server->holders = calloc(cfg->max_batch, 4);
+    server->arena_size = KVF_SERVER_ARENA_SIZE;
+    server->arena      = malloc(server->arena_size);
+    server->slots      = calloc(cfg->max_batch, sizeof(*server->slots));
+    server->holders    = calloc(cfg->max_batch, 4);
     server->tick  = event_new(base, -1, EV_PERSIST, kvf_server_on_tick, server);
     server->purge = evtimer_new(base, kvf_server_on_purge, server);
     server->sig_term =
         evsignal_new(base, SIGTERM, kvf_server_on_signal, server);
     server->sig_int = evsignal_new(base, SIGINT, kvf_server_on_signal, server);
-    if ((server->slots == NULL) || (server->holders == NULL) ||
-        (server->tick == NULL) || (server->purge == NULL) ||
-        (server->sig_term == NULL) || (server->sig_int == NULL)) {
+    if ((server->arena == NULL) || (server->slots == NULL) ||
+        (server->holders == NULL) || (server->tick == NULL) ||
+        (server->purge == NULL) || (server->sig_term == NULL) ||
+        (server->sig_int == NULL)) {
         status = KVF_ERR_NO_MEMORY;
         goto err_free;
     }
@@ -1186,6 +1224,7 @@ void kvf_server_destroy(kvf_server_t *server)
     }
     free(server->holders);
     free(server->slots);
+    free(server->arena);
     free(server->pins);
     kvf_node_table_destroy(server->nodes);
     kvf_registry_destroy(server->reg);

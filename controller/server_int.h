@@ -58,6 +58,12 @@ struct kvf_server {
     bool has_registrations;
     uint8_t *pins; /* pinned keys, packed */
     size_t pins_len;
+    /* decode arena: a frame's message is unpacked here, reset per frame,
+     * so per-request work does not call malloc */
+    uint8_t *arena;
+    size_t arena_size;
+    size_t arena_used;
+    uint64_t arena_spills; /* allocations that did not fit */
     /* lookup scratch (max_batch keys) */
     uint16_t *slots;
     uint8_t *holders;

@@ -1,13 +1,631 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Copyright (c) 2026 The kvfabric authors */
+/*
+ * kvf-bench controller: ADMIT and LOOKUP throughput/latency of
+ * kvf-controller, beside Redis pipelined MGET of 64 keys in the same run.
+ *
+ *   kvf-bench controller --keys N --batch B --clients C [--depth D]
+ *                        [--seconds S] [--controller HOST:PORT] [--no-redis]
+ *
+ * Without --controller it starts its own kvf-controller (next to this
+ * binary in the build tree, or $KVF_CONTROLLER_BIN) so the controller's RSS
+ * can be measured. Each client is a thread with its own connection; it
+ * keeps D requests in flight. Phases (one JSON line each): admit (each
+ * client registers a node and admits its share of the N keys), lookup
+ * (ordered chains of B keys, D in flight), lookup_rtt (D = 1: the round
+ * trip), and redis_mget64 when redis-server and redis-benchmark exist.
+ */
 #include "tools/bench/bench.h"
 
-#include <stdio.h>
+#include "controller/ctlconn.h"
+#include "common/time.h"
 
-/* Not built yet: this benchmark lands with the issue that builds what it
- * measures. It says so and fails rather than print invented figures. */
+#include <kvfabric/keys.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct kvf_bench_ctl_opts {
+    uint64_t keys;
+    uint32_t batch;
+    uint32_t clients;
+    uint32_t depth;
+    double seconds;
+    const char *controller;
+    bool is_redis;
+} kvf_bench_ctl_opts_t;
+
+typedef struct kvf_bench_ctl_client {
+    const kvf_bench_ctl_opts_t *opts;
+    const char *addr;
+    uint32_t index;
+    uint32_t node_id;
+    uint32_t depth;
+    int phase; /* 0 admit, 1 lookup */
+    kvf_ctlconn_t *conn;
+    uint64_t *lat_ns;
+    size_t num_lat;
+    size_t cap_lat;
+    uint64_t keys_done;
+    uint64_t misses;
+    int failed;
+    char err[256];
+} kvf_bench_ctl_client_t;
+
+static void kvf_bench_ctl_usage(FILE *out)
+{
+    fprintf(out, "usage: kvf-bench controller [--keys N] [--batch B] "
+                 "[--clients C] [--depth D] [--seconds S]\n"
+                 "                            [--controller HOST:PORT] "
+                 "[--no-redis]\n"
+                 "defaults: --keys 1000000 --batch 64 --clients 4 --depth 16 "
+                 "--seconds 2\n");
+}
+
+static void kvf_bench_ctl_keys(uint8_t *buf, uint32_t client, uint64_t first,
+                               uint32_t n)
+{
+    uint32_t i;
+
+    for (i = 0; i < n; i++) {
+        kvf_key_t k = {.ns = 0x6b7666, .hi = client, .lo = first + i};
+
+        kvf_key_pack(&k, buf + (size_t)i * KVF_KEY_WIRE_SIZE);
+    }
+}
+
+static void kvf_bench_ctl_lat(kvf_bench_ctl_client_t *c, uint64_t ns)
+{
+    if (c->num_lat == c->cap_lat) {
+        size_t cap  = (c->cap_lat == 0) ? 65536 : c->cap_lat * 2;
+        uint64_t *p = realloc(c->lat_ns, cap * sizeof(*p));
+
+        if (p == NULL) {
+            return;
+        }
+        c->lat_ns  = p;
+        c->cap_lat = cap;
+    }
+    c->lat_ns[c->num_lat++] = ns;
+}
+
+/* Admits this client's share, D requests in flight. */
+static int kvf_bench_ctl_admit(kvf_bench_ctl_client_t *c)
+{
+    const kvf_bench_ctl_opts_t *o = c->opts;
+    uint64_t share = o->keys / o->clients, sent = 0, seq = 0;
+    uint64_t ring[1024];
+    uint32_t inflight = 0;
+    uint8_t *buf      = malloc((size_t)o->batch * KVF_KEY_WIRE_SIZE);
+    Kvf__KeyBatch kb;
+    kvf_frame_t frame = {0};
+    kvf_status_t st;
+
+    if (c->index == 0) {
+        share += o->keys % o->clients;
+    }
+    if (buf == NULL) {
+        return -1;
+    }
+    kvf__key_batch__init(&kb);
+    kb.node_id     = c->node_id;
+    kb.incarnation = 1;
+    while ((sent < share) || (inflight > 0)) {
+        while ((sent < share) && (inflight < c->depth)) {
+            uint32_t n =
+                (uint32_t)((share - sent < o->batch) ? share - sent : o->batch);
+
+            kvf_bench_ctl_keys(buf, c->index, sent, n);
+            kb.request_id    = ++seq;
+            kb.seq           = seq;
+            kb.keys.data     = buf;
+            kb.keys.len      = (size_t)n * KVF_KEY_WIRE_SIZE;
+            ring[seq % 1024] = kvf_time_now_ns();
+            st = kvf_ctlconn_queue(c->conn, KVF_MSG_ADMIT, &kb.base);
+            if (st != KVF_OK) {
+                snprintf(c->err, sizeof(c->err), "admit send: %s",
+                         kvf_strerror(st));
+                free(buf);
+                return -1;
+            }
+            sent += n;
+            inflight++;
+        }
+        st = kvf_ctlconn_flush(c->conn);
+        if (st == KVF_OK) {
+            st = kvf_ctlconn_recv(c->conn, &frame);
+        }
+        if ((st != KVF_OK) || (frame.type != KVF_MSG_STATUS) ||
+            (((Kvf__Status *)frame.msg)->status != KVF_OK)) {
+            snprintf(c->err, sizeof(c->err), "admit reply: %s",
+                     (st != KVF_OK) ? kvf_strerror(st) : "error status");
+            kvf_frame_release(&frame, NULL);
+            free(buf);
+            return -1;
+        }
+        kvf_bench_ctl_lat(
+            c, kvf_time_now_ns() -
+                   ring[((Kvf__Status *)frame.msg)->request_id % 1024]);
+        kvf_frame_release(&frame, NULL);
+        inflight--;
+    }
+    c->keys_done = share;
+    free(buf);
+    return 0;
+}
+
+/* Ordered-chain lookups of batch keys from random offsets for S seconds. */
+static int kvf_bench_ctl_lookup(kvf_bench_ctl_client_t *c)
+{
+    const kvf_bench_ctl_opts_t *o = c->opts;
+    uint64_t share = o->keys / o->clients, seq = 0, done = 0;
+    uint64_t deadline = kvf_time_now_ns() + (uint64_t)(o->seconds * 1e9);
+    uint64_t ring[1024];
+    uint32_t inflight = 0, owner;
+    uint8_t *buf      = malloc((size_t)o->batch * KVF_KEY_WIRE_SIZE);
+    unsigned seed     = 12345u + c->index;
+    Kvf__Lookup lk;
+    kvf_frame_t frame = {0};
+    kvf_status_t st;
+    bool is_open = true;
+
+    if (buf == NULL) {
+        return -1;
+    }
+    kvf__lookup__init(&lk);
+    while (is_open || (inflight > 0)) {
+        while (is_open && (inflight < c->depth)) {
+            uint64_t first;
+
+            owner = (uint32_t)rand_r(&seed) % o->clients;
+            first = (share > o->batch)
+                        ? (uint64_t)rand_r(&seed) % (share - o->batch)
+                        : 0;
+            kvf_bench_ctl_keys(buf, owner, first, o->batch);
+            lk.request_id    = ++seq;
+            lk.keys.data     = buf;
+            lk.keys.len      = (size_t)o->batch * KVF_KEY_WIRE_SIZE;
+            ring[seq % 1024] = kvf_time_now_ns();
+            st = kvf_ctlconn_queue(c->conn, KVF_MSG_LOOKUP, &lk.base);
+            if (st != KVF_OK) {
+                snprintf(c->err, sizeof(c->err), "lookup send: %s",
+                         kvf_strerror(st));
+                free(buf);
+                return -1;
+            }
+            inflight++;
+        }
+        st = kvf_ctlconn_flush(c->conn);
+        if (st == KVF_OK) {
+            st = kvf_ctlconn_recv(c->conn, &frame);
+        }
+        if ((st != KVF_OK) || (frame.type != KVF_MSG_LOOKUP_REPLY)) {
+            snprintf(c->err, sizeof(c->err), "lookup reply: %s",
+                     (st != KVF_OK) ? kvf_strerror(st)
+                                    : kvf_msg_type_name(frame.type));
+            kvf_frame_release(&frame, NULL);
+            free(buf);
+            return -1;
+        }
+        {
+            Kvf__LookupReply *rep = (Kvf__LookupReply *)frame.msg;
+
+            kvf_bench_ctl_lat(c,
+                              kvf_time_now_ns() - ring[rep->request_id % 1024]);
+            c->misses += o->batch - rep->hit_chunks;
+        }
+        kvf_frame_release(&frame, NULL);
+        inflight--;
+        done += o->batch;
+        if (is_open && (kvf_time_now_ns() >= deadline)) {
+            is_open = false;
+        }
+    }
+    c->keys_done = done;
+    free(buf);
+    return 0;
+}
+
+static void *kvf_bench_ctl_client_main(void *arg)
+{
+    kvf_bench_ctl_client_t *c = arg;
+
+    c->failed =
+        (c->phase == 0) ? kvf_bench_ctl_admit(c) : kvf_bench_ctl_lookup(c);
+    return NULL;
+}
+
+static uint64_t kvf_bench_ctl_pid_rss(pid_t pid)
+{
+    char path[64], line[256];
+    uint64_t kb = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    f = fopen(path, "r");
+    if (f == NULL) {
+        return 0;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "VmRSS: %" SCNu64, &kb) == 1) {
+            break;
+        }
+    }
+    fclose(f);
+    return kb * 1024;
+}
+
+/* Runs one phase over all clients; prints its JSON line. */
+static int kvf_bench_ctl_phase(kvf_bench_ctl_client_t *cs,
+                               const kvf_bench_ctl_opts_t *o, int phase,
+                               uint32_t depth, const char *name, pid_t pid)
+{
+    pthread_t *th = calloc(o->clients, sizeof(*th));
+    uint64_t t0, t1, keys = 0, misses = 0, *all;
+    size_t n = 0, i, j;
+    uint64_t rss;
+    int rc = 0;
+
+    if (th == NULL) {
+        return -1;
+    }
+    for (i = 0; i < o->clients; i++) {
+        cs[i].phase   = phase;
+        cs[i].depth   = depth;
+        cs[i].num_lat = 0;
+        cs[i].misses  = 0;
+    }
+    t0 = kvf_time_now_ns();
+    for (i = 0; i < o->clients; i++) {
+        pthread_create(&th[i], NULL, kvf_bench_ctl_client_main, &cs[i]);
+    }
+    for (i = 0; i < o->clients; i++) {
+        pthread_join(th[i], NULL);
+    }
+    t1 = kvf_time_now_ns();
+    free(th);
+    for (i = 0; i < o->clients; i++) {
+        if (cs[i].failed != 0) {
+            fprintf(stderr, "kvf-bench controller: client %zu: %s\n", i,
+                    cs[i].err);
+            rc = -1;
+        }
+        keys += cs[i].keys_done;
+        misses += cs[i].misses;
+        n += cs[i].num_lat;
+    }
+    if (rc != 0) {
+        return rc;
+    }
+    all = malloc((n + 1) * sizeof(*all));
+    if (all == NULL) {
+        return -1;
+    }
+    for (i = 0, j = 0; i < o->clients; i++) {
+        memcpy(all + j, cs[i].lat_ns, cs[i].num_lat * sizeof(*all));
+        j += cs[i].num_lat;
+    }
+    rss = (pid > 0) ? kvf_bench_ctl_pid_rss(pid) : 0;
+    printf("{\"bench\":\"controller\",\"phase\":\"%s\",\"keys\":%" PRIu64
+           ",\"batch\":%" PRIu32 ",\"clients\":%" PRIu32 ",\"depth\":%" PRIu32
+           ",\"requests\":%zu,\"keys_per_s\":%.0f"
+           ",\"p50_us\":%.1f,\"p99_us\":%.1f,\"miss_keys\":%" PRIu64
+           ",\"rss_bytes\":%" PRIu64 ",\"rss_bytes_per_key\":",
+           name, o->keys, o->batch, o->clients, depth, n,
+           (double)keys * 1e9 / (double)(t1 - t0),
+           (double)kvf_bench_percentile(all, n, 50) / 1000.0,
+           (double)kvf_bench_percentile(all, n, 99) / 1000.0, misses, rss);
+    if (rss > 0) {
+        printf("%.1f}\n", (double)rss / (double)o->keys);
+    } else {
+        printf("null}\n");
+    }
+    fflush(stdout);
+    free(all);
+    return 0;
+}
+
+static uint16_t kvf_bench_ctl_free_port(void)
+{
+    struct sockaddr_in sin;
+    socklen_t len = sizeof(sin);
+    uint16_t port = 0;
+    int fd        = socket(AF_INET, SOCK_STREAM, 0);
+
+    if (fd < 0) {
+        return 0;
+    }
+    memset(&sin, 0, sizeof(sin));
+    sin.sin_family      = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if ((bind(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0) &&
+        (getsockname(fd, (struct sockaddr *)&sin, &len) == 0)) {
+        port = ntohs(sin.sin_port);
+    }
+    close(fd);
+    return port;
+}
+
+static void kvf_bench_ctl_pause(void)
+{
+    struct timespec ts = {0, 5 * 1000 * 1000};
+
+    nanosleep(&ts, NULL);
+}
+
+/* Redis pipelined MGET of 64 keys (-c 4 -P 16), as the issue defines. */
+static void kvf_bench_ctl_redis(void)
+{
+    char cmd[2048], line[512];
+    uint16_t port = kvf_bench_ctl_free_port();
+    uint64_t deadline;
+    double rps = 0;
+    size_t off;
+    FILE *p;
+    int i;
+
+    if ((system("command -v redis-server >/dev/null 2>&1") != 0) ||
+        (system("command -v redis-benchmark >/dev/null 2>&1") != 0)) {
+        fprintf(stderr, "kvf-bench controller: redis not installed; "
+                        "skipping the MGET comparison\n");
+        return;
+    }
+    snprintf(cmd, sizeof(cmd),
+             "redis-server --port %u --bind 127.0.0.1 --save '' "
+             "--appendonly no --daemonize yes --pidfile /tmp/kvf-bench-redis-"
+             "%u.pid --logfile /dev/null",
+             port, port);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "kvf-bench controller: redis-server failed\n");
+        return;
+    }
+    deadline = kvf_time_deadline_ns(10 * KVF_NSEC_PER_SEC);
+    snprintf(cmd, sizeof(cmd), "redis-cli -p %u ping >/dev/null 2>&1", port);
+    while ((system(cmd) != 0) && !kvf_time_expired(deadline)) {
+        kvf_bench_ctl_pause();
+    }
+    off = (size_t)snprintf(cmd, sizeof(cmd),
+                           "redis-benchmark -p %u -c 4 -P 16 -n 400000 -q "
+                           "mget",
+                           port);
+    for (i = 1; i <= 64; i++) {
+        off += (size_t)snprintf(cmd + off, sizeof(cmd) - off, " k%d", i);
+    }
+    snprintf(cmd + off, sizeof(cmd) - off, " 2>&1");
+    p = popen(cmd, "r");
+    while ((p != NULL) && (fgets(line, sizeof(line), p) != NULL)) {
+        char *s = strrchr(line, '\r');
+        char *r = strstr((s != NULL) ? s : line, ": ");
+
+        if (r != NULL) {
+            rps = strtod(r + 2, NULL);
+        }
+    }
+    if (p != NULL) {
+        pclose(p);
+    }
+    snprintf(cmd, sizeof(cmd),
+             "redis-cli -p %u shutdown nosave "
+             ">/dev/null 2>&1",
+             port);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "kvf-bench controller: redis shutdown failed\n");
+    }
+    printf("{\"bench\":\"controller\",\"phase\":\"redis_mget64\","
+           "\"clients\":4,\"pipeline\":16,\"requests_per_s\":%.0f,"
+           "\"keys_per_s\":%.0f}\n",
+           rps, rps * 64);
+    fflush(stdout);
+}
+
+static pid_t kvf_bench_ctl_spawn(const kvf_bench_ctl_opts_t *o, char *addr,
+                                 size_t addr_len)
+{
+    char exe[PATH_MAX], bin[PATH_MAX + 64], port_file[64], init[32];
+    const char *env_bin = getenv("KVF_CONTROLLER_BIN");
+    uint64_t deadline;
+    ssize_t n;
+    pid_t pid;
+    FILE *f;
+
+    if (env_bin != NULL) {
+        snprintf(bin, sizeof(bin), "%s", env_bin);
+    } else {
+        n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        if (n <= 0) {
+            return -1;
+        }
+        exe[n]             = '\0';
+        *strrchr(exe, '/') = '\0'; /* .../tools */
+        snprintf(bin, sizeof(bin), "%s/../controller/kvf-controller", exe);
+    }
+    snprintf(port_file, sizeof(port_file), "/tmp/kvf-bench-ctl-%d.port",
+             (int)getpid());
+    snprintf(init, sizeof(init), "%" PRIu64, o->keys);
+    unlink(port_file);
+    pid = fork();
+    if (pid == 0) {
+        execl(bin, bin, "--listen", "127.0.0.1:0", "--http", "", "--port-file",
+              port_file, "--recovery-window", "0", "--initial-keys", init,
+              "--lease", "1h", (char *)NULL);
+        fprintf(stderr, "kvf-bench controller: cannot run %s: %s\n", bin,
+                strerror(errno));
+        _exit(127);
+    }
+    if (pid < 0) {
+        return -1;
+    }
+    deadline = kvf_time_deadline_ns(20 * KVF_NSEC_PER_SEC);
+    while ((f = fopen(port_file, "r")) == NULL) {
+        int st;
+
+        if (kvf_time_expired(deadline) || (waitpid(pid, &st, WNOHANG) != 0)) {
+            fprintf(stderr, "kvf-bench controller: controller did not "
+                            "start\n");
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            return -1;
+        }
+        kvf_bench_ctl_pause();
+    }
+    if (fgets(addr, (int)addr_len, f) == NULL) {
+        addr[0] = '\0';
+    }
+    addr[strcspn(addr, "\n")] = '\0';
+    fclose(f);
+    unlink(port_file);
+    return pid;
+}
+
+static int kvf_bench_ctl_parse(int argc, char **argv, kvf_bench_ctl_opts_t *o)
+{
+    int i;
+
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = (i + 1 < argc) ? argv[i + 1] : NULL;
+
+        if ((strcmp(a, "--help") == 0) || (strcmp(a, "-h") == 0)) {
+            kvf_bench_ctl_usage(stdout);
+            exit(0);
+        } else if (strcmp(a, "--no-redis") == 0) {
+            o->is_redis = false;
+        } else if (v == NULL) {
+            fprintf(stderr, "kvf-bench controller: %s needs a value\n", a);
+            return -1;
+        } else if (strcmp(a, "--keys") == 0) {
+            o->keys = strtoull(v, NULL, 10);
+            i++;
+        } else if (strcmp(a, "--batch") == 0) {
+            o->batch = (uint32_t)strtoul(v, NULL, 10);
+            i++;
+        } else if (strcmp(a, "--clients") == 0) {
+            o->clients = (uint32_t)strtoul(v, NULL, 10);
+            i++;
+        } else if (strcmp(a, "--depth") == 0) {
+            o->depth = (uint32_t)strtoul(v, NULL, 10);
+            i++;
+        } else if (strcmp(a, "--seconds") == 0) {
+            o->seconds = strtod(v, NULL);
+            i++;
+        } else if (strcmp(a, "--controller") == 0) {
+            o->controller = v;
+            i++;
+        } else {
+            fprintf(stderr, "kvf-bench controller: unknown option '%s'\n", a);
+            return -1;
+        }
+    }
+    if ((o->keys == 0) || (o->batch == 0) || (o->batch > 65536) ||
+        (o->clients == 0) || (o->clients > 1024) || (o->depth == 0) ||
+        (o->depth > 512) || (o->seconds <= 0) ||
+        (o->keys < (uint64_t)o->clients * o->batch)) {
+        fprintf(stderr, "kvf-bench controller: bad option values (keys >= "
+                        "clients*batch, batch 1..65536, depth 1..512)\n");
+        return -1;
+    }
+    return 0;
+}
+
 int kvf_bench_controller_main(int argc, char **argv)
 {
-    fprintf(stderr, "kvf-bench controller: not built yet in this version\n");
-    return 2;
+    kvf_bench_ctl_opts_t o     = {.keys     = 1000000,
+                                  .batch    = 64,
+                                  .clients  = 4,
+                                  .depth    = 16,
+                                  .seconds  = 2,
+                                  .is_redis = true};
+    kvf_bench_ctl_client_t *cs = NULL;
+    char addr[128], name[32];
+    pid_t pid = -1;
+    uint32_t i;
+    int rc = 1;
+
+    if (kvf_bench_ctl_parse(argc, argv, &o) != 0) {
+        kvf_bench_ctl_usage(stderr);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    if (o.controller != NULL) {
+        snprintf(addr, sizeof(addr), "%s", o.controller);
+    } else {
+        pid = kvf_bench_ctl_spawn(&o, addr, sizeof(addr));
+        if (pid < 0) {
+            return 1;
+        }
+    }
+    cs = calloc(o.clients, sizeof(*cs));
+    if (cs == NULL) {
+        goto out;
+    }
+    for (i = 0; i < o.clients; i++) {
+        Kvf__Register reg;
+        kvf_frame_t frame;
+
+        cs[i].opts  = &o;
+        cs[i].addr  = addr;
+        cs[i].index = i;
+        if (kvf_ctlconn_create(addr, KVF__PEER_KIND__PEER_AGENT, "bench",
+                               KVF_PROTOCOL_VERSION, 30000, &cs[i].conn,
+                               cs[i].err, sizeof(cs[i].err)) != KVF_OK) {
+            fprintf(stderr, "kvf-bench controller: %s\n", cs[i].err);
+            goto out;
+        }
+        snprintf(name, sizeof(name), "bench-%d-%u", (int)getpid(), i);
+        kvf__register__init(&reg);
+        reg.request_id  = 1;
+        reg.name        = name;
+        reg.incarnation = 1;
+        if ((kvf_ctlconn_call(cs[i].conn, KVF_MSG_REGISTER, &reg.base,
+                              &frame) != KVF_OK) ||
+            (frame.type != KVF_MSG_REGISTER_REPLY) ||
+            (((Kvf__RegisterReply *)frame.msg)->status != KVF_OK)) {
+            fprintf(stderr, "kvf-bench controller: register failed\n");
+            kvf_frame_release(&frame, NULL);
+            goto out;
+        }
+        cs[i].node_id = ((Kvf__RegisterReply *)frame.msg)->node_id;
+        kvf_frame_release(&frame, NULL);
+    }
+    if ((kvf_bench_ctl_phase(cs, &o, 0, o.depth, "admit", pid) != 0) ||
+        (kvf_bench_ctl_phase(cs, &o, 1, o.depth, "lookup", pid) != 0) ||
+        (kvf_bench_ctl_phase(cs, &o, 1, 1, "lookup_rtt", pid) != 0)) {
+        goto out;
+    }
+    if (o.is_redis) {
+        kvf_bench_ctl_redis();
+    }
+    rc = 0;
+out:
+    for (i = 0; (cs != NULL) && (i < o.clients); i++) {
+        kvf_ctlconn_destroy(cs[i].conn);
+        free(cs[i].lat_ns);
+    }
+    free(cs);
+    if (pid > 0) {
+        int st = 0;
+
+        kill(pid, SIGTERM);
+        waitpid(pid, &st, 0);
+        if (!WIFEXITED(st) || (WEXITSTATUS(st) != 0)) {
+            fprintf(stderr,
+                    "kvf-bench controller: controller exit status "
+                    "%d\n",
+                    st);
+        }
+    }
+    return rc;
 }
