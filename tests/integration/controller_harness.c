@@ -139,7 +139,7 @@ static void kvf_th_register_frame(kvf_ctlconn_t *conn, const char *name,
 {
     Kvf__Register reg;
     char name_buf[64], ctrl[] = "127.0.0.1:1", data[] = "127.0.0.1:2";
-    char inst[] = "inst0";
+    char inst[]       = "inst0";
     uint8_t worker[4] = {0xde, 0xad, 0xbe, 0xef};
 
     snprintf(name_buf, sizeof(name_buf), "%s", name);
@@ -207,8 +207,7 @@ void kvf_th_keys(uint8_t *buf, size_t n, uint64_t base)
 }
 
 int kvf_th_batch(kvf_ctlconn_t *conn, uint16_t type, uint32_t node,
-                 uint64_t inc, uint64_t seq, uint64_t base, size_t n,
-                 bool last)
+                 uint64_t inc, uint64_t seq, uint64_t base, size_t n, bool last)
 {
     uint8_t *keys = malloc(n * KVF_KEY_WIRE_SIZE + 1);
     kvf_frame_t frame;

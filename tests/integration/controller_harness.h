@@ -66,7 +66,7 @@ void kvf_th_node_state(kvf_ctlconn_t *conn, uint32_t node, char *state,
 
 /* Runs a shell command; captures stdout+stderr; returns its exit code. */
 int kvf_th_run(char *out, size_t out_len, const char *fmt, ...)
-        __attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 /* Path of a built executable (KVF_BUILD_ROOT/rel), static buffer. */
 const char *kvf_th_build_path(const char *rel);

@@ -46,7 +46,7 @@ static void stats_of(kvf_ctlconn_t *conn, Kvf__StatsReply *out)
     cr_assert_eq(kvf_ctlconn_call(conn, KVF_MSG_STATS, &req.base, &frame),
                  KVF_OK);
     cr_assert_eq(frame.type, KVF_MSG_STATS_REPLY);
-    *out = *(Kvf__StatsReply *)frame.msg;
+    *out         = *(Kvf__StatsReply *)frame.msg;
     out->message = NULL;
     kvf_frame_release(&frame, NULL);
 }
@@ -66,10 +66,8 @@ Test(controller, register_admit_lookup_heartbeat)
     cr_assert_not(rec);
     nb = kvf_th_register(b, "node-b", 1, NULL);
     cr_assert_neq(na, nb);
-    cr_assert_eq(kvf_th_batch(a, KVF_MSG_ADMIT, na, 1, 1, 0, 6, false),
-                 KVF_OK);
-    cr_assert_eq(kvf_th_batch(b, KVF_MSG_ADMIT, nb, 1, 1, 4, 6, false),
-                 KVF_OK);
+    cr_assert_eq(kvf_th_batch(a, KVF_MSG_ADMIT, na, 1, 1, 0, 6, false), KVF_OK);
+    cr_assert_eq(kvf_th_batch(b, KVF_MSG_ADMIT, nb, 1, 1, 4, 6, false), KVF_OK);
     /* prefix 0..9 assembled from two holders */
     cr_assert_eq(kvf_th_lookup(a, 0, 0, 10, holders, &rec), 10);
     cr_assert_not(rec);
@@ -80,8 +78,7 @@ Test(controller, register_admit_lookup_heartbeat)
     /* requester preferred */
     cr_assert_eq(kvf_th_lookup(b, nb, 4, 2, holders, NULL), 2);
     cr_assert_eq(holders[0], nb);
-    cr_assert_eq(kvf_th_batch(a, KVF_MSG_EVICT, na, 1, 2, 2, 1, false),
-                 KVF_OK);
+    cr_assert_eq(kvf_th_batch(a, KVF_MSG_EVICT, na, 1, 2, 2, 1, false), KVF_OK);
     cr_assert_eq(kvf_th_lookup(a, 0, 0, 10, NULL, NULL), 2);
     kvf_th_heartbeat(a, na, 1, 2, &frame);
     cr_assert_eq(frame.type, KVF_MSG_HEARTBEAT_REPLY);
@@ -105,8 +102,7 @@ Test(controller, tp_group_lookup_takes_the_shortest_rank)
     a  = kvf_th_connect(&g_ctl, KVF__PEER_KIND__PEER_AGENT);
     na = kvf_th_register(a, "rank0", 1, NULL);
     /* rank 0 chain: 0..3 (all held); rank 1 chain: 100..103 (2 held) */
-    cr_assert_eq(kvf_th_batch(a, KVF_MSG_ADMIT, na, 1, 1, 0, 4, false),
-                 KVF_OK);
+    cr_assert_eq(kvf_th_batch(a, KVF_MSG_ADMIT, na, 1, 1, 0, 4, false), KVF_OK);
     cr_assert_eq(kvf_th_batch(a, KVF_MSG_ADMIT, na, 1, 2, 100, 2, false),
                  KVF_OK);
     kvf_th_keys(keys, 4, 0);
@@ -132,8 +128,7 @@ Test(controller, tp_group_lookup_takes_the_shortest_rank)
 
 Test(controller, lease_expiry_purges_holdings)
 {
-    const char *args[] = {"--lease", "300ms", "--recovery-window", "0",
-                          NULL};
+    const char *args[] = {"--lease", "1s", "--recovery-window", "0", NULL};
     kvf_ctlconn_t *a, *b;
     uint32_t na, nb;
     uint64_t deadline;
@@ -179,8 +174,7 @@ Test(controller, deregister_and_new_incarnation_fence)
     kvf_th_ctl_start(&g_ctl, args);
     a  = kvf_th_connect(&g_ctl, KVF__PEER_KIND__PEER_AGENT);
     n1 = kvf_th_register(a, "agent", 5, NULL);
-    cr_assert_eq(kvf_th_batch(a, KVF_MSG_ADMIT, n1, 5, 1, 0, 3, false),
-                 KVF_OK);
+    cr_assert_eq(kvf_th_batch(a, KVF_MSG_ADMIT, n1, 5, 1, 0, 3, false), KVF_OK);
     cr_assert_eq(kvf_th_register_status(a, "agent", 4), KVF_ERR_STALE);
     cr_assert_eq(kvf_th_register_status(a, "agent", 5), KVF_ERR_EXISTS);
     n2 = kvf_th_register(a, "agent", 6, NULL);
@@ -217,8 +211,7 @@ Test(controller, seq_gap_asks_for_resync)
     kvf_th_ctl_start(&g_ctl, args);
     a  = kvf_th_connect(&g_ctl, KVF__PEER_KIND__PEER_AGENT);
     na = kvf_th_register(a, "gappy", 1, NULL);
-    cr_assert_eq(kvf_th_batch(a, KVF_MSG_ADMIT, na, 1, 1, 0, 5, false),
-                 KVF_OK);
+    cr_assert_eq(kvf_th_batch(a, KVF_MSG_ADMIT, na, 1, 1, 0, 5, false), KVF_OK);
     cr_assert_eq(kvf_th_batch(a, KVF_MSG_ADMIT, na, 1, 3, 100, 5, false),
                  KVF_OK); /* seq 2 lost */
     kvf_th_heartbeat(a, na, 1, 3, &frame);
@@ -310,24 +303,21 @@ Test(controller, admin_commands_reach_agents_in_heartbeat_reply)
     a   = kvf_th_connect(&g_ctl, KVF__PEER_KIND__PEER_AGENT);
     adm = kvf_th_connect(&g_ctl, KVF__PEER_KIND__PEER_ADMIN);
     na  = kvf_th_register(a, "a", 1, NULL);
-    cr_assert_eq(kvf_th_batch(a, KVF_MSG_ADMIT, na, 1, 1, 0, 2, false),
-                 KVF_OK);
+    cr_assert_eq(kvf_th_batch(a, KVF_MSG_ADMIT, na, 1, 1, 0, 2, false), KVF_OK);
     kvf_th_keys(keys, 2, 0);
     kvf__admin_command__init(&ac);
     ac.request_id = 5;
     ac.type       = KVF__COMMAND_TYPE__COMMAND_PIN;
     ac.keys.data  = keys;
     ac.keys.len   = sizeof(keys);
-    cr_assert_eq(kvf_ctlconn_call(adm, KVF_MSG_ADMIN_COMMAND, &ac.base,
-                                  &frame),
+    cr_assert_eq(kvf_ctlconn_call(adm, KVF_MSG_ADMIN_COMMAND, &ac.base, &frame),
                  KVF_OK);
     cr_assert_eq(status_of(&frame), KVF_OK);
     kvf_frame_release(&frame, NULL);
     ac.type      = KVF__COMMAND_TYPE__COMMAND_DRAIN;
     ac.keys.len  = 0;
     ac.node_name = (char *)(uintptr_t) "a";
-    cr_assert_eq(kvf_ctlconn_call(adm, KVF_MSG_ADMIN_COMMAND, &ac.base,
-                                  &frame),
+    cr_assert_eq(kvf_ctlconn_call(adm, KVF_MSG_ADMIN_COMMAND, &ac.base, &frame),
                  KVF_OK);
     cr_assert_eq(status_of(&frame), KVF_OK);
     kvf_frame_release(&frame, NULL);
@@ -349,8 +339,7 @@ Test(controller, admin_commands_reach_agents_in_heartbeat_reply)
     /* unknown node */
     ac.type      = KVF__COMMAND_TYPE__COMMAND_CLEAR;
     ac.node_name = (char *)(uintptr_t) "nope";
-    cr_assert_eq(kvf_ctlconn_call(adm, KVF_MSG_ADMIN_COMMAND, &ac.base,
-                                  &frame),
+    cr_assert_eq(kvf_ctlconn_call(adm, KVF_MSG_ADMIN_COMMAND, &ac.base, &frame),
                  KVF_OK);
     cr_assert_eq(status_of(&frame), KVF_ERR_NOT_FOUND);
     kvf_frame_release(&frame, NULL);
@@ -368,20 +357,19 @@ Test(controller, version_mismatch_is_refused)
     cr_assert_eq(kvf_ctlconn_create(g_ctl.addr, KVF__PEER_KIND__PEER_AGENT,
                                     "old", 99, 5000, &conn, err, sizeof(err)),
                  KVF_ERR_VERSION);
-    cr_assert_not_null(strstr(err, "protocol version 99 not supported"),
-                       "%s", err);
+    cr_assert_not_null(strstr(err, "protocol version 99 not supported"), "%s",
+                       err);
     stop_clean();
 }
 
 Test(controller, bad_input_is_answered_and_counted)
 {
-    const char *args[] = {"--recovery-window", "0", "--max-frame", "64K",
-                          NULL};
+    const char *args[] = {"--recovery-window", "0", "--max-frame", "64K", NULL};
     kvf_ctlconn_t *a, *raw, *adm;
     kvf_frame_t frame;
     Kvf__StatsReply st;
     Kvf__Lookup lk;
-    uint8_t odd[25] = {0};
+    uint8_t odd[25]     = {0};
     uint8_t garbage[16] = {4, 0, 0, 0, 10, 0, 0, 0, 0xff, 0xff, 0xff, 0xff};
     uint8_t huge[8]     = {0, 0, 0, 0x10, 23, 0, 0, 0};
     uint32_t na;
@@ -390,8 +378,7 @@ Test(controller, bad_input_is_answered_and_counted)
     a   = kvf_th_connect(&g_ctl, KVF__PEER_KIND__PEER_AGENT);
     adm = kvf_th_connect(&g_ctl, KVF__PEER_KIND__PEER_ADMIN);
     na  = kvf_th_register(a, "victim", 1, NULL);
-    cr_assert_eq(kvf_th_batch(a, KVF_MSG_ADMIT, na, 1, 1, 0, 4, false),
-                 KVF_OK);
+    cr_assert_eq(kvf_th_batch(a, KVF_MSG_ADMIT, na, 1, 1, 0, 4, false), KVF_OK);
 
     /* keys of the wrong length: error reply, connection stays */
     kvf__lookup__init(&lk);
@@ -471,7 +458,7 @@ Test(controller, flood_from_one_connection_does_not_block_others)
         kvf_status_t s;
 
         lk.request_id = (uint64_t)i;
-        s = kvf_ctlconn_send(flood, KVF_MSG_LOOKUP, &lk.base);
+        s             = kvf_ctlconn_send(flood, KVF_MSG_LOOKUP, &lk.base);
         if (s != KVF_OK) {
             cr_assert_eq(s, KVF_ERR_TIMEOUT);
             break;

@@ -38,16 +38,15 @@ Test(kvfctl, commands_tables_and_json)
     kvf_ctlconn_t *a;
     uint32_t na;
     char key0[KVF_KEY_STR_SIZE], key9[KVF_KEY_STR_SIZE];
-    kvf_key_t k0 = {.ns = 1, .hi = 7, .lo = 0}, k9 = {.ns = 1, .hi = 7,
-                                                      .lo = 9};
+    kvf_key_t k0 = {.ns = 1, .hi = 7, .lo = 0},
+              k9 = {.ns = 1, .hi = 7, .lo = 9};
     const char *ctl;
 
     kvf_th_ctl_start(&g_ctl, args);
     ctl = kvfctl_path();
     a   = kvf_th_connect(&g_ctl, KVF__PEER_KIND__PEER_AGENT);
     na  = kvf_th_register(a, "gpu0", 1, NULL);
-    cr_assert_eq(kvf_th_batch(a, KVF_MSG_ADMIT, na, 1, 1, 0, 3, false),
-                 KVF_OK);
+    cr_assert_eq(kvf_th_batch(a, KVF_MSG_ADMIT, na, 1, 1, 0, 3, false), KVF_OK);
     kvf_key_format(&k0, key0);
     kvf_key_format(&k9, key9);
 
@@ -68,8 +67,8 @@ Test(kvfctl, commands_tables_and_json)
     cr_assert_eq(KVFCTL("stats 2>&1", ctl, g_ctl.addr), 0);
     cr_assert_not_null(strstr(g_out, "recovering"), "%s", g_out);
 
-    cr_assert_eq(KVFCTL("lookup %s %s 2>&1", ctl, g_ctl.addr, key0, key9),
-                 0, "%s", g_out);
+    cr_assert_eq(KVFCTL("lookup %s %s 2>&1", ctl, g_ctl.addr, key0, key9), 0,
+                 "%s", g_out);
     cr_assert_not_null(strstr(g_out, "hit 1 of 2"), "%s", g_out);
     cr_assert_eq(KVFCTL("--json lookup %s 2>&1", ctl, g_ctl.addr, key0), 0);
     cr_assert_not_null(strstr(g_out, "\"hit_chunks\":1"), "%s", g_out);
@@ -80,8 +79,7 @@ Test(kvfctl, commands_tables_and_json)
     cr_assert_eq(KVFCTL("tree --json 2>&1", ctl, g_ctl.addr), 0);
     cr_assert_not_null(strstr(g_out, "\"holdings\":3"), "%s", g_out);
 
-    cr_assert_eq(KVFCTL("pin %s 2>&1", ctl, g_ctl.addr, key0), 0, "%s",
-                 g_out);
+    cr_assert_eq(KVFCTL("pin %s 2>&1", ctl, g_ctl.addr, key0), 0, "%s", g_out);
     cr_assert_not_null(strstr(g_out, "ok: queued for 1 node"), "%s", g_out);
     cr_assert_eq(KVFCTL("unpin %s --json 2>&1", ctl, g_ctl.addr, key0), 0);
     cr_assert_not_null(strstr(g_out, "{\"ok\":true"), "%s", g_out);
@@ -112,27 +110,27 @@ Test(kvfctl, unreachable_controller)
     cr_assert_not_null(strstr(g_out, "kvfctl: cannot connect to controller "
                                      "127.0.0.1:1"),
                        "%s", g_out);
-    cr_assert_eq(strchr(g_out, '\n'), g_out + strlen(g_out) - 1,
-                 "one line: %s", g_out);
+    cr_assert_eq(strchr(g_out, '\n'), g_out + strlen(g_out) - 1, "one line: %s",
+                 g_out);
 }
 
 Test(kvfctl, http_endpoints)
 {
     kvf_th_ctl_start(&g_ctl, NULL);
-    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
-                            "curl -sf http://%s/healthz", g_ctl.http),
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out), "curl -sf http://%s/healthz",
+                            g_ctl.http),
                  0);
     cr_assert_str_eq(g_out, "ok\n");
-    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
-                            "curl -sf http://%s/v1/stats", g_ctl.http),
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out), "curl -sf http://%s/v1/stats",
+                            g_ctl.http),
                  0);
     cr_assert_not_null(strstr(g_out, "\"recovering\":true"), "%s", g_out);
-    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
-                            "curl -sf http://%s/v1/nodes", g_ctl.http),
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out), "curl -sf http://%s/v1/nodes",
+                            g_ctl.http),
                  0);
     cr_assert_str_eq(g_out, "{\"nodes\":[]}\n");
-    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
-                            "curl -sf http://%s/metrics", g_ctl.http),
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out), "curl -sf http://%s/metrics",
+                            g_ctl.http),
                  0);
     cr_assert_not_null(strstr(g_out, "kvf_controller_nodes{state=\"alive\"} "
                                      "0"),
