@@ -89,6 +89,13 @@ kvf_status_t kvf_ctlconn_queue(kvf_ctlconn_t *conn, uint16_t type,
     return kvf_frame_encode(conn->out, type, 0, msg, KVF_FRAME_MAX_LIMIT);
 }
 
+kvf_status_t kvf_ctlconn_queue_raw(kvf_ctlconn_t *conn, const void *data,
+                                   size_t len)
+{
+    return (evbuffer_add(conn->out, data, len) == 0) ? KVF_OK
+                                                     : KVF_ERR_NO_MEMORY;
+}
+
 kvf_status_t kvf_ctlconn_send_raw(kvf_ctlconn_t *conn, const void *data,
                                   size_t len)
 {
@@ -126,6 +133,12 @@ kvf_status_t kvf_ctlconn_recv(kvf_ctlconn_t *conn, kvf_frame_t *frame_p)
             return status;
         }
     }
+}
+
+kvf_status_t kvf_ctlconn_recv_buffered(kvf_ctlconn_t *conn,
+                                       kvf_frame_t *frame_p)
+{
+    return kvf_frame_decode(conn->in, KVF_FRAME_MAX_LIMIT, NULL, frame_p);
 }
 
 kvf_status_t kvf_ctlconn_call(kvf_ctlconn_t *conn, uint16_t type,

@@ -45,6 +45,10 @@ kvf_status_t kvf_ctlconn_send(kvf_ctlconn_t *conn, uint16_t type,
 kvf_status_t kvf_ctlconn_queue(kvf_ctlconn_t *conn, uint16_t type,
                                const ProtobufCMessage *msg);
 
+/* Queues bytes already framed (kvf_frame_pack()); then flush. */
+kvf_status_t kvf_ctlconn_queue_raw(kvf_ctlconn_t *conn, const void *data,
+                                   size_t len);
+
 /* Writes everything queued (bounded by the timeout). */
 kvf_status_t kvf_ctlconn_flush(kvf_ctlconn_t *conn);
 
@@ -55,6 +59,11 @@ kvf_status_t kvf_ctlconn_send_raw(kvf_ctlconn_t *conn, const void *data,
 /* Receives one frame: KVF_ERR_CLOSED on EOF, KVF_ERR_TIMEOUT,
  * KVF_ERR_PROTO for a bad frame. */
 kvf_status_t kvf_ctlconn_recv(kvf_ctlconn_t *conn, kvf_frame_t *frame_p);
+
+/* A frame already received and buffered; KVF_INPROGRESS when none (never
+ * blocks). */
+kvf_status_t kvf_ctlconn_recv_buffered(kvf_ctlconn_t *conn,
+                                       kvf_frame_t *frame_p);
 
 /* send + recv. */
 kvf_status_t kvf_ctlconn_call(kvf_ctlconn_t *conn, uint16_t type,

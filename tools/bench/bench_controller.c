@@ -148,19 +148,26 @@ static int kvf_bench_ctl_admit(kvf_bench_ctl_client_t *c)
         if (st == KVF_OK) {
             st = kvf_ctlconn_recv(c->conn, &frame);
         }
-        if ((st != KVF_OK) || (frame.type != KVF_MSG_STATUS) ||
-            (((Kvf__Status *)frame.msg)->status != KVF_OK)) {
+        /* then every reply already buffered, before the next write */
+        while (st == KVF_OK) {
+            if ((frame.type != KVF_MSG_STATUS) ||
+                (((Kvf__Status *)frame.msg)->status != KVF_OK)) {
+                break;
+            }
+            kvf_bench_ctl_lat(
+                c, kvf_time_now_ns() -
+                       ring[((Kvf__Status *)frame.msg)->request_id % 1024]);
+            kvf_frame_release(&frame, NULL);
+            inflight--;
+            st = kvf_ctlconn_recv_buffered(c->conn, &frame);
+        }
+        if (st != KVF_INPROGRESS) {
             snprintf(c->err, sizeof(c->err), "admit reply: %s",
                      (st != KVF_OK) ? kvf_strerror(st) : "error status");
             kvf_frame_release(&frame, NULL);
             free(buf);
             return -1;
         }
-        kvf_bench_ctl_lat(
-            c, kvf_time_now_ns() -
-                   ring[((Kvf__Status *)frame.msg)->request_id % 1024]);
-        kvf_frame_release(&frame, NULL);
-        inflight--;
     }
     c->keys_done = share;
     free(buf);
@@ -168,75 +175,100 @@ static int kvf_bench_ctl_admit(kvf_bench_ctl_client_t *c)
 }
 
 /* Ordered-chain lookups of batch keys from random offsets for S seconds. */
+#define KVF_BENCH_CTL_POOL 256 /* pre-encoded lookups per client */
+
+/*
+ * Ordered-chain lookups of batch keys from random offsets for S seconds.
+ * Requests are encoded before the clock starts (as redis-benchmark does) so
+ * the clients, which share the machine with the controller, spend little
+ * CPU; replies come back in order, so a FIFO of send times gives latency.
+ */
 static int kvf_bench_ctl_lookup(kvf_bench_ctl_client_t *c)
 {
     const kvf_bench_ctl_opts_t *o = c->opts;
-    uint64_t share = o->keys / o->clients, seq = 0, done = 0;
-    uint64_t deadline = kvf_time_now_ns() + (uint64_t)(o->seconds * 1e9);
+    uint64_t share = o->keys / o->clients, sent = 0, recvd = 0, done = 0;
+    uint64_t deadline;
     uint64_t ring[1024];
-    uint32_t inflight = 0, owner;
-    uint8_t *buf      = malloc((size_t)o->batch * KVF_KEY_WIRE_SIZE);
-    unsigned seed     = 12345u + c->index;
+    size_t frame_len =
+        KVF_FRAME_HDR_SIZE + 16 + (size_t)o->batch * KVF_KEY_WIRE_SIZE;
+    uint8_t *keys = malloc((size_t)o->batch * KVF_KEY_WIRE_SIZE);
+    uint8_t *pool = malloc(KVF_BENCH_CTL_POOL * frame_len);
+    size_t lens[KVF_BENCH_CTL_POOL];
+    unsigned seed = 12345u + c->index;
     Kvf__Lookup lk;
     kvf_frame_t frame = {0};
-    kvf_status_t st;
-    bool is_open = true;
+    kvf_status_t st   = KVF_OK;
+    bool is_open      = true;
+    uint32_t i;
+    int rc = -1;
 
-    if (buf == NULL) {
-        return -1;
+    if ((keys == NULL) || (pool == NULL)) {
+        goto out;
     }
     kvf__lookup__init(&lk);
-    while (is_open || (inflight > 0)) {
-        while (is_open && (inflight < c->depth)) {
-            uint64_t first;
+    for (i = 0; i < KVF_BENCH_CTL_POOL; i++) {
+        uint32_t owner = (uint32_t)rand_r(&seed) % o->clients;
+        uint64_t first = (share > o->batch)
+                             ? (uint64_t)rand_r(&seed) % (share - o->batch)
+                             : 0;
 
-            owner = (uint32_t)rand_r(&seed) % o->clients;
-            first = (share > o->batch)
-                        ? (uint64_t)rand_r(&seed) % (share - o->batch)
-                        : 0;
-            kvf_bench_ctl_keys(buf, owner, first, o->batch);
-            lk.request_id    = ++seq;
-            lk.keys.data     = buf;
-            lk.keys.len      = (size_t)o->batch * KVF_KEY_WIRE_SIZE;
-            ring[seq % 1024] = kvf_time_now_ns();
-            st = kvf_ctlconn_queue(c->conn, KVF_MSG_LOOKUP, &lk.base);
-            if (st != KVF_OK) {
-                snprintf(c->err, sizeof(c->err), "lookup send: %s",
-                         kvf_strerror(st));
-                free(buf);
-                return -1;
-            }
-            inflight++;
+        kvf_bench_ctl_keys(keys, owner, first, o->batch);
+        lk.request_id = i + 1;
+        lk.keys.data  = keys;
+        lk.keys.len   = (size_t)o->batch * KVF_KEY_WIRE_SIZE;
+        if (kvf_frame_pack(pool + i * frame_len, frame_len, KVF_MSG_LOOKUP, 0,
+                           &lk.base, KVF_FRAME_MAX_LIMIT, &lens[i]) != KVF_OK) {
+            snprintf(c->err, sizeof(c->err), "cannot encode a lookup");
+            goto out;
         }
-        st = kvf_ctlconn_flush(c->conn);
+    }
+    deadline = kvf_time_now_ns() + (uint64_t)(o->seconds * 1e9);
+    while (is_open || (sent > recvd)) {
+        while (is_open && (sent - recvd < c->depth)) {
+            uint32_t k = (uint32_t)(sent % KVF_BENCH_CTL_POOL);
+
+            ring[sent % 1024] = kvf_time_now_ns();
+            st = kvf_ctlconn_queue_raw(c->conn, pool + k * frame_len, lens[k]);
+            if (st != KVF_OK) {
+                break;
+            }
+            sent++;
+        }
+        if (st == KVF_OK) {
+            st = kvf_ctlconn_flush(c->conn);
+        }
         if (st == KVF_OK) {
             st = kvf_ctlconn_recv(c->conn, &frame);
         }
-        if ((st != KVF_OK) || (frame.type != KVF_MSG_LOOKUP_REPLY)) {
+        /* then every reply already buffered, before the next write */
+        while ((st == KVF_OK) && (frame.type == KVF_MSG_LOOKUP_REPLY)) {
+            Kvf__LookupReply *rep = (Kvf__LookupReply *)frame.msg;
+
+            kvf_bench_ctl_lat(c, kvf_time_now_ns() - ring[recvd % 1024]);
+            c->misses += o->batch - rep->hit_chunks;
+            kvf_frame_release(&frame, NULL);
+            recvd++;
+            done += o->batch;
+            st = kvf_ctlconn_recv_buffered(c->conn, &frame);
+        }
+        if (st != KVF_INPROGRESS) {
             snprintf(c->err, sizeof(c->err), "lookup reply: %s",
                      (st != KVF_OK) ? kvf_strerror(st)
                                     : kvf_msg_type_name(frame.type));
             kvf_frame_release(&frame, NULL);
-            free(buf);
-            return -1;
+            goto out;
         }
-        {
-            Kvf__LookupReply *rep = (Kvf__LookupReply *)frame.msg;
-
-            kvf_bench_ctl_lat(c,
-                              kvf_time_now_ns() - ring[rep->request_id % 1024]);
-            c->misses += o->batch - rep->hit_chunks;
-        }
-        kvf_frame_release(&frame, NULL);
-        inflight--;
-        done += o->batch;
+        st = KVF_OK;
         if (is_open && (kvf_time_now_ns() >= deadline)) {
             is_open = false;
         }
     }
     c->keys_done = done;
-    free(buf);
-    return 0;
+    rc           = 0;
+out:
+    free(pool);
+    free(keys);
+    return rc;
 }
 
 static void *kvf_bench_ctl_client_main(void *arg)
