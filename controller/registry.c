@@ -662,6 +662,8 @@ kvf_status_t kvf_registry_lookup(kvf_registry_t *reg, const uint8_t *keys,
         kvf_registry_key_load(keys + i * KVF_KEY_WIRE_SIZE, &key);
         reg->pos[i] = kvf_registry_hash(&key) & reg->mask;
         __builtin_prefetch(&reg->table[reg->pos[i]]);
+        /* a collision continues into the next entry: maybe the next line */
+        __builtin_prefetch(&reg->table[(reg->pos[i] + 1) & reg->mask]);
     }
     for (i = 0; i < n; i++) {
         kvf_registry_key_load(keys + i * KVF_KEY_WIRE_SIZE, &key);
