@@ -13,7 +13,10 @@
 #define KVF_REGISTRY_SLOT_MASK 0x0fffu /* holder bits of h[k] */
 #define KVF_REGISTRY_MORE      0x8000u /* h[0]: other entries of this key */
 #define KVF_REGISTRY_MIN_CAP   1024u
-#define KVF_REGISTRY_SCRATCH_C 8u /* holders kept per key during a lookup */
+#define KVF_REGISTRY_SCRATCH_C 8u
+#define KVF_REGISTRY_PREFETCH \
+    16u /* keys resolved ahead in a lookup */ /* holders kept per key during a \
+                                                 lookup */
 
 /* 32 bytes: key plus four holder slots (0 = none). All-zero holders: empty;
  * h[0] == KVF_REGISTRY_TOMB: tombstone. KVF_REGISTRY_MORE in h[0] says the
@@ -644,6 +647,15 @@ static inline unsigned kvf_registry_collect(const kvf_registry_t *reg,
     }
 }
 
+/* A collision continues into the next entry, half the time in the next
+ * cache line: fetch both. */
+static inline void kvf_registry_prefetch(const kvf_registry_t *reg,
+                                         uint64_t pos)
+{
+    __builtin_prefetch(&reg->table[pos]);
+    __builtin_prefetch(&reg->table[(pos + 1) & reg->mask]);
+}
+
 kvf_status_t kvf_registry_lookup(kvf_registry_t *reg, const uint8_t *keys,
                                  size_t n, uint16_t requester, bool any_order,
                                  uint16_t *slots_out, size_t *hit_p)
@@ -657,15 +669,19 @@ kvf_status_t kvf_registry_lookup(kvf_registry_t *reg, const uint8_t *keys,
     if (n > reg->max_batch) {
         return KVF_ERR_TOO_BIG;
     }
-    /* hash everything and prefetch first: the misses overlap */
+    /* hash everything first, then keep KVF_REGISTRY_PREFETCH keys' entries
+     * in flight ahead of the key being resolved: the misses overlap */
     for (i = 0; i < n; i++) {
         kvf_registry_key_load(keys + i * KVF_KEY_WIRE_SIZE, &key);
         reg->pos[i] = kvf_registry_hash(&key) & reg->mask;
-        __builtin_prefetch(&reg->table[reg->pos[i]]);
-        /* a collision continues into the next entry: maybe the next line */
-        __builtin_prefetch(&reg->table[(reg->pos[i] + 1) & reg->mask]);
+        if (i < KVF_REGISTRY_PREFETCH) {
+            kvf_registry_prefetch(reg, reg->pos[i]);
+        }
     }
     for (i = 0; i < n; i++) {
+        if ((i + KVF_REGISTRY_PREFETCH) < n) {
+            kvf_registry_prefetch(reg, reg->pos[i + KVF_REGISTRY_PREFETCH]);
+        }
         kvf_registry_key_load(keys + i * KVF_KEY_WIRE_SIZE, &key);
         reg->ncand[i] = (uint8_t)kvf_registry_collect(
             reg, &key, requester, reg->pos[i], &reg->cand[i * C]);

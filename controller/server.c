@@ -59,18 +59,43 @@ static void kvf_conn_destroy(kvf_conn_t *conn)
     free(conn);
 }
 
+/*
+ * Writes the replies right after a batch of requests. EV_WRITE stays
+ * disabled while the socket takes everything (the common case), so adding
+ * replies does not make libevent arm and disarm a write event per loop turn
+ * (two epoll_ctl calls); it is enabled only for what the socket refused.
+ */
+static void kvf_conn_flush(kvf_conn_t *conn)
+{
+    struct evbuffer *out = bufferevent_get_output(conn->bev);
+
+    if ((evbuffer_get_length(out) == 0) ||
+        (bufferevent_get_enabled(conn->bev) & EV_WRITE)) {
+        return;
+    }
+    /* bufferevent_socket keeps the output's start frozen outside its own
+     * write callback; we are on the loop thread, between its callbacks.
+     * An error leaves the data queued: libevent's write then reports it. */
+    evbuffer_unfreeze(out, 1);
+    evbuffer_write(out, bufferevent_getfd(conn->bev));
+    evbuffer_freeze(out, 1);
+    if (evbuffer_get_length(out) > 0) {
+        bufferevent_enable(conn->bev, EV_WRITE);
+    }
+}
+
 static void kvf_conn_on_write(struct bufferevent *bev, void *arg)
 {
     kvf_conn_t *conn = arg;
 
+    /* the write low watermark is 0: the output is empty now */
     if (conn->is_closing) {
-        if (evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
-            kvf_debug("conn %" PRIu64 " %s: closed after error", conn->id,
-                      conn->peer);
-            kvf_conn_destroy(conn);
-        }
+        kvf_debug("conn %" PRIu64 " %s: closed after error", conn->id,
+                  conn->peer);
+        kvf_conn_destroy(conn);
         return;
     }
+    bufferevent_disable(bev, EV_WRITE);
     if (conn->is_throttled) {
         conn->is_throttled = false;
         bufferevent_enable(bev, EV_READ);
@@ -78,11 +103,12 @@ static void kvf_conn_on_write(struct bufferevent *bev, void *arg)
     }
 }
 
+/* Sends what is queued, then frees the connection (now or once written). */
 static void kvf_conn_close_after_flush(kvf_conn_t *conn)
 {
     conn->is_closing = true;
     bufferevent_disable(conn->bev, EV_READ);
-    bufferevent_setwatermark(conn->bev, EV_WRITE, 0, 0);
+    kvf_conn_flush(conn);
     if (evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0) {
         kvf_conn_destroy(conn);
     }
@@ -958,6 +984,7 @@ static void kvf_conn_on_read(struct bufferevent *bev, void *arg)
             conn->is_throttled = true;
             server->ctr.backpressure++;
             bufferevent_disable(bev, EV_READ);
+            kvf_conn_flush(conn);
             return;
         }
         t0                 = kvf_time_now_ns();
@@ -965,6 +992,7 @@ static void kvf_conn_on_read(struct bufferevent *bev, void *arg)
         status = kvf_frame_decode(in, (uint32_t)server->cfg->max_frame, &alloc,
                                   &frame);
         if (status == KVF_INPROGRESS) {
+            kvf_conn_flush(conn);
             return;
         }
         if (status != KVF_OK) {
@@ -1022,15 +1050,14 @@ static void kvf_server_on_accept(struct evconnlistener *lst, evutil_socket_t fd,
     }
     server->conns = conn;
     server->num_conns++;
-    /* write low watermark: resume a throttled reader once half drained */
-    bufferevent_setwatermark(conn->bev, EV_WRITE, server->cfg->max_output / 2,
-                             0);
+    /* low watermark 0: the write callback means "all written" */
+    bufferevent_setwatermark(conn->bev, EV_WRITE, 0, 0);
     /* big reads: fewer syscalls and fewer frames split across chunks */
     bufferevent_set_max_single_read(conn->bev, 1 << 20);
     bufferevent_set_max_single_write(conn->bev, 1 << 20);
     bufferevent_setcb(conn->bev, kvf_conn_on_read, kvf_conn_on_write,
                       kvf_conn_on_event, conn);
-    bufferevent_enable(conn->bev, EV_READ | EV_WRITE);
+    bufferevent_enable(conn->bev, EV_READ); /* EV_WRITE: kvf_conn_flush */
     kvf_debug("conn %" PRIu64 " %s: accepted", conn->id, conn->peer);
 }
 

@@ -5,7 +5,8 @@
  * kvf-controller, beside Redis pipelined MGET of 64 keys in the same run.
  *
  *   kvf-bench controller --keys N --batch B --clients C [--depth D]
- *                        [--seconds S] [--controller HOST:PORT] [--no-redis]
+ *                        [--seconds S] [--rounds R] [--controller HOST:PORT]
+ *                        [--no-redis]
  *
  * Without --controller it starts its own kvf-controller (next to this
  * binary in the build tree, or $KVF_CONTROLLER_BIN) so the controller's RSS
@@ -14,6 +15,8 @@
  * client registers a node and admits its share of the N keys), lookup
  * (ordered chains of B keys, D in flight), lookup_rtt (D = 1: the round
  * trip), and redis_mget64 when redis-server and redis-benchmark exist.
+ * lookup and redis_mget64 alternate for R rounds so both see the same
+ * machine load.
  */
 #include "tools/bench/bench.h"
 
@@ -44,6 +47,7 @@ typedef struct kvf_bench_ctl_opts {
     uint32_t clients;
     uint32_t depth;
     double seconds;
+    int rounds;
     const char *controller;
     bool is_redis;
 } kvf_bench_ctl_opts_t;
@@ -68,11 +72,11 @@ typedef struct kvf_bench_ctl_client {
 static void kvf_bench_ctl_usage(FILE *out)
 {
     fprintf(out, "usage: kvf-bench controller [--keys N] [--batch B] "
-                 "[--clients C] [--depth D] [--seconds S]\n"
+                 "[--clients C] [--depth D] [--seconds S] [--rounds R]\n"
                  "                            [--controller HOST:PORT] "
                  "[--no-redis]\n"
                  "defaults: --keys 1000000 --batch 64 --clients 4 --depth 16 "
-                 "--seconds 2\n");
+                 "--seconds 2 --rounds 3\n");
 }
 
 static void kvf_bench_ctl_keys(uint8_t *buf, uint32_t client, uint64_t first,
@@ -303,7 +307,8 @@ static uint64_t kvf_bench_ctl_pid_rss(pid_t pid)
 /* Runs one phase over all clients; prints its JSON line. */
 static int kvf_bench_ctl_phase(kvf_bench_ctl_client_t *cs,
                                const kvf_bench_ctl_opts_t *o, int phase,
-                               uint32_t depth, const char *name, pid_t pid)
+                               uint32_t depth, const char *name, int round,
+                               pid_t pid)
 {
     pthread_t *th = calloc(o->clients, sizeof(*th));
     uint64_t t0, t1, keys = 0, misses = 0, *all;
@@ -351,12 +356,12 @@ static int kvf_bench_ctl_phase(kvf_bench_ctl_client_t *cs,
         j += cs[i].num_lat;
     }
     rss = (pid > 0) ? kvf_bench_ctl_pid_rss(pid) : 0;
-    printf("{\"bench\":\"controller\",\"phase\":\"%s\",\"keys\":%" PRIu64
-           ",\"batch\":%" PRIu32 ",\"clients\":%" PRIu32 ",\"depth\":%" PRIu32
-           ",\"requests\":%zu,\"keys_per_s\":%.0f"
+    printf("{\"bench\":\"controller\",\"phase\":\"%s\",\"round\":%d,"
+           "\"keys\":%" PRIu64 ",\"batch\":%" PRIu32 ",\"clients\":%" PRIu32
+           ",\"depth\":%" PRIu32 ",\"requests\":%zu,\"keys_per_s\":%.0f"
            ",\"p50_us\":%.1f,\"p99_us\":%.1f,\"miss_keys\":%" PRIu64
            ",\"rss_bytes\":%" PRIu64 ",\"rss_bytes_per_key\":",
-           name, o->keys, o->batch, o->clients, depth, n,
+           name, round, o->keys, o->batch, o->clients, depth, n,
            (double)keys * 1e9 / (double)(t1 - t0),
            (double)kvf_bench_percentile(all, n, 50) / 1000.0,
            (double)kvf_bench_percentile(all, n, 99) / 1000.0, misses, rss);
@@ -398,22 +403,18 @@ static void kvf_bench_ctl_pause(void)
     nanosleep(&ts, NULL);
 }
 
-/* Redis pipelined MGET of 64 keys (-c 4 -P 16), as the issue defines. */
-static void kvf_bench_ctl_redis(void)
+/* Starts a private redis-server; returns its port, 0 when unavailable. */
+static uint16_t kvf_bench_ctl_redis_start(void)
 {
-    char cmd[2048], line[512];
+    char cmd[512];
     uint16_t port = kvf_bench_ctl_free_port();
     uint64_t deadline;
-    double rps = 0;
-    size_t off;
-    FILE *p;
-    int i;
 
     if ((system("command -v redis-server >/dev/null 2>&1") != 0) ||
         (system("command -v redis-benchmark >/dev/null 2>&1") != 0)) {
         fprintf(stderr, "kvf-bench controller: redis not installed; "
                         "skipping the MGET comparison\n");
-        return;
+        return 0;
     }
     snprintf(cmd, sizeof(cmd),
              "redis-server --port %u --bind 127.0.0.1 --save '' "
@@ -422,15 +423,42 @@ static void kvf_bench_ctl_redis(void)
              port, port);
     if (system(cmd) != 0) {
         fprintf(stderr, "kvf-bench controller: redis-server failed\n");
-        return;
+        return 0;
     }
     deadline = kvf_time_deadline_ns(10 * KVF_NSEC_PER_SEC);
     snprintf(cmd, sizeof(cmd), "redis-cli -p %u ping >/dev/null 2>&1", port);
-    while ((system(cmd) != 0) && !kvf_time_expired(deadline)) {
+    while (system(cmd) != 0) {
+        if (kvf_time_expired(deadline)) {
+            fprintf(stderr, "kvf-bench controller: redis did not start\n");
+            return 0;
+        }
         kvf_bench_ctl_pause();
     }
+    return port;
+}
+
+static void kvf_bench_ctl_redis_stop(uint16_t port)
+{
+    char cmd[256];
+
+    snprintf(cmd, sizeof(cmd),
+             "redis-cli -p %u shutdown nosave >/dev/null 2>&1", port);
+    if (system(cmd) != 0) {
+        /* shutdown closes the connection before answering: expected */
+    }
+}
+
+/* Redis pipelined MGET of 64 keys (-c 4 -P 16), as the issue defines. */
+static void kvf_bench_ctl_redis_run(uint16_t port, int round)
+{
+    char cmd[2048], line[512];
+    double rps = 0;
+    size_t off;
+    FILE *p;
+    int i;
+
     off = (size_t)snprintf(cmd, sizeof(cmd),
-                           "redis-benchmark -p %u -c 4 -P 16 -n 400000 -q "
+                           "redis-benchmark -p %u -c 4 -P 16 -n 200000 -q "
                            "mget",
                            port);
     for (i = 1; i <= 64; i++) {
@@ -449,17 +477,10 @@ static void kvf_bench_ctl_redis(void)
     if (p != NULL) {
         pclose(p);
     }
-    snprintf(cmd, sizeof(cmd),
-             "redis-cli -p %u shutdown nosave "
-             ">/dev/null 2>&1",
-             port);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "kvf-bench controller: redis shutdown failed\n");
-    }
     printf("{\"bench\":\"controller\",\"phase\":\"redis_mget64\","
-           "\"clients\":4,\"pipeline\":16,\"requests_per_s\":%.0f,"
-           "\"keys_per_s\":%.0f}\n",
-           rps, rps * 64);
+           "\"round\":%d,\"clients\":4,\"pipeline\":16,"
+           "\"requests_per_s\":%.0f,\"keys_per_s\":%.0f}\n",
+           round, rps, rps * 64);
     fflush(stdout);
 }
 
@@ -550,6 +571,9 @@ static int kvf_bench_ctl_parse(int argc, char **argv, kvf_bench_ctl_opts_t *o)
         } else if (strcmp(a, "--depth") == 0) {
             o->depth = (uint32_t)strtoul(v, NULL, 10);
             i++;
+        } else if (strcmp(a, "--rounds") == 0) {
+            o->rounds = atoi(v);
+            i++;
         } else if (strcmp(a, "--seconds") == 0) {
             o->seconds = strtod(v, NULL);
             i++;
@@ -563,7 +587,7 @@ static int kvf_bench_ctl_parse(int argc, char **argv, kvf_bench_ctl_opts_t *o)
     }
     if ((o->keys == 0) || (o->batch == 0) || (o->batch > 65536) ||
         (o->clients == 0) || (o->clients > 1024) || (o->depth == 0) ||
-        (o->depth > 512) || (o->seconds <= 0) ||
+        (o->depth > 512) || (o->seconds <= 0) || (o->rounds < 1) ||
         (o->keys < (uint64_t)o->clients * o->batch)) {
         fprintf(stderr, "kvf-bench controller: bad option values (keys >= "
                         "clients*batch, batch 1..65536, depth 1..512)\n");
@@ -579,11 +603,14 @@ int kvf_bench_controller_main(int argc, char **argv)
                                   .clients  = 4,
                                   .depth    = 16,
                                   .seconds  = 2,
+                                  .rounds   = 3,
                                   .is_redis = true};
     kvf_bench_ctl_client_t *cs = NULL;
     char addr[128], name[32];
-    pid_t pid = -1;
+    pid_t pid           = -1;
+    uint16_t redis_port = 0;
     uint32_t i;
+    int r;
     int rc = 1;
 
     if (kvf_bench_ctl_parse(argc, argv, &o) != 0) {
@@ -632,16 +659,27 @@ int kvf_bench_controller_main(int argc, char **argv)
         cs[i].node_id = ((Kvf__RegisterReply *)frame.msg)->node_id;
         kvf_frame_release(&frame, NULL);
     }
-    if ((kvf_bench_ctl_phase(cs, &o, 0, o.depth, "admit", pid) != 0) ||
-        (kvf_bench_ctl_phase(cs, &o, 1, o.depth, "lookup", pid) != 0) ||
-        (kvf_bench_ctl_phase(cs, &o, 1, 1, "lookup_rtt", pid) != 0)) {
+    if (kvf_bench_ctl_phase(cs, &o, 0, o.depth, "admit", 0, pid) != 0) {
         goto out;
     }
-    if (o.is_redis) {
-        kvf_bench_ctl_redis();
+    redis_port = o.is_redis ? kvf_bench_ctl_redis_start() : 0;
+    /* alternate with redis: a shared machine's load drifts between runs */
+    for (r = 0; r < o.rounds; r++) {
+        if (kvf_bench_ctl_phase(cs, &o, 1, o.depth, "lookup", r, pid) != 0) {
+            goto out;
+        }
+        if (redis_port != 0) {
+            kvf_bench_ctl_redis_run(redis_port, r);
+        }
+    }
+    if (kvf_bench_ctl_phase(cs, &o, 1, 1, "lookup_rtt", 0, pid) != 0) {
+        goto out;
     }
     rc = 0;
 out:
+    if (redis_port != 0) {
+        kvf_bench_ctl_redis_stop(redis_port);
+    }
     for (i = 0; (cs != NULL) && (i < o.clients); i++) {
         kvf_ctlconn_destroy(cs[i].conn);
         free(cs[i].lat_ns);
