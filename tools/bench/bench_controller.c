@@ -128,7 +128,9 @@ static int kvf_bench_ctl_admit(kvf_bench_ctl_client_t *c)
     kb.node_id     = c->node_id;
     kb.incarnation = 1;
     while ((sent < share) || (inflight > 0)) {
-        while ((sent < share) && (inflight < c->depth)) {
+        bool is_filling = (inflight == 0); /* D per write, as -P D */
+
+        while (is_filling && (sent < share) && (inflight < c->depth)) {
             uint32_t n =
                 (uint32_t)((share - sent < o->batch) ? share - sent : o->batch);
 
@@ -228,15 +230,19 @@ static int kvf_bench_ctl_lookup(kvf_bench_ctl_client_t *c)
     }
     deadline = kvf_time_now_ns() + (uint64_t)(o->seconds * 1e9);
     while (is_open || (sent > recvd)) {
-        while (is_open && (sent - recvd < c->depth)) {
-            uint32_t k = (uint32_t)(sent % KVF_BENCH_CTL_POOL);
+        /* pipeline like redis-benchmark -P: D requests in one write, then
+         * wait for all D replies */
+        while (is_open && (sent == recvd) && (st == KVF_OK)) {
+            uint64_t now = kvf_time_now_ns();
+            uint32_t j;
 
-            ring[sent % 1024] = kvf_time_now_ns();
-            st = kvf_ctlconn_queue_raw(c->conn, pool + k * frame_len, lens[k]);
-            if (st != KVF_OK) {
-                break;
+            for (j = 0; (j < c->depth) && (st == KVF_OK); j++, sent++) {
+                uint32_t k = (uint32_t)(sent % KVF_BENCH_CTL_POOL);
+
+                ring[sent % 1024] = now;
+                st = kvf_ctlconn_queue_raw(c->conn, pool + k * frame_len,
+                                           lens[k]);
             }
-            sent++;
         }
         if (st == KVF_OK) {
             st = kvf_ctlconn_flush(c->conn);
