@@ -963,6 +963,31 @@ static void kvf_server_arena_free(void *data, void *ptr)
     free(ptr);
 }
 
+/*
+ * Reads more of a partial frame straight from the socket. libevent 2.1
+ * reads at most 4096 bytes per callback (EVBUFFER_MAX_READ), which cut a
+ * pipelined batch of lookups into many read/write rounds; the input's end
+ * is frozen outside libevent's own read, we are between its callbacks.
+ * Returns whether bytes came; EOF and errors are left to libevent.
+ */
+static bool kvf_conn_read_more(kvf_conn_t *conn)
+{
+    struct evbuffer *in = bufferevent_get_input(conn->bev);
+    struct evbuffer_iovec vec;
+    ssize_t n = -1;
+
+    evbuffer_unfreeze(in, 0);
+    if (evbuffer_reserve_space(in, 256 << 10, &vec, 1) == 1) {
+        n = recv(bufferevent_getfd(conn->bev), vec.iov_base, vec.iov_len, 0);
+        if (n > 0) {
+            vec.iov_len = (size_t)n;
+            evbuffer_commit_space(in, &vec, 1);
+        }
+    }
+    evbuffer_freeze(in, 0);
+    return n > 0;
+}
+
 static void kvf_conn_on_read(struct bufferevent *bev, void *arg)
 {
     kvf_conn_t *conn         = arg;
@@ -992,6 +1017,9 @@ static void kvf_conn_on_read(struct bufferevent *bev, void *arg)
         status = kvf_frame_decode(in, (uint32_t)server->cfg->max_frame, &alloc,
                                   &frame);
         if (status == KVF_INPROGRESS) {
+            if ((evbuffer_get_length(in) > 0) && kvf_conn_read_more(conn)) {
+                continue; /* the rest of a pipelined batch */
+            }
             kvf_conn_flush(conn);
             return;
         }
