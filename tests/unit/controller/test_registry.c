@@ -296,3 +296,61 @@ Test(registry, slots_run_out)
     kvf_test_log_capture_stop();
     cr_assert(kvf_test_log_contains("holder slots in use"));
 }
+
+Test(registry, evicting_first_entry_keeps_later_holders)
+{
+    kvf_key_t k = {.ns = 1, .hi = 0xabc, .lo = 0};
+    uint16_t s[9], out[1];
+    uint8_t key[KVF_KEY_WIRE_SIZE];
+    size_t n;
+    int i;
+
+    make_keys(key, 1, 0);
+    for (i = 0; i < 9; i++) {
+        s[i] = open_slot();
+        admit(s[i], 0, 1);
+    }
+    /* empty the first entry: later entries of the key must still count */
+    for (i = 0; i < 4; i++) {
+        cr_assert_eq(kvf_registry_evict(g_reg, s[i], key, 1, &n), KVF_OK);
+        cr_assert_eq(n, 1);
+    }
+    for (i = 4; i < 9; i++) {
+        cr_assert(kvf_registry_holds(g_reg, &k, s[i]), "holder %d", i);
+    }
+    cr_assert_eq(lookup(0, 1, s[8], false, out), 1);
+    cr_assert_eq(out[0], s[8]);
+    /* re-admit fills the free places, no duplicate holder */
+    admit(s[0], 0, 1);
+    admit(s[0], 0, 1);
+    cr_assert_eq(kvf_registry_slot_keys(g_reg, s[0]), 1);
+    for (i = 4; i < 9; i++) {
+        cr_assert_eq(kvf_registry_evict(g_reg, s[i], key, 1, &n), KVF_OK);
+        cr_assert_eq(n, 1, "holder %d", i);
+    }
+    cr_assert_eq(lookup(0, 1, 0, false, out), 1);
+    cr_assert_eq(out[0], s[0]);
+}
+
+Test(registry, purge_of_many_holders_keeps_the_live_ones)
+{
+    kvf_key_t k = {.ns = 1, .hi = 0xabc, .lo = 5};
+    uint16_t s[6];
+    int i;
+
+    for (i = 0; i < 6; i++) {
+        s[i] = open_slot();
+        admit(s[i], 0, 10);
+    }
+    kvf_registry_slot_close(g_reg, s[0]);
+    kvf_registry_slot_close(g_reg, s[5]);
+    while (kvf_registry_purge_step(g_reg, 100) > 0) {
+    }
+    for (i = 1; i < 5; i++) {
+        cr_assert(kvf_registry_holds(g_reg, &k, s[i]));
+        cr_assert_eq(kvf_registry_slot_keys(g_reg, s[i]), 10);
+    }
+    /* a freed slot is reused and starts empty */
+    cr_assert_eq(open_slot(), s[0]);
+    cr_assert_not(kvf_registry_holds(g_reg, &k, s[0]));
+}
