@@ -205,7 +205,7 @@ static void kvf_server_purge_kick(kvf_server_t *server)
     struct timeval tv = {0, 0};
 
     kvf_registry_stats(server->reg, &st);
-    if ((st.purging_slots > 0) &&
+    if (((st.purging_slots > 0) || st.is_migrating) &&
         !event_pending(server->purge, EV_TIMEOUT, NULL)) {
         event_add(server->purge, &tv);
     }
@@ -456,6 +456,7 @@ static kvf_status_t kvf_server_on_batch(kvf_conn_t *conn, uint16_t type,
         status = kvf_registry_admit(server->reg, node->slot, kb->keys.data, n,
                                     &done);
         server->ctr.admits += n;
+        kvf_server_purge_kick(server); /* the table may have begun growing */
     } else {
         status = kvf_registry_evict(server->reg, node->slot, kb->keys.data, n,
                                     &done);
@@ -492,6 +493,7 @@ static kvf_status_t kvf_server_on_inventory(kvf_conn_t *conn,
         status = kvf_registry_admit(server->reg, node->slot, inv->keys.data,
                                     inv->keys.len / KVF_KEY_WIRE_SIZE, &done);
         server->ctr.inventory_keys += inv->keys.len / KVF_KEY_WIRE_SIZE;
+        kvf_server_purge_kick(server);
         node->last_seq = inv->seq;
     }
     if ((status == KVF_OK) && inv->last) {
