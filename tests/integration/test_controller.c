@@ -552,3 +552,37 @@ Test(controller, sigint_exits_cleanly_with_connections_open)
     kvf_ctlconn_destroy(a);
     kvf_ctlconn_destroy(b);
 }
+
+Test(controller, grows_while_serving)
+{
+    const char *args[] = {"--recovery-window",
+                          "0",
+                          "--initial-keys",
+                          "100",
+                          "--purge-slice",
+                          "1024",
+                          NULL};
+    kvf_ctlconn_t *a;
+    Kvf__StatsReply st;
+    uint64_t deadline;
+    uint32_t na;
+    int i;
+
+    kvf_th_ctl_start(&g_ctl, args);
+    a  = kvf_th_connect(&g_ctl, KVF__PEER_KIND__PEER_AGENT);
+    na = kvf_th_register(a, "grower", 1, NULL);
+    for (i = 0; i < 40; i++) {
+        cr_assert_eq(kvf_th_batch(a, KVF_MSG_ADMIT, na, 1, (uint64_t)i + 1,
+                                  (uint64_t)i * 500, 500, false),
+                     KVF_OK);
+        cr_assert_eq(kvf_th_lookup(a, 0, 0, 64, NULL, NULL), 64);
+    }
+    deadline = kvf_time_deadline_ns(10 * KVF_NSEC_PER_SEC);
+    do {
+        cr_assert(!kvf_time_expired(deadline));
+        stats_of(a, &st);
+    } while (st.keys != 20000);
+    cr_assert_eq(kvf_th_lookup(a, 0, 19936, 64, NULL, NULL), 64);
+    kvf_ctlconn_destroy(a);
+    stop_clean();
+}

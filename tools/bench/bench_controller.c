@@ -813,6 +813,7 @@ out:
                     "kvf-bench controller: controller exit status "
                     "%d\n",
                     st);
+            rc = 1; /* a crash or a leak is a failed run */
         }
     }
     return rc;
