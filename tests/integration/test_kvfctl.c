@@ -74,6 +74,10 @@ Test(kvfctl, commands_tables_and_json)
     cr_assert_not_null(strstr(g_out, "\"hit_chunks\":1"), "%s", g_out);
     cr_assert_not_null(strstr(g_out, "\"holder\":"), "%s", g_out);
 
+    cr_assert_eq(KVFCTL("lookup --any-order %s %s %s 2>&1", ctl, g_ctl.addr,
+                        key9, key0, key0),
+                 0, "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "hit 2 of 3"), "%s", g_out);
     cr_assert_eq(KVFCTL("tree 2>&1", ctl, g_ctl.addr), 0);
     cr_assert_not_null(strstr(g_out, "gpu0"), "%s", g_out);
     cr_assert_eq(KVFCTL("tree --json 2>&1", ctl, g_ctl.addr), 0);
