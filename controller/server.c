@@ -644,6 +644,7 @@ static void kvf_server_node_desc(kvf_server_t *server, kvf_node_t *node,
     d->pool_capacity       = node->pool_capacity;
     d->pool_used           = node->pool_used;
     d->keys                = kvf_registry_slot_keys(server->reg, node->slot);
+    /* protobuf-c fields are non-const; packing only reads them */
     d->state       = (char *)(uintptr_t)kvf_node_state_name(node->state);
     d->incarnation = node->incarnation;
     d->last_heartbeat_ms_ago = now - node->last_heartbeat_ms;
@@ -804,9 +805,6 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
                      ? kvf_node_table_find(server->nodes, ac->node_id)
                      : kvf_node_table_find_name(server->nodes, ac->node_name);
         if ((target == NULL) || (target->state == KVF_NODE_DEAD)) {
-            snprintf(text, sizeof(text), "unknown node %s%.100s",
-                     (ac->node_id != 0) ? "" : "'",
-                     (ac->node_id != 0) ? "" : ac->node_name);
             if (ac->node_id != 0) {
                 snprintf(text, sizeof(text), "unknown node %" PRIu32,
                          ac->node_id);
