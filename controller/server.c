@@ -8,7 +8,6 @@
 #include "proto/frame.h"
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 
@@ -27,9 +26,20 @@ const double kvf_server_lat_bounds_us[KVF_SERVER_LAT_BUCKETS] = {
     1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 10000, 100000,
 };
 
+/*
+ * A connection: the socket, its read and write events and two evbuffers.
+ * Not a bufferevent: libevent 2.1's bufferevent reads at most 4096 bytes
+ * per callback after an ioctl(FIONREAD), which cut a pipelined batch of
+ * lookups into many rounds and cost a syscall per read; here one recv()
+ * takes what is there and the replies of a batch leave in one writev().
+ */
 struct kvf_conn {
     kvf_server_t *server;
-    struct bufferevent *bev;
+    evutil_socket_t fd;
+    struct event *ev_read;
+    struct event *ev_write; /* added only while output is left over */
+    struct evbuffer *in;
+    struct evbuffer *out;
     kvf_conn_t *prev;
     kvf_conn_t *next;
     uint64_t id;
@@ -40,7 +50,12 @@ struct kvf_conn {
     char peer[64];
 };
 
-static void kvf_conn_on_read(struct bufferevent *bev, void *arg);
+static void kvf_conn_process(kvf_conn_t *conn);
+
+static bool kvf_conn_is_retriable(int err)
+{
+    return (err == EAGAIN) || (err == EWOULDBLOCK) || (err == EINTR);
+}
 
 static void kvf_conn_destroy(kvf_conn_t *conn)
 {
@@ -55,51 +70,67 @@ static void kvf_conn_destroy(kvf_conn_t *conn)
         conn->next->prev = conn->prev;
     }
     server->num_conns--;
-    bufferevent_free(conn->bev);
+    if (conn->ev_write != NULL) {
+        event_free(conn->ev_write);
+    }
+    if (conn->ev_read != NULL) {
+        event_free(conn->ev_read);
+    }
+    if (conn->out != NULL) {
+        evbuffer_free(conn->out);
+    }
+    if (conn->in != NULL) {
+        evbuffer_free(conn->in);
+    }
+    evutil_closesocket(conn->fd);
     free(conn);
 }
 
-/*
- * Writes the replies right after a batch of requests. EV_WRITE stays
- * disabled while the socket takes everything (the common case), so adding
- * replies does not make libevent arm and disarm a write event per loop turn
- * (two epoll_ctl calls); it is enabled only for what the socket refused.
- */
-static void kvf_conn_flush(kvf_conn_t *conn)
+/* Writes what is queued; leaves the rest to the write event. Returns
+ * false when the connection failed (the caller destroys it). */
+static bool kvf_conn_flush(kvf_conn_t *conn)
 {
-    struct evbuffer *out = bufferevent_get_output(conn->bev);
+    if (evbuffer_get_length(conn->out) == 0) {
+        return true;
+    }
+    if (evbuffer_write(conn->out, conn->fd) < 0) {
+        int err = EVUTIL_SOCKET_ERROR();
 
-    if ((evbuffer_get_length(out) == 0) ||
-        (bufferevent_get_enabled(conn->bev) & EV_WRITE)) {
-        return;
+        if (!kvf_conn_is_retriable(err)) {
+            kvf_debug("conn %" PRIu64 " %s: write: %s", conn->id, conn->peer,
+                      evutil_socket_error_to_string(err));
+            return false;
+        }
     }
-    /* bufferevent_socket keeps the output's start frozen outside its own
-     * write callback; we are on the loop thread, between its callbacks.
-     * An error leaves the data queued: libevent's write then reports it. */
-    evbuffer_unfreeze(out, 1);
-    evbuffer_write(out, bufferevent_getfd(conn->bev));
-    evbuffer_freeze(out, 1);
-    if (evbuffer_get_length(out) > 0) {
-        bufferevent_enable(conn->bev, EV_WRITE);
+    if ((evbuffer_get_length(conn->out) > 0) &&
+        !event_pending(conn->ev_write, EV_WRITE, NULL)) {
+        event_add(conn->ev_write, NULL);
     }
+    return true;
 }
 
-static void kvf_conn_on_write(struct bufferevent *bev, void *arg)
+static void kvf_conn_on_write(evutil_socket_t fd, short what, void *arg)
 {
     kvf_conn_t *conn = arg;
 
-    /* the write low watermark is 0: the output is empty now */
+    if (!kvf_conn_flush(conn)) {
+        kvf_conn_destroy(conn);
+        return;
+    }
+    if (evbuffer_get_length(conn->out) > 0) {
+        return; /* the event stays added */
+    }
+    event_del(conn->ev_write);
     if (conn->is_closing) {
         kvf_debug("conn %" PRIu64 " %s: closed after error", conn->id,
                   conn->peer);
         kvf_conn_destroy(conn);
         return;
     }
-    bufferevent_disable(bev, EV_WRITE);
     if (conn->is_throttled) {
         conn->is_throttled = false;
-        bufferevent_enable(bev, EV_READ);
-        kvf_conn_on_read(bev, conn); /* frames may already be buffered */
+        event_add(conn->ev_read, NULL);
+        kvf_conn_process(conn); /* frames may already be buffered */
     }
 }
 
@@ -107,22 +138,8 @@ static void kvf_conn_on_write(struct bufferevent *bev, void *arg)
 static void kvf_conn_close_after_flush(kvf_conn_t *conn)
 {
     conn->is_closing = true;
-    bufferevent_disable(conn->bev, EV_READ);
-    kvf_conn_flush(conn);
-    if (evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0) {
-        kvf_conn_destroy(conn);
-    }
-}
-
-static void kvf_conn_on_event(struct bufferevent *bev, short what, void *arg)
-{
-    kvf_conn_t *conn = arg;
-
-    if (what & BEV_EVENT_ERROR) {
-        kvf_debug("conn %" PRIu64 " %s: %s", conn->id, conn->peer,
-                  evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
-    }
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+    event_del(conn->ev_read);
+    if (!kvf_conn_flush(conn) || (evbuffer_get_length(conn->out) == 0)) {
         kvf_conn_destroy(conn);
     }
 }
@@ -132,8 +149,7 @@ static kvf_status_t kvf_conn_send(kvf_conn_t *conn, uint16_t type,
 {
     kvf_status_t status;
 
-    status = kvf_frame_encode(bufferevent_get_output(conn->bev), type,
-                              KVF_FRAME_FLAG_REPLY, msg,
+    status = kvf_frame_encode(conn->out, type, KVF_FRAME_FLAG_REPLY, msg,
                               (uint32_t)conn->server->cfg->max_frame);
     if (status != KVF_OK) {
         kvf_warn("conn %" PRIu64 ": cannot encode %s: %s", conn->id,
@@ -963,37 +979,11 @@ static void kvf_server_arena_free(void *data, void *ptr)
     free(ptr);
 }
 
-/*
- * Reads more of a partial frame straight from the socket. libevent 2.1
- * reads at most 4096 bytes per callback (EVBUFFER_MAX_READ), which cut a
- * pipelined batch of lookups into many read/write rounds; the input's end
- * is frozen outside libevent's own read, we are between its callbacks.
- * Returns whether bytes came; EOF and errors are left to libevent.
- */
-static bool kvf_conn_read_more(kvf_conn_t *conn)
+/* Decodes and answers every whole frame buffered, then writes the replies.
+ * May destroy @p conn. */
+static void kvf_conn_process(kvf_conn_t *conn)
 {
-    struct evbuffer *in = bufferevent_get_input(conn->bev);
-    struct evbuffer_iovec vec;
-    ssize_t n = -1;
-
-    evbuffer_unfreeze(in, 0);
-    if (evbuffer_reserve_space(in, 256 << 10, &vec, 1) == 1) {
-        n = recv(bufferevent_getfd(conn->bev), vec.iov_base, vec.iov_len, 0);
-        if (n > 0) {
-            vec.iov_len = (size_t)n;
-            evbuffer_commit_space(in, &vec, 1);
-        }
-    }
-    evbuffer_freeze(in, 0);
-    return n > 0;
-}
-
-static void kvf_conn_on_read(struct bufferevent *bev, void *arg)
-{
-    kvf_conn_t *conn         = arg;
     kvf_server_t *server     = conn->server;
-    struct evbuffer *in      = bufferevent_get_input(bev);
-    struct evbuffer *out     = bufferevent_get_output(bev);
     ProtobufCAllocator alloc = {.alloc          = kvf_server_arena_alloc,
                                 .free           = kvf_server_arena_free,
                                 .allocator_data = server};
@@ -1004,24 +994,19 @@ static void kvf_conn_on_read(struct bufferevent *bev, void *arg)
     while (!conn->is_closing) {
         uint64_t t0;
 
-        if (evbuffer_get_length(out) > server->cfg->max_output) {
+        if (evbuffer_get_length(conn->out) > server->cfg->max_output) {
             /* the peer does not read its replies: stop reading from it */
             conn->is_throttled = true;
             server->ctr.backpressure++;
-            bufferevent_disable(bev, EV_READ);
-            kvf_conn_flush(conn);
-            return;
+            event_del(conn->ev_read);
+            break;
         }
         t0                 = kvf_time_now_ns();
         server->arena_used = 0;
-        status = kvf_frame_decode(in, (uint32_t)server->cfg->max_frame, &alloc,
-                                  &frame);
+        status = kvf_frame_decode(conn->in, (uint32_t)server->cfg->max_frame,
+                                  &alloc, &frame);
         if (status == KVF_INPROGRESS) {
-            if ((evbuffer_get_length(in) > 0) && kvf_conn_read_more(conn)) {
-                continue; /* the rest of a pipelined batch */
-            }
-            kvf_conn_flush(conn);
-            return;
+            break;
         }
         if (status != KVF_OK) {
             snprintf(text, sizeof(text), "bad frame: %s",
@@ -1039,6 +1024,41 @@ static void kvf_conn_on_read(struct bufferevent *bev, void *arg)
             return;
         }
     }
+    if (!kvf_conn_flush(conn)) {
+        kvf_conn_destroy(conn);
+    }
+}
+
+static void kvf_conn_on_read(evutil_socket_t fd, short what, void *arg)
+{
+    kvf_conn_t *conn = arg;
+    struct evbuffer_iovec vec;
+    ssize_t n = -1;
+
+    if (evbuffer_reserve_space(conn->in, 256 << 10, &vec, 1) == 1) {
+        n = recv(fd, vec.iov_base, vec.iov_len, 0);
+        if (n > 0) {
+            vec.iov_len = (size_t)n;
+            evbuffer_commit_space(conn->in, &vec, 1);
+        }
+    }
+    if (n == 0) {
+        kvf_debug("conn %" PRIu64 " %s: closed by peer", conn->id, conn->peer);
+        kvf_conn_destroy(conn);
+        return;
+    }
+    if (n < 0) {
+        int err = EVUTIL_SOCKET_ERROR();
+
+        if (kvf_conn_is_retriable(err)) {
+            return;
+        }
+        kvf_debug("conn %" PRIu64 " %s: read: %s", conn->id, conn->peer,
+                  evutil_socket_error_to_string(err));
+        kvf_conn_destroy(conn);
+        return;
+    }
+    kvf_conn_process(conn);
 }
 
 static void kvf_server_on_accept(struct evconnlistener *lst, evutil_socket_t fd,
@@ -1053,15 +1073,28 @@ static void kvf_server_on_accept(struct evconnlistener *lst, evutil_socket_t fd,
         evutil_closesocket(fd);
         return;
     }
-    conn->bev = bufferevent_socket_new(server->base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (conn->bev == NULL) {
-        evutil_closesocket(fd);
-        free(conn);
+    conn->fd       = fd; /* fd now belongs to conn */
+    conn->server   = server;
+    conn->in       = evbuffer_new();
+    conn->out      = evbuffer_new();
+    conn->ev_read  = event_new(server->base, fd, EV_READ | EV_PERSIST,
+                               kvf_conn_on_read, conn);
+    conn->ev_write = event_new(server->base, fd, EV_WRITE | EV_PERSIST,
+                               kvf_conn_on_write, conn);
+    conn->next     = server->conns;
+    if (server->conns != NULL) {
+        server->conns->prev = conn;
+    }
+    server->conns = conn;
+    server->num_conns++;
+    if ((conn->in == NULL) || (conn->out == NULL) || (conn->ev_read == NULL) ||
+        (conn->ev_write == NULL) || (evutil_make_socket_nonblocking(fd) != 0)) {
+        kvf_warn("conn: cannot set up an accepted connection");
+        kvf_conn_destroy(conn);
         return;
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    conn->server = server;
-    conn->id     = ++server->ctr.connections_total;
+    conn->id = ++server->ctr.connections_total;
     if (sa->sa_family == AF_INET) {
         const struct sockaddr_in *sin = (const struct sockaddr_in *)sa;
         char host[INET_ADDRSTRLEN];
@@ -1072,20 +1105,7 @@ static void kvf_server_on_accept(struct evconnlistener *lst, evutil_socket_t fd,
     } else {
         snprintf(conn->peer, sizeof(conn->peer), "peer");
     }
-    conn->next = server->conns;
-    if (server->conns != NULL) {
-        server->conns->prev = conn;
-    }
-    server->conns = conn;
-    server->num_conns++;
-    /* low watermark 0: the write callback means "all written" */
-    bufferevent_setwatermark(conn->bev, EV_WRITE, 0, 0);
-    /* big reads: fewer syscalls and fewer frames split across chunks */
-    bufferevent_set_max_single_read(conn->bev, 1 << 20);
-    bufferevent_set_max_single_write(conn->bev, 1 << 20);
-    bufferevent_setcb(conn->bev, kvf_conn_on_read, kvf_conn_on_write,
-                      kvf_conn_on_event, conn);
-    bufferevent_enable(conn->bev, EV_READ); /* EV_WRITE: kvf_conn_flush */
+    event_add(conn->ev_read, NULL);
     kvf_debug("conn %" PRIu64 " %s: accepted", conn->id, conn->peer);
 }
 
