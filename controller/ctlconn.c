@@ -135,6 +135,22 @@ kvf_status_t kvf_ctlconn_recv(kvf_ctlconn_t *conn, kvf_frame_t *frame_p)
     }
 }
 
+kvf_status_t kvf_ctlconn_read_some(kvf_ctlconn_t *conn)
+{
+    int n = evbuffer_read(conn->in, conn->fd, 1 << 20);
+
+    if (n > 0) {
+        return KVF_OK;
+    }
+    if (n == 0) {
+        return KVF_ERR_CLOSED;
+    }
+    if ((errno == EAGAIN) || (errno == EINTR)) {
+        return KVF_INPROGRESS;
+    }
+    return (errno == ECONNRESET) ? KVF_ERR_CLOSED : KVF_ERR_IO;
+}
+
 kvf_status_t kvf_ctlconn_recv_buffered(kvf_ctlconn_t *conn,
                                        kvf_frame_t *frame_p)
 {

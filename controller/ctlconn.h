@@ -60,6 +60,10 @@ kvf_status_t kvf_ctlconn_send_raw(kvf_ctlconn_t *conn, const void *data,
  * KVF_ERR_PROTO for a bad frame. */
 kvf_status_t kvf_ctlconn_recv(kvf_ctlconn_t *conn, kvf_frame_t *frame_p);
 
+/* One non-blocking read into the receive buffer: KVF_OK (bytes came),
+ * KVF_INPROGRESS (none yet), KVF_ERR_CLOSED, KVF_ERR_IO. */
+kvf_status_t kvf_ctlconn_read_some(kvf_ctlconn_t *conn);
+
 /* A frame already received and buffered; KVF_INPROGRESS when none (never
  * blocks). */
 kvf_status_t kvf_ctlconn_recv_buffered(kvf_ctlconn_t *conn,

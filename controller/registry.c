@@ -13,7 +13,10 @@
 #define KVF_REGISTRY_SLOT_MASK 0x0fffu /* holder bits of h[k] */
 #define KVF_REGISTRY_MORE      0x8000u /* h[0]: other entries of this key */
 #define KVF_REGISTRY_MIN_CAP   1024u
-#define KVF_REGISTRY_SCRATCH_C 8u /* holders kept per key during a lookup */
+#define KVF_REGISTRY_SCRATCH_C 8u
+#define KVF_REGISTRY_PREFETCH \
+    16u /* keys resolved ahead in a lookup */ /* holders kept per key during a \
+                                                 lookup */
 
 /* 32 bytes: key plus four holder slots (0 = none). All-zero holders: empty;
  * h[0] == KVF_REGISTRY_TOMB: tombstone. KVF_REGISTRY_MORE in h[0] says the
@@ -53,9 +56,22 @@ struct kvf_registry {
     uint8_t *ncand;
     uint32_t *run;
     uint64_t *pos; /* home index per key */
+    /* incremental growth: entries move from `old` in slices (and a key's
+     * entries on first write to it); reads look in both tables */
+    kvf_registry_entry_t *old;
+    uint64_t old_cap;
+    uint64_t old_mask;
+    uint64_t mig_cursor;
+    bool is_migrating;
+    /* the old table after a move, unmapped a chunk per step (unmapping
+     * 256 MiB of small pages at once stalled the loop for 30 ms) */
+    uint8_t *dying;
+    size_t dying_len;
 };
 
 _Static_assert(sizeof(kvf_registry_entry_t) == 32, "registry entry size");
+
+static bool kvf_registry_dying_free(kvf_registry_t *reg, size_t bytes);
 
 static inline uint64_t kvf_registry_load_le64(const uint8_t *p)
 {
@@ -145,7 +161,7 @@ static inline bool kvf_registry_entry_match(const kvf_registry_entry_t *e,
            !kvf_registry_entry_is_tomb(e);
 }
 
-static kvf_status_t kvf_registry_table_alloc(uint64_t cap,
+static kvf_status_t kvf_registry_table_alloc(uint64_t cap, bool is_huge,
                                              kvf_registry_entry_t **table_p)
 {
     size_t bytes = cap * sizeof(kvf_registry_entry_t);
@@ -159,7 +175,7 @@ static kvf_status_t kvf_registry_table_alloc(uint64_t cap,
         kvf_error("registry: cannot map %" PRIu64 " entries: %m", cap);
         return KVF_ERR_NO_MEMORY;
     }
-    if (bytes >= (2u << 20)) {
+    if (is_huge && (bytes >= (2u << 20))) {
         madvise(table, bytes, MADV_HUGEPAGE); /* advice only */
     }
     *table_p = table;
@@ -190,7 +206,7 @@ kvf_status_t kvf_registry_create(uint64_t expected_keys, uint32_t max_batch,
     if (reg == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    status = kvf_registry_table_alloc(cap, &reg->table);
+    status = kvf_registry_table_alloc(cap, true, &reg->table);
     if (status != KVF_OK) {
         goto err_free_reg;
     }
@@ -231,6 +247,8 @@ void kvf_registry_destroy(kvf_registry_t *reg)
     free(reg->run);
     free(reg->ncand);
     free(reg->cand);
+    kvf_registry_table_free(reg->old, reg->old_cap);
+    kvf_registry_dying_free(reg, SIZE_MAX);
     kvf_registry_table_free(reg->table, reg->cap);
     free(reg);
 }
@@ -354,59 +372,156 @@ static bool kvf_registry_entry_scrub(kvf_registry_t *reg,
     return !any;
 }
 
-/* Rebuilds the table at @p new_cap, dropping tombstones and the holdings of
- * purging slots (which completes every purge). */
-static kvf_status_t kvf_registry_rehash(kvf_registry_t *reg, uint64_t new_cap)
+/* Places a whole entry (holders already scrubbed) into the current table,
+ * flagging KVF_REGISTRY_MORE when the key already has an entry there. */
+static void kvf_registry_place(kvf_registry_t *reg,
+                               const kvf_registry_entry_t *src)
+{
+    kvf_registry_entry_t e       = *src;
+    kvf_registry_entry_t *free_e = NULL;
+    kvf_key_t key                = {.ns = e.ns, .hi = e.hi, .lo = e.lo};
+    uint64_t j                   = kvf_registry_hash(&key) & reg->mask;
+
+    e.h[0] &= (uint16_t)~KVF_REGISTRY_MORE;
+    for (; !kvf_registry_entry_is_empty(&reg->table[j]);
+         j = (j + 1) & reg->mask) {
+        kvf_registry_entry_t *t = &reg->table[j];
+
+        if (kvf_registry_entry_is_tomb(t)) {
+            if (free_e == NULL) {
+                free_e = t;
+            }
+        } else if (kvf_registry_entry_match(t, &key)) {
+            t->h[0] |= KVF_REGISTRY_MORE;
+            e.h[0] |= KVF_REGISTRY_MORE;
+        }
+    }
+    if (free_e != NULL) {
+        reg->tombstones--;
+        *free_e = e;
+    } else {
+        reg->table[j] = e;
+    }
+}
+
+/* Moves one entry of the old table (if in use) to the current one. */
+static void kvf_registry_migrate_entry(kvf_registry_t *reg,
+                                       kvf_registry_entry_t *e)
+{
+    if (kvf_registry_entry_is_empty(e) || kvf_registry_entry_is_tomb(e)) {
+        return;
+    }
+    if (kvf_registry_entry_scrub(reg, e)) {
+        reg->entries--; /* only purging holders: gone */
+    } else {
+        kvf_registry_place(reg, e);
+    }
+    kvf_registry_entry_set_tomb(e); /* keeps the old probe runs intact */
+}
+
+/* Unmaps up to @p bytes of the old table; true when none is left. */
+static bool kvf_registry_dying_free(kvf_registry_t *reg, size_t bytes)
+{
+    size_t n = (bytes < reg->dying_len) ? bytes : reg->dying_len;
+
+    if (n > 0) {
+        munmap(reg->dying + reg->dying_len - n, n);
+        reg->dying_len -= n;
+    }
+    if (reg->dying_len == 0) {
+        reg->dying = NULL;
+    }
+    return reg->dying == NULL;
+}
+
+static void kvf_registry_migrate_done(kvf_registry_t *reg)
+{
+    uint16_t s;
+
+    kvf_registry_dying_free(reg, SIZE_MAX); /* a previous one, if any */
+    reg->dying        = (uint8_t *)reg->old;
+    reg->dying_len    = reg->old_cap * sizeof(*reg->old);
+    reg->old          = NULL;
+    reg->is_migrating = false;
+    madvise(reg->table, reg->cap * sizeof(*reg->table), MADV_HUGEPAGE);
+    /* purge passes wait for the move: restart one over the new table */
+    if (reg->purging > 0) {
+        reg->is_purge_active = true;
+        reg->purge_pass++;
+        reg->purge_cursor = 0;
+        for (s = 1; s < KVF_REGISTRY_MAX_SLOTS; s++) {
+            if (reg->slots[s].state == KVF_REGISTRY_SLOT_PURGING) {
+                reg->slots[s].need_pass = reg->purge_pass;
+            }
+        }
+    }
+    kvf_debug("registry: grown to %" PRIu64 " entries (%" PRIu64 " used)",
+              reg->cap, reg->entries);
+}
+
+/* Moves up to @p budget old entries; true when the move is complete. */
+static bool kvf_registry_migrate_step(kvf_registry_t *reg, uint64_t budget)
+{
+    uint64_t end;
+
+    if (!reg->is_migrating) {
+        return true;
+    }
+    end = (budget > reg->old_cap - reg->mig_cursor) ? reg->old_cap
+                                                    : reg->mig_cursor + budget;
+    for (; reg->mig_cursor < end; reg->mig_cursor++) {
+        kvf_registry_migrate_entry(reg, &reg->old[reg->mig_cursor]);
+    }
+    if (reg->mig_cursor < reg->old_cap) {
+        return false;
+    }
+    kvf_registry_migrate_done(reg);
+    return true;
+}
+
+/* Before a write to @p key: move its old entries, so writes see one table
+ * (no holder is ever in both tables). */
+static void kvf_registry_migrate_key(kvf_registry_t *reg, const kvf_key_t *key)
+{
+    uint64_t i;
+
+    if (!reg->is_migrating) {
+        return;
+    }
+    for (i = kvf_registry_hash(key) & reg->old_mask;
+         !kvf_registry_entry_is_empty(&reg->old[i]);
+         i = (i + 1) & reg->old_mask) {
+        if (kvf_registry_entry_match(&reg->old[i], key)) {
+            kvf_registry_migrate_entry(reg, &reg->old[i]);
+        }
+    }
+}
+
+/* Starts moving everything to a table of @p new_cap entries (growth, or
+ * the same size to drop tombstones). The previous move, if any, is
+ * finished first. */
+static kvf_status_t kvf_registry_grow(kvf_registry_t *reg, uint64_t new_cap)
 {
     kvf_registry_entry_t *table;
     kvf_status_t status;
-    uint64_t i, entries = 0;
-    uint16_t s;
 
-    status = kvf_registry_table_alloc(new_cap, &table);
+    kvf_registry_migrate_step(reg, UINT64_MAX);
+    /* small pages while entries move in: a write to a new table touches
+     * pages all over it, and faulting in 2 MiB zeroed pages stalled the
+     * loop for 200 ms; huge pages are asked for once the move is done */
+    status = kvf_registry_table_alloc(new_cap, false, &table);
     if (status != KVF_OK) {
         return status;
     }
-    for (i = 0; i < reg->cap; i++) {
-        kvf_registry_entry_t *e = &reg->table[i];
-        kvf_key_t key;
-        uint64_t j;
-
-        if (kvf_registry_entry_is_empty(e) || kvf_registry_entry_is_tomb(e)) {
-            continue;
-        }
-        if (kvf_registry_entry_scrub(reg, e)) {
-            continue;
-        }
-        key.ns = e->ns;
-        key.hi = e->hi;
-        key.lo = e->lo;
-        j      = kvf_registry_hash(&key) & (new_cap - 1);
-        e->h[0] &= (uint16_t)~KVF_REGISTRY_MORE;
-        while (!kvf_registry_entry_is_empty(&table[j])) {
-            if (kvf_registry_entry_match(&table[j], &key)) {
-                table[j].h[0] |= KVF_REGISTRY_MORE;
-                e->h[0] |= KVF_REGISTRY_MORE;
-            }
-            j = (j + 1) & (new_cap - 1);
-        }
-        table[j] = *e;
-        entries++;
-    }
-    for (s = 1; s < KVF_REGISTRY_MAX_SLOTS; s++) {
-        if (reg->slots[s].state == KVF_REGISTRY_SLOT_PURGING) {
-            kvf_registry_slot_free(reg, s);
-        }
-    }
-    reg->is_purge_active = false;
-    kvf_registry_table_free(reg->table, reg->cap);
-    reg->table      = table;
-    reg->cap        = new_cap;
-    reg->mask       = new_cap - 1;
-    reg->entries    = entries;
-    reg->tombstones = 0;
-    kvf_debug("registry: rehashed to %" PRIu64 " entries (%" PRIu64 " used)",
-              new_cap, entries);
+    reg->old          = reg->table;
+    reg->old_cap      = reg->cap;
+    reg->old_mask     = reg->mask;
+    reg->mig_cursor   = 0;
+    reg->is_migrating = true;
+    reg->table        = table;
+    reg->cap          = new_cap;
+    reg->mask         = new_cap - 1;
+    reg->tombstones   = 0;
     return KVF_OK;
 }
 
@@ -420,7 +535,7 @@ static kvf_status_t kvf_registry_reserve(kvf_registry_t *reg)
     while (((reg->entries + 1) * 2) > new_cap) {
         new_cap *= 2;
     }
-    return kvf_registry_rehash(reg, new_cap);
+    return kvf_registry_grow(reg, new_cap);
 }
 
 /* A key got a further entry: flag all its entries (rare path). */
@@ -448,6 +563,7 @@ static bool kvf_registry_add(kvf_registry_t *reg, const kvf_key_t *key,
     kvf_registry_entry_t *e;
     unsigned k;
 
+    kvf_registry_migrate_key(reg, key);
     for (;; i = (i + 1) & reg->mask) {
         e = &reg->table[i];
         if (kvf_registry_entry_is_empty(e)) {
@@ -530,10 +646,12 @@ kvf_status_t kvf_registry_admit(kvf_registry_t *reg, uint16_t slot,
 static bool kvf_registry_remove(kvf_registry_t *reg, const kvf_key_t *key,
                                 uint16_t slot)
 {
-    uint64_t i = kvf_registry_hash(key) & reg->mask;
+    uint64_t i;
     kvf_registry_entry_t *e;
     unsigned k;
 
+    kvf_registry_migrate_key(reg, key);
+    i = kvf_registry_hash(key) & reg->mask;
     for (;; i = (i + 1) & reg->mask) {
         e = &reg->table[i];
         if (kvf_registry_entry_is_empty(e)) {
@@ -579,18 +697,16 @@ kvf_status_t kvf_registry_evict(kvf_registry_t *reg, uint16_t slot,
     return KVF_OK;
 }
 
-bool kvf_registry_holds(const kvf_registry_t *reg, const kvf_key_t *key,
-                        uint16_t slot)
+static bool kvf_registry_holds_in(const kvf_registry_entry_t *table,
+                                  uint64_t mask, const kvf_key_t *key,
+                                  uint16_t slot)
 {
-    uint64_t i = kvf_registry_hash(key) & reg->mask;
+    uint64_t i = kvf_registry_hash(key) & mask;
     const kvf_registry_entry_t *e;
     unsigned k;
 
-    if (!kvf_registry_slot_is_live(reg, slot)) {
-        return false;
-    }
-    for (;; i = (i + 1) & reg->mask) {
-        e = &reg->table[i];
+    for (;; i = (i + 1) & mask) {
+        e = &table[i];
         if (kvf_registry_entry_is_empty(e)) {
             return false;
         }
@@ -608,17 +724,29 @@ bool kvf_registry_holds(const kvf_registry_t *reg, const kvf_key_t *key,
     }
 }
 
+bool kvf_registry_holds(const kvf_registry_t *reg, const kvf_key_t *key,
+                        uint16_t slot)
+{
+    if (!kvf_registry_slot_is_live(reg, slot)) {
+        return false;
+    }
+    return kvf_registry_holds_in(reg->table, reg->mask, key, slot) ||
+           (reg->is_migrating &&
+            kvf_registry_holds_in(reg->old, reg->old_mask, key, slot));
+}
+
 /* Collects the usable holders of @p key into @p cand; returns how many. */
 static inline unsigned kvf_registry_collect(const kvf_registry_t *reg,
-                                            const kvf_key_t *key,
+                                            const kvf_registry_entry_t *table,
+                                            uint64_t mask, const kvf_key_t *key,
                                             uint16_t requester, uint64_t i,
-                                            uint16_t *cand)
+                                            uint16_t *cand, unsigned n)
 {
     const kvf_registry_entry_t *e;
-    unsigned k, n = 0;
+    unsigned k;
 
-    for (;; i = (i + 1) & reg->mask) {
-        e = &reg->table[i];
+    for (;; i = (i + 1) & mask) {
+        e = &table[i];
         if (kvf_registry_entry_is_empty(e)) {
             return n;
         }
@@ -644,6 +772,15 @@ static inline unsigned kvf_registry_collect(const kvf_registry_t *reg,
     }
 }
 
+/* A collision continues into the next entry, half the time in the next
+ * cache line: fetch both. */
+static inline void kvf_registry_prefetch(const kvf_registry_t *reg,
+                                         uint64_t pos)
+{
+    __builtin_prefetch(&reg->table[pos]);
+    __builtin_prefetch(&reg->table[(pos + 1) & reg->mask]);
+}
+
 kvf_status_t kvf_registry_lookup(kvf_registry_t *reg, const uint8_t *keys,
                                  size_t n, uint16_t requester, bool any_order,
                                  uint16_t *slots_out, size_t *hit_p)
@@ -657,18 +794,29 @@ kvf_status_t kvf_registry_lookup(kvf_registry_t *reg, const uint8_t *keys,
     if (n > reg->max_batch) {
         return KVF_ERR_TOO_BIG;
     }
-    /* hash everything and prefetch first: the misses overlap */
+    /* hash everything first, then keep KVF_REGISTRY_PREFETCH keys' entries
+     * in flight ahead of the key being resolved: the misses overlap */
     for (i = 0; i < n; i++) {
         kvf_registry_key_load(keys + i * KVF_KEY_WIRE_SIZE, &key);
-        reg->pos[i] = kvf_registry_hash(&key) & reg->mask;
-        __builtin_prefetch(&reg->table[reg->pos[i]]);
-        /* a collision continues into the next entry: maybe the next line */
-        __builtin_prefetch(&reg->table[(reg->pos[i] + 1) & reg->mask]);
+        reg->pos[i] = kvf_registry_hash(&key);
+        if (i < KVF_REGISTRY_PREFETCH) {
+            kvf_registry_prefetch(reg, reg->pos[i] & reg->mask);
+        }
     }
     for (i = 0; i < n; i++) {
+        if ((i + KVF_REGISTRY_PREFETCH) < n) {
+            kvf_registry_prefetch(reg, reg->pos[i + KVF_REGISTRY_PREFETCH] &
+                                           reg->mask);
+        }
         kvf_registry_key_load(keys + i * KVF_KEY_WIRE_SIZE, &key);
-        reg->ncand[i] = (uint8_t)kvf_registry_collect(
-            reg, &key, requester, reg->pos[i], &reg->cand[i * C]);
+        k = kvf_registry_collect(reg, reg->table, reg->mask, &key, requester,
+                                 reg->pos[i] & reg->mask, &reg->cand[i * C], 0);
+        if (reg->is_migrating) {
+            k = kvf_registry_collect(reg, reg->old, reg->old_mask, &key,
+                                     requester, reg->pos[i] & reg->old_mask,
+                                     &reg->cand[i * C], k);
+        }
+        reg->ncand[i] = (uint8_t)k;
         if (reg->ncand[i] == 0) {
             if (!any_order) {
                 break;
@@ -760,6 +908,12 @@ uint32_t kvf_registry_purge_step(kvf_registry_t *reg, uint64_t budget)
     uint64_t end;
     uint16_t s;
 
+    if (!kvf_registry_migrate_step(reg, budget)) {
+        return reg->purging + 1; /* still moving entries */
+    }
+    if (!kvf_registry_dying_free(reg, 16u << 20)) {
+        return reg->purging + 1;
+    }
     if (!reg->is_purge_active) {
         return reg->purging;
     }
@@ -801,11 +955,13 @@ void kvf_registry_stats(const kvf_registry_t *reg,
                         kvf_registry_stats_t *stats_p)
 {
     memset(stats_p, 0, sizeof(*stats_p));
-    stats_p->keys          = reg->entries;
-    stats_p->entries       = reg->entries;
-    stats_p->tombstones    = reg->tombstones;
-    stats_p->capacity      = reg->cap;
-    stats_p->table_bytes   = reg->cap * sizeof(kvf_registry_entry_t);
+    stats_p->keys        = reg->entries;
+    stats_p->entries     = reg->entries;
+    stats_p->tombstones  = reg->tombstones;
+    stats_p->capacity    = reg->cap;
+    stats_p->table_bytes = (reg->cap + (reg->is_migrating ? reg->old_cap : 0)) *
+                           sizeof(kvf_registry_entry_t);
+    stats_p->is_migrating  = reg->is_migrating || (reg->dying != NULL);
     stats_p->purge_backlog = reg->purge_backlog;
     stats_p->purging_slots = reg->purging;
 }

@@ -48,6 +48,7 @@ typedef struct kvf_registry_stats {
     uint64_t table_bytes;   /* memory of the table */
     uint64_t purge_backlog; /* holdings of purging slots still in the table */
     uint32_t purging_slots;
+    bool is_migrating; /* growing: entries move in purge steps */
 } kvf_registry_stats_t;
 
 /* Creates a registry sized for @p expected_keys (grows as needed) and able
@@ -106,8 +107,10 @@ kvf_status_t kvf_registry_lookup(kvf_registry_t *reg, const uint8_t *keys,
 bool kvf_registry_holds(const kvf_registry_t *reg, const kvf_key_t *key,
                         uint16_t slot);
 
-/* Walks up to @p budget table entries removing purging slots; returns the
- * number of slots still purging. */
+/* Background work, up to @p budget table entries: first moving entries
+ * into a grown table (growth never moves more than one key's entries
+ * during a write), then removing purging slots. Returns non-zero while
+ * work remains. */
 uint32_t kvf_registry_purge_step(kvf_registry_t *reg, uint64_t budget);
 
 void kvf_registry_stats(const kvf_registry_t *reg,

@@ -8,7 +8,6 @@
 #include "proto/frame.h"
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 
@@ -27,9 +26,20 @@ const double kvf_server_lat_bounds_us[KVF_SERVER_LAT_BUCKETS] = {
     1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 10000, 100000,
 };
 
+/*
+ * A connection: the socket, its read and write events and two evbuffers.
+ * Not a bufferevent: libevent 2.1's bufferevent reads at most 4096 bytes
+ * per callback after an ioctl(FIONREAD), which cut a pipelined batch of
+ * lookups into many rounds and cost a syscall per read; here one recv()
+ * takes what is there and the replies of a batch leave in one writev().
+ */
 struct kvf_conn {
     kvf_server_t *server;
-    struct bufferevent *bev;
+    evutil_socket_t fd;
+    struct event *ev_read;
+    struct event *ev_write; /* added only while output is left over */
+    struct evbuffer *in;
+    struct evbuffer *out;
     kvf_conn_t *prev;
     kvf_conn_t *next;
     uint64_t id;
@@ -40,7 +50,12 @@ struct kvf_conn {
     char peer[64];
 };
 
-static void kvf_conn_on_read(struct bufferevent *bev, void *arg);
+static void kvf_conn_process(kvf_conn_t *conn);
+
+static bool kvf_conn_is_retriable(int err)
+{
+    return (err == EAGAIN) || (err == EWOULDBLOCK) || (err == EINTR);
+}
 
 static void kvf_conn_destroy(kvf_conn_t *conn)
 {
@@ -55,48 +70,76 @@ static void kvf_conn_destroy(kvf_conn_t *conn)
         conn->next->prev = conn->prev;
     }
     server->num_conns--;
-    bufferevent_free(conn->bev);
+    if (conn->ev_write != NULL) {
+        event_free(conn->ev_write);
+    }
+    if (conn->ev_read != NULL) {
+        event_free(conn->ev_read);
+    }
+    if (conn->out != NULL) {
+        evbuffer_free(conn->out);
+    }
+    if (conn->in != NULL) {
+        evbuffer_free(conn->in);
+    }
+    evutil_closesocket(conn->fd);
     free(conn);
 }
 
-static void kvf_conn_on_write(struct bufferevent *bev, void *arg)
+/* Writes what is queued; leaves the rest to the write event. Returns
+ * false when the connection failed (the caller destroys it). */
+static bool kvf_conn_flush(kvf_conn_t *conn)
+{
+    if (evbuffer_get_length(conn->out) == 0) {
+        return true;
+    }
+    if (evbuffer_write(conn->out, conn->fd) < 0) {
+        int err = EVUTIL_SOCKET_ERROR();
+
+        if (!kvf_conn_is_retriable(err)) {
+            kvf_debug("conn %" PRIu64 " %s: write: %s", conn->id, conn->peer,
+                      evutil_socket_error_to_string(err));
+            return false;
+        }
+    }
+    if ((evbuffer_get_length(conn->out) > 0) &&
+        !event_pending(conn->ev_write, EV_WRITE, NULL)) {
+        event_add(conn->ev_write, NULL);
+    }
+    return true;
+}
+
+static void kvf_conn_on_write(evutil_socket_t fd, short what, void *arg)
 {
     kvf_conn_t *conn = arg;
 
+    if (!kvf_conn_flush(conn)) {
+        kvf_conn_destroy(conn);
+        return;
+    }
+    if (evbuffer_get_length(conn->out) > 0) {
+        return; /* the event stays added */
+    }
+    event_del(conn->ev_write);
     if (conn->is_closing) {
-        if (evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
-            kvf_debug("conn %" PRIu64 " %s: closed after error", conn->id,
-                      conn->peer);
-            kvf_conn_destroy(conn);
-        }
+        kvf_debug("conn %" PRIu64 " %s: closed after error", conn->id,
+                  conn->peer);
+        kvf_conn_destroy(conn);
         return;
     }
     if (conn->is_throttled) {
         conn->is_throttled = false;
-        bufferevent_enable(bev, EV_READ);
-        kvf_conn_on_read(bev, conn); /* frames may already be buffered */
+        event_add(conn->ev_read, NULL);
+        kvf_conn_process(conn); /* frames may already be buffered */
     }
 }
 
+/* Sends what is queued, then frees the connection (now or once written). */
 static void kvf_conn_close_after_flush(kvf_conn_t *conn)
 {
     conn->is_closing = true;
-    bufferevent_disable(conn->bev, EV_READ);
-    bufferevent_setwatermark(conn->bev, EV_WRITE, 0, 0);
-    if (evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0) {
-        kvf_conn_destroy(conn);
-    }
-}
-
-static void kvf_conn_on_event(struct bufferevent *bev, short what, void *arg)
-{
-    kvf_conn_t *conn = arg;
-
-    if (what & BEV_EVENT_ERROR) {
-        kvf_debug("conn %" PRIu64 " %s: %s", conn->id, conn->peer,
-                  evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
-    }
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+    event_del(conn->ev_read);
+    if (!kvf_conn_flush(conn) || (evbuffer_get_length(conn->out) == 0)) {
         kvf_conn_destroy(conn);
     }
 }
@@ -106,8 +149,7 @@ static kvf_status_t kvf_conn_send(kvf_conn_t *conn, uint16_t type,
 {
     kvf_status_t status;
 
-    status = kvf_frame_encode(bufferevent_get_output(conn->bev), type,
-                              KVF_FRAME_FLAG_REPLY, msg,
+    status = kvf_frame_encode(conn->out, type, KVF_FRAME_FLAG_REPLY, msg,
                               (uint32_t)conn->server->cfg->max_frame);
     if (status != KVF_OK) {
         kvf_warn("conn %" PRIu64 ": cannot encode %s: %s", conn->id,
@@ -179,7 +221,7 @@ static void kvf_server_purge_kick(kvf_server_t *server)
     struct timeval tv = {0, 0};
 
     kvf_registry_stats(server->reg, &st);
-    if ((st.purging_slots > 0) &&
+    if (((st.purging_slots > 0) || st.is_migrating) &&
         !event_pending(server->purge, EV_TIMEOUT, NULL)) {
         event_add(server->purge, &tv);
     }
@@ -430,6 +472,7 @@ static kvf_status_t kvf_server_on_batch(kvf_conn_t *conn, uint16_t type,
         status = kvf_registry_admit(server->reg, node->slot, kb->keys.data, n,
                                     &done);
         server->ctr.admits += n;
+        kvf_server_purge_kick(server); /* the table may have begun growing */
     } else {
         status = kvf_registry_evict(server->reg, node->slot, kb->keys.data, n,
                                     &done);
@@ -466,6 +509,7 @@ static kvf_status_t kvf_server_on_inventory(kvf_conn_t *conn,
         status = kvf_registry_admit(server->reg, node->slot, inv->keys.data,
                                     inv->keys.len / KVF_KEY_WIRE_SIZE, &done);
         server->ctr.inventory_keys += inv->keys.len / KVF_KEY_WIRE_SIZE;
+        kvf_server_purge_kick(server);
         node->last_seq = inv->seq;
     }
     if ((status == KVF_OK) && inv->last) {
@@ -616,6 +660,7 @@ static void kvf_server_node_desc(kvf_server_t *server, kvf_node_t *node,
     d->pool_capacity       = node->pool_capacity;
     d->pool_used           = node->pool_used;
     d->keys                = kvf_registry_slot_keys(server->reg, node->slot);
+    /* protobuf-c fields are non-const; packing only reads them */
     d->state       = (char *)(uintptr_t)kvf_node_state_name(node->state);
     d->incarnation = node->incarnation;
     d->last_heartbeat_ms_ago = now - node->last_heartbeat_ms;
@@ -776,9 +821,6 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
                      ? kvf_node_table_find(server->nodes, ac->node_id)
                      : kvf_node_table_find_name(server->nodes, ac->node_name);
         if ((target == NULL) || (target->state == KVF_NODE_DEAD)) {
-            snprintf(text, sizeof(text), "unknown node %s%.100s",
-                     (ac->node_id != 0) ? "" : "'",
-                     (ac->node_id != 0) ? "" : ac->node_name);
             if (ac->node_id != 0) {
                 snprintf(text, sizeof(text), "unknown node %" PRIu32,
                          ac->node_id);
@@ -937,12 +979,11 @@ static void kvf_server_arena_free(void *data, void *ptr)
     free(ptr);
 }
 
-static void kvf_conn_on_read(struct bufferevent *bev, void *arg)
+/* Decodes and answers every whole frame buffered, then writes the replies.
+ * May destroy @p conn. */
+static void kvf_conn_process(kvf_conn_t *conn)
 {
-    kvf_conn_t *conn         = arg;
     kvf_server_t *server     = conn->server;
-    struct evbuffer *in      = bufferevent_get_input(bev);
-    struct evbuffer *out     = bufferevent_get_output(bev);
     ProtobufCAllocator alloc = {.alloc          = kvf_server_arena_alloc,
                                 .free           = kvf_server_arena_free,
                                 .allocator_data = server};
@@ -953,19 +994,19 @@ static void kvf_conn_on_read(struct bufferevent *bev, void *arg)
     while (!conn->is_closing) {
         uint64_t t0;
 
-        if (evbuffer_get_length(out) > server->cfg->max_output) {
+        if (evbuffer_get_length(conn->out) > server->cfg->max_output) {
             /* the peer does not read its replies: stop reading from it */
             conn->is_throttled = true;
             server->ctr.backpressure++;
-            bufferevent_disable(bev, EV_READ);
-            return;
+            event_del(conn->ev_read);
+            break;
         }
         t0                 = kvf_time_now_ns();
         server->arena_used = 0;
-        status = kvf_frame_decode(in, (uint32_t)server->cfg->max_frame, &alloc,
-                                  &frame);
+        status = kvf_frame_decode(conn->in, (uint32_t)server->cfg->max_frame,
+                                  &alloc, &frame);
         if (status == KVF_INPROGRESS) {
-            return;
+            break;
         }
         if (status != KVF_OK) {
             snprintf(text, sizeof(text), "bad frame: %s",
@@ -983,6 +1024,41 @@ static void kvf_conn_on_read(struct bufferevent *bev, void *arg)
             return;
         }
     }
+    if (!kvf_conn_flush(conn)) {
+        kvf_conn_destroy(conn);
+    }
+}
+
+static void kvf_conn_on_read(evutil_socket_t fd, short what, void *arg)
+{
+    kvf_conn_t *conn = arg;
+    struct evbuffer_iovec vec;
+    ssize_t n = -1;
+
+    if (evbuffer_reserve_space(conn->in, 256 << 10, &vec, 1) == 1) {
+        n = recv(fd, vec.iov_base, vec.iov_len, 0);
+        if (n > 0) {
+            vec.iov_len = (size_t)n;
+            evbuffer_commit_space(conn->in, &vec, 1);
+        }
+    }
+    if (n == 0) {
+        kvf_debug("conn %" PRIu64 " %s: closed by peer", conn->id, conn->peer);
+        kvf_conn_destroy(conn);
+        return;
+    }
+    if (n < 0) {
+        int err = EVUTIL_SOCKET_ERROR();
+
+        if (kvf_conn_is_retriable(err)) {
+            return;
+        }
+        kvf_debug("conn %" PRIu64 " %s: read: %s", conn->id, conn->peer,
+                  evutil_socket_error_to_string(err));
+        kvf_conn_destroy(conn);
+        return;
+    }
+    kvf_conn_process(conn);
 }
 
 static void kvf_server_on_accept(struct evconnlistener *lst, evutil_socket_t fd,
@@ -997,15 +1073,28 @@ static void kvf_server_on_accept(struct evconnlistener *lst, evutil_socket_t fd,
         evutil_closesocket(fd);
         return;
     }
-    conn->bev = bufferevent_socket_new(server->base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (conn->bev == NULL) {
-        evutil_closesocket(fd);
-        free(conn);
+    conn->fd       = fd; /* fd now belongs to conn */
+    conn->server   = server;
+    conn->in       = evbuffer_new();
+    conn->out      = evbuffer_new();
+    conn->ev_read  = event_new(server->base, fd, EV_READ | EV_PERSIST,
+                               kvf_conn_on_read, conn);
+    conn->ev_write = event_new(server->base, fd, EV_WRITE | EV_PERSIST,
+                               kvf_conn_on_write, conn);
+    conn->next     = server->conns;
+    if (server->conns != NULL) {
+        server->conns->prev = conn;
+    }
+    server->conns = conn;
+    server->num_conns++;
+    if ((conn->in == NULL) || (conn->out == NULL) || (conn->ev_read == NULL) ||
+        (conn->ev_write == NULL) || (evutil_make_socket_nonblocking(fd) != 0)) {
+        kvf_warn("conn: cannot set up an accepted connection");
+        kvf_conn_destroy(conn);
         return;
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    conn->server = server;
-    conn->id     = ++server->ctr.connections_total;
+    conn->id = ++server->ctr.connections_total;
     if (sa->sa_family == AF_INET) {
         const struct sockaddr_in *sin = (const struct sockaddr_in *)sa;
         char host[INET_ADDRSTRLEN];
@@ -1016,21 +1105,7 @@ static void kvf_server_on_accept(struct evconnlistener *lst, evutil_socket_t fd,
     } else {
         snprintf(conn->peer, sizeof(conn->peer), "peer");
     }
-    conn->next = server->conns;
-    if (server->conns != NULL) {
-        server->conns->prev = conn;
-    }
-    server->conns = conn;
-    server->num_conns++;
-    /* write low watermark: resume a throttled reader once half drained */
-    bufferevent_setwatermark(conn->bev, EV_WRITE, server->cfg->max_output / 2,
-                             0);
-    /* big reads: fewer syscalls and fewer frames split across chunks */
-    bufferevent_set_max_single_read(conn->bev, 1 << 20);
-    bufferevent_set_max_single_write(conn->bev, 1 << 20);
-    bufferevent_setcb(conn->bev, kvf_conn_on_read, kvf_conn_on_write,
-                      kvf_conn_on_event, conn);
-    bufferevent_enable(conn->bev, EV_READ | EV_WRITE);
+    event_add(conn->ev_read, NULL);
     kvf_debug("conn %" PRIu64 " %s: accepted", conn->id, conn->peer);
 }
 

@@ -23,6 +23,7 @@
 typedef struct kvf_ctl_opts {
     const char *controller;
     bool is_json;
+    bool is_any_order;
     int timeout_ms;
 } kvf_ctl_opts_t;
 
@@ -34,7 +35,8 @@ static void kvf_ctl_usage(FILE *out)
             "commands:\n"
             "  nodes            list nodes\n"
             "  stats            controller counters\n"
-            "  lookup KEY...    ordered-chain lookup (KEY as NS:DIGEST hex)\n"
+            "  lookup KEY...    ordered-chain lookup (KEY as NS:DIGEST hex);\n"
+            "                   --any-order: each key on its own\n"
             "  tree             per-node summary of the registry\n"
             "  pin KEY...       ask every agent never to evict KEYs\n"
             "  unpin KEY...     undo pin\n"
@@ -285,6 +287,7 @@ static int kvf_ctl_lookup(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
     req.request_id = kvf_ctlconn_next_id(conn);
     req.keys.data  = keys;
     req.keys.len   = (size_t)argc * KVF_KEY_WIRE_SIZE;
+    req.any_order  = opts->is_any_order;
     rc = kvf_ctl_call(conn, KVF_MSG_LOOKUP, &req.base, KVF_MSG_LOOKUP_REPLY,
                       &frame);
     free(keys);
@@ -464,6 +467,8 @@ int main(int argc, char **argv)
             return 0;
         } else if (strcmp(argv[i], "--json") == 0) {
             opts.is_json = true;
+        } else if (strcmp(argv[i], "--any-order") == 0) {
+            opts.is_any_order = true;
         } else if ((strcmp(argv[i], "--controller") == 0) && (i + 1 < argc)) {
             opts.controller = argv[++i];
         } else if (strncmp(argv[i], "--controller=", 13) == 0) {

@@ -92,6 +92,15 @@ void kvf_th_ctl_start(kvf_th_ctl_t *ctl, const char *const *args)
 
 int kvf_th_ctl_stop(kvf_th_ctl_t *ctl)
 {
+    if (ctl->pid <= 0) {
+        return 0;
+    }
+    kill(ctl->pid, SIGTERM);
+    return kvf_th_ctl_wait(ctl);
+}
+
+int kvf_th_ctl_wait(kvf_th_ctl_t *ctl)
+{
     uint64_t deadline = kvf_time_deadline_ns(KVF_TH_TIMEOUT_NS);
     char cmd[400];
     int status = -1;
@@ -99,7 +108,6 @@ int kvf_th_ctl_stop(kvf_th_ctl_t *ctl)
     if (ctl->pid <= 0) {
         return 0;
     }
-    kill(ctl->pid, SIGTERM);
     while (waitpid(ctl->pid, &status, WNOHANG) == 0) {
         if (kvf_time_expired(deadline)) {
             kill(ctl->pid, SIGKILL);

@@ -31,6 +31,9 @@ void kvf_th_ctl_start(kvf_th_ctl_t *ctl, const char *const *args);
 /* SIGTERM, wait (deadline); returns the exit status (0 = clean, no leak). */
 int kvf_th_ctl_stop(kvf_th_ctl_t *ctl);
 
+/* Waits (deadline) for the controller to exit on its own; as stop. */
+int kvf_th_ctl_wait(kvf_th_ctl_t *ctl);
+
 /* Connects and says HELLO as @p kind. */
 kvf_ctlconn_t *kvf_th_connect(const kvf_th_ctl_t *ctl, int kind);
 

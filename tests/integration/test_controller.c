@@ -9,6 +9,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <unistd.h>
 
 static kvf_th_ctl_t g_ctl;
@@ -453,8 +454,10 @@ Test(controller, flood_from_one_connection_does_not_block_others)
     kvf__lookup__init(&lk);
     lk.keys.data = keys;
     lk.keys.len  = sizeof(keys);
-    /* never read the replies: the controller must stop reading us */
-    for (i = 0; i < 2000; i++) {
+    /* never read the replies: the controller must stop reading us. Send
+     * well past what loopback socket buffers absorb (they autotune to
+     * several MiB), so the controller's own output cap is what stops it */
+    for (i = 0; i < 40000; i++) {
         kvf_status_t s;
 
         lk.request_id = (uint64_t)i;
@@ -465,8 +468,123 @@ Test(controller, flood_from_one_connection_does_not_block_others)
         }
     }
     stats_of(adm, &st);
-    cr_assert_eq(kvf_th_lookup(adm, 0, 0, 4, NULL, NULL), 0);
+    cr_assert_eq(kvf_th_lookup(adm, 0, 0, 4, NULL, NULL), 0,
+                 "other connections are served");
+    {
+        char out[8192];
+
+        cr_assert_eq(kvf_th_run(out, sizeof(out), "curl -sf http://%s/metrics",
+                                g_ctl.http),
+                     0);
+        cr_assert_null(strstr(out, "kvf_controller_backpressure_total 0\n"),
+                       "flood was not throttled");
+    }
     kvf_ctlconn_destroy(flood);
     kvf_ctlconn_destroy(adm);
+    stop_clean();
+}
+
+Test(controller, wire_errors_keep_the_connection)
+{
+    const char *args[] = {"--recovery-window", "0", "--max-batch", "8", NULL};
+    kvf_ctlconn_t *a;
+    kvf_frame_t frame;
+    Kvf__NodeInfoRequest ni;
+    Kvf__Register reg;
+    uint32_t ids[1] = {999};
+    uint8_t keys[9 * KVF_KEY_WIRE_SIZE];
+    Kvf__Lookup lk;
+    uint8_t reply_flag[8] = {0, 0, 0, 0, 3, 0, 1, 0};
+
+    kvf_th_ctl_start(&g_ctl, args);
+    a = kvf_th_connect(&g_ctl, KVF__PEER_KIND__PEER_AGENT);
+    /* over max_batch */
+    kvf_th_keys(keys, 9, 0);
+    kvf__lookup__init(&lk);
+    lk.request_id = 11;
+    lk.keys.data  = keys;
+    lk.keys.len   = sizeof(keys);
+    cr_assert_eq(kvf_ctlconn_call(a, KVF_MSG_LOOKUP, &lk.base, &frame), KVF_OK);
+    cr_assert_eq(status_of(&frame), KVF_ERR_TOO_BIG);
+    cr_assert_eq(((Kvf__Status *)frame.msg)->request_id, 11);
+    kvf_frame_release(&frame, NULL);
+    /* unknown node in NODE_INFO */
+    kvf__node_info_request__init(&ni);
+    ni.request_id = 12;
+    ni.n_node_ids = 1;
+    ni.node_ids   = ids;
+    cr_assert_eq(kvf_ctlconn_call(a, KVF_MSG_NODE_INFO, &ni.base, &frame),
+                 KVF_OK);
+    cr_assert_eq(status_of(&frame), KVF_ERR_NOT_FOUND);
+    kvf_frame_release(&frame, NULL);
+    /* bad register: tp_rank >= tp_world */
+    kvf__register__init(&reg);
+    reg.request_id = 13;
+    reg.name       = (char *)(uintptr_t) "bad";
+    reg.tp_world   = 2;
+    reg.tp_rank    = 2;
+    cr_assert_eq(kvf_ctlconn_call(a, KVF_MSG_REGISTER, &reg.base, &frame),
+                 KVF_OK);
+    cr_assert_eq(frame.type, KVF_MSG_REGISTER_REPLY);
+    cr_assert_eq(((Kvf__RegisterReply *)frame.msg)->status, KVF_ERR_INVALID);
+    kvf_frame_release(&frame, NULL);
+    /* still usable */
+    cr_assert_eq(kvf_th_lookup(a, 0, 0, 4, NULL, NULL), 0);
+    /* a frame flagged as a reply is a protocol error: closed */
+    cr_assert_eq(kvf_ctlconn_send_raw(a, reply_flag, sizeof(reply_flag)),
+                 KVF_OK);
+    cr_assert_eq(kvf_ctlconn_recv(a, &frame), KVF_OK);
+    cr_assert_eq(status_of(&frame), KVF_ERR_PROTO);
+    kvf_frame_release(&frame, NULL);
+    cr_assert_eq(kvf_ctlconn_recv(a, &frame), KVF_ERR_CLOSED);
+    kvf_ctlconn_destroy(a);
+    stop_clean();
+}
+
+Test(controller, sigint_exits_cleanly_with_connections_open)
+{
+    kvf_ctlconn_t *a, *b;
+
+    kvf_th_ctl_start(&g_ctl, NULL);
+    a = kvf_th_connect(&g_ctl, KVF__PEER_KIND__PEER_AGENT);
+    b = kvf_th_connect(&g_ctl, KVF__PEER_KIND__PEER_ADMIN);
+    kvf_th_register(a, "x", 1, NULL);
+    kill(g_ctl.pid, SIGINT);
+    cr_assert_eq(kvf_th_ctl_wait(&g_ctl), 0, "SIGINT exit not clean");
+    kvf_ctlconn_destroy(a);
+    kvf_ctlconn_destroy(b);
+}
+
+Test(controller, grows_while_serving)
+{
+    const char *args[] = {"--recovery-window",
+                          "0",
+                          "--initial-keys",
+                          "100",
+                          "--purge-slice",
+                          "1024",
+                          NULL};
+    kvf_ctlconn_t *a;
+    Kvf__StatsReply st;
+    uint64_t deadline;
+    uint32_t na;
+    int i;
+
+    kvf_th_ctl_start(&g_ctl, args);
+    a  = kvf_th_connect(&g_ctl, KVF__PEER_KIND__PEER_AGENT);
+    na = kvf_th_register(a, "grower", 1, NULL);
+    for (i = 0; i < 40; i++) {
+        cr_assert_eq(kvf_th_batch(a, KVF_MSG_ADMIT, na, 1, (uint64_t)i + 1,
+                                  (uint64_t)i * 500, 500, false),
+                     KVF_OK);
+        cr_assert_eq(kvf_th_lookup(a, 0, 0, 64, NULL, NULL), 64);
+    }
+    deadline = kvf_time_deadline_ns(10 * KVF_NSEC_PER_SEC);
+    do {
+        cr_assert(!kvf_time_expired(deadline));
+        stats_of(a, &st);
+    } while (st.keys != 20000);
+    cr_assert_eq(kvf_th_lookup(a, 0, 19936, 64, NULL, NULL), 64);
+    kvf_ctlconn_destroy(a);
     stop_clean();
 }

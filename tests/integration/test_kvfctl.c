@@ -74,6 +74,10 @@ Test(kvfctl, commands_tables_and_json)
     cr_assert_not_null(strstr(g_out, "\"hit_chunks\":1"), "%s", g_out);
     cr_assert_not_null(strstr(g_out, "\"holder\":"), "%s", g_out);
 
+    cr_assert_eq(KVFCTL("lookup --any-order %s %s %s 2>&1", ctl, g_ctl.addr,
+                        key9, key0, key0),
+                 0, "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "hit 2 of 3"), "%s", g_out);
     cr_assert_eq(KVFCTL("tree 2>&1", ctl, g_ctl.addr), 0);
     cr_assert_not_null(strstr(g_out, "gpu0"), "%s", g_out);
     cr_assert_eq(KVFCTL("tree --json 2>&1", ctl, g_ctl.addr), 0);
@@ -140,4 +144,19 @@ Test(kvfctl, http_endpoints)
                        "%s", g_out);
     cr_assert_not_null(strstr(g_out, "kvf_controller_purge_backlog 0"));
     cr_assert_eq(kvf_th_ctl_stop(&g_ctl), 0);
+}
+
+Test(kvfctl, bench_controller_smoke)
+{
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "%s controller --keys 4096 --batch 64 --clients 2 "
+                            "--seconds 0.2 --rounds 1 --no-redis 2>/dev/null",
+                            kvf_th_build_path("tools/kvf-bench")),
+                 0, "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "{\"bench\":\"controller\",\"phase\":"
+                                     "\"admit\""),
+                       "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"phase\":\"lookup\""), "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"miss_keys\":0"), "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"rss_bytes_per_key\":"), "%s", g_out);
 }

@@ -245,15 +245,22 @@ Test(registry, slot_closed_mid_pass_waits_for_next_pass)
     cr_assert_eq(kvf_registry_slot_state(g_reg, b), KVF_REGISTRY_SLOT_FREE);
 }
 
-Test(registry, grows_and_rehash_completes_purge)
+Test(registry, grows_incrementally_and_purges_after)
 {
     uint16_t a = open_slot(), b = open_slot(), out[64];
     kvf_registry_stats_t st;
 
     admit(a, 0, 1000);
     kvf_registry_slot_close(g_reg, a);
-    admit(b, 0, 300000); /* forces several rehashes; ends at load 0.57 */
+    admit(b, 0, 300000); /* grows several times; ends at load 0.57 */
     kvf_registry_stats(g_reg, &st);
+    cr_assert(st.is_migrating, "growth moves entries in steps");
+    cr_assert_eq(lookup(299000, 64, 0, false, out), 64,
+                 "lookups see both tables while growing");
+    while (kvf_registry_purge_step(g_reg, 4096) > 0) {
+    }
+    kvf_registry_stats(g_reg, &st);
+    cr_assert_not(st.is_migrating);
     cr_assert_eq(st.purge_backlog, 0);
     cr_assert_eq(kvf_registry_slot_state(g_reg, a), KVF_REGISTRY_SLOT_FREE);
     cr_assert_eq(st.entries, 300000);
@@ -295,4 +302,96 @@ Test(registry, slots_run_out)
     cr_assert_eq(kvf_registry_slot_open(g_reg, &s), KVF_ERR_BUSY);
     kvf_test_log_capture_stop();
     cr_assert(kvf_test_log_contains("holder slots in use"));
+}
+
+Test(registry, evicting_first_entry_keeps_later_holders)
+{
+    kvf_key_t k = {.ns = 1, .hi = 0xabc, .lo = 0};
+    uint16_t s[9], out[1];
+    uint8_t key[KVF_KEY_WIRE_SIZE];
+    size_t n;
+    int i;
+
+    make_keys(key, 1, 0);
+    for (i = 0; i < 9; i++) {
+        s[i] = open_slot();
+        admit(s[i], 0, 1);
+    }
+    /* empty the first entry: later entries of the key must still count */
+    for (i = 0; i < 4; i++) {
+        cr_assert_eq(kvf_registry_evict(g_reg, s[i], key, 1, &n), KVF_OK);
+        cr_assert_eq(n, 1);
+    }
+    for (i = 4; i < 9; i++) {
+        cr_assert(kvf_registry_holds(g_reg, &k, s[i]), "holder %d", i);
+    }
+    cr_assert_eq(lookup(0, 1, s[8], false, out), 1);
+    cr_assert_eq(out[0], s[8]);
+    /* re-admit fills the free places, no duplicate holder */
+    admit(s[0], 0, 1);
+    admit(s[0], 0, 1);
+    cr_assert_eq(kvf_registry_slot_keys(g_reg, s[0]), 1);
+    for (i = 4; i < 9; i++) {
+        cr_assert_eq(kvf_registry_evict(g_reg, s[i], key, 1, &n), KVF_OK);
+        cr_assert_eq(n, 1, "holder %d", i);
+    }
+    cr_assert_eq(lookup(0, 1, 0, false, out), 1);
+    cr_assert_eq(out[0], s[0]);
+}
+
+Test(registry, purge_of_many_holders_keeps_the_live_ones)
+{
+    kvf_key_t k = {.ns = 1, .hi = 0xabc, .lo = 5};
+    uint16_t s[6];
+    int i;
+
+    for (i = 0; i < 6; i++) {
+        s[i] = open_slot();
+        admit(s[i], 0, 10);
+    }
+    kvf_registry_slot_close(g_reg, s[0]);
+    kvf_registry_slot_close(g_reg, s[5]);
+    while (kvf_registry_purge_step(g_reg, 100) > 0) {
+    }
+    for (i = 1; i < 5; i++) {
+        cr_assert(kvf_registry_holds(g_reg, &k, s[i]));
+        cr_assert_eq(kvf_registry_slot_keys(g_reg, s[i]), 10);
+    }
+    /* a freed slot is reused and starts empty */
+    cr_assert_eq(open_slot(), s[0]);
+    cr_assert_not(kvf_registry_holds(g_reg, &k, s[0]));
+}
+
+Test(registry, writes_during_growth_see_one_table)
+{
+    uint16_t a = open_slot(), b = open_slot(), out[64];
+    kvf_registry_stats_t st;
+    uint8_t keys[64 * KVF_KEY_WIRE_SIZE];
+    size_t n;
+
+    admit(a, 0, 700);
+    admit(b, 600, 200); /* the 768th entry starts growing the 1024 table */
+    kvf_registry_stats(g_reg, &st);
+    cr_assert(st.is_migrating);
+    /* write keys whose entries may still be in the old table */
+    make_keys(keys, 64, 0);
+    cr_assert_eq(kvf_registry_admit(g_reg, a, keys, 64, &n), KVF_OK);
+    cr_assert_eq(n, 0, "already held: no duplicate across tables");
+    make_keys(keys, 64, 600);
+    cr_assert_eq(kvf_registry_evict(g_reg, b, keys, 64, &n), KVF_OK);
+    cr_assert_eq(n, 64);
+    kvf_registry_slot_close(g_reg, a); /* its purge waits for the move */
+    cr_assert_eq(lookup(600, 64, 0, true, out), 0);
+    cr_assert_eq(lookup(664, 64, 0, false, out), 64);
+    cr_assert_eq(out[63], b);
+    while (kvf_registry_purge_step(g_reg, 100) > 0) {
+    }
+    kvf_registry_stats(g_reg, &st);
+    cr_assert_not(st.is_migrating);
+    cr_assert_eq(st.purge_backlog, 0);
+    cr_assert_eq(st.entries, 136);
+    cr_assert_eq(kvf_registry_slot_state(g_reg, a), KVF_REGISTRY_SLOT_FREE);
+    cr_assert_eq(kvf_registry_slot_keys(g_reg, b), 136);
+    cr_assert_eq(lookup(664, 64, 0, false, out), 64);
+    cr_assert_eq(lookup(0, 64, 0, true, out), 0);
 }
