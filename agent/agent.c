@@ -367,7 +367,8 @@ static kvf_status_t kvf_agent_store_start(kvf_agent_t *agent)
         return KVF_ERR_CONFIG;
     }
     memset(&pparams, 0, sizeof(pparams));
-    pparams.field_mask = KVF_POOL_FIELD_NAME | KVF_POOL_FIELD_SIZE |
+    pparams.field_mask = (config->pool_prefault ? KVF_POOL_FIELD_PREFAULT : 0) |
+                         KVF_POOL_FIELD_NAME | KVF_POOL_FIELD_SIZE |
                          KVF_POOL_FIELD_MAX_CHUNK | KVF_POOL_FIELD_POLICY |
                          KVF_POOL_FIELD_MIN_CHUNK;
     pparams.name      = "kvf-pool";

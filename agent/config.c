@@ -27,6 +27,10 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
                     1ull << 44, "bytes of the shared-memory chunk pool"),
     KVF_AGENT_FIELD("max_chunk", KVF_CONFIG_SIZE, max_chunk, "64M", 4096,
                     1ull << 34, "largest chunk an engine may store"),
+    KVF_AGENT_FIELD("pool_prefault", KVF_CONFIG_BOOL, pool_prefault, "true", 0,
+                    0,
+                    "allocate the pool's memory at start (faster "
+                    "transfers, full RSS at once)"),
     {"eviction", KVF_CONFIG_ENUM, offsetof(kvf_agent_config_t, eviction), "lru",
      0, 0, kvf_agent_evictions, 0,
      "eviction policy of unpinned chunks: lru, lfu or fifo"},

@@ -22,6 +22,8 @@ enum {
 
 typedef struct kvf_peer_fetch kvf_peer_fetch_t;
 
+static void kvf_peer_node_forget(kvf_peer_t *peer, uint32_t node_id);
+
 typedef enum {
     KVF_PEER_ITEM_WAIT = 0, /* asked, nothing arrived yet */
     KVF_PEER_ITEM_RECV,     /* payload being received into a slot */
@@ -61,7 +63,17 @@ typedef struct kvf_peer_serve {
     struct kvf_peer_serve *next_free;
 } kvf_peer_serve_t;
 
+/* Peer addresses of holders, so a fetch needs no NODE_INFO round trip for
+ * a node it has fetched from before. Dropped when a fetch to it fails. */
+#define KVF_PEER_NODE_CACHE 64
+
+typedef struct kvf_peer_node {
+    uint32_t node_id; /* 0: unused */
+    char data_address[64];
+} kvf_peer_node_t;
+
 struct kvf_peer {
+    kvf_peer_node_t nodes[KVF_PEER_NODE_CACHE];
     kvf_ucx_worker_t *worker;
     kvf_ucx_mem_t *pool_mem;
     kvf_store_t *store;
@@ -187,6 +199,7 @@ static void kvf_peer_on_fetch_sent(kvf_status_t status, void *arg)
     if (status != KVF_OK) {
         kvf_debug("%s: fetch request to node %u failed: %s", fetch->peer->name,
                   ask->holder, kvf_strerror(status));
+        kvf_peer_node_forget(fetch->peer, ask->holder);
         kvf_peer_fetch_miss_waiting(fetch, ask->holder);
     }
     free(ask);
@@ -259,6 +272,34 @@ static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
     }
 }
 
+static const char *kvf_peer_node_find(kvf_peer_t *peer, uint32_t node_id)
+{
+    unsigned i = node_id % KVF_PEER_NODE_CACHE;
+
+    return (peer->nodes[i].node_id == node_id) ? peer->nodes[i].data_address
+                                               : NULL;
+}
+
+static void kvf_peer_node_store(kvf_peer_t *peer, uint32_t node_id,
+                                const char *data_address)
+{
+    kvf_peer_node_t *n = &peer->nodes[node_id % KVF_PEER_NODE_CACHE];
+
+    if (strlen(data_address) < sizeof(n->data_address)) {
+        n->node_id = node_id;
+        snprintf(n->data_address, sizeof(n->data_address), "%s", data_address);
+    }
+}
+
+static void kvf_peer_node_forget(kvf_peer_t *peer, uint32_t node_id)
+{
+    kvf_peer_node_t *n = &peer->nodes[node_id % KVF_PEER_NODE_CACHE];
+
+    if (n->node_id == node_id) {
+        n->node_id = 0;
+    }
+}
+
 static void kvf_peer_on_node(void *arg, kvf_status_t status, uint32_t node_id,
                              const char *data_address, bool alive)
 {
@@ -272,6 +313,7 @@ static void kvf_peer_on_node(void *arg, kvf_status_t status, uint32_t node_id,
                       alive ? "" : ", not alive");
             kvf_peer_fetch_miss_waiting(fetch, node_id);
         } else {
+            kvf_peer_node_store(fetch->peer, node_id, data_address);
             kvf_peer_fetch_ask(fetch, node_id, data_address);
         }
     }
@@ -321,6 +363,12 @@ static void kvf_peer_on_lookup(void *arg, kvf_status_t status,
             }
         }
         if (!seen) {
+            const char *addr = kvf_peer_node_find(peer, holders[i]);
+
+            if (addr != NULL) {
+                kvf_peer_fetch_ask(fetch, holders[i], addr);
+                continue;
+            }
             fetch->pending_ctl++;
             kvf_ctl_client_node_info(peer->ctl, holders[i], kvf_peer_on_node,
                                      fetch);

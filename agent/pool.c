@@ -53,6 +53,7 @@ struct kvf_pool {
     size_t map_len;
     uint64_t capacity;
     bool is_hugetlb;
+    bool prefault;
     char name[64];
 
     unsigned min_shift;
@@ -422,8 +423,11 @@ static kvf_status_t kvf_pool_map(kvf_pool_t *pool, bool try_huge)
                   pool->map_len);
         goto err_close;
     }
-    pool->base = mmap(NULL, pool->map_len, PROT_READ | PROT_WRITE, MAP_SHARED,
-                      pool->fd, 0);
+    /* prefaulting allocates every page now instead of on the first write
+     * of each chunk, which otherwise halves transfer rates into the pool */
+    pool->base =
+        mmap(NULL, pool->map_len, PROT_READ | PROT_WRITE,
+             MAP_SHARED | (pool->prefault ? MAP_POPULATE : 0), pool->fd, 0);
     if (pool->base == MAP_FAILED) {
         kvf_error("pool %s: mmap of %zu bytes failed: %m", pool->name,
                   pool->map_len);
@@ -568,7 +572,8 @@ kvf_status_t kvf_pool_create(const kvf_pool_params_t *params,
     if (status != KVF_OK) {
         goto err_free_tables;
     }
-    status = kvf_pool_map(pool, !(mask & KVF_POOL_FIELD_NO_HUGETLB));
+    pool->prefault = (mask & KVF_POOL_FIELD_PREFAULT) != 0;
+    status         = kvf_pool_map(pool, !(mask & KVF_POOL_FIELD_NO_HUGETLB));
     if (status != KVF_OK) {
         goto err_free_tables;
     }

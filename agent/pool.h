@@ -71,6 +71,7 @@ typedef enum {
     KVF_POOL_FIELD_WATERMARKS = 1u << 5,
     KVF_POOL_FIELD_EVICT_CB   = 1u << 6,
     KVF_POOL_FIELD_NO_HUGETLB = 1u << 7,
+    KVF_POOL_FIELD_PREFAULT   = 1u << 8, /**< allocate every page at create */
 } kvf_pool_field_t;
 
 typedef struct kvf_pool_params {

@@ -24,4 +24,11 @@ uint64_t kvf_bench_percentile(uint64_t *samples, size_t n, double pct);
 /* Resident set size of this process in bytes (from /proc/self/statm). */
 uint64_t kvf_bench_rss_bytes(void);
 
+/* A free TCP port on 127.0.0.1 (bind to 0, read it, close); 0 on error. */
+uint16_t kvf_bench_free_port(void);
+
+/* Path of a program built beside kvf-bench: @p rel is relative to the
+ * build root ("agent/kvf-agent"). Writes into @p buf. */
+void kvf_bench_sibling_path(const char *rel, char *buf, size_t len);
+
 #endif /* KVF_TOOLS_BENCH_H */

@@ -486,27 +486,6 @@ static int kvf_bench_ctl_phase(kvf_bench_ctl_client_t *cs,
     return 0;
 }
 
-static uint16_t kvf_bench_ctl_free_port(void)
-{
-    struct sockaddr_in sin;
-    socklen_t len = sizeof(sin);
-    uint16_t port = 0;
-    int fd        = socket(AF_INET, SOCK_STREAM, 0);
-
-    if (fd < 0) {
-        return 0;
-    }
-    memset(&sin, 0, sizeof(sin));
-    sin.sin_family      = AF_INET;
-    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if ((bind(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0) &&
-        (getsockname(fd, (struct sockaddr *)&sin, &len) == 0)) {
-        port = ntohs(sin.sin_port);
-    }
-    close(fd);
-    return port;
-}
-
 static void kvf_bench_ctl_pause(void)
 {
     struct timespec ts = {0, 5 * 1000 * 1000};
@@ -518,7 +497,7 @@ static void kvf_bench_ctl_pause(void)
 static uint16_t kvf_bench_ctl_redis_start(void)
 {
     char cmd[512];
-    uint16_t port = kvf_bench_ctl_free_port();
+    uint16_t port = kvf_bench_free_port();
     uint64_t deadline;
 
     if ((system("command -v redis-server >/dev/null 2>&1") != 0) ||
