@@ -94,6 +94,13 @@ static void kvf_agent_on_command(void *arg, const Kvf__Command *command)
                  agent->name,
                  (unsigned long long)kvf_store_clear(agent->store));
         break;
+    case KVF__COMMAND_TYPE__COMMAND_REPLICATE:
+        /* warm this node: pull the named chunks from their holders */
+        if ((n > 0) &&
+            (kvf_peer_fetch(agent->peer, keys, n, NULL, NULL) == KVF_OK)) {
+            kvf_info("agent %s: replicating %u chunks", agent->name, n);
+        }
+        break;
     case KVF__COMMAND_TYPE__COMMAND_DRAIN:
         agent->draining = true;
         kvf_info("agent %s: draining: no longer chosen as a holder",
@@ -186,6 +193,31 @@ static void kvf_agent_on_healthz(struct evhttp_request *req, void *arg)
     evbuffer_free(body);
 }
 
+/* Prometheus histogram of fetch latency (cumulative buckets, seconds). */
+static void kvf_agent_metrics_fetch_latency(const kvf_peer_stats_t *ps,
+                                            struct evbuffer *body)
+{
+    uint64_t cumulative = 0;
+    unsigned b;
+
+    evbuffer_add_printf(body, "# HELP kvf_agent_fetch_seconds time from a "
+                              "fetch's start to its last chunk\n"
+                              "# TYPE kvf_agent_fetch_seconds histogram\n");
+    for (b = 0; b < KVF_PEER_LAT_BUCKETS; b++) {
+        cumulative += ps->lat_counts[b];
+        evbuffer_add_printf(
+            body, "kvf_agent_fetch_seconds_bucket{le=\"%g\"} %" PRIu64 "\n",
+            (double)kvf_peer_lat_bounds_us[b] / 1e6, cumulative);
+    }
+    cumulative += ps->lat_counts[KVF_PEER_LAT_BUCKETS];
+    evbuffer_add_printf(body,
+                        "kvf_agent_fetch_seconds_bucket{le=\"+Inf\"} %" PRIu64
+                        "\n"
+                        "kvf_agent_fetch_seconds_sum %.6f\n"
+                        "kvf_agent_fetch_seconds_count %" PRIu64 "\n",
+                        cumulative, (double)ps->lat_sum_us / 1e6, cumulative);
+}
+
 static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
 {
     kvf_engine_server_stats_t es;
@@ -195,6 +227,7 @@ static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
     kvf_store_get_stats(agent->store, &st);
     kvf_engine_server_get_stats(agent->engines, &es);
     kvf_peer_get_stats(agent->peer, &ps);
+    kvf_agent_metrics_fetch_latency(&ps, body);
     evbuffer_add_printf(
         body,
         "# HELP kvf_agent_fetch_chunks_total chunks asked of peers, by "

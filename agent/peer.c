@@ -43,6 +43,7 @@ struct kvf_peer_fetch {
     kvf_peer_fetch_t *next;
     kvf_peer_t *peer;
     uint64_t request_id;
+    uint64_t start_ns;
     uint64_t deadline_ns;
     kvf_peer_fetch_cb_t cb; /* NULL once canceled */
     void *arg;
@@ -108,12 +109,26 @@ static void kvf_peer_fetch_maybe_free(kvf_peer_fetch_t *fetch)
     free(fetch);
 }
 
+const uint64_t kvf_peer_lat_bounds_us[KVF_PEER_LAT_BUCKETS] = {
+    250,   500,   1000,   2500,   5000,    10000,
+    25000, 50000, 100000, 250000, 1000000, 5000000};
+
 static void kvf_peer_fetch_complete(kvf_peer_fetch_t *fetch)
 {
+    kvf_peer_stats_t *st = &fetch->peer->stats;
+    uint64_t us;
+    unsigned b;
+
     if (fetch->done) {
         return;
     }
     fetch->done = true;
+    us          = (kvf_time_now_ns() - fetch->start_ns) / KVF_NSEC_PER_USEC;
+    for (b = 0; (b < KVF_PEER_LAT_BUCKETS) && (us > kvf_peer_lat_bounds_us[b]);
+         b++) {
+    }
+    st->lat_counts[b]++;
+    st->lat_sum_us += us;
     fetch->peer->stats.chunks_missed += fetch->num - fetch->fetched;
     if (fetch->cb != NULL) {
         fetch->cb(fetch->arg, fetch->fetched, fetch->num - fetch->fetched);
@@ -403,6 +418,7 @@ kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
     }
     fetch->peer        = peer;
     fetch->request_id  = ++peer->next_request;
+    fetch->start_ns    = kvf_time_now_ns();
     fetch->deadline_ns = kvf_time_deadline_ns(peer->timeout_ns);
     fetch->cb          = cb;
     fetch->arg         = arg;

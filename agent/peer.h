@@ -42,7 +42,15 @@ typedef struct kvf_peer_params {
     const char *name;    /* for logs */
 } kvf_peer_params_t;
 
+/* Upper bounds (us) of the fetch latency histogram's buckets; one more
+ * bucket counts everything slower. */
+#define KVF_PEER_LAT_BUCKETS 12
+extern const uint64_t kvf_peer_lat_bounds_us[KVF_PEER_LAT_BUCKETS];
+
 typedef struct kvf_peer_stats {
+    uint64_t
+        lat_counts[KVF_PEER_LAT_BUCKETS + 1]; /* per bucket, not cumulative */
+    uint64_t lat_sum_us;
     uint64_t fetches;
     uint64_t chunks_fetched;
     uint64_t bytes_fetched;

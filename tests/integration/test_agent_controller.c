@@ -186,3 +186,43 @@ Test(agent_controller, clean_shutdown_deregisters)
     /* deregistration removes the node's holdings at once, no lease wait */
     wait_hits(text, 1, "\"hit_chunks\":0");
 }
+
+Test(agent_controller, evictions_reach_the_registry)
+{
+    kvf_client_params_t p = {.field_mask  = KVF_CLIENT_PARAM_SOCKET,
+                             .socket_path = g_sock};
+    char first[1][KVF_KEY_STR_SIZE];
+    kvf_client_t *c = NULL;
+    kvf_key_t key;
+    kvf_slot_t slot;
+    uint64_t sum;
+    uint32_t i, tok[16];
+    size_t got;
+
+    /* the agent's pool is 16 MiB of 1 MiB chunks: 40 chunks overflow it
+     * and the least recently used ones are evicted */
+    cr_assert_eq(kvf_client_connect(&p, &c), KVF_OK);
+    for (i = 0; i < 40; i++) {
+        uint8_t *d;
+
+        memset(tok, 0, sizeof(tok));
+        tok[0] = i + 1000;
+        cr_assert_eq(kvf_key_chain(0xe1, tok, 16, 16, false, &key, 1, &got),
+                     KVF_OK);
+        if (i == 0) {
+            kvf_key_format(&key, first[0]);
+        }
+        cr_assert_eq(kvf_client_alloc(c, 1u << 20, 1, &slot), KVF_OK, "%s",
+                     kvf_client_last_error(c));
+        d = (uint8_t *)kvf_client_pool_base(c) + slot.offset;
+        memset(d, (int)i, 1u << 20);
+        sum = kvf_chunk_checksum(d, 1u << 20);
+        cr_assert_eq(kvf_client_commit(c, &key, &slot, &sum, 1), KVF_OK);
+        if (i == 0) {
+            wait_hits(first, 1, "\"hit_chunks\":1"); /* admitted first */
+        }
+    }
+    kvf_client_disconnect(c);
+    /* the first chunk left the pool: its EVICT reached the controller */
+    wait_hits(first, 1, "\"hit_chunks\":0");
+}

@@ -205,6 +205,21 @@ Test(peer_fetch, store_on_a_fetch_on_b_byte_identical)
     cr_assert_eq(retrieve_check(1, keys, 8, missing), 8);
     /* B admitted its new copies: they are local there now */
     wait_hits(1, keys, 8, 8);
+    {
+        static char body[65536];
+        uint16_t port = (uint16_t)atoi(strrchr(g_agents[1].http, ':') + 1);
+
+        cr_assert_eq(kvf_test_http_get(port, "/metrics", body, sizeof(body)),
+                     200);
+        cr_assert(strstr(body,
+                         "kvf_agent_fetch_chunks_total{result=\"fetched\"} "
+                         "8\n") != NULL,
+                  "%s", body);
+        cr_assert(strstr(body, "kvf_agent_fetch_seconds_count 1\n") != NULL,
+                  "%s", body);
+        cr_assert(strstr(body, "kvf_agent_fetch_bytes_total 2097152\n") != NULL,
+                  "%s", body);
+    }
 }
 
 Test(peer_fetch, prefix_assembled_from_two_holders)
