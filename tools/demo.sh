@@ -119,7 +119,7 @@ fi
 
 say "demo-agent-2 metrics (GET /metrics, excerpt)"
 curl -sf "http://127.0.0.1:${agent_http[1]}/metrics" | grep -v '^#' |
-    grep -E 'pool_bytes|commits|retrieve|fetch|checksum' || true
+    grep -E 'pool_bytes|commits|retrieve|fetch|checksum' | grep -v _bucket || true
 
 say "what this demo does not show yet"
 cat <<'TXT'
