@@ -28,6 +28,7 @@ typedef enum {
     KVF_PEER_ITEM_WAIT = 0, /* asked, nothing arrived yet */
     KVF_PEER_ITEM_RECV,     /* payload being received into a slot */
     KVF_PEER_ITEM_DONE,     /* settled: fetched or missed */
+    KVF_PEER_ITEM_FOLLOW,   /* another fetch is already getting this key */
 } kvf_peer_item_state_t;
 
 typedef struct kvf_peer_item {
@@ -37,6 +38,11 @@ typedef struct kvf_peer_item {
     uint64_t offset;   /* the granted slot while receiving */
     uint64_t checksum; /* as the holder announced it */
     uint8_t state;
+    /* one transfer per key: a fetch asking for a key that an earlier fetch
+     * is already getting (a prefetch, then the retrieve) follows it */
+    struct kvf_peer_item *leader;        /* FOLLOW: the item we wait on */
+    struct kvf_peer_item *followers;     /* items waiting on this one */
+    struct kvf_peer_item *next_follower; /* in the leader's list */
 } kvf_peer_item_t;
 
 struct kvf_peer_fetch {
@@ -113,6 +119,8 @@ const uint64_t kvf_peer_lat_bounds_us[KVF_PEER_LAT_BUCKETS] = {
     250,   500,   1000,   2500,   5000,    10000,
     25000, 50000, 100000, 250000, 1000000, 5000000};
 
+static void kvf_peer_fetch_maybe_free(kvf_peer_fetch_t *fetch);
+
 static void kvf_peer_fetch_complete(kvf_peer_fetch_t *fetch)
 {
     kvf_peer_stats_t *st = &fetch->peer->stats;
@@ -135,21 +143,71 @@ static void kvf_peer_fetch_complete(kvf_peer_fetch_t *fetch)
     }
 }
 
+static void kvf_peer_item_unfollow(kvf_peer_item_t *item)
+{
+    kvf_peer_item_t **pp;
+
+    if (item->leader == NULL) {
+        return;
+    }
+    for (pp = &item->leader->followers; *pp != NULL;
+         pp = &(*pp)->next_follower) {
+        if (*pp == item) {
+            *pp = item->next_follower;
+            break;
+        }
+    }
+    item->leader = NULL;
+}
+
 static void kvf_peer_item_settle(kvf_peer_item_t *item, bool fetched)
 {
     kvf_peer_fetch_t *fetch = item->fetch;
+    kvf_peer_item_t *f;
 
     if (item->state == KVF_PEER_ITEM_DONE) {
         return;
     }
+    kvf_peer_item_unfollow(item);
     item->state = KVF_PEER_ITEM_DONE;
     fetch->settled++;
     if (fetched) {
         fetch->fetched++;
     }
-    if (fetch->settled == fetch->num) {
+    /* those waiting on this key get the same outcome */
+    while ((f = item->followers) != NULL) {
+        kvf_peer_fetch_t *ff = f->fetch;
+
+        item->followers = f->next_follower;
+        f->leader       = NULL;
+        kvf_peer_item_settle(f, fetched);
+        kvf_peer_fetch_maybe_free(ff); /* never the leader's own fetch */
+    }
+    if (fetch->settled >= fetch->num) {
         kvf_peer_fetch_complete(fetch);
     }
+}
+
+/* An item of a fetch in flight that is getting @p key, or NULL. */
+static kvf_peer_item_t *kvf_peer_find_inflight(kvf_peer_t *peer,
+                                               const kvf_key_t *key)
+{
+    kvf_peer_fetch_t *fetch;
+    uint32_t i;
+
+    for (fetch = peer->fetches; fetch != NULL; fetch = fetch->next) {
+        if (fetch->done) {
+            continue;
+        }
+        for (i = 0; i < fetch->num; i++) {
+            if (((fetch->items[i].state == KVF_PEER_ITEM_WAIT) ||
+                 (fetch->items[i].state == KVF_PEER_ITEM_RECV)) &&
+                kvf_key_equal(&fetch->items[i].key, key)) {
+                return &fetch->items[i];
+            }
+        }
+    }
+    return NULL;
 }
 
 /* Settles every item still waiting on @p holder (0: all) as missed. */
@@ -169,22 +227,33 @@ static void kvf_peer_fetch_miss_waiting(kvf_peer_fetch_t *fetch,
 static void kvf_peer_on_tick(evutil_socket_t fd, short what, void *arg)
 {
     kvf_peer_t *peer = arg;
-    kvf_peer_fetch_t *fetch, *next;
+    kvf_peer_fetch_t *fetch;
     struct timeval tv = {0, 10000};
     uint64_t now      = kvf_time_now_ns();
+    uint32_t i;
 
-    for (fetch = peer->fetches; fetch != NULL; fetch = next) {
-        next = fetch->next;
+restart:
+    /* settling a fetch may complete and free others (its followers), so
+     * the scan starts over after each expired one */
+    for (fetch = peer->fetches; fetch != NULL; fetch = fetch->next) {
         if (!fetch->done && (now >= fetch->deadline_ns)) {
             peer->stats.timeouts++;
             kvf_debug("%s: fetch %llu timed out with %u of %u chunks",
                       peer->name, (unsigned long long)fetch->request_id,
                       fetch->fetched, fetch->num);
-            /* chunks still arriving may complete later; they are simply
-             * committed then, the engine has moved on */
+            /* what has not arrived is a miss (followers of these keys
+             * included); chunks still arriving may complete later and are
+             * simply committed then: the engine has moved on */
+            for (i = 0; (i < fetch->num) && !fetch->done; i++) {
+                if ((fetch->items[i].state == KVF_PEER_ITEM_WAIT) ||
+                    (fetch->items[i].state == KVF_PEER_ITEM_FOLLOW)) {
+                    kvf_peer_item_settle(&fetch->items[i], false);
+                }
+            }
             fetch->settled = fetch->num;
             kvf_peer_fetch_complete(fetch);
             kvf_peer_fetch_maybe_free(fetch);
+            goto restart;
         }
     }
     if (peer->fetches != NULL) {
@@ -358,6 +427,9 @@ static void kvf_peer_on_lookup(void *arg, kvf_status_t status,
     }
     for (i = 0; i < num; i++) {
         fetch->items[i].holder = holders[i];
+        if (fetch->items[i].state != KVF_PEER_ITEM_WAIT) {
+            continue; /* following another fetch of the same key */
+        }
         if ((holders[i] == 0) || (holders[i] == self)) {
             /* nobody else has it (or only a stale record of ourselves) */
             kvf_peer_item_settle(&fetch->items[i], false);
@@ -397,7 +469,7 @@ kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
 {
     kvf_peer_fetch_t *fetch;
     struct timeval tv = {0, 10000};
-    uint32_t i;
+    uint32_t i, waiting = num;
 
     if ((peer->ctl == NULL) || !kvf_ctl_client_is_registered(peer->ctl)) {
         return KVF_ERR_STATE;
@@ -424,15 +496,27 @@ kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
     fetch->arg         = arg;
     fetch->num         = num;
     for (i = 0; i < num; i++) {
+        kvf_peer_item_t *leader = kvf_peer_find_inflight(peer, &keys[i]);
+
         fetch->items[i].fetch = fetch;
         fetch->items[i].key   = keys[i];
+        if (leader != NULL) {
+            fetch->items[i].state         = KVF_PEER_ITEM_FOLLOW;
+            fetch->items[i].leader        = leader;
+            fetch->items[i].next_follower = leader->followers;
+            leader->followers             = &fetch->items[i];
+            waiting--;
+        }
     }
     fetch->next   = peer->fetches;
     peer->fetches = fetch;
     peer->stats.fetches++;
-    fetch->pending_ctl++;
-    kvf_ctl_client_lookup(peer->ctl, keys, num, true, kvf_peer_on_lookup,
-                          fetch);
+    if (waiting > 0) {
+        /* only keys nobody is fetching yet need holders */
+        fetch->pending_ctl++;
+        kvf_ctl_client_lookup(peer->ctl, keys, num, true, kvf_peer_on_lookup,
+                              fetch);
+    }
     if (!evtimer_pending(peer->tick_ev, NULL)) {
         evtimer_add(peer->tick_ev, &tv);
     }

@@ -249,3 +249,30 @@ Test(peer_fetch, dead_holder_becomes_misses_not_a_hang)
     cr_assert_eq(got, 0);
     cr_assert(missing[0] && missing[1] && missing[2] && missing[3]);
 }
+
+Test(peer_fetch, prefetch_then_retrieve_moves_each_chunk_once)
+{
+    static char body[65536];
+    kvf_lookup_result_t res;
+    kvf_key_t keys[8];
+    kvf_client_t *c;
+    bool missing[8];
+    uint16_t port = (uint16_t)atoi(strrchr(g_agents[1].http, ':') + 1);
+    char expect[128];
+
+    chain(keys, 8);
+    store_on(0, keys, 0, 8);
+    wait_hits(2, keys, 8, 8); /* C sees them: the registry has them */
+    c = connect_to(1);
+    /* lookup with prefetch starts the transfer; the retrieve right after
+     * joins it instead of fetching the same chunks again */
+    cr_assert_eq(kvf_client_lookup(c, keys, 8, true, &res), KVF_OK);
+    cr_assert_eq(res.hit_chunks, 8);
+    cr_assert_eq(res.local_chunks, 0);
+    kvf_client_disconnect(c);
+    cr_assert_eq(retrieve_check(1, keys, 8, missing), 8);
+    cr_assert_eq(kvf_test_http_get(port, "/metrics", body, sizeof(body)), 200);
+    snprintf(expect, sizeof(expect), "kvf_agent_fetch_bytes_total %u\n",
+             8 * CHUNK);
+    cr_assert(strstr(body, expect) != NULL, "want %s in %s", expect, body);
+}
