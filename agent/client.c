@@ -637,7 +637,6 @@ kvf_status_t kvf_client_lookup(kvf_client_t *client, const kvf_key_t *keys,
     } else {
         result_p->hit_chunks   = reply->hit_chunks;
         result_p->local_chunks = reply->local_chunks;
-        result_p->hit_tokens   = 0; /* the engine knows its chunk size */
         result_p->lease_id     = reply->lease_id;
     }
     kvf_frame_release(&frame, NULL);

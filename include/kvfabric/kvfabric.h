@@ -67,7 +67,6 @@ typedef struct kvf_slot {
 typedef struct kvf_lookup_result {
     uint32_t hit_chunks;   /**< leading chunks held anywhere */
     uint32_t local_chunks; /**< of those, held by this agent */
-    uint64_t hit_tokens;   /**< hit_chunks * chunk_size (last may be partial) */
     uint64_t lease_id;     /**< prefetch lease, 0 when none was asked for */
 } kvf_lookup_result_t;
 
