@@ -721,3 +721,40 @@ kvf_status_t kvf_client_release(kvf_client_t *client, const kvf_slot_t *slots,
     }
     return status;
 }
+
+kvf_status_t kvf_client_stats(kvf_client_t *client, kvf_client_stats_t *stats_p)
+{
+    const Kvf__EngineStatsReply *reply;
+    Kvf__EngineStats req;
+    kvf_frame_t frame;
+    kvf_status_t status;
+    uint64_t deadline;
+
+    if ((client == NULL) || (stats_p == NULL)) {
+        return KVF_ERR_INVALID;
+    }
+    deadline = kvf_time_deadline_ns(client->timeout_ns);
+    kvf__engine_stats__init(&req);
+    req.request_id = client->next_request++;
+    status = kvf_client_send(client, KVF_MSG_ENGINE_STATS, &req.base, deadline);
+    if (status != KVF_OK) {
+        return status;
+    }
+    status = kvf_client_recv(client, KVF_MSG_ENGINE_STATS_REPLY, NULL, deadline,
+                             &frame);
+    if (status != KVF_OK) {
+        return status;
+    }
+    reply                   = (const Kvf__EngineStatsReply *)frame.msg;
+    stats_p->pool_capacity  = reply->pool_capacity;
+    stats_p->pool_used      = reply->pool_used;
+    stats_p->chunks         = reply->chunks;
+    stats_p->local_hits     = reply->local_hits;
+    stats_p->misses         = reply->misses;
+    stats_p->fetched_chunks = reply->fetched_chunks;
+    stats_p->evictions      = reply->evictions;
+    stats_p->node_id        = reply->node_id;
+    stats_p->registered     = reply->registered;
+    kvf_frame_release(&frame, NULL);
+    return KVF_OK;
+}

@@ -561,6 +561,34 @@ static kvf_status_t kvf_engine_conn_release(kvf_engine_conn_t *conn,
                                         "connection");
 }
 
+static kvf_status_t kvf_engine_conn_stats(kvf_engine_conn_t *conn,
+                                          const Kvf__EngineStats *req)
+{
+    kvf_engine_server_t *server = conn->server;
+    Kvf__EngineStatsReply reply;
+    kvf_peer_stats_t ps;
+    kvf_store_stats_t st;
+
+    kvf_store_get_stats(server->store, &st);
+    kvf__engine_stats_reply__init(&reply);
+    reply.request_id    = req->request_id;
+    reply.pool_capacity = st.pool.capacity;
+    reply.pool_used     = st.pool.used;
+    reply.chunks        = st.pool.entries;
+    reply.local_hits    = st.hits;
+    reply.misses        = st.misses;
+    reply.evictions     = st.pool.evictions;
+    if (server->peer != NULL) {
+        kvf_peer_get_stats(server->peer, &ps);
+        reply.fetched_chunks = ps.chunks_fetched;
+    }
+    if (server->ctl != NULL) {
+        reply.registered = kvf_ctl_client_is_registered(server->ctl);
+        reply.node_id    = kvf_ctl_client_node_id(server->ctl);
+    }
+    return kvf_engine_conn_send(conn, KVF_MSG_ENGINE_STATS_REPLY, &reply.base);
+}
+
 static kvf_status_t kvf_engine_conn_dispatch(kvf_engine_conn_t *conn,
                                              const kvf_frame_t *frame)
 {
@@ -584,6 +612,9 @@ static kvf_status_t kvf_engine_conn_dispatch(kvf_engine_conn_t *conn,
     case KVF_MSG_ENGINE_RETRIEVE:
         return kvf_engine_conn_retrieve(
             conn, (const Kvf__EngineRetrieve *)frame->msg);
+    case KVF_MSG_ENGINE_STATS:
+        return kvf_engine_conn_stats(conn,
+                                     (const Kvf__EngineStats *)frame->msg);
     case KVF_MSG_ENGINE_RELEASE:
         return kvf_engine_conn_release(conn,
                                        (const Kvf__EngineRelease *)frame->msg);

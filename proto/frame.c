@@ -50,8 +50,11 @@ static const kvf_msg_desc_t kvf_msg_descs[KVF_MSG_TYPE_MAX] = {
                                      &kvf__engine_retrieve__descriptor},
     [KVF_MSG_ENGINE_RELEASE]      = {"ENGINE_RELEASE",
                                      &kvf__engine_release__descriptor},
-    [KVF_MSG_PEER_FETCH] = {"PEER_FETCH", &kvf__peer_fetch__descriptor},
-    [KVF_MSG_PEER_CHUNK] = {"PEER_CHUNK", &kvf__peer_chunk__descriptor},
+    [KVF_MSG_ENGINE_STATS] = {"ENGINE_STATS", &kvf__engine_stats__descriptor},
+    [KVF_MSG_ENGINE_STATS_REPLY] = {"ENGINE_STATS_REPLY",
+                                    &kvf__engine_stats_reply__descriptor},
+    [KVF_MSG_PEER_FETCH]         = {"PEER_FETCH", &kvf__peer_fetch__descriptor},
+    [KVF_MSG_PEER_CHUNK]         = {"PEER_CHUNK", &kvf__peer_chunk__descriptor},
 };
 
 const ProtobufCMessageDescriptor *kvf_msg_descriptor(uint16_t type)

@@ -66,6 +66,8 @@ typedef enum {
     KVF_MSG_ENGINE_LOOKUP_REPLY = 46,
     KVF_MSG_ENGINE_RETRIEVE     = 47,
     KVF_MSG_ENGINE_RELEASE      = 48,
+    KVF_MSG_ENGINE_STATS        = 49,
+    KVF_MSG_ENGINE_STATS_REPLY  = 50,
     /* agent <-> agent (UCX active-message headers): 60-79 */
     KVF_MSG_PEER_FETCH = 60,
     KVF_MSG_PEER_CHUNK = 61,

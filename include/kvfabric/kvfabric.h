@@ -70,6 +70,19 @@ typedef struct kvf_lookup_result {
     uint64_t lease_id;     /**< prefetch lease, 0 when none was asked for */
 } kvf_lookup_result_t;
 
+/** The agent's counters, from kvf_client_stats(). */
+typedef struct kvf_client_stats {
+    uint64_t pool_capacity;  /**< bytes */
+    uint64_t pool_used;      /**< bytes in chunks and grants */
+    uint64_t chunks;         /**< committed chunks held */
+    uint64_t local_hits;     /**< chunks engines retrieved from this pool */
+    uint64_t misses;         /**< chunks asked for and not available */
+    uint64_t fetched_chunks; /**< chunks fetched from other agents */
+    uint64_t evictions;      /**< chunks evicted for room */
+    uint32_t node_id;        /**< this agent's node id, 0 if unregistered */
+    bool registered;         /**< registered with the controller now */
+} kvf_client_stats_t;
+
 /**
  * Connects to the agent and maps its pool.
  *
@@ -143,6 +156,18 @@ KVF_API kvf_status_t kvf_client_lookup(kvf_client_t *client,
 KVF_API kvf_status_t kvf_client_retrieve(kvf_client_t *client,
                                          const kvf_key_t *keys, uint32_t num,
                                          kvf_slot_t *slots, bool *missing);
+
+/**
+ * Reads the agent's counters.
+ *
+ * @param [in]  client   the connection
+ * @param [out] stats_p  the counters, on success
+ * @return KVF_OK; KVF_ERR_INVALID; KVF_ERR_CLOSED; KVF_ERR_TIMEOUT
+ *
+ * thread: one thread per connection at a time.
+ */
+KVF_API kvf_status_t kvf_client_stats(kvf_client_t *client,
+                                      kvf_client_stats_t *stats_p);
 
 /** Unpins slots returned by kvf_client_retrieve(). */
 KVF_API kvf_status_t kvf_client_release(kvf_client_t *client,

@@ -146,6 +146,17 @@ Test(client, store_lookup_retrieve_byte_identical)
             "chunk %u differs", i);
     }
     cr_assert(missing[4] && missing[5], "exactly the unknown chunks miss");
+    {
+        kvf_client_stats_t st;
+
+        cr_assert_eq(kvf_client_stats(reader, &st), KVF_OK);
+        cr_assert_eq(st.chunks, 4);
+        cr_assert_eq(st.local_hits, 4);
+        cr_assert_eq(st.misses, 2);
+        cr_assert_eq(st.pool_used, 4ull * CHUNK);
+        cr_assert_eq(st.registered, false, "no controller in this test");
+        cr_assert_eq(kvf_client_stats(reader, NULL), KVF_ERR_INVALID);
+    }
     cr_assert_eq(slots[4].length, 0);
     cr_assert_eq(kvf_client_release(reader, slots, 4), KVF_OK);
     cr_assert_eq(kvf_client_release(reader, slots, 1), KVF_ERR_RANGE,
