@@ -7,6 +7,7 @@
 #include "agent/peer.h"
 #include "agent/store.h"
 #include "common/log.h"
+#include "common/time.h"
 #include "transport/ucx.h"
 
 #include <event2/buffer.h>
@@ -35,7 +36,8 @@ struct kvf_agent {
     void *worker_address;
     size_t worker_address_len;
     char data_address[300];
-    bool draining; /* the controller asked this node to leave */
+    bool draining;          /* the controller asked this node to leave */
+    struct event *sweep_ev; /* takes back expired grants, every second */
     struct evhttp *http;
     uint16_t http_port;
     char name[256];
@@ -280,6 +282,10 @@ static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
         "# TYPE kvf_agent_retrieve_chunks_total counter\n"
         "kvf_agent_retrieve_chunks_total{result=\"local_hit\"} %" PRIu64 "\n"
         "kvf_agent_retrieve_chunks_total{result=\"miss\"} %" PRIu64 "\n"
+        "# HELP kvf_agent_expired_grants_total allocations taken back "
+        "uncommitted after grant_timeout\n"
+        "# TYPE kvf_agent_expired_grants_total counter\n"
+        "kvf_agent_expired_grants_total %" PRIu64 "\n"
         "# HELP kvf_agent_checksum_failures_total chunks whose bytes did "
         "not match their checksum\n"
         "# TYPE kvf_agent_checksum_failures_total counter\n"
@@ -292,8 +298,8 @@ static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
         "# TYPE kvf_agent_engine_protocol_errors_total counter\n"
         "kvf_agent_engine_protocol_errors_total %" PRIu64 "\n",
         st.pool.used, st.pool.free, st.pool.entries, st.commits,
-        st.pool.evictions, st.hits, st.misses, st.checksum_failures, es.active,
-        es.protocol_errors);
+        st.pool.evictions, st.hits, st.misses, st.expired_grants,
+        st.checksum_failures, es.active, es.protocol_errors);
 }
 
 static void kvf_agent_on_metrics(struct evhttp_request *req, void *arg)
@@ -411,11 +417,12 @@ static kvf_status_t kvf_agent_store_start(kvf_agent_t *agent)
         (config->max_chunk < (64u << 10)) ? config->max_chunk : (64u << 10);
     pparams.policy = (kvf_pool_policy_t)config->eviction;
     memset(&sparams, 0, sizeof(sparams));
-    sparams.pool     = &pparams;
-    sparams.admit_cb = kvf_agent_on_admit;
-    sparams.evict_cb = kvf_agent_on_evict;
-    sparams.cb_arg   = agent;
-    status           = kvf_store_create(&sparams, &agent->store);
+    sparams.pool             = &pparams;
+    sparams.grant_timeout_ns = config->grant_timeout;
+    sparams.admit_cb         = kvf_agent_on_admit;
+    sparams.evict_cb         = kvf_agent_on_evict;
+    sparams.cb_arg           = agent;
+    status                   = kvf_store_create(&sparams, &agent->store);
     return status;
 }
 
@@ -447,6 +454,17 @@ static void kvf_agent_on_peer(kvf_ucx_ep_t *ep, const char *peer, void *arg)
 /* UCX context and worker on the agent's loop, the peer listener, and the
  * pool registered once, whole, for remote read (DESIGN.md §3). */
 static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent);
+
+static void kvf_agent_on_sweep(evutil_socket_t fd, short what, void *arg)
+{
+    kvf_agent_t *agent = arg;
+    uint64_t n = kvf_store_expire_grants(agent->store, kvf_time_now_ns());
+
+    if (n > 0) {
+        kvf_info("agent %s: took back %llu allocations never committed",
+                 agent->name, (unsigned long long)n);
+    }
+}
 
 static kvf_status_t kvf_agent_peer_start(kvf_agent_t *agent)
 {
@@ -551,6 +569,17 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
     if (status != KVF_OK) {
         goto err_destroy;
     }
+    {
+        struct timeval second = {1, 0};
+
+        agent->sweep_ev =
+            event_new(base, -1, EV_PERSIST, kvf_agent_on_sweep, agent);
+        if ((agent->sweep_ev == NULL) ||
+            (event_add(agent->sweep_ev, &second) != 0)) {
+            status = KVF_ERR_NO_MEMORY;
+            goto err_destroy;
+        }
+    }
     status = kvf_agent_http_start(agent);
     if (status != KVF_OK) {
         goto err_destroy;
@@ -612,6 +641,9 @@ void kvf_agent_destroy(kvf_agent_t *agent)
     }
     if (agent->http != NULL) {
         evhttp_free(agent->http);
+    }
+    if (agent->sweep_ev != NULL) {
+        event_free(agent->sweep_ev);
     }
     kvf_engine_server_destroy(agent->engines);
     kvf_ctl_client_destroy(agent->ctl);

@@ -31,6 +31,9 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
                     0,
                     "allocate the pool's memory at start (faster "
                     "transfers, full RSS at once)"),
+    KVF_AGENT_FIELD("grant_timeout", KVF_CONFIG_DURATION, grant_timeout, "30s",
+                    1000000ull, 3600000000000ull,
+                    "an allocation not committed this long is taken back"),
     {"eviction", KVF_CONFIG_ENUM, offsetof(kvf_agent_config_t, eviction), "lru",
      0, 0, kvf_agent_evictions, 0,
      "eviction policy of unpinned chunks: lru, lfu or fifo"},

@@ -26,6 +26,7 @@ typedef struct kvf_agent_config {
     uint64_t pool_size;       /* bytes of the shared chunk pool */
     uint64_t max_chunk;       /* largest chunk an engine may store */
     bool pool_prefault;       /* allocate the pool's pages at start */
+    uint64_t grant_timeout;   /* ns: uncommitted allocations taken back */
     int eviction;             /* kvf_pool_policy_t: lru, lfu, fifo */
     char *socket;             /* Unix socket path for engines */
     char *listen;             /* HOST:PORT of the peer (UCX) service */

@@ -3,6 +3,7 @@
 #include "agent/store.h"
 
 #include "common/log.h"
+#include "common/time.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 typedef struct kvf_store_hold {
     uint64_t offset; /* UINT64_MAX: empty slot */
     kvf_pool_entry_t *entry;
+    uint64_t deadline_ns; /* grant: reclaimed when not committed by then */
     uint32_t pins;
     bool is_grant;
 } kvf_store_hold_t;
@@ -22,6 +24,8 @@ struct kvf_store_owner {
     kvf_store_hold_t *holds;
     uint32_t mask;
     uint32_t count;
+    uint32_t grants;
+    kvf_store_owner_t *prev, *next; /* store->owner_list */
 };
 
 struct kvf_store {
@@ -30,7 +34,10 @@ struct kvf_store {
     kvf_store_key_cb_t evict_cb;
     void *cb_arg;
     uint64_t max_chunk;
+    uint64_t grant_timeout_ns; /* 0: grants live as long as their owner */
+    kvf_store_owner_t *owner_list;
     uint64_t commits, duplicates, hits, misses, checksum_failures;
+    uint64_t expired_grants;
     uint64_t owners;
 };
 
@@ -148,7 +155,12 @@ kvf_status_t kvf_store_owner_create(kvf_store_t *store,
         return KVF_ERR_NO_MEMORY;
     }
     store->owners++;
-    *owner_p = owner;
+    owner->next = store->owner_list;
+    if (store->owner_list != NULL) {
+        store->owner_list->prev = owner;
+    }
+    store->owner_list = owner;
+    *owner_p          = owner;
     return KVF_OK;
 }
 
@@ -173,6 +185,14 @@ void kvf_store_owner_destroy(kvf_store_t *store, kvf_store_owner_t *owner)
             }
         }
     }
+    if (owner->prev != NULL) {
+        owner->prev->next = owner->next;
+    } else {
+        store->owner_list = owner->next;
+    }
+    if (owner->next != NULL) {
+        owner->next->prev = owner->prev;
+    }
     free(owner->holds);
     free(owner);
     store->owners--;
@@ -193,13 +213,17 @@ kvf_status_t kvf_store_alloc(kvf_store_t *store, kvf_store_owner_t *owner,
     if (status != KVF_OK) {
         return status;
     }
-    hold.offset   = kvf_pool_entry_offset(entry);
-    hold.entry    = entry;
-    hold.is_grant = true;
+    hold.offset      = kvf_pool_entry_offset(entry);
+    hold.entry       = entry;
+    hold.is_grant    = true;
+    hold.deadline_ns = (store->grant_timeout_ns == 0)
+                           ? UINT64_MAX
+                           : kvf_time_deadline_ns(store->grant_timeout_ns);
     if (kvf_store_hold_insert(owner, &hold) != KVF_OK) {
         kvf_pool_free(store->pool, entry);
         return KVF_ERR_NO_MEMORY;
     }
+    owner->grants++;
     slot_p->offset = hold.offset;
     slot_p->length = bytes;
     return KVF_OK;
@@ -218,6 +242,7 @@ kvf_status_t kvf_store_commit(kvf_store_t *store, kvf_store_owner_t *owner,
     }
     entry = hold->entry;
     kvf_store_hold_delete(owner, hold);
+    owner->grants--;
     actual = kvf_chunk_checksum(kvf_pool_ptr(store->pool, offset),
                                 kvf_pool_entry_length(entry));
     if (actual != checksum) {
@@ -282,6 +307,7 @@ kvf_status_t kvf_store_release(kvf_store_t *store, kvf_store_owner_t *owner,
     if (hold->is_grant) {
         kvf_pool_free(store->pool, hold->entry); /* never committed */
         kvf_store_hold_delete(owner, hold);
+        owner->grants--;
         return KVF_OK;
     }
     kvf_pool_entry_put(store->pool, hold->entry);
@@ -339,6 +365,34 @@ void kvf_store_foreach_key(kvf_store_t *store, kvf_store_key_cb_t cb, void *arg)
     kvf_store_foreach_ctx_t ctx = {cb, arg};
 
     kvf_pool_foreach_committed(store->pool, kvf_store_foreach_entry, &ctx);
+}
+
+uint64_t kvf_store_expire_grants(kvf_store_t *store, uint64_t now_ns)
+{
+    kvf_store_owner_t *owner;
+    kvf_store_hold_t *h;
+    uint64_t expired = 0;
+    uint32_t i;
+
+    for (owner = store->owner_list; owner != NULL; owner = owner->next) {
+        i = 0;
+        while ((owner->grants > 0) && (i <= owner->mask)) {
+            h = &owner->holds[i];
+            if ((h->offset != KVF_STORE_EMPTY) && h->is_grant &&
+                (h->deadline_ns <= now_ns)) {
+                kvf_pool_free(store->pool, h->entry);
+                /* deletion may shift a later entry into slot i: look at
+                 * slot i again */
+                kvf_store_hold_delete(owner, h);
+                owner->grants--;
+                expired++;
+                continue;
+            }
+            i++;
+        }
+    }
+    store->expired_grants += expired;
+    return expired;
 }
 
 uint32_t kvf_store_set_pin(kvf_store_t *store, const kvf_key_t *keys,
@@ -427,10 +481,11 @@ kvf_status_t kvf_store_create(const kvf_store_params_t *params,
     if (store == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    store->admit_cb = params->admit_cb;
-    store->evict_cb = params->evict_cb;
-    store->cb_arg   = params->cb_arg;
-    pool_params     = *params->pool;
+    store->admit_cb         = params->admit_cb;
+    store->evict_cb         = params->evict_cb;
+    store->grant_timeout_ns = params->grant_timeout_ns;
+    store->cb_arg           = params->cb_arg;
+    pool_params             = *params->pool;
     pool_params.field_mask |= KVF_POOL_FIELD_EVICT_CB;
     pool_params.evict_cb  = kvf_store_on_evict;
     pool_params.evict_arg = store;
@@ -467,6 +522,7 @@ void kvf_store_get_stats(const kvf_store_t *store, kvf_store_stats_t *stats_p)
     stats_p->hits              = store->hits;
     stats_p->misses            = store->misses;
     stats_p->checksum_failures = store->checksum_failures;
+    stats_p->expired_grants    = store->expired_grants;
     stats_p->owners            = store->owners;
 }
 

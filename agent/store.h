@@ -35,6 +35,8 @@ typedef struct kvf_store_params {
     kvf_store_key_cb_t admit_cb;   /* a chunk was committed; may be NULL */
     kvf_store_key_cb_t evict_cb;   /* a chunk was evicted; may be NULL */
     void *cb_arg;
+    uint64_t grant_timeout_ns; /* grants not committed by then are taken
+                                  back; 0: only when their owner goes */
 } kvf_store_params_t;
 
 typedef struct kvf_store_stats {
@@ -44,6 +46,7 @@ typedef struct kvf_store_stats {
     uint64_t hits;              /* chunks pinned for a reader */
     uint64_t misses;            /* chunks asked for and not held */
     uint64_t checksum_failures; /* commits whose bytes did not match */
+    uint64_t expired_grants;    /* grants taken back uncommitted */
     uint64_t owners;            /* open owners */
 } kvf_store_stats_t;
 
@@ -101,6 +104,10 @@ void kvf_store_put_chunk(kvf_store_t *store, kvf_pool_entry_t *entry);
 /* Number of leading keys of @p keys held locally. */
 uint32_t kvf_store_local_prefix(kvf_store_t *store, const kvf_key_t *keys,
                                 uint32_t num);
+
+/* Takes back every grant whose deadline passed (an engine that allocated
+ * and never committed); returns how many. Call it from a timer. */
+uint64_t kvf_store_expire_grants(kvf_store_t *store, uint64_t now_ns);
 
 /* Sets the pin level (controller PIN / UNPIN) of the chunks of @p keys held
  * here; returns how many were found. */

@@ -166,3 +166,43 @@ Test(store, oversized_alloc)
     cr_assert_eq(kvf_store_alloc(g_store, o, 0, &slot), KVF_ERR_TOO_BIG);
     kvf_store_owner_destroy(g_store, o);
 }
+
+Test(store, grants_not_committed_in_time_are_taken_back)
+{
+    kvf_pool_params_t pp = {
+        .field_mask = KVF_POOL_FIELD_SIZE | KVF_POOL_FIELD_MAX_CHUNK |
+                      KVF_POOL_FIELD_MIN_CHUNK | KVF_POOL_FIELD_NO_HUGETLB,
+        .size      = 8 * CHUNK,
+        .min_chunk = CHUNK,
+        .max_chunk = CHUNK,
+    };
+    kvf_store_params_t sp = {.pool = &pp, .grant_timeout_ns = 1000000};
+    kvf_store_owner_t *o;
+    kvf_store_stats_t st;
+    kvf_store_t *store;
+    kvf_slot_t a, b, c;
+    kvf_key_t k = key_of(5);
+    uint8_t *p;
+
+    cr_assert_eq(kvf_store_create(&sp, &store), KVF_OK);
+    cr_assert_eq(kvf_store_owner_create(store, &o), KVF_OK);
+    cr_assert_eq(kvf_store_alloc(store, o, CHUNK, &a), KVF_OK);
+    cr_assert_eq(kvf_store_alloc(store, o, CHUNK, &b), KVF_OK);
+    cr_assert_eq(kvf_store_expire_grants(store, 0), 0, "not yet");
+    /* a third grant, committed in time: not taken back */
+    cr_assert_eq(kvf_store_alloc(store, o, CHUNK, &c), KVF_OK);
+    p = (uint8_t *)kvf_store_base(store) + c.offset;
+    memset(p, 3, CHUNK);
+    cr_assert_eq(
+        kvf_store_commit(store, o, &k, c.offset, kvf_chunk_checksum(p, CHUNK)),
+        KVF_OK);
+    cr_assert_eq(kvf_store_expire_grants(store, UINT64_MAX - 1), 2);
+    cr_assert_eq(kvf_store_commit(store, o, &k, a.offset, 0), KVF_ERR_RANGE,
+                 "an expired grant can no longer be committed");
+    kvf_store_get_stats(store, &st);
+    cr_assert_eq(st.expired_grants, 2);
+    cr_assert_eq(st.pool.used, CHUNK, "only the committed chunk is left");
+    cr_assert_eq(kvf_store_local_prefix(store, &k, 1), 1);
+    kvf_store_owner_destroy(store, o);
+    kvf_store_destroy(store);
+}
