@@ -608,7 +608,9 @@ static void kvf_ctl_client_fail_pending(kvf_ctl_client_t *client,
     kvf_ctl_pending_t *p;
 
     for (p = client->pending; p != NULL; p = p->next) {
-        p->failure = status;
+        if (p->failure == KVF_OK) {
+            p->failure = status; /* keep the first reason */
+        }
     }
     if (client->pending != NULL) {
         kvf_ctl_client_arm(client->pending_ev, 0);

@@ -46,6 +46,7 @@ typedef struct fake {
     bool stale_next_admit; /* answer the next ADMIT with KVF_ERR_STALE */
     bool resync_next_hb;   /* send COMMAND_RESYNC in the next HB reply */
     bool pin_next_hb;      /* send COMMAND_PIN in the next HB reply */
+    bool ignore_lookups;   /* never answer LOOKUP */
 } fake_t;
 
 static fake_t g_fake;
@@ -137,6 +138,28 @@ static void fake_handle(fake_t *f, const kvf_frame_t *frame)
         kvf__status__init(&st);
         fake_reply(f, KVF_MSG_STATUS, &st.base);
         break;
+    case KVF_MSG_LOOKUP: {
+        /* every key held by node 9 except the last, which nobody holds */
+        const Kvf__Lookup *lk = (const Kvf__Lookup *)frame->msg;
+        size_t n              = lk->keys.len / KVF_KEY_WIRE_SIZE, i;
+        uint8_t holders[64 * 4];
+        Kvf__LookupReply rep;
+
+        if (f->ignore_lookups || (n == 0) || (n > 64)) {
+            break;
+        }
+        memset(holders, 0, sizeof(holders));
+        for (i = 0; i + 1 < n; i++) {
+            holders[4 * i] = 9;
+        }
+        kvf__lookup_reply__init(&rep);
+        rep.request_id   = lk->request_id;
+        rep.hit_chunks   = (uint32_t)(n - 1);
+        rep.holders.data = holders;
+        rep.holders.len  = 4 * n;
+        fake_reply(f, KVF_MSG_LOOKUP_REPLY, &rep.base);
+        break;
+    }
     default:
         break;
     }
@@ -448,4 +471,87 @@ Test(ctl_client, bad_address_is_rejected)
     p.controller = "127.0.0.1:1";
     p.max_frame  = 100;
     cr_assert_eq(kvf_ctl_client_create(&p, &c), KVF_ERR_INVALID);
+}
+
+static int g_lookups;
+static kvf_status_t g_lookup_status;
+static uint32_t g_lookup_hit, g_lookup_holders[8];
+
+static void on_lookup(void *arg, kvf_status_t status, uint32_t hit,
+                      const uint32_t *holders, uint32_t num)
+{
+    uint32_t i;
+
+    g_lookups++;
+    g_lookup_status = status;
+    g_lookup_hit    = hit;
+    for (i = 0; (holders != NULL) && (i < num) && (i < 8); i++) {
+        g_lookup_holders[i] = holders[i];
+    }
+}
+
+Test(ctl_client, lookup_answers_with_holders)
+{
+    kvf_key_t keys[3] = {{1, 1, 1}, {1, 1, 2}, {1, 1, 3}};
+
+    RUN_UNTIL(kvf_ctl_client_is_registered(g_client));
+    g_lookups = 0;
+    kvf_ctl_client_lookup(g_client, keys, 3, false, on_lookup, NULL);
+    cr_assert_eq(g_lookups, 0, "never from inside the call");
+    RUN_UNTIL(g_lookups == 1);
+    cr_assert_eq(g_lookup_status, KVF_OK);
+    cr_assert_eq(g_lookup_hit, 2);
+    cr_assert_eq(g_lookup_holders[0], 9);
+    cr_assert_eq(g_lookup_holders[1], 9);
+    cr_assert_eq(g_lookup_holders[2], 0);
+}
+
+Test(ctl_client, unanswered_lookup_times_out)
+{
+    kvf_key_t key = {1, 1, 1};
+    uint64_t t0;
+
+    RUN_UNTIL(kvf_ctl_client_is_registered(g_client));
+    g_fake.ignore_lookups = true;
+    g_lookups             = 0;
+    t0                    = kvf_time_now_ns();
+    kvf_ctl_client_lookup(g_client, &key, 1, false, on_lookup, NULL);
+    RUN_UNTIL(g_lookups == 1);
+    cr_assert_eq(g_lookup_status, KVF_ERR_TIMEOUT);
+    cr_assert_geq(kvf_time_now_ns() - t0, 900 * KVF_NSEC_PER_MSEC,
+                  "the 1 s request timeout, not earlier");
+}
+
+Test(ctl_client, lookup_before_registration_fails_cleanly)
+{
+    kvf_key_t key = {1, 1, 1};
+
+    /* no controller answers the connect yet: not registered */
+    fake_stop(&g_fake);
+    RUN_UNTIL(!kvf_ctl_client_is_registered(g_client));
+    g_lookups = 0;
+    kvf_ctl_client_lookup(g_client, &key, 1, false, on_lookup, NULL);
+    RUN_UNTIL(g_lookups == 1);
+    cr_assert_eq(g_lookup_status, KVF_ERR_STATE);
+}
+
+Test(ctl_client, canceled_lookup_never_calls_back)
+{
+    kvf_key_t key = {1, 1, 1};
+    int owner;
+
+    RUN_UNTIL(kvf_ctl_client_is_registered(g_client));
+    g_fake.ignore_lookups = true;
+    g_lookups             = 0;
+    kvf_ctl_client_lookup(g_client, &key, 1, false, on_lookup, &owner);
+    kvf_ctl_client_cancel(g_client, &owner);
+    /* wait past the request timeout: nothing may arrive */
+    {
+        uint64_t until = kvf_time_deadline_ns(1200 * KVF_NSEC_PER_MSEC);
+
+        while (!kvf_time_expired(until)) {
+            event_base_loop(g_base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+        }
+    }
+    cr_assert_eq(g_lookups, 0);
 }
