@@ -13,10 +13,13 @@
 
 #include <criterion/criterion.h>
 
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -322,4 +325,71 @@ Test(client, demo_engine_reuses_prefixes_and_reads_back_right_bytes)
     /* 3 conversations share a 4-chunk system prompt: 2 of them reuse it */
     cr_assert(strstr(out, "\"chunks_hit\":0,") == NULL, "%s", out);
     cr_assert(strstr(out, "\"prompts\":12,") != NULL, "%s", out);
+}
+
+/* Connects a raw Unix socket to the agent. */
+static int raw_connect(void)
+{
+    struct sockaddr_un sun;
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+
+    cr_assert_geq(fd, 0);
+    memset(&sun, 0, sizeof(sun));
+    sun.sun_family = AF_UNIX;
+    cr_assert_lt(strlen(g_sock), sizeof(sun.sun_path));
+    memcpy(sun.sun_path, g_sock, strlen(g_sock) + 1);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+    return fd;
+}
+
+/* true when the agent closed @p fd (read returns 0 or an error). */
+static bool closed_by_peer(int fd)
+{
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    char buf[4096];
+
+    while (poll(&pfd, 1, 5000) == 1) {
+        ssize_t n = read(fd, buf, sizeof(buf));
+
+        if (n <= 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+Test(client, malformed_frames_close_only_that_connection)
+{
+    static const uint8_t garbage[]   = {0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0};
+    static const uint8_t wrong[]     = {0, 0, 0, 0, 41, 0, 0, 0};
+    static const uint8_t bad_proto[] = {6, 0,    0,   0,   1,   0,   0,
+                                        0, 0x22, 100, 'a', 'b', 'c', 'd'};
+    kvf_client_t *ok;
+    kvf_slot_t slot;
+    int fd;
+
+    agent_start("16M");
+    ok = connect_client(); /* a well-behaved engine alongside */
+
+    fd = raw_connect(); /* an absurd length */
+    cr_assert_eq(write(fd, garbage, sizeof(garbage)), (ssize_t)sizeof(garbage));
+    cr_assert(closed_by_peer(fd));
+    close(fd);
+
+    fd = raw_connect(); /* a request before HELLO */
+    cr_assert_eq(write(fd, wrong, sizeof(wrong)), (ssize_t)sizeof(wrong));
+    cr_assert(closed_by_peer(fd));
+    close(fd);
+
+    fd = raw_connect(); /* a HELLO that does not decode */
+    cr_assert_eq(write(fd, bad_proto, sizeof(bad_proto)),
+                 (ssize_t)sizeof(bad_proto));
+    cr_assert(closed_by_peer(fd));
+    close(fd);
+
+    /* the agent and the other engine carry on */
+    cr_assert_eq(kvf_client_alloc(ok, CHUNK, 1, &slot), KVF_OK, "%s",
+                 kvf_client_last_error(ok));
+    cr_assert_eq(kvf_client_release(ok, &slot, 1), KVF_OK);
+    kvf_client_disconnect(ok);
 }
