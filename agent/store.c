@@ -98,8 +98,12 @@ static kvf_status_t kvf_store_owner_grow(kvf_store_owner_t *owner)
             kvf_store_hold_insert(&bigger, &owner->holds[i]);
         }
     }
+    /* only the table moves: the owner's other fields (its place in the
+     * store's owner list, its grant count) stay as they are */
     free(owner->holds);
-    *owner = bigger;
+    owner->holds = bigger.holds;
+    owner->mask  = bigger.mask;
+    owner->count = bigger.count;
     return KVF_OK;
 }
 

@@ -206,3 +206,40 @@ Test(store, grants_not_committed_in_time_are_taken_back)
     kvf_store_owner_destroy(store, o);
     kvf_store_destroy(store);
 }
+
+Test(store, owner_table_growth_keeps_the_owner_list)
+{
+    kvf_pool_params_t pp = {
+        .field_mask = KVF_POOL_FIELD_SIZE | KVF_POOL_FIELD_MAX_CHUNK |
+                      KVF_POOL_FIELD_MIN_CHUNK | KVF_POOL_FIELD_NO_HUGETLB,
+        .size      = 64 * CHUNK,
+        .min_chunk = CHUNK,
+        .max_chunk = CHUNK,
+    };
+    kvf_store_params_t sp = {.pool = &pp, .grant_timeout_ns = 1000000};
+    kvf_store_owner_t *a, *b, *c;
+    kvf_store_stats_t st;
+    kvf_store_t *store;
+    kvf_slot_t slot;
+    int i;
+
+    cr_assert_eq(kvf_store_create(&sp, &store), KVF_OK);
+    cr_assert_eq(kvf_store_owner_create(store, &a), KVF_OK);
+    cr_assert_eq(kvf_store_owner_create(store, &b), KVF_OK);
+    cr_assert_eq(kvf_store_owner_create(store, &c), KVF_OK);
+    /* b's hold table grows twice (16 -> 32 -> 64 slots) */
+    for (i = 0; i < 20; i++) {
+        cr_assert_eq(kvf_store_alloc(store, b, CHUNK, &slot), KVF_OK);
+    }
+    cr_assert_eq(kvf_store_alloc(store, a, CHUNK, &slot), KVF_OK);
+    cr_assert_eq(kvf_store_alloc(store, c, CHUNK, &slot), KVF_OK);
+    /* the sweep walks every owner: all 22 grants, none missed */
+    cr_assert_eq(kvf_store_expire_grants(store, UINT64_MAX - 1), 22);
+    kvf_store_owner_destroy(store, b); /* unlink the grown owner first */
+    kvf_store_owner_destroy(store, a);
+    kvf_store_owner_destroy(store, c);
+    kvf_store_get_stats(store, &st);
+    cr_assert_eq(st.owners, 0);
+    cr_assert_eq(st.pool.used, 0);
+    kvf_store_destroy(store);
+}
