@@ -196,15 +196,15 @@ static uint32_t retrieve_check(int i, const kvf_key_t *keys, uint32_t n,
 
 Test(peer_fetch, store_on_a_fetch_on_b_byte_identical)
 {
-    kvf_key_t keys[8];
-    bool missing[8];
+    kvf_key_t keys[12];
+    bool missing[12];
 
-    chain(keys, 8);
-    store_on(0, keys, 0, 8);
-    wait_hits(1, keys, 8, 8); /* B sees A's chunks through the controller */
-    cr_assert_eq(retrieve_check(1, keys, 8, missing), 8);
+    chain(keys, 12); /* more than a hold table's first size */
+    store_on(0, keys, 0, 12);
+    wait_hits(1, keys, 12, 12); /* B sees A's chunks through the controller */
+    cr_assert_eq(retrieve_check(1, keys, 12, missing), 12);
     /* B admitted its new copies: they are local there now */
-    wait_hits(1, keys, 8, 8);
+    wait_hits(1, keys, 12, 12);
     {
         static char body[65536];
         uint16_t port = (uint16_t)atoi(strrchr(g_agents[1].http, ':') + 1);
@@ -213,11 +213,11 @@ Test(peer_fetch, store_on_a_fetch_on_b_byte_identical)
                      200);
         cr_assert(strstr(body,
                          "kvf_agent_fetch_chunks_total{result=\"fetched\"} "
-                         "8\n") != NULL,
+                         "12\n") != NULL,
                   "%s", body);
         cr_assert(strstr(body, "kvf_agent_fetch_seconds_count 1\n") != NULL,
                   "%s", body);
-        cr_assert(strstr(body, "kvf_agent_fetch_bytes_total 2097152\n") != NULL,
+        cr_assert(strstr(body, "kvf_agent_fetch_bytes_total 3145728\n") != NULL,
                   "%s", body);
     }
 }
