@@ -74,6 +74,7 @@ if [ ! -x "$controller_bin" ]; then
     exit 1
 fi
 "$controller_bin" --listen "127.0.0.1:$ctl_port" --http "127.0.0.1:$ctl_http" \
+    --initial-keys 65536 \
     >"$work/controller.log" 2>&1 &
 pids+=($!)
 wait_for "kvf-controller on 127.0.0.1:$ctl_port" 10 \
