@@ -433,14 +433,15 @@ static kvf_status_t kvf_agent_engines_start(kvf_agent_t *agent)
     kvf_engine_server_params_t eparams;
 
     memset(&eparams, 0, sizeof(eparams));
-    eparams.base            = agent->base;
-    eparams.path            = agent->config->socket;
-    eparams.store           = agent->store;
-    eparams.peer            = agent->peer;
-    eparams.ctl             = agent->ctl;
-    eparams.node_name       = agent->name;
-    eparams.max_frame       = (uint32_t)agent->config->max_frame;
-    eparams.max_connections = 1024;
+    eparams.base              = agent->base;
+    eparams.path              = agent->config->socket;
+    eparams.store             = agent->store;
+    eparams.peer              = agent->peer;
+    eparams.ctl               = agent->ctl;
+    eparams.lookup_timeout_ns = agent->config->lookup_timeout;
+    eparams.node_name         = agent->name;
+    eparams.max_frame         = (uint32_t)agent->config->max_frame;
+    eparams.max_connections   = 1024;
     return kvf_engine_server_create(&eparams, &agent->engines);
 }
 

@@ -61,6 +61,10 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
     KVF_AGENT_FIELD("request_timeout", KVF_CONFIG_DURATION, request_timeout,
                     "5s", 1000000ull, 600000000000ull,
                     "deadline of one controller request"),
+    KVF_AGENT_FIELD("lookup_timeout", KVF_CONFIG_DURATION, lookup_timeout,
+                    "100ms", 1000000ull, 60000000000ull,
+                    "how long an engine lookup waits for the controller "
+                    "before answering with local hits only"),
     KVF_AGENT_FIELD("fetch_timeout", KVF_CONFIG_DURATION, fetch_timeout, "5s",
                     1000000ull, 600000000000ull,
                     "deadline of a chunk fetch from peers, end to end"),

@@ -652,8 +652,8 @@ static kvf_ctl_pending_t *kvf_ctl_client_add(kvf_ctl_client_t *client,
 }
 
 void kvf_ctl_client_lookup(kvf_ctl_client_t *client, const kvf_key_t *keys,
-                           uint32_t num, bool any_order, kvf_ctl_lookup_cb_t cb,
-                           void *arg)
+                           uint32_t num, bool any_order, uint64_t timeout_ns,
+                           kvf_ctl_lookup_cb_t cb, void *arg)
 {
     kvf_ctl_pending_t *p;
     Kvf__Lookup req;
@@ -667,6 +667,9 @@ void kvf_ctl_client_lookup(kvf_ctl_client_t *client, const kvf_key_t *keys,
     }
     p->lookup_cb = cb;
     p->num       = num;
+    if (timeout_ns > 0) {
+        p->deadline_ns = kvf_time_deadline_ns(timeout_ns);
+    }
     if (client->state != KVF_CTL_STATE_READY) {
         p->failure = KVF_ERR_STATE;
         kvf_ctl_client_arm(client->pending_ev, 0);

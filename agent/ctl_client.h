@@ -122,11 +122,12 @@ typedef void (*kvf_ctl_node_cb_t)(void *arg, kvf_status_t status,
 
 /* Asks the controller which nodes hold @p keys (an ordered chain, or each
  * key on its own with @p any_order). @p cb runs exactly once: with the
- * answer, or with KVF_ERR_CLOSED / KVF_ERR_TIMEOUT (request_timeout) /
- * KVF_ERR_STATE (not registered). Never from inside this call. */
+ * answer, or with KVF_ERR_CLOSED / KVF_ERR_TIMEOUT (after @p timeout_ns;
+ * 0: request_timeout) / KVF_ERR_STATE (not registered). Never from inside
+ * this call. */
 void kvf_ctl_client_lookup(kvf_ctl_client_t *client, const kvf_key_t *keys,
-                           uint32_t num, bool any_order, kvf_ctl_lookup_cb_t cb,
-                           void *arg);
+                           uint32_t num, bool any_order, uint64_t timeout_ns,
+                           kvf_ctl_lookup_cb_t cb, void *arg);
 
 /* Resolves @p node_id to its peer address; @p cb as above. */
 void kvf_ctl_client_node_info(kvf_ctl_client_t *client, uint32_t node_id,

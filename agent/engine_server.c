@@ -51,6 +51,7 @@ struct kvf_engine_server {
     kvf_store_t *store;
     kvf_peer_t *peer;      /* may be NULL: local hits only */
     kvf_ctl_client_t *ctl; /* may be NULL */
+    uint64_t lookup_timeout_ns;
     char path[108];
     char node_name[128];
     uint32_t max_frame;
@@ -423,6 +424,7 @@ static kvf_status_t kvf_engine_conn_lookup(kvf_engine_conn_t *conn,
     wait->prefetch = req->prefetch;
     kvf_engine_wait_link(wait);
     kvf_ctl_client_lookup(server->ctl, wait->keys, wait->num, false,
+                          server->lookup_timeout_ns,
                           kvf_engine_on_remote_lookup, wait);
     return KVF_OK;
 }
@@ -769,11 +771,12 @@ kvf_status_t kvf_engine_server_create(const kvf_engine_server_params_t *params,
     if (server == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    server->base      = params->base;
-    server->store     = params->store;
-    server->peer      = params->peer;
-    server->ctl       = params->ctl;
-    server->max_frame = params->max_frame;
+    server->base              = params->base;
+    server->store             = params->store;
+    server->peer              = params->peer;
+    server->ctl               = params->ctl;
+    server->lookup_timeout_ns = params->lookup_timeout_ns;
+    server->max_frame         = params->max_frame;
     server->max_connections =
         (params->max_connections > 0) ? params->max_connections : 1024;
     snprintf(server->path, sizeof(server->path), "%s", params->path);

@@ -26,11 +26,14 @@ typedef struct kvf_engine_server kvf_engine_server_t;
 
 typedef struct kvf_engine_server_params {
     struct event_base *base;
-    const char *path;      /* socket path; a stale file is replaced */
-    kvf_store_t *store;    /* borrowed; outlives the server */
-    kvf_peer_t *peer;      /* borrowed, may be NULL: no remote fetch */
-    kvf_ctl_client_t *ctl; /* borrowed, may be NULL: no remote lookup */
-    const char *node_name; /* told to engines */
+    const char *path;           /* socket path; a stale file is replaced */
+    kvf_store_t *store;         /* borrowed; outlives the server */
+    kvf_peer_t *peer;           /* borrowed, may be NULL: no remote fetch */
+    kvf_ctl_client_t *ctl;      /* borrowed, may be NULL: no remote lookup */
+    uint64_t lookup_timeout_ns; /* the controller's share of an engine
+                                   lookup; past it, local hits only (0: the
+                                   controller client's request timeout) */
+    const char *node_name;      /* told to engines */
     uint32_t max_frame;
     uint32_t max_connections;
 } kvf_engine_server_params_t;

@@ -514,7 +514,7 @@ kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
     if (waiting > 0) {
         /* only keys nobody is fetching yet need holders */
         fetch->pending_ctl++;
-        kvf_ctl_client_lookup(peer->ctl, keys, num, true, kvf_peer_on_lookup,
+        kvf_ctl_client_lookup(peer->ctl, keys, num, true, 0, kvf_peer_on_lookup,
                               fetch);
     }
     if (!evtimer_pending(peer->tick_ev, NULL)) {

@@ -7,6 +7,7 @@
  * killed mid-way turns into misses within the fetch timeout, never a hang
  * or wrong bytes.
  */
+#include "common/time.h"
 #include "tests/helpers/proc.h"
 #include "tests/helpers/test_helpers.h"
 #include "tests/integration/controller_harness.h"
@@ -16,6 +17,7 @@
 #include <criterion/criterion.h>
 
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,4 +277,27 @@ Test(peer_fetch, prefetch_then_retrieve_moves_each_chunk_once)
     snprintf(expect, sizeof(expect), "kvf_agent_fetch_bytes_total %u\n",
              8 * CHUNK);
     cr_assert(strstr(body, expect) != NULL, "want %s in %s", expect, body);
+}
+
+Test(peer_fetch, stalled_controller_costs_reuse_not_a_hang)
+{
+    kvf_lookup_result_t res;
+    kvf_key_t keys[4];
+    kvf_client_t *c;
+    uint64_t t0, took;
+
+    chain(keys, 4);
+    store_on(0, keys, 0, 4);
+    wait_hits(1, keys, 4, 4);
+    c = connect_to(1);
+    kill(g_ctl.pid, SIGSTOP); /* the controller stops answering */
+    t0 = kvf_time_now_ns();
+    cr_assert_eq(kvf_client_lookup(c, keys, 4, false, &res), KVF_OK);
+    took = kvf_time_now_ns() - t0;
+    kill(g_ctl.pid, SIGCONT);
+    /* lookup_timeout (100 ms): B answers with what it holds itself */
+    cr_assert_eq(res.hit_chunks, 0);
+    cr_assert_lt(took, 2 * KVF_NSEC_PER_SEC, "took %lu ns",
+                 (unsigned long)took);
+    kvf_client_disconnect(c);
 }

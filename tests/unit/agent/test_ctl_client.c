@@ -496,7 +496,7 @@ Test(ctl_client, lookup_answers_with_holders)
 
     RUN_UNTIL(kvf_ctl_client_is_registered(g_client));
     g_lookups = 0;
-    kvf_ctl_client_lookup(g_client, keys, 3, false, on_lookup, NULL);
+    kvf_ctl_client_lookup(g_client, keys, 3, false, 0, on_lookup, NULL);
     cr_assert_eq(g_lookups, 0, "never from inside the call");
     RUN_UNTIL(g_lookups == 1);
     cr_assert_eq(g_lookup_status, KVF_OK);
@@ -515,7 +515,7 @@ Test(ctl_client, unanswered_lookup_times_out)
     g_fake.ignore_lookups = true;
     g_lookups             = 0;
     t0                    = kvf_time_now_ns();
-    kvf_ctl_client_lookup(g_client, &key, 1, false, on_lookup, NULL);
+    kvf_ctl_client_lookup(g_client, &key, 1, false, 0, on_lookup, NULL);
     RUN_UNTIL(g_lookups == 1);
     cr_assert_eq(g_lookup_status, KVF_ERR_TIMEOUT);
     cr_assert_geq(kvf_time_now_ns() - t0, 900 * KVF_NSEC_PER_MSEC,
@@ -530,7 +530,7 @@ Test(ctl_client, lookup_before_registration_fails_cleanly)
     fake_stop(&g_fake);
     RUN_UNTIL(!kvf_ctl_client_is_registered(g_client));
     g_lookups = 0;
-    kvf_ctl_client_lookup(g_client, &key, 1, false, on_lookup, NULL);
+    kvf_ctl_client_lookup(g_client, &key, 1, false, 0, on_lookup, NULL);
     RUN_UNTIL(g_lookups == 1);
     cr_assert_eq(g_lookup_status, KVF_ERR_STATE);
 }
@@ -543,7 +543,7 @@ Test(ctl_client, canceled_lookup_never_calls_back)
     RUN_UNTIL(kvf_ctl_client_is_registered(g_client));
     g_fake.ignore_lookups = true;
     g_lookups             = 0;
-    kvf_ctl_client_lookup(g_client, &key, 1, false, on_lookup, &owner);
+    kvf_ctl_client_lookup(g_client, &key, 1, false, 0, on_lookup, &owner);
     kvf_ctl_client_cancel(g_client, &owner);
     /* wait past the request timeout: nothing may arrive */
     {
@@ -554,4 +554,22 @@ Test(ctl_client, canceled_lookup_never_calls_back)
         }
     }
     cr_assert_eq(g_lookups, 0);
+}
+
+Test(ctl_client, lookup_honors_its_own_timeout)
+{
+    kvf_key_t key = {1, 1, 1};
+    uint64_t t0, took;
+
+    RUN_UNTIL(kvf_ctl_client_is_registered(g_client));
+    g_fake.ignore_lookups = true;
+    g_lookups             = 0;
+    t0                    = kvf_time_now_ns();
+    kvf_ctl_client_lookup(g_client, &key, 1, false, 50 * KVF_NSEC_PER_MSEC,
+                          on_lookup, NULL);
+    RUN_UNTIL(g_lookups == 1);
+    took = kvf_time_now_ns() - t0;
+    cr_assert_eq(g_lookup_status, KVF_ERR_TIMEOUT);
+    cr_assert_geq(took, 50 * KVF_NSEC_PER_MSEC);
+    cr_assert_lt(took, 500 * KVF_NSEC_PER_MSEC, "not the 1 s default");
 }
