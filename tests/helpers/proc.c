@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -53,6 +54,8 @@ int kvf_test_proc_start(kvf_test_proc_t *proc, const char *const argv[])
         return -1;
     }
     if (proc->pid == 0) {
+        /* a test that dies (timeout, crash) takes its processes along */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         dup2(fd, STDOUT_FILENO);
         dup2(fd, STDERR_FILENO);
         /* keep none of the test runner's pipes open in the child */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -66,6 +67,9 @@ void kvf_th_ctl_start(kvf_th_ctl_t *ctl, const char *const *args)
     cr_assert(ctl->pid >= 0);
     if (ctl->pid == 0) {
         int fd = open(ctl->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+        /* a test that dies takes its controller along */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
 
         if (fd >= 0) {
             dup2(fd, 2);
