@@ -3,7 +3,7 @@
 #include "controller/server_int.h"
 #include "common/log.h"
 #include "common/time.h"
-#include "proto/msg.h"
+#include "proto/frame.h"
 
 #include <event2/buffer.h>
 #include <event2/http.h>
@@ -31,20 +31,6 @@ static void kvf_http_json_str(struct evbuffer *b, const char *s)
         }
     }
     evbuffer_add(b, "\"", 1);
-}
-
-static const char *kvf_http_role_name(int role)
-{
-    switch (role) {
-    case KVF__ROLE__ROLE_BOTH:
-        return "both";
-    case KVF__ROLE__ROLE_PREFILL:
-        return "prefill";
-    case KVF__ROLE__ROLE_DECODE:
-        return "decode";
-    default:
-        return "-";
-    }
 }
 
 static void kvf_http_reply(struct evhttp_request *req, struct evbuffer *b,
@@ -92,7 +78,7 @@ static void kvf_http_on_nodes(struct evhttp_request *req, void *arg)
             "\"incarnation\":%" PRIu64 ",\"keys\":%" PRIu64
             ",\"pool_capacity\":%" PRIu64 ",\"pool_used\":%" PRIu64
             ",\"last_heartbeat_ms_ago\":%" PRIu64 ",\"control_address\":",
-            kvf_node_state_name(node->state), kvf_http_role_name(node->role),
+            kvf_node_state_name(node->state), kvf_msg_role_name(node->role),
             node->incarnation, kvf_registry_slot_keys(server->reg, node->slot),
             node->pool_capacity, node->pool_used,
             now - node->last_heartbeat_ms);

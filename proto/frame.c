@@ -70,6 +70,20 @@ const char *kvf_msg_type_name(uint16_t type)
     return kvf_msg_descs[type].name;
 }
 
+const char *kvf_msg_role_name(int role)
+{
+    switch (role) {
+    case KVF__ROLE__ROLE_BOTH:
+        return "both";
+    case KVF__ROLE__ROLE_PREFILL:
+        return "prefill";
+    case KVF__ROLE__ROLE_DECODE:
+        return "decode";
+    default:
+        return "-";
+    }
+}
+
 static uint32_t kvf_frame_get_le32(const uint8_t *p)
 {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |

@@ -88,6 +88,9 @@ const ProtobufCMessageDescriptor *kvf_msg_descriptor(uint16_t type);
 /* "HELLO", "LOOKUP_REPLY"; "UNKNOWN" for an unknown type. */
 const char *kvf_msg_type_name(uint16_t type);
 
+/* "both", "prefill", "decode" for a wire Role; "-" for any other value. */
+const char *kvf_msg_role_name(int role);
+
 /*
  * Decodes one frame from the first @p len bytes at @p data.
  *

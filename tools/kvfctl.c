@@ -63,20 +63,6 @@ static void kvf_ctl_json_str(const char *s)
     putchar('"');
 }
 
-static const char *kvf_ctl_role_name(int role)
-{
-    switch (role) {
-    case KVF__ROLE__ROLE_BOTH:
-        return "both";
-    case KVF__ROLE__ROLE_PREFILL:
-        return "prefill";
-    case KVF__ROLE__ROLE_DECODE:
-        return "decode";
-    default:
-        return "-";
-    }
-}
-
 /* Checks a reply: the expected type, or a STATUS carrying an error. */
 static int kvf_ctl_check(const kvf_frame_t *frame, uint16_t want)
 {
@@ -153,7 +139,7 @@ static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
         if (!opts->is_json) {
             printf("%-5" PRIu32 " %-20s %-9s %-8s %10" PRIu64 " %12" PRIu64
                    " %12" PRIu64 " %6" PRIu64 " %6" PRIu64 "ms %s\n",
-                   d->node_id, d->name, d->state, kvf_ctl_role_name(d->role),
+                   d->node_id, d->name, d->state, kvf_msg_role_name(d->role),
                    d->keys, d->pool_used, d->pool_capacity, d->incarnation,
                    d->last_heartbeat_ms_ago,
                    (d->data_address[0] != '\0') ? d->data_address : "-");
@@ -166,7 +152,7 @@ static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
                ",\"pool_used\":%" PRIu64 ",\"pool_capacity\":%" PRIu64
                ",\"incarnation\":%" PRIu64 ",\"last_heartbeat_ms_ago\":%" PRIu64
                ",\"control_address\":",
-               d->state, kvf_ctl_role_name(d->role), d->keys, d->pool_used,
+               d->state, kvf_msg_role_name(d->role), d->keys, d->pool_used,
                d->pool_capacity, d->incarnation, d->last_heartbeat_ms_ago);
         kvf_ctl_json_str(d->control_address);
         printf(",\"data_address\":");
