@@ -498,10 +498,25 @@ static kvf_status_t kvf_client_take_slots(kvf_client_t *client,
     return KVF_OK;
 }
 
+/* One request and its reply, under one deadline. The caller releases
+ * @p frame_p on success. */
+static kvf_status_t kvf_client_call(kvf_client_t *client, uint16_t type,
+                                    const ProtobufCMessage *msg,
+                                    uint16_t reply_type, kvf_frame_t *frame_p)
+{
+    uint64_t deadline = kvf_time_deadline_ns(client->timeout_ns);
+    kvf_status_t status;
+
+    status = kvf_client_send(client, type, msg, deadline);
+    if (status != KVF_OK) {
+        return status;
+    }
+    return kvf_client_recv(client, reply_type, NULL, deadline, frame_p);
+}
+
 kvf_status_t kvf_client_alloc(kvf_client_t *client, uint64_t chunk_bytes,
                               uint32_t num, kvf_slot_t *slots)
 {
-    uint64_t deadline;
     Kvf__EngineAlloc req;
     kvf_frame_t frame;
     kvf_status_t status;
@@ -510,17 +525,12 @@ kvf_status_t kvf_client_alloc(kvf_client_t *client, uint64_t chunk_bytes,
         (chunk_bytes == 0)) {
         return KVF_ERR_INVALID;
     }
-    deadline = kvf_time_deadline_ns(client->timeout_ns);
     kvf__engine_alloc__init(&req);
     req.request_id  = client->next_request++;
     req.chunk_bytes = chunk_bytes;
     req.count       = num;
-    status = kvf_client_send(client, KVF_MSG_ENGINE_ALLOC, &req.base, deadline);
-    if (status != KVF_OK) {
-        return status;
-    }
-    status =
-        kvf_client_recv(client, KVF_MSG_ENGINE_SLOTS, NULL, deadline, &frame);
+    status          = kvf_client_call(client, KVF_MSG_ENGINE_ALLOC, &req.base,
+                                      KVF_MSG_ENGINE_SLOTS, &frame);
     if (status != KVF_OK) {
         return status;
     }
@@ -538,7 +548,7 @@ kvf_status_t kvf_client_commit(kvf_client_t *client, const kvf_key_t *keys,
     Kvf__EngineCommit req;
     kvf_frame_t frame;
     kvf_status_t status;
-    uint64_t deadline, *offsets;
+    uint64_t *offsets;
     uint8_t *packed;
     uint32_t i;
 
@@ -557,7 +567,6 @@ kvf_status_t kvf_client_commit(kvf_client_t *client, const kvf_key_t *keys,
     for (i = 0; i < num; i++) {
         offsets[i] = slots[i].offset;
     }
-    deadline = kvf_time_deadline_ns(client->timeout_ns);
     kvf__engine_commit__init(&req);
     req.request_id  = client->next_request++;
     req.keys.data   = packed;
@@ -566,15 +575,10 @@ kvf_status_t kvf_client_commit(kvf_client_t *client, const kvf_key_t *keys,
     req.offsets     = offsets;
     req.n_checksums = num;
     req.checksums   = (uint64_t *)(uintptr_t)checksums;
-    status =
-        kvf_client_send(client, KVF_MSG_ENGINE_COMMIT, &req.base, deadline);
+    status          = kvf_client_call(client, KVF_MSG_ENGINE_COMMIT, &req.base,
+                                      KVF_MSG_ENGINE_COMMIT_REPLY, &frame);
     free(packed);
     free(offsets);
-    if (status != KVF_OK) {
-        return status;
-    }
-    status = kvf_client_recv(client, KVF_MSG_ENGINE_COMMIT_REPLY, NULL,
-                             deadline, &frame);
     if (status != KVF_OK) {
         return status;
     }
@@ -596,7 +600,6 @@ kvf_status_t kvf_client_lookup(kvf_client_t *client, const kvf_key_t *keys,
     Kvf__EngineLookup req;
     kvf_frame_t frame;
     kvf_status_t status;
-    uint64_t deadline;
     uint8_t *packed;
 
     if ((client == NULL) || (keys == NULL) || (num == 0) ||
@@ -607,20 +610,14 @@ kvf_status_t kvf_client_lookup(kvf_client_t *client, const kvf_key_t *keys,
     if (packed == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    deadline = kvf_time_deadline_ns(client->timeout_ns);
     kvf__engine_lookup__init(&req);
     req.request_id = client->next_request++;
     req.keys.data  = packed;
     req.keys.len   = (size_t)num * KVF_KEY_WIRE_SIZE;
     req.prefetch   = prefetch;
-    status =
-        kvf_client_send(client, KVF_MSG_ENGINE_LOOKUP, &req.base, deadline);
+    status         = kvf_client_call(client, KVF_MSG_ENGINE_LOOKUP, &req.base,
+                                     KVF_MSG_ENGINE_LOOKUP_REPLY, &frame);
     free(packed);
-    if (status != KVF_OK) {
-        return status;
-    }
-    status = kvf_client_recv(client, KVF_MSG_ENGINE_LOOKUP_REPLY, NULL,
-                             deadline, &frame);
     if (status != KVF_OK) {
         return status;
     }
@@ -649,7 +646,6 @@ kvf_status_t kvf_client_retrieve(kvf_client_t *client, const kvf_key_t *keys,
     Kvf__EngineRetrieve req;
     kvf_frame_t frame;
     kvf_status_t status;
-    uint64_t deadline;
     uint8_t *packed;
 
     if ((client == NULL) || (keys == NULL) || (num == 0) || (slots == NULL) ||
@@ -660,19 +656,13 @@ kvf_status_t kvf_client_retrieve(kvf_client_t *client, const kvf_key_t *keys,
     if (packed == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    deadline = kvf_time_deadline_ns(client->timeout_ns);
     kvf__engine_retrieve__init(&req);
     req.request_id = client->next_request++;
     req.keys.data  = packed;
     req.keys.len   = (size_t)num * KVF_KEY_WIRE_SIZE;
-    status =
-        kvf_client_send(client, KVF_MSG_ENGINE_RETRIEVE, &req.base, deadline);
+    status         = kvf_client_call(client, KVF_MSG_ENGINE_RETRIEVE, &req.base,
+                                     KVF_MSG_ENGINE_SLOTS, &frame);
     free(packed);
-    if (status != KVF_OK) {
-        return status;
-    }
-    status =
-        kvf_client_recv(client, KVF_MSG_ENGINE_SLOTS, NULL, deadline, &frame);
     if (status != KVF_OK) {
         return status;
     }
@@ -688,7 +678,7 @@ kvf_status_t kvf_client_release(kvf_client_t *client, const kvf_slot_t *slots,
     Kvf__EngineRelease req;
     kvf_frame_t frame;
     kvf_status_t status;
-    uint64_t deadline, *offsets;
+    uint64_t *offsets;
     uint32_t i;
 
     if ((client == NULL) || (slots == NULL) || (num == 0)) {
@@ -702,19 +692,14 @@ kvf_status_t kvf_client_release(kvf_client_t *client, const kvf_slot_t *slots,
     for (i = 0; i < num; i++) {
         offsets[i] = slots[i].offset;
     }
-    deadline = kvf_time_deadline_ns(client->timeout_ns);
     kvf__engine_release__init(&req);
     req.request_id = client->next_request++;
     req.n_offsets  = num;
     req.offsets    = offsets;
-    status =
-        kvf_client_send(client, KVF_MSG_ENGINE_RELEASE, &req.base, deadline);
-    free(offsets);
-    if (status != KVF_OK) {
-        return status;
-    }
     /* the agent acknowledges with a STATUS frame */
-    status = kvf_client_recv(client, KVF_MSG_STATUS, NULL, deadline, &frame);
+    status = kvf_client_call(client, KVF_MSG_ENGINE_RELEASE, &req.base,
+                             KVF_MSG_STATUS, &frame);
+    free(offsets);
     if (status == KVF_OK) {
         status = (kvf_status_t)((const Kvf__Status *)frame.msg)->status;
         kvf_frame_release(&frame, NULL);
@@ -728,20 +713,14 @@ kvf_status_t kvf_client_stats(kvf_client_t *client, kvf_client_stats_t *stats_p)
     Kvf__EngineStats req;
     kvf_frame_t frame;
     kvf_status_t status;
-    uint64_t deadline;
 
     if ((client == NULL) || (stats_p == NULL)) {
         return KVF_ERR_INVALID;
     }
-    deadline = kvf_time_deadline_ns(client->timeout_ns);
     kvf__engine_stats__init(&req);
     req.request_id = client->next_request++;
-    status = kvf_client_send(client, KVF_MSG_ENGINE_STATS, &req.base, deadline);
-    if (status != KVF_OK) {
-        return status;
-    }
-    status = kvf_client_recv(client, KVF_MSG_ENGINE_STATS_REPLY, NULL, deadline,
-                             &frame);
+    status         = kvf_client_call(client, KVF_MSG_ENGINE_STATS, &req.base,
+                                     KVF_MSG_ENGINE_STATS_REPLY, &frame);
     if (status != KVF_OK) {
         return status;
     }
