@@ -301,3 +301,38 @@ Test(peer_fetch, stalled_controller_costs_reuse_not_a_hang)
                  (unsigned long)took);
     kvf_client_disconnect(c);
 }
+
+Test(peer_fetch, damaged_chunk_becomes_a_miss_not_wrong_bytes)
+{
+    static char body[65536];
+    kvf_client_t *a = connect_to(0);
+    kvf_key_t keys[2];
+    kvf_slot_t slots[2];
+    uint64_t sums[2];
+    bool missing[2];
+    uint16_t port = (uint16_t)atoi(strrchr(g_agents[1].http, ':') + 1);
+    uint8_t *p;
+    int k;
+
+    chain(keys, 2);
+    cr_assert_eq(kvf_client_alloc(a, CHUNK, 2, slots), KVF_OK);
+    for (k = 0; k < 2; k++) {
+        p = (uint8_t *)kvf_client_pool_base(a) + slots[k].offset;
+        fill(p, &keys[k]);
+        sums[k] = kvf_chunk_checksum(p, CHUNK);
+    }
+    cr_assert_eq(kvf_client_commit(a, keys, slots, sums, 2), KVF_OK);
+    /* the bytes of chunk 1 change after commit (a stray write into the
+     * shared pool): A still serves them with the original checksum */
+    p = (uint8_t *)kvf_client_pool_base(a) + slots[1].offset;
+    p[CHUNK / 2] ^= 0x5a;
+    kvf_client_disconnect(a);
+    wait_hits(1, keys, 2, 2);
+    cr_assert_eq(retrieve_check(1, keys, 2, missing), 1);
+    cr_assert(!missing[0]);
+    cr_assert(missing[1], "the damaged chunk is refused, never handed out");
+    cr_assert_eq(kvf_test_http_get(port, "/metrics", body, sizeof(body)), 200);
+    cr_assert(strstr(body, "kvf_agent_fetch_checksum_failures_total 1\n") !=
+                  NULL,
+              "%s", body);
+}
