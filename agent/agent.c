@@ -80,15 +80,18 @@ static void kvf_agent_on_command(void *arg, const Kvf__Command *command)
     }
     switch (command->type) {
     case KVF__COMMAND_TYPE__COMMAND_PIN:
+        found = kvf_store_set_pin(agent->store, keys, n, KVF_POOL_PIN_HARD);
+        kvf_info("agent %s: pinned %u of %u chunks held here", agent->name,
+                 found, n);
+        break;
+    case KVF__COMMAND_TYPE__COMMAND_SOFT_PIN:
+        found = kvf_store_set_pin(agent->store, keys, n, KVF_POOL_PIN_SOFT);
+        kvf_info("agent %s: soft-pinned %u of %u chunks held here",
+                 agent->name, found, n);
+        break;
     case KVF__COMMAND_TYPE__COMMAND_UNPIN:
-        found =
-            kvf_store_set_pin(agent->store, keys, n,
-                              (command->type == KVF__COMMAND_TYPE__COMMAND_PIN)
-                                  ? KVF_POOL_PIN_HARD
-                                  : KVF_POOL_PIN_NONE);
-        kvf_info("agent %s: %s %u of %u chunks held here", agent->name,
-                 (command->type == KVF__COMMAND_TYPE__COMMAND_PIN) ? "pinned"
-                                                                   : "unpinned",
+        found = kvf_store_set_pin(agent->store, keys, n, KVF_POOL_PIN_NONE);
+        kvf_info("agent %s: unpinned %u of %u chunks held here", agent->name,
                  found, n);
         break;
     case KVF__COMMAND_TYPE__COMMAND_CLEAR:

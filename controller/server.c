@@ -266,9 +266,15 @@ static kvf_status_t kvf_server_on_hello(kvf_conn_t *conn, Kvf__Hello *hello)
 
 static void kvf_server_push_pins(kvf_server_t *server, kvf_node_t *node)
 {
-    if (server->pins_len > 0) {
-        kvf_node_cmd_push(node, KVF__COMMAND_TYPE__COMMAND_PIN, server->pins,
-                          server->pins_len);
+    static const Kvf__CommandType types[2] = {
+        KVF__COMMAND_TYPE__COMMAND_PIN, KVF__COMMAND_TYPE__COMMAND_SOFT_PIN};
+    int level;
+
+    for (level = 0; level < 2; level++) {
+        if (server->pins[level].len > 0) {
+            kvf_node_cmd_push(node, types[level], server->pins[level].keys,
+                              server->pins[level].len);
+        }
     }
 }
 
@@ -773,37 +779,56 @@ static kvf_status_t kvf_server_on_stats(kvf_conn_t *conn,
     return kvf_conn_send(conn, KVF_MSG_STATS_REPLY, &rep.base);
 }
 
-static kvf_status_t kvf_server_pins_update(kvf_server_t *server, bool is_pin,
-                                           const uint8_t *keys, size_t len)
+/* Adds (@p is_add) or removes each packed key of @p keys in @p pins. */
+static kvf_status_t kvf_server_pins_update(kvf_server_pins_t *pins,
+                                           bool is_add, const uint8_t *keys,
+                                           size_t len)
 {
     size_t i, j;
 
     for (i = 0; i < len; i += KVF_KEY_WIRE_SIZE) {
         bool found = false;
 
-        for (j = 0; j < server->pins_len; j += KVF_KEY_WIRE_SIZE) {
-            if (memcmp(server->pins + j, keys + i, KVF_KEY_WIRE_SIZE) == 0) {
+        for (j = 0; j < pins->len; j += KVF_KEY_WIRE_SIZE) {
+            if (memcmp(pins->keys + j, keys + i, KVF_KEY_WIRE_SIZE) == 0) {
                 found = true;
                 break;
             }
         }
-        if (is_pin && !found) {
-            uint8_t *p =
-                realloc(server->pins, server->pins_len + KVF_KEY_WIRE_SIZE);
+        if (is_add && !found) {
+            uint8_t *p = realloc(pins->keys, pins->len + KVF_KEY_WIRE_SIZE);
 
             if (p == NULL) {
                 return KVF_ERR_NO_MEMORY;
             }
-            server->pins = p;
-            memcpy(p + server->pins_len, keys + i, KVF_KEY_WIRE_SIZE);
-            server->pins_len += KVF_KEY_WIRE_SIZE;
-        } else if (!is_pin && found) {
-            memmove(server->pins + j, server->pins + j + KVF_KEY_WIRE_SIZE,
-                    server->pins_len - j - KVF_KEY_WIRE_SIZE);
-            server->pins_len -= KVF_KEY_WIRE_SIZE;
+            pins->keys = p;
+            memcpy(p + pins->len, keys + i, KVF_KEY_WIRE_SIZE);
+            pins->len += KVF_KEY_WIRE_SIZE;
+        } else if (!is_add && found) {
+            memmove(pins->keys + j, pins->keys + j + KVF_KEY_WIRE_SIZE,
+                    pins->len - j - KVF_KEY_WIRE_SIZE);
+            pins->len -= KVF_KEY_WIRE_SIZE;
         }
     }
     return KVF_OK;
+}
+
+/* PIN keeps a key in the hard set, SOFT_PIN in the soft set (a key is in
+ * at most one), UNPIN in neither. */
+static kvf_status_t kvf_server_pins_set(kvf_server_t *server,
+                                        Kvf__CommandType type,
+                                        const uint8_t *keys, size_t len)
+{
+    kvf_status_t status;
+
+    status = kvf_server_pins_update(
+        &server->pins[0], type == KVF__COMMAND_TYPE__COMMAND_PIN, keys, len);
+    if (status != KVF_OK) {
+        return status;
+    }
+    return kvf_server_pins_update(&server->pins[1],
+                                  type == KVF__COMMAND_TYPE__COMMAND_SOFT_PIN,
+                                  keys, len);
 }
 
 static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
@@ -834,18 +859,24 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
     }
     switch (ac->type) {
     case KVF__COMMAND_TYPE__COMMAND_PIN:
+    case KVF__COMMAND_TYPE__COMMAND_SOFT_PIN:
     case KVF__COMMAND_TYPE__COMMAND_UNPIN:
+    case KVF__COMMAND_TYPE__COMMAND_REPLICATE:
         if ((ac->keys.len == 0) ||
             !kvf_server_keys_ok(conn, ac->request_id, &ac->keys)) {
             if (ac->keys.len == 0) {
                 kvf_conn_reject(conn, ac->request_id, KVF_ERR_INVALID,
-                                "pin/unpin needs keys");
+                                "pin/unpin/replicate need keys");
             }
             return KVF_OK;
         }
-        status = kvf_server_pins_update(
-            server, ac->type == KVF__COMMAND_TYPE__COMMAND_PIN, ac->keys.data,
-            ac->keys.len);
+        if (ac->type != KVF__COMMAND_TYPE__COMMAND_REPLICATE) {
+            status = kvf_server_pins_set(server, ac->type, ac->keys.data,
+                                         ac->keys.len);
+        } else if (target == NULL) {
+            return kvf_conn_send_status(conn, ac->request_id, KVF_ERR_INVALID,
+                                        "replicate needs a node");
+        }
         break;
     case KVF__COMMAND_TYPE__COMMAND_DRAIN:
         if (target == NULL) {
@@ -1300,7 +1331,8 @@ void kvf_server_destroy(kvf_server_t *server)
     free(server->holders);
     free(server->slots);
     free(server->arena);
-    free(server->pins);
+    free(server->pins[0].keys);
+    free(server->pins[1].keys);
     kvf_node_table_destroy(server->nodes);
     kvf_registry_destroy(server->reg);
     free(server);

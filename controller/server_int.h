@@ -39,6 +39,13 @@ extern const double kvf_server_lat_bounds_us[KVF_SERVER_LAT_BUCKETS];
 
 typedef struct kvf_conn kvf_conn_t;
 
+/* Keys pinned cluster-wide by kvfctl, packed; delivered to every node that
+ * registers later too. */
+typedef struct kvf_server_pins {
+    uint8_t *keys;
+    size_t len;
+} kvf_server_pins_t;
+
 struct kvf_server {
     const kvf_controller_config_t *cfg;
     struct event_base *base;
@@ -56,8 +63,7 @@ struct kvf_server {
     uint64_t start_ms;
     bool is_recovering;
     bool has_registrations;
-    uint8_t *pins; /* pinned keys, packed */
-    size_t pins_len;
+    kvf_server_pins_t pins[2]; /* [0] hard, [1] soft: what a new node gets */
     /* decode arena: a frame's message is unpacked here, reset per frame,
      * so per-request work does not call malloc */
     uint8_t *arena;

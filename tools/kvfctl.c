@@ -24,6 +24,7 @@ typedef struct kvf_ctl_opts {
     const char *controller;
     bool is_json;
     bool is_any_order;
+    bool is_soft;
     int timeout_ms;
 } kvf_ctl_opts_t;
 
@@ -38,8 +39,11 @@ static void kvf_ctl_usage(FILE *out)
             "  lookup KEY...    ordered-chain lookup (KEY as NS:DIGEST hex);\n"
             "                   --any-order: each key on its own\n"
             "  tree             per-node summary of the registry\n"
-            "  pin KEY...       ask every agent never to evict KEYs\n"
+            "  pin KEY...       ask every agent never to evict KEYs;\n"
+            "                   --soft: evict them last rather than never\n"
             "  unpin KEY...     undo pin\n"
+            "  replicate NODE KEY...\n"
+            "                   ask NODE to copy KEYs from their holders now\n"
             "  drain NODE       ask a node to drain (NODE: id or name)\n"
             "  clear [NODE]     ask one node (or all) to drop their cache\n"
             "the controller address also comes from KVF_CONTROLLER "
@@ -372,6 +376,19 @@ static int kvf_ctl_tree(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
     return 0;
 }
 
+/* NODE on the command line: a numeric id or a name. */
+static void kvf_ctl_set_node(Kvf__AdminCommand *req, char *node)
+{
+    char *end;
+    unsigned long id = strtoul(node, &end, 10);
+
+    if ((*end == '\0') && (end != node) && (id <= UINT32_MAX)) {
+        req->node_id = (uint32_t)id;
+    } else {
+        req->node_name = node;
+    }
+}
+
 static int kvf_ctl_admin(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
                          Kvf__CommandType type, int argc, char **argv)
 {
@@ -379,14 +396,24 @@ static int kvf_ctl_admin(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
     Kvf__AdminCommand req;
     kvf_frame_t frame;
     uint8_t *keys = NULL;
-    char *end;
     int rc;
 
     kvf__admin_command__init(&req);
     req.request_id = kvf_ctlconn_next_id(conn);
     req.type       = type;
+    if (type == KVF__COMMAND_TYPE__COMMAND_REPLICATE) {
+        if (argc < 2) {
+            fprintf(stderr, "kvfctl: replicate takes NODE KEY...\n");
+            return 2;
+        }
+        kvf_ctl_set_node(&req, argv[0]);
+        argc--;
+        argv++;
+    }
     if ((type == KVF__COMMAND_TYPE__COMMAND_PIN) ||
-        (type == KVF__COMMAND_TYPE__COMMAND_UNPIN)) {
+        (type == KVF__COMMAND_TYPE__COMMAND_SOFT_PIN) ||
+        (type == KVF__COMMAND_TYPE__COMMAND_UNPIN) ||
+        (type == KVF__COMMAND_TYPE__COMMAND_REPLICATE)) {
         if (argc == 0) {
             fprintf(stderr, "kvfctl: pin/unpin need at least one KEY\n");
             return 2;
@@ -408,13 +435,7 @@ static int kvf_ctl_admin(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
             return 2;
         }
         if (argc == 1) {
-            unsigned long id = strtoul(argv[0], &end, 10);
-
-            if ((*end == '\0') && (end != argv[0]) && (id <= UINT32_MAX)) {
-                req.node_id = (uint32_t)id;
-            } else {
-                req.node_name = argv[0];
-            }
+            kvf_ctl_set_node(&req, argv[0]);
         }
     }
     rc = kvf_ctl_call(conn, KVF_MSG_ADMIN_COMMAND, &req.base, KVF_MSG_STATUS,
@@ -455,6 +476,8 @@ int main(int argc, char **argv)
             opts.is_json = true;
         } else if (strcmp(argv[i], "--any-order") == 0) {
             opts.is_any_order = true;
+        } else if (strcmp(argv[i], "--soft") == 0) {
+            opts.is_soft = true;
         } else if ((strcmp(argv[i], "--controller") == 0) && (i + 1 < argc)) {
             opts.controller = argv[++i];
         } else if (strncmp(argv[i], "--controller=", 13) == 0) {
@@ -483,7 +506,8 @@ int main(int argc, char **argv)
     if ((strcmp(cmd, "nodes") != 0) && (strcmp(cmd, "stats") != 0) &&
         (strcmp(cmd, "lookup") != 0) && (strcmp(cmd, "tree") != 0) &&
         (strcmp(cmd, "pin") != 0) && (strcmp(cmd, "unpin") != 0) &&
-        (strcmp(cmd, "drain") != 0) && (strcmp(cmd, "clear") != 0)) {
+        (strcmp(cmd, "drain") != 0) && (strcmp(cmd, "clear") != 0) &&
+        (strcmp(cmd, "replicate") != 0)) {
         fprintf(stderr, "kvfctl: unknown command '%s'\n", cmd);
         kvf_ctl_usage(stderr);
         return 2;
@@ -503,10 +527,15 @@ int main(int argc, char **argv)
     } else if (strcmp(cmd, "tree") == 0) {
         rc = kvf_ctl_tree(conn, &opts);
     } else if (strcmp(cmd, "pin") == 0) {
-        rc = kvf_ctl_admin(conn, &opts, KVF__COMMAND_TYPE__COMMAND_PIN,
+        rc = kvf_ctl_admin(conn, &opts,
+                           opts.is_soft ? KVF__COMMAND_TYPE__COMMAND_SOFT_PIN
+                                        : KVF__COMMAND_TYPE__COMMAND_PIN,
                            nwords - 1, words + 1);
     } else if (strcmp(cmd, "unpin") == 0) {
         rc = kvf_ctl_admin(conn, &opts, KVF__COMMAND_TYPE__COMMAND_UNPIN,
+                           nwords - 1, words + 1);
+    } else if (strcmp(cmd, "replicate") == 0) {
+        rc = kvf_ctl_admin(conn, &opts, KVF__COMMAND_TYPE__COMMAND_REPLICATE,
                            nwords - 1, words + 1);
     } else if (strcmp(cmd, "drain") == 0) {
         rc = kvf_ctl_admin(conn, &opts, KVF__COMMAND_TYPE__COMMAND_DRAIN,

@@ -336,3 +336,72 @@ Test(peer_fetch, damaged_chunk_becomes_a_miss_not_wrong_bytes)
                   NULL,
               "%s", body);
 }
+
+/* Runs kvfctl against the test controller with @p words; returns its exit
+ * status. */
+static int kvfctl(const char *const *words, int n, char *out, size_t len)
+{
+    const char *argv[32] = {kvf_test_build_path("tools/kvfctl"),
+                            "--controller", g_ctl.addr};
+    int i;
+
+    for (i = 0; i < n; i++) {
+        argv[3 + i] = words[i];
+    }
+    argv[3 + n] = NULL;
+    return kvf_test_run(argv, out, len, 10000);
+}
+
+Test(peer_fetch, replicate_warms_a_node_ahead_of_demand)
+{
+    char formatted[4][KVF_KEY_STR_SIZE], out[4096];
+    const char *words[8] = {"replicate", "it-peer-c"};
+    kvf_lookup_result_t res;
+    kvf_key_t keys[4];
+    kvf_client_t *c;
+    int k;
+
+    chain(keys, 4);
+    store_on(0, keys, 0, 4);
+    wait_hits(2, keys, 4, 4);
+    for (k = 0; k < 4; k++) {
+        words[2 + k] = kvf_key_format(&keys[k], formatted[k]);
+    }
+    cr_assert_eq(kvfctl(words, 6, out, sizeof(out)), 0, "%s", out);
+    /* C pulls the chunks on its next heartbeat, with no engine asking */
+    c = connect_to(2);
+    for (k = 0; k < 1000; k++) {
+        cr_assert_eq(kvf_client_lookup(c, keys, 4, false, &res), KVF_OK);
+        if (res.local_chunks == 4) {
+            break;
+        }
+        poll(NULL, 0, 10);
+    }
+    kvf_client_disconnect(c);
+    cr_assert_eq(res.local_chunks, 4, "C holds %u of 4 after replicate: %s",
+                 res.local_chunks, kvf_test_proc_log(&g_agents[2].proc));
+    /* an unknown node is an error, not a silent no-op */
+    words[1] = "no-such-node";
+    cr_assert_neq(kvfctl(words, 6, out, sizeof(out)), 0);
+    /* replicate without keys is a usage error */
+    cr_assert_eq(kvfctl(words, 2, out, sizeof(out)), 2);
+}
+
+Test(peer_fetch, soft_pin_reaches_the_holder)
+{
+    char formatted[2][KVF_KEY_STR_SIZE], out[4096];
+    const char *words[8] = {"pin", "--soft"};
+    kvf_key_t keys[2];
+    int k;
+
+    chain(keys, 2);
+    store_on(0, keys, 0, 2);
+    wait_hits(1, keys, 2, 2);
+    for (k = 0; k < 2; k++) {
+        words[2 + k] = kvf_key_format(&keys[k], formatted[k]);
+    }
+    cr_assert_eq(kvfctl(words, 4, out, sizeof(out)), 0, "%s", out);
+    cr_assert(kvf_test_proc_wait_log(&g_agents[0].proc,
+                                     "soft-pinned 2 of 2 chunks", 10000),
+              "%s", kvf_test_proc_log(&g_agents[0].proc));
+}
