@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -223,6 +224,41 @@ static void kvf_agent_metrics_fetch_latency(const kvf_peer_stats_t *ps,
                         cumulative, (double)ps->lat_sum_us / 1e6, cumulative);
 }
 
+/* Bytes and chunks per peer agent, both directions. */
+static void kvf_agent_metrics_links(kvf_agent_t *agent, struct evbuffer *body)
+{
+    static const struct {
+        const char *name, *help;
+        size_t field;
+    } series[] = {
+        {"kvf_agent_peer_fetch_bytes_total", "bytes received from each peer",
+         offsetof(kvf_peer_link_stats_t, bytes_fetched)},
+        {"kvf_agent_peer_fetch_chunks_total", "chunks received from each peer",
+         offsetof(kvf_peer_link_stats_t, chunks_fetched)},
+        {"kvf_agent_peer_served_bytes_total", "bytes sent to each peer",
+         offsetof(kvf_peer_link_stats_t, bytes_served)},
+        {"kvf_agent_peer_served_chunks_total", "chunks sent to each peer",
+         offsetof(kvf_peer_link_stats_t, chunks_served)},
+    };
+    const kvf_peer_link_stats_t *links;
+    uint32_t num, i;
+    size_t s;
+
+    links = kvf_peer_get_links(agent->peer, &num);
+    for (s = 0; s < sizeof(series) / sizeof(series[0]); s++) {
+        evbuffer_add_printf(body, "# HELP %s %s\n# TYPE %s counter\n",
+                            series[s].name, series[s].help, series[s].name);
+        for (i = 0; i < num; i++) {
+            uint64_t v;
+
+            memcpy(&v, (const uint8_t *)&links[i] + series[s].field,
+                   sizeof(v));
+            evbuffer_add_printf(body, "%s{peer=\"%s\"} %" PRIu64 "\n",
+                                series[s].name, links[i].name, v);
+        }
+    }
+}
+
 static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
 {
     kvf_engine_server_stats_t es;
@@ -233,6 +269,7 @@ static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
     kvf_engine_server_get_stats(agent->engines, &es);
     kvf_peer_get_stats(agent->peer, &ps);
     kvf_agent_metrics_fetch_latency(&ps, body);
+    kvf_agent_metrics_links(agent, body);
     evbuffer_add_printf(
         body,
         "# HELP kvf_agent_fetch_chunks_total chunks asked of peers, by "

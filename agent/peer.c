@@ -8,6 +8,8 @@
 
 #include <event2/event.h>
 
+#include <ctype.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,6 +95,8 @@ struct kvf_peer {
     kvf_peer_serve_t *serves;
     kvf_peer_serve_t *serve_free;
     kvf_peer_stats_t stats;
+    kvf_peer_link_stats_t links[KVF_PEER_LINKS_MAX];
+    uint32_t num_links;
     bool destroying;
 };
 
@@ -330,6 +334,8 @@ static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
         req.keys.len   = (size_t)n * KVF_KEY_WIRE_SIZE;
         req.n_indexes  = n;
         req.indexes    = indexes;
+        req.requester  = kvf_ctl_client_node_id(fetch->peer->ctl);
+        req.requester_name = fetch->peer->name;
         len            = kvf_frame_size(&req.base);
         ask            = malloc(sizeof(*ask) + len);
         if ((ask == NULL) ||
@@ -354,6 +360,49 @@ static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
         /* a request could not be sent: what it asked for is a miss */
         kvf_peer_fetch_miss_waiting(fetch, holder);
     }
+}
+
+/* The traffic row of node @p node_id, made on first use; its name is
+ * (re)taken from @p name when one is given. */
+static kvf_peer_link_stats_t *kvf_peer_link(kvf_peer_t *peer, uint32_t node_id,
+                                            const char *name)
+{
+    kvf_peer_link_stats_t *link = NULL;
+    uint32_t i;
+    size_t k;
+
+    for (i = 0; i < peer->num_links; i++) {
+        if (peer->links[i].node_id == node_id) {
+            link = &peer->links[i];
+            break;
+        }
+    }
+    if (link == NULL) {
+        if (peer->num_links == KVF_PEER_LINKS_MAX) {
+            link = &peer->links[KVF_PEER_LINKS_MAX - 1];
+            if (link->node_id != UINT32_MAX) {
+                link->node_id = UINT32_MAX;
+                snprintf(link->name, sizeof(link->name), "other");
+            }
+            return link;
+        }
+        link = &peer->links[peer->num_links++];
+        memset(link, 0, sizeof(*link));
+        link->node_id = node_id;
+        snprintf(link->name, sizeof(link->name), "node-%" PRIu32, node_id);
+    }
+    if ((name != NULL) && (name[0] != '\0') &&
+        (strncmp(link->name, name, sizeof(link->name) - 1) != 0)) {
+        for (k = 0; (k < sizeof(link->name) - 1) && (name[k] != '\0'); k++) {
+            link->name[k] = (isalnum((unsigned char)name[k]) ||
+                             (name[k] == '.') || (name[k] == '_') ||
+                             (name[k] == '-'))
+                                ? name[k]
+                                : '_';
+        }
+        link->name[k] = '\0';
+    }
+    return link;
 }
 
 static const char *kvf_peer_node_find(kvf_peer_t *peer, uint32_t node_id)
@@ -571,6 +620,7 @@ static kvf_status_t kvf_peer_on_chunk(void *arg, const void *header,
 {
     kvf_peer_t *peer = arg;
     const Kvf__PeerChunk *chunk;
+    kvf_peer_link_stats_t *link;
     kvf_peer_fetch_t *fetch;
     kvf_peer_item_t *item = NULL;
     kvf_frame_t frame;
@@ -624,6 +674,9 @@ static kvf_status_t kvf_peer_on_chunk(void *arg, const void *header,
     item->state = KVF_PEER_ITEM_RECV;
     fetch->inflight++;
     peer->stats.bytes_fetched += chunk->length;
+    link = kvf_peer_link(peer, item->holder, chunk->holder_name);
+    link->chunks_fetched++;
+    link->bytes_fetched += chunk->length;
     ret = msg->is_rndv ? KVF_INPROGRESS : KVF_OK;
 
 out:
@@ -655,8 +708,10 @@ static void kvf_peer_on_served(kvf_status_t status, void *arg)
 /* Answers one key: the chunk zero-copy from the pool, or a miss. */
 static void kvf_peer_serve_one(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
                                uint64_t request_id, uint32_t index,
-                               const kvf_key_t *key)
+                               const kvf_key_t *key,
+                               kvf_peer_link_stats_t *link)
 {
+    static char no_name[] = "";
     uint8_t hdr[KVF_PEER_HDR_MAX];
     kvf_pool_entry_t *entry = NULL;
     kvf_peer_serve_t *serve = peer->serve_free;
@@ -664,9 +719,11 @@ static void kvf_peer_serve_one(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
     size_t len = 0;
 
     kvf__peer_chunk__init(&chunk);
-    chunk.request_id = request_id;
-    chunk.index      = index;
-    chunk.status     = KVF_ERR_NOT_FOUND;
+    chunk.request_id  = request_id;
+    chunk.index       = index;
+    chunk.status      = KVF_ERR_NOT_FOUND;
+    /* long names stay out of the (bounded) AM header */
+    chunk.holder_name = (strlen(peer->name) < 64) ? peer->name : no_name;
     if ((serve != NULL) &&
         (kvf_store_hold_chunk(peer->store, key, &entry) == KVF_OK)) {
         chunk.status   = KVF_OK;
@@ -699,6 +756,8 @@ static void kvf_peer_serve_one(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
     }
     peer->stats.chunks_served++;
     peer->stats.bytes_served += chunk.length;
+    link->chunks_served++;
+    link->bytes_served += chunk.length;
     return;
 
 err_put:
@@ -713,6 +772,7 @@ static kvf_status_t kvf_peer_on_fetch(void *arg, const void *header,
 {
     kvf_peer_t *peer = arg;
     const Kvf__PeerFetch *req;
+    kvf_peer_link_stats_t *link;
     kvf_status_t status;
     kvf_frame_t frame;
     size_t used = 0, n, i;
@@ -749,10 +809,11 @@ static kvf_status_t kvf_peer_on_fetch(void *arg, const void *header,
         kvf_frame_release(&frame, NULL);
         return KVF_OK;
     }
+    link = kvf_peer_link(peer, req->requester, req->requester_name);
     for (i = 0; i < n; i++) {
         kvf_key_unpack(req->keys.data + i * KVF_KEY_WIRE_SIZE, &key);
         kvf_peer_serve_one(peer, msg->reply_ep, req->request_id,
-                           req->indexes[i], &key);
+                           req->indexes[i], &key, link);
     }
     kvf_frame_release(&frame, NULL);
     return KVF_OK;
@@ -844,4 +905,11 @@ void kvf_peer_set_ctl(kvf_peer_t *peer, kvf_ctl_client_t *ctl)
 void kvf_peer_get_stats(const kvf_peer_t *peer, kvf_peer_stats_t *stats_p)
 {
     *stats_p = peer->stats;
+}
+
+const kvf_peer_link_stats_t *kvf_peer_get_links(const kvf_peer_t *peer,
+                                                uint32_t *num_p)
+{
+    *num_p = peer->num_links;
+    return peer->links;
 }

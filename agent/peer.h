@@ -62,6 +62,20 @@ typedef struct kvf_peer_stats {
     uint64_t serve_misses;
 } kvf_peer_stats_t;
 
+/* Traffic with one other agent. Names come from the peers themselves and
+ * are reduced to [A-Za-z0-9._-] (safe as metric labels); past
+ * KVF_PEER_LINKS_MAX peers, the rest add up in one row named "other". */
+#define KVF_PEER_LINKS_MAX 64
+
+typedef struct kvf_peer_link_stats {
+    uint32_t node_id;
+    char name[64];
+    uint64_t chunks_fetched; /* received from this peer */
+    uint64_t bytes_fetched;
+    uint64_t chunks_served; /* sent to this peer */
+    uint64_t bytes_served;
+} kvf_peer_link_stats_t;
+
 kvf_status_t kvf_peer_create(const kvf_peer_params_t *params,
                              kvf_peer_t **peer_p);
 
@@ -87,5 +101,10 @@ kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
 void kvf_peer_cancel(kvf_peer_t *peer, const void *arg);
 
 void kvf_peer_get_stats(const kvf_peer_t *peer, kvf_peer_stats_t *stats_p);
+
+/* Per-peer traffic, borrowed until the next call into the service; the
+ * count goes to @p num_p. */
+const kvf_peer_link_stats_t *kvf_peer_get_links(const kvf_peer_t *peer,
+                                                uint32_t *num_p);
 
 #endif /* KVF_AGENT_PEER_H */

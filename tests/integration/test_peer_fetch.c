@@ -221,6 +221,16 @@ Test(peer_fetch, store_on_a_fetch_on_b_byte_identical)
                   "%s", body);
         cr_assert(strstr(body, "kvf_agent_fetch_bytes_total 3145728\n") != NULL,
                   "%s", body);
+        /* per peer: B got all 12 from A, and A counted what it sent B */
+        cr_assert(strstr(body, "kvf_agent_peer_fetch_bytes_total{peer=\"it-"
+                               "peer-a\"} 3145728\n") != NULL,
+                  "%s", body);
+        port = (uint16_t)atoi(strrchr(g_agents[0].http, ':') + 1);
+        cr_assert_eq(kvf_test_http_get(port, "/metrics", body, sizeof(body)),
+                     200);
+        cr_assert(strstr(body, "kvf_agent_peer_served_chunks_total{peer=\"it-"
+                               "peer-b\"} 12\n") != NULL,
+                  "%s", body);
     }
 }
 
