@@ -87,8 +87,8 @@ static void kvf_agent_on_command(void *arg, const Kvf__Command *command)
         break;
     case KVF__COMMAND_TYPE__COMMAND_SOFT_PIN:
         found = kvf_store_set_pin(agent->store, keys, n, KVF_POOL_PIN_SOFT);
-        kvf_info("agent %s: soft-pinned %u of %u chunks held here",
-                 agent->name, found, n);
+        kvf_info("agent %s: soft-pinned %u of %u chunks held here", agent->name,
+                 found, n);
         break;
     case KVF__COMMAND_TYPE__COMMAND_UNPIN:
         found = kvf_store_set_pin(agent->store, keys, n, KVF_POOL_PIN_NONE);
@@ -251,8 +251,7 @@ static void kvf_agent_metrics_links(kvf_agent_t *agent, struct evbuffer *body)
         for (i = 0; i < num; i++) {
             uint64_t v;
 
-            memcpy(&v, (const uint8_t *)&links[i] + series[s].field,
-                   sizeof(v));
+            memcpy(&v, (const uint8_t *)&links[i] + series[s].field, sizeof(v));
             evbuffer_add_printf(body, "%s{peer=\"%s\"} %" PRIu64 "\n",
                                 series[s].name, links[i].name, v);
         }
@@ -298,10 +297,20 @@ static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
         "where they are held\n"
         "# TYPE kvf_agent_lookup_chunks_total counter\n"
         "kvf_agent_lookup_chunks_total{held=\"local\"} %" PRIu64 "\n"
-        "kvf_agent_lookup_chunks_total{held=\"remote\"} %" PRIu64 "\n",
+        "kvf_agent_lookup_chunks_total{held=\"remote\"} %" PRIu64 "\n"
+        "# HELP kvf_agent_prefetch_leases hits of prefetching lookups "
+        "pinned, waiting for their retrieve\n"
+        "# TYPE kvf_agent_prefetch_leases gauge\n"
+        "kvf_agent_prefetch_leases %" PRIu64 "\n"
+        "# HELP kvf_agent_prefetch_leases_total prefetch leases ended, by "
+        "how\n"
+        "# TYPE kvf_agent_prefetch_leases_total counter\n"
+        "kvf_agent_prefetch_leases_total{end=\"retrieved\"} %" PRIu64 "\n"
+        "kvf_agent_prefetch_leases_total{end=\"expired\"} %" PRIu64 "\n",
         ps.chunks_fetched, ps.chunks_missed, ps.bytes_fetched, ps.timeouts,
         ps.checksum_failures, ps.chunks_served, ps.bytes_served,
-        es.local_hit_keys, es.remote_hit_keys);
+        es.local_hit_keys, es.remote_hit_keys, es.leases, es.leases_used,
+        es.lease_expiries);
     evbuffer_add_printf(
         body,
         "# HELP kvf_agent_pool_bytes pool bytes by state\n"
@@ -479,6 +488,7 @@ static kvf_status_t kvf_agent_engines_start(kvf_agent_t *agent)
     eparams.peer              = agent->peer;
     eparams.ctl               = agent->ctl;
     eparams.lookup_timeout_ns = agent->config->lookup_timeout;
+    eparams.lease_ns          = agent->config->prefetch_lease;
     eparams.node_name         = agent->name;
     eparams.max_frame         = (uint32_t)agent->config->max_frame;
     eparams.max_connections   = 1024;
@@ -499,11 +509,15 @@ static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent);
 static void kvf_agent_on_sweep(evutil_socket_t fd, short what, void *arg)
 {
     kvf_agent_t *agent = arg;
-    uint64_t n = kvf_store_expire_grants(agent->store, kvf_time_now_ns());
+    uint64_t now       = kvf_time_now_ns();
+    uint64_t n         = kvf_store_expire_grants(agent->store, now);
 
     if (n > 0) {
         kvf_info("agent %s: took back %llu allocations never committed",
                  agent->name, (unsigned long long)n);
+    }
+    if (agent->engines != NULL) {
+        kvf_engine_server_expire_leases(agent->engines, now);
     }
 }
 

@@ -68,6 +68,10 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
     KVF_AGENT_FIELD("fetch_timeout", KVF_CONFIG_DURATION, fetch_timeout, "5s",
                     1000000ull, 600000000000ull,
                     "deadline of a chunk fetch from peers, end to end"),
+    KVF_AGENT_FIELD("prefetch_lease", KVF_CONFIG_DURATION, prefetch_lease,
+                    "10s", 1000000ull, 3600000000000ull,
+                    "how long the hit of a prefetching lookup stays pinned "
+                    "waiting for the engine's retrieve"),
     KVF_AGENT_FIELD("reconnect_max", KVF_CONFIG_DURATION, reconnect_max, "5s",
                     10000000ull, 600000000000ull,
                     "longest wait between reconnect attempts"),

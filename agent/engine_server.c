@@ -3,6 +3,7 @@
 #include "agent/engine_server.h"
 
 #include "common/log.h"
+#include "common/time.h"
 #include "proto/frame.h"
 
 #include <event2/buffer.h>
@@ -18,10 +19,26 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define KVF_ENGINE_MAX_BATCH 65536u /* chunks per request */
+#define KVF_ENGINE_MAX_BATCH  65536u /* chunks per request */
+#define KVF_ENGINE_MAX_LEASES 256u   /* prefetch leases per connection */
 
 typedef struct kvf_engine_conn kvf_engine_conn_t;
 typedef struct kvf_engine_wait kvf_engine_wait_t;
+typedef struct kvf_engine_lease kvf_engine_lease_t;
+
+/* "Lookup is a promise": the hit of a prefetching LOOKUP stays pinned here
+ * (the local chunks at once, the remote ones as they land) until the
+ * engine retrieves that prefix or the lease runs out. */
+struct kvf_engine_lease {
+    kvf_engine_lease_t *next;
+    kvf_engine_conn_t *conn;
+    kvf_store_owner_t *owner; /* the lease's pins */
+    uint64_t id;
+    uint64_t deadline_ns;
+    uint32_t local; /* keys[0, local) were held here at lookup */
+    uint32_t num;
+    kvf_key_t keys[];
+};
 
 /* A LOOKUP or RETRIEVE waiting for the controller or for peers. */
 struct kvf_engine_wait {
@@ -41,6 +58,8 @@ struct kvf_engine_conn {
     kvf_engine_conn_t *prev, *next;
     kvf_store_owner_t *owner; /* this engine's grants and pins */
     kvf_engine_wait_t *waits; /* requests waiting for the controller/peers */
+    kvf_engine_lease_t *leases;
+    uint32_t num_leases;
     bool hello_done;
     char name[64];
 };
@@ -52,6 +71,8 @@ struct kvf_engine_server {
     kvf_peer_t *peer;      /* may be NULL: local hits only */
     kvf_ctl_client_t *ctl; /* may be NULL */
     uint64_t lookup_timeout_ns;
+    uint64_t lease_ns;
+    uint64_t next_lease;
     char path[108];
     char node_name[128];
     uint32_t max_frame;
@@ -60,9 +81,33 @@ struct kvf_engine_server {
     kvf_engine_server_stats_t stats;
 };
 
+static void kvf_engine_lease_destroy(kvf_engine_lease_t *lease)
+{
+    kvf_engine_server_t *server = lease->conn->server;
+    kvf_engine_lease_t **pp;
+
+    for (pp = &lease->conn->leases; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == lease) {
+            *pp = lease->next;
+            break;
+        }
+    }
+    lease->conn->num_leases--;
+    server->stats.leases--;
+    if (server->peer != NULL) {
+        kvf_peer_cancel(server->peer, lease); /* the chunks still land */
+    }
+    kvf_store_owner_destroy(server->store, lease->owner);
+    free(lease);
+}
+
 static void kvf_engine_conn_close(kvf_engine_conn_t *conn)
 {
     kvf_engine_server_t *server = conn->server;
+
+    while (conn->leases != NULL) {
+        kvf_engine_lease_destroy(conn->leases);
+    }
 
     /* requests still waiting: nobody to answer any more */
     while (conn->waits != NULL) {
@@ -348,9 +393,110 @@ static void kvf_engine_wait_unlink(kvf_engine_wait_t *wait)
     }
 }
 
+/* The remote part of a lease's hit landed (or not): pin what came. */
+static void kvf_engine_on_lease_fetched(void *arg, uint32_t fetched,
+                                        uint32_t missed)
+{
+    kvf_engine_lease_t *lease   = arg;
+    kvf_engine_server_t *server = lease->conn->server;
+    kvf_slot_t slot;
+    uint32_t i;
+
+    for (i = lease->local; i < lease->num; i++) {
+        kvf_store_pin(server->store, lease->owner, &lease->keys[i], &slot);
+    }
+}
+
+/* Starts a lease on keys[0, hit) of a prefetching lookup: pins the local
+ * ones, fetches the rest. Returns its id, 0 when none could be made (the
+ * prefetch still runs, unpinned). */
+static uint64_t kvf_engine_lease_start(kvf_engine_conn_t *conn,
+                                       const kvf_key_t *keys, uint32_t local,
+                                       uint32_t hit)
+{
+    kvf_engine_server_t *server = conn->server;
+    kvf_engine_lease_t *lease   = NULL;
+    kvf_slot_t slot;
+    uint32_t i;
+
+    if (conn->num_leases < KVF_ENGINE_MAX_LEASES) {
+        lease = calloc(1, sizeof(*lease) + (size_t)hit * sizeof(kvf_key_t));
+    }
+    if ((lease != NULL) &&
+        (kvf_store_owner_create(server->store, &lease->owner) != KVF_OK)) {
+        free(lease);
+        lease = NULL;
+    }
+    if (lease == NULL) {
+        if ((hit > local) && (server->peer != NULL)) {
+            kvf_peer_fetch(server->peer, keys + local, hit - local, NULL, NULL);
+        }
+        return 0;
+    }
+    lease->conn        = conn;
+    lease->id          = ++server->next_lease;
+    lease->deadline_ns = kvf_time_now_ns() + server->lease_ns;
+    lease->local       = local;
+    lease->num         = hit;
+    memcpy(lease->keys, keys, (size_t)hit * sizeof(kvf_key_t));
+    lease->next  = conn->leases;
+    conn->leases = lease;
+    conn->num_leases++;
+    server->stats.leases++;
+    for (i = 0; i < local; i++) {
+        kvf_store_pin(server->store, lease->owner, &keys[i], &slot);
+    }
+    if ((hit > local) && (server->peer != NULL)) {
+        kvf_peer_fetch(server->peer, keys + local, hit - local,
+                       kvf_engine_on_lease_fetched, lease);
+    }
+    return lease->id;
+}
+
+/* A RETRIEVE of a prefix ends the leases of lookups of that prefix: its
+ * own pins hold the chunks now. */
+static void kvf_engine_leases_use(kvf_engine_conn_t *conn,
+                                  const kvf_key_t *keys, uint32_t n)
+{
+    kvf_engine_lease_t *lease = conn->leases, *next;
+
+    for (; lease != NULL; lease = next) {
+        next = lease->next;
+        if ((n > 0) && kvf_key_equal(&lease->keys[0], &keys[0])) {
+            conn->server->stats.leases_used++;
+            kvf_engine_lease_destroy(lease);
+        }
+    }
+}
+
+uint64_t kvf_engine_server_expire_leases(kvf_engine_server_t *server,
+                                         uint64_t now_ns)
+{
+    kvf_engine_lease_t *lease, *next;
+    kvf_engine_conn_t *conn;
+    uint64_t n = 0;
+
+    for (conn = server->conns; conn != NULL; conn = conn->next) {
+        for (lease = conn->leases; lease != NULL; lease = next) {
+            next = lease->next;
+            if (lease->deadline_ns <= now_ns) {
+                kvf_debug("engine %s: prefetch lease %llu of %u chunks "
+                          "expired unused",
+                          conn->name, (unsigned long long)lease->id,
+                          lease->num);
+                kvf_engine_lease_destroy(lease);
+                n++;
+            }
+        }
+    }
+    server->stats.lease_expiries += n;
+    return n;
+}
+
 static kvf_status_t kvf_engine_lookup_reply(kvf_engine_conn_t *conn,
                                             uint64_t request_id, uint32_t num,
-                                            uint32_t local, uint32_t hit)
+                                            uint32_t local, uint32_t hit,
+                                            uint64_t lease_id)
 {
     kvf_engine_server_t *server = conn->server;
     Kvf__EngineLookupReply reply;
@@ -359,6 +505,7 @@ static kvf_status_t kvf_engine_lookup_reply(kvf_engine_conn_t *conn,
     reply.request_id   = request_id;
     reply.local_chunks = local;
     reply.hit_chunks   = (hit > local) ? hit : local;
+    reply.lease_id     = lease_id;
     server->stats.lookups++;
     server->stats.lookup_keys += num;
     server->stats.local_hit_keys += local;
@@ -370,10 +517,10 @@ static void kvf_engine_on_remote_lookup(void *arg, kvf_status_t status,
                                         uint32_t hit_chunks,
                                         const uint32_t *holders, uint32_t num)
 {
-    kvf_engine_wait_t *wait     = arg;
-    kvf_engine_conn_t *conn     = wait->conn;
-    kvf_engine_server_t *server = conn->server;
-    uint32_t hit                = (status == KVF_OK) ? hit_chunks : 0;
+    kvf_engine_wait_t *wait = arg;
+    kvf_engine_conn_t *conn = wait->conn;
+    uint32_t hit            = (status == KVF_OK) ? hit_chunks : 0;
+    uint64_t lease_id       = 0;
 
     kvf_engine_wait_unlink(wait);
     kvf_debug("engine %s: lookup of %u keys: %u local, %u held in the "
@@ -381,12 +528,14 @@ static void kvf_engine_on_remote_lookup(void *arg, kvf_status_t status,
               conn->name, wait->num, wait->local, hit, kvf_strerror(status));
     /* "lookup is a promise": with prefetch the remote part of the hit
      * starts moving into the pool now; retrieve finds it local or waits */
-    if (wait->prefetch && (hit > wait->local) && (server->peer != NULL)) {
-        kvf_peer_fetch(server->peer, wait->keys + wait->local,
-                       hit - wait->local, NULL, NULL);
+    if (hit < wait->local) {
+        hit = wait->local;
+    }
+    if (wait->prefetch && (hit > 0)) {
+        lease_id = kvf_engine_lease_start(conn, wait->keys, wait->local, hit);
     }
     if (kvf_engine_lookup_reply(conn, wait->request_id, wait->num, wait->local,
-                                hit) != KVF_OK) {
+                                hit, lease_id) != KVF_OK) {
         free(wait);
         kvf_engine_conn_error(conn, "cannot queue a reply");
         return;
@@ -414,10 +563,16 @@ static kvf_status_t kvf_engine_conn_lookup(kvf_engine_conn_t *conn,
     local = kvf_store_local_prefix(server->store, wait->keys, wait->num);
     if ((local == wait->num) || (server->ctl == NULL) ||
         !kvf_ctl_client_is_registered(server->ctl)) {
+        uint64_t lease_id = 0;
+
+        if (req->prefetch && (local > 0)) {
+            lease_id = kvf_engine_lease_start(conn, wait->keys, local, local);
+        }
         free(wait);
         return kvf_engine_lookup_reply(
             conn, req->request_id,
-            (uint32_t)(req->keys.len / KVF_KEY_WIRE_SIZE), local, local);
+            (uint32_t)(req->keys.len / KVF_KEY_WIRE_SIZE), local, local,
+            lease_id);
     }
     /* the rest of the prefix may be held elsewhere: ask the controller */
     wait->local    = local;
@@ -470,6 +625,7 @@ static kvf_status_t kvf_engine_retrieve_reply(kvf_engine_conn_t *conn,
     reply.missing.data = missing;
     reply.missing.len  = n;
     status = kvf_engine_conn_send(conn, KVF_MSG_ENGINE_SLOTS, &reply.base);
+    kvf_engine_leases_use(conn, keys, n);
     free(offsets);
     free(lengths);
     free(missing);
@@ -776,6 +932,8 @@ kvf_status_t kvf_engine_server_create(const kvf_engine_server_params_t *params,
     server->peer              = params->peer;
     server->ctl               = params->ctl;
     server->lookup_timeout_ns = params->lookup_timeout_ns;
+    server->lease_ns          = (params->lease_ns > 0) ? params->lease_ns
+                                                       : 10 * (uint64_t)KVF_NSEC_PER_SEC;
     server->max_frame         = params->max_frame;
     server->max_connections =
         (params->max_connections > 0) ? params->max_connections : 1024;

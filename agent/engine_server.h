@@ -33,6 +33,8 @@ typedef struct kvf_engine_server_params {
     uint64_t lookup_timeout_ns; /* the controller's share of an engine
                                    lookup; past it, local hits only (0: the
                                    controller client's request timeout) */
+    uint64_t lease_ns;          /* a prefetched hit stays pinned this long
+                                   waiting for the retrieve (0: 10 s) */
     const char *node_name;      /* told to engines */
     uint32_t max_frame;
     uint32_t max_connections;
@@ -48,6 +50,9 @@ typedef struct kvf_engine_server_stats {
     uint64_t local_hit_keys;
     uint64_t remote_hit_keys; /* lookups: held by another node */
     uint64_t fetched_keys;    /* retrieves: fetched from peers */
+    uint64_t leases;          /* prefetch leases held now */
+    uint64_t leases_used;     /* ended by the engine's retrieve */
+    uint64_t lease_expiries;  /* ended by prefetch_lease, never retrieved */
 } kvf_engine_server_stats_t;
 
 /* Binds the socket and starts accepting. KVF_ERR_EXISTS when another agent
@@ -58,6 +63,11 @@ kvf_status_t kvf_engine_server_create(const kvf_engine_server_params_t *params,
 /* Closes every connection (releasing their grants and pins), stops
  * listening and removes the socket file. NULL is a no-op. */
 void kvf_engine_server_destroy(kvf_engine_server_t *server);
+
+/* Ends every prefetch lease whose time is up (its pins are dropped);
+ * returns how many. Call it from a timer. */
+uint64_t kvf_engine_server_expire_leases(kvf_engine_server_t *server,
+                                         uint64_t now_ns);
 
 void kvf_engine_server_get_stats(const kvf_engine_server_t *server,
                                  kvf_engine_server_stats_t *stats_p);

@@ -329,15 +329,15 @@ static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
             break;
         }
         kvf__peer_fetch__init(&req);
-        req.request_id = fetch->request_id;
-        req.keys.data  = keys;
-        req.keys.len   = (size_t)n * KVF_KEY_WIRE_SIZE;
-        req.n_indexes  = n;
-        req.indexes    = indexes;
-        req.requester  = kvf_ctl_client_node_id(fetch->peer->ctl);
+        req.request_id     = fetch->request_id;
+        req.keys.data      = keys;
+        req.keys.len       = (size_t)n * KVF_KEY_WIRE_SIZE;
+        req.n_indexes      = n;
+        req.indexes        = indexes;
+        req.requester      = kvf_ctl_client_node_id(fetch->peer->ctl);
         req.requester_name = fetch->peer->name;
-        len            = kvf_frame_size(&req.base);
-        ask            = malloc(sizeof(*ask) + len);
+        len                = kvf_frame_size(&req.base);
+        ask                = malloc(sizeof(*ask) + len);
         if ((ask == NULL) ||
             (kvf_frame_pack(ask->frame, len, KVF_MSG_PEER_FETCH, 0, &req.base,
                             KVF_FRAME_MAX_DEFAULT, &ask->len) != KVF_OK)) {
@@ -394,11 +394,11 @@ static kvf_peer_link_stats_t *kvf_peer_link(kvf_peer_t *peer, uint32_t node_id,
     if ((name != NULL) && (name[0] != '\0') &&
         (strncmp(link->name, name, sizeof(link->name) - 1) != 0)) {
         for (k = 0; (k < sizeof(link->name) - 1) && (name[k] != '\0'); k++) {
-            link->name[k] = (isalnum((unsigned char)name[k]) ||
-                             (name[k] == '.') || (name[k] == '_') ||
-                             (name[k] == '-'))
-                                ? name[k]
-                                : '_';
+            link->name[k] =
+                (isalnum((unsigned char)name[k]) || (name[k] == '.') ||
+                 (name[k] == '_') || (name[k] == '-'))
+                    ? name[k]
+                    : '_';
         }
         link->name[k] = '\0';
     }
@@ -719,9 +719,9 @@ static void kvf_peer_serve_one(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
     size_t len = 0;
 
     kvf__peer_chunk__init(&chunk);
-    chunk.request_id  = request_id;
-    chunk.index       = index;
-    chunk.status      = KVF_ERR_NOT_FOUND;
+    chunk.request_id = request_id;
+    chunk.index      = index;
+    chunk.status     = KVF_ERR_NOT_FOUND;
     /* long names stay out of the (bounded) AM header */
     chunk.holder_name = (strlen(peer->name) < 64) ? peer->name : no_name;
     if ((serve != NULL) &&

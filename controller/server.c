@@ -780,9 +780,8 @@ static kvf_status_t kvf_server_on_stats(kvf_conn_t *conn,
 }
 
 /* Adds (@p is_add) or removes each packed key of @p keys in @p pins. */
-static kvf_status_t kvf_server_pins_update(kvf_server_pins_t *pins,
-                                           bool is_add, const uint8_t *keys,
-                                           size_t len)
+static kvf_status_t kvf_server_pins_update(kvf_server_pins_t *pins, bool is_add,
+                                           const uint8_t *keys, size_t len)
 {
     size_t i, j;
 

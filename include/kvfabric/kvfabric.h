@@ -139,7 +139,10 @@ KVF_API kvf_status_t kvf_client_commit(kvf_client_t *client,
  * Finds how many leading chunks of a prefix chain are held anywhere in the
  * cluster. With @p prefetch, the agent starts pulling the remote chunks of
  * the hit into its pool at once and pins them under a lease, so the later
- * kvf_client_retrieve() finds them local ("lookup is a promise").
+ * kvf_client_retrieve() finds them local ("lookup is a promise"). The
+ * lease (result_p->lease_id) pins the whole hit and ends when this
+ * connection retrieves a prefix with the same first key, when it
+ * disconnects, or after the agent's prefetch_lease (10 s by default).
  */
 KVF_API kvf_status_t kvf_client_lookup(kvf_client_t *client,
                                        const kvf_key_t *keys, uint32_t num,

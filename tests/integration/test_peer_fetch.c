@@ -49,12 +49,17 @@ static bool registered(const it_agent_t *a)
 static void start_agent(int i)
 {
     it_agent_t *a      = &g_agents[i];
-    const char *argv[] = {
-        g_bin,   "--controller",    g_ctl.addr,    "--name",
-        a->name, "--socket",        a->sock,       "--http",
-        a->http, "--listen",        "127.0.0.1:0", "--pool-size",
-        "32M",   "--max-chunk",     "1M",          "--transports",
-        "tcp",   "--fetch-timeout", "3s",          NULL};
+    const char *argv[] = {g_bin,         "--controller",
+                          g_ctl.addr,    "--name",
+                          a->name,       "--socket",
+                          a->sock,       "--http",
+                          a->http,       "--listen",
+                          "127.0.0.1:0", "--pool-size",
+                          "32M",         "--max-chunk",
+                          "1M",          "--transports",
+                          "tcp",         "--fetch-timeout",
+                          "3s",          "--prefetch-lease",
+                          "2s",          NULL};
     int k;
 
     snprintf(a->name, sizeof(a->name), "it-peer-%c", 'a' + i);
@@ -351,8 +356,8 @@ Test(peer_fetch, damaged_chunk_becomes_a_miss_not_wrong_bytes)
  * status. */
 static int kvfctl(const char *const *words, int n, char *out, size_t len)
 {
-    const char *argv[32] = {kvf_test_build_path("tools/kvfctl"),
-                            "--controller", g_ctl.addr};
+    const char *argv[32] = {kvf_test_build_path("tools/kvfctl"), "--controller",
+                            g_ctl.addr};
     int i;
 
     for (i = 0; i < n; i++) {
@@ -414,4 +419,98 @@ Test(peer_fetch, soft_pin_reaches_the_holder)
     cr_assert(kvf_test_proc_wait_log(&g_agents[0].proc,
                                      "soft-pinned 2 of 2 chunks", 10000),
               "%s", kvf_test_proc_log(&g_agents[0].proc));
+}
+
+/* The value of metric line @p prefix (e.g. `name{label="x"} `) on agent
+ * @p i, or -1 when absent. */
+static long long metric(int i, const char *prefix)
+{
+    static char body[65536];
+    uint16_t port = (uint16_t)atoi(strrchr(g_agents[i].http, ':') + 1);
+    const char *p = body;
+
+    if (kvf_test_http_get(port, "/metrics", body, sizeof(body)) != 200) {
+        return -1;
+    }
+    /* a sample line starts with the name; HELP and TYPE lines do not */
+    while ((p = strstr(p, prefix)) != NULL) {
+        if ((p == body) || (p[-1] == '\n')) {
+            return atoll(p + strlen(prefix));
+        }
+        p++;
+    }
+    return -1;
+}
+
+Test(peer_fetch, prefetch_lease_keeps_the_hit_until_retrieve)
+{
+    kvf_lookup_result_t res;
+    kvf_key_t keys[8], filler[16];
+    kvf_slot_t slots[16], got[8];
+    uint64_t sums[16];
+    kvf_client_t *c;
+    bool missing[8];
+    uint32_t round, k;
+    int tries;
+
+    chain(keys, 8);
+    store_on(0, keys, 0, 8);
+    wait_hits(1, keys, 8, 8);
+    c = connect_to(1);
+    cr_assert_eq(kvf_client_lookup(c, keys, 8, true, &res), KVF_OK);
+    cr_assert_neq(res.lease_id, 0, "a prefetching lookup gets a lease");
+    for (tries = 0;
+         (tries < 1000) &&
+         (metric(1, "kvf_agent_fetch_chunks_total{result=\"fetched\"} ") < 8);
+         tries++) {
+        poll(NULL, 0, 10);
+    }
+    cr_assert_eq(metric(1, "kvf_agent_prefetch_leases "), 1);
+    /* fill B's pool twice over with other chunks: without the lease the
+     * prefetched ones would be the first evicted */
+    for (round = 0; round < 16; round++) {
+        uint32_t tokens[16 * 16];
+        size_t n;
+
+        for (k = 0; k < 16 * 16; k++) {
+            tokens[k] = 100000 + round * 1000 + k;
+        }
+        cr_assert_eq(
+            kvf_key_chain(0x99, tokens, 16 * 16, 16, false, filler, 16, &n),
+            KVF_OK);
+        if (kvf_client_alloc(c, CHUNK, 16, slots) != KVF_OK) {
+            continue; /* everything left is pinned: fine */
+        }
+        for (k = 0; k < 16; k++) {
+            sums[k] = kvf_chunk_checksum(
+                (uint8_t *)kvf_client_pool_base(c) + slots[k].offset, CHUNK);
+        }
+        cr_assert_eq(kvf_client_commit(c, filler, slots, sums, 16), KVF_OK);
+    }
+    cr_assert_gt(metric(1, "kvf_agent_evictions_total "), 0);
+    /* the holder stops answering: only what B kept can be retrieved */
+    kill(g_agents[0].proc.pid, SIGSTOP);
+    cr_assert_eq(kvf_client_retrieve(c, keys, 8, got, missing), KVF_OK);
+    kill(g_agents[0].proc.pid, SIGCONT);
+    for (k = 0; k < 8; k++) {
+        cr_assert(!missing[k], "prefetched chunk %u was evicted", k);
+    }
+    cr_assert_eq(kvf_client_release(c, got, 8), KVF_OK);
+    /* the retrieve used the lease up */
+    cr_assert_eq(metric(1, "kvf_agent_prefetch_leases "), 0);
+    cr_assert_eq(
+        metric(1, "kvf_agent_prefetch_leases_total{end=\"retrieved\"} "), 1);
+    /* a lease never retrieved runs out (prefetch_lease: 2 s here) */
+    cr_assert_eq(kvf_client_lookup(c, keys, 8, true, &res), KVF_OK);
+    cr_assert_eq(metric(1, "kvf_agent_prefetch_leases "), 1);
+    for (tries = 0;
+         (tries < 1000) &&
+         (metric(1, "kvf_agent_prefetch_leases_total{end=\"expired\"} ") < 1);
+         tries++) {
+        poll(NULL, 0, 10);
+    }
+    cr_assert_eq(metric(1, "kvf_agent_prefetch_leases_total{end=\"expired\"} "),
+                 1);
+    cr_assert_eq(metric(1, "kvf_agent_prefetch_leases "), 0);
+    kvf_client_disconnect(c);
 }
