@@ -104,12 +104,18 @@ read back is checked against what the writer produced."
 
 say "phase 1: an engine on worker 1 serves the workload (its own cache only)"
 echo "$workload"
-"$engine_bin" --socket "$work/agent-1.sock" --name engine-worker-1
+"$engine_bin" --socket "$work/agent-1.sock" --name engine-worker-1 \
+    --json --progress >"$work/phase1.json"
 
 say "phase 2: an engine on worker 2 serves the same workload"
 echo "Its agent finds the prefixes in the cluster and fetches them from"
 echo "demo-agent-1 over UCX into its own pool before the engine reads them."
-"$engine_bin" --socket "$work/agent-2.sock" --name engine-worker-2
+"$engine_bin" --socket "$work/agent-2.sock" --name engine-worker-2 \
+    --json --progress >"$work/phase2.json"
+
+say "results (every figure measured in this run)"
+python3 "$(dirname "$0")/demo-report.py" \
+    "phase 1: worker 1=$work/phase1.json" "phase 2: worker 2=$work/phase2.json"
 
 if [ -x "$kvfctl_bin" ]; then
     say "kvfctl nodes"

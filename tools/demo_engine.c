@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct kvf_demo_config {
     char *socket;
@@ -37,6 +38,7 @@ typedef struct kvf_demo_config {
     uint64_t chunk_tokens;
     uint64_t seed;
     bool json;
+    bool progress;
 } kvf_demo_config_t;
 
 #define KVF_DEMO_FIELD(_name, _type, _member, _default, _min, _max, _help) \
@@ -73,6 +75,8 @@ static const kvf_config_field_t kvf_demo_fields[] = {
     KVF_DEMO_FIELD("seed", KVF_CONFIG_UINT, seed, "1", 0, 0, "token id seed"),
     KVF_DEMO_FIELD("json", KVF_CONFIG_BOOL, json, "false", 0, 0,
                    "print one JSON line instead of a table"),
+    KVF_DEMO_FIELD("progress", KVF_CONFIG_BOOL, progress, "false", 0, 0,
+                   "show progress on stderr while serving"),
 };
 
 static const kvf_config_schema_t kvf_demo_schema = {
@@ -103,6 +107,8 @@ typedef struct kvf_demo {
     kvf_client_t *client;
     uint64_t ns;
     uint64_t chunk_bytes;
+    uint64_t total_prompts;
+    bool is_tty;     /* stderr: progress redrawn in place */
     uint8_t *expect; /* scratch: the bytes a chunk must hold */
     kvf_demo_stats_t st;
 } kvf_demo_t;
@@ -121,6 +127,31 @@ static void kvf_demo_fill(const kvf_key_t *key, uint8_t *p, uint64_t len)
     for (; i < len; i++) {
         p[i] = (uint8_t)i;
     }
+}
+
+/* One progress line: redrawn in place on a terminal, otherwise printed at
+ * every quarter of the run. */
+static void kvf_demo_progress(const kvf_demo_t *demo)
+{
+    const kvf_demo_stats_t *s = &demo->st;
+    uint64_t asked            = s->chunks_hit + s->chunks_missed, quarter;
+
+    if (!demo->cfg.progress || (demo->total_prompts == 0)) {
+        return;
+    }
+    quarter = (demo->total_prompts + 3) / 4;
+    if (!demo->is_tty && (s->prompts % quarter != 0) &&
+        (s->prompts != demo->total_prompts)) {
+        return;
+    }
+    fprintf(stderr,
+            "%s  %s: prompt %3" PRIu64 "/%-3" PRIu64
+            "  reused %5.1f%% of chunks  fetched from peers %6.2f GB%s",
+            demo->is_tty ? "\r" : "", demo->cfg.name, s->prompts,
+            demo->total_prompts,
+            (asked == 0) ? 0.0 : 100.0 * (double)s->chunks_hit / (double)asked,
+            (double)s->bytes_fetched / 1e9,
+            (demo->is_tty && (s->prompts != demo->total_prompts)) ? "" : "\n");
 }
 
 static int kvf_demo_fail(kvf_demo_t *demo, const char *what,
@@ -233,6 +264,7 @@ static int kvf_demo_prompt(kvf_demo_t *demo, const kvf_key_t *keys, uint32_t n,
         demo->st.chunks_stored += todo;
         demo->st.bytes_written += (uint64_t)todo * demo->chunk_bytes;
     }
+    kvf_demo_progress(demo);
     rc = 0;
 
 out:
@@ -266,6 +298,7 @@ static int kvf_demo_run(kvf_demo_t *demo)
     size_t nkeys;
     int rc = -1;
 
+    demo->total_prompts = c->conversations * (c->turns + c->documents);
     max_tokens = c->system_tokens + c->turns * c->turn_tokens + c->doc_tokens;
     tokens     = malloc((max_tokens + 1) * sizeof(*tokens));
     keys       = malloc((max_tokens / c->chunk_tokens + 2) * sizeof(*keys));
@@ -343,23 +376,25 @@ static void kvf_demo_report(const kvf_demo_t *demo)
         (asked == 0) ? 0.0 : 100.0 * (double)s->chunks_hit / (double)asked;
 
     if (demo->cfg.json) {
-        printf("{\"bench\":\"demo-engine\",\"prompts\":%" PRIu64
+        printf("{\"bench\":\"demo-engine\",\"name\":\"%s\",\"prompts\":%" PRIu64
                ",\"chunk_bytes\":%" PRIu64 ",\"chunks_stored\":%" PRIu64
                ",\"chunks_hit\":%" PRIu64 ",\"hit_rate_pct\":%.1f"
                ",\"tokens_saved\":%" PRIu64 ",\"prompt_tokens\":%" PRIu64
                ",\"bytes_written\":%" PRIu64 ",\"bytes_read\":%" PRIu64
                ",\"write_GBps\":%.2f,\"read_verify_GBps\":%.2f"
                ",\"lookup_avg_us\":%.1f,\"chunks_fetched\":%" PRIu64
+               ",\"bytes_moved\":%" PRIu64
                ",\"fetch_GBps\":%.2f,\"wrong_bytes\":%" PRIu64 "}\n",
-               s->prompts, demo->chunk_bytes, s->chunks_stored, s->chunks_hit,
-               hit_rate, s->tokens_saved, s->prompt_tokens, s->bytes_written,
-               s->bytes_read, kvf_demo_gbps(s->bytes_written, s->write_ns),
+               demo->cfg.name, s->prompts, demo->chunk_bytes, s->chunks_stored,
+               s->chunks_hit, hit_rate, s->tokens_saved, s->prompt_tokens,
+               s->bytes_written, s->bytes_read,
+               kvf_demo_gbps(s->bytes_written, s->write_ns),
                kvf_demo_gbps(s->bytes_read, s->read_ns),
                (s->lookups == 0)
                    ? 0.0
                    : (double)s->lookup_ns / 1000.0 / (double)s->lookups,
-               s->chunks_remote, kvf_demo_gbps(s->bytes_fetched, s->fetch_ns),
-               s->wrong_bytes);
+               s->chunks_remote, s->bytes_fetched,
+               kvf_demo_gbps(s->bytes_fetched, s->fetch_ns), s->wrong_bytes);
         return;
     }
     printf("  %-34s %14" PRIu64 "\n", "prompts served", s->prompts);
@@ -399,6 +434,7 @@ int main(int argc, char **argv)
     int rc = 1, argi;
 
     memset(&demo, 0, sizeof(demo));
+    demo.is_tty = isatty(STDERR_FILENO);
     if ((argc > 1) && (strcmp(argv[1], "--help") == 0)) {
         printf("usage: kvf-demo-engine [options]\n");
         kvf_config_print_help(&kvf_demo_schema, stdout);
