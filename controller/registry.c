@@ -178,6 +178,10 @@ static kvf_status_t kvf_registry_table_alloc(uint64_t cap, bool is_huge,
     if (is_huge && (bytes >= (2u << 20))) {
         madvise(table, bytes, MADV_HUGEPAGE); /* advice only */
     }
+    /* fault the table in now, at start or while rehashing anyway, rather
+     * than one page per first ADMIT into it (tens of ms of stalls spread
+     * over the first requests of a fresh controller) */
+    memset(table, 0, bytes);
     *table_p = table;
     return KVF_OK;
 }
