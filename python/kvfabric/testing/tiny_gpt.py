@@ -135,11 +135,14 @@ class TinyGPT:
                            c.head_dim, bs, (num_slots + bs - 1) // bs)
 
     def forward(self, cache: "PagedCache", tokens: Sequence[int], start: int,
-                positions: torch.Tensor, lo: torch.Tensor) -> torch.Tensor:
+                positions: torch.Tensor, lo: torch.Tensor,
+                hooks=None) -> torch.Tensor:
         """Computes tokens at context indices [start, start + n) of the
         cache's sequence: writes their K/V (bf16) into the cache and returns
         their logits [n, vocab]. Query j attends to context indices
-        [lo[j], start + j]; RoPE uses @p positions."""
+        [lo[j], start + j]; RoPE uses @p positions. @p hooks, if given, has
+        before_layer(i) and after_layer(i) (called once this piece's K/V of
+        layer i are in the cache): an engine's per-layer connector calls."""
         c = self.cfg
         n = len(tokens)
         ctx = start + n
@@ -154,6 +157,8 @@ class TinyGPT:
         group = c.n_heads // c.n_kv_heads
         x = self.emb[torch.tensor(tokens, dtype=torch.int64)]
         for li, b in enumerate(self.blocks):
+            if hooks is not None:
+                hooks.before_layer(li)
             h = self._norm(x, b["n1"])
             q = self._rope((h @ b["wq"]).view(n, c.n_heads, c.head_dim),
                            positions)
@@ -163,6 +168,8 @@ class TinyGPT:
             krows, vrows = lay.rows(cache.kv, li, 0), lay.rows(cache.kv, li, 1)
             krows.index_copy_(0, slots, k.reshape(n, -1).to(torch.bfloat16))
             vrows.index_copy_(0, slots, v.reshape(n, -1).to(torch.bfloat16))
+            if hooks is not None:
+                hooks.after_layer(li)
             # attention always reads K/V back from the cache (bf16), for
             # this piece's tokens too: loaded and computed KV are one path
             kc = krows.index_select(0, ctx_slots).float().view(
