@@ -221,8 +221,10 @@ class Client:
     def commit(self, keys: Sequence[Key], slots: Sequence[Slot],
                checksums: Sequence[int], exists_ok: bool = True) -> int:
         """kvf_client_commit(): publishes slots under @p keys. Returns
-        errors.OK, or errors.ERR_EXISTS (some key was already held: its slot
-        was released, the existing chunk kept) when @p exists_ok."""
+        errors.OK, or errors.ERR_EXISTS when @p exists_ok and the library
+        reports a key already held (its slot released, the existing chunk
+        kept). Today's agent answers a held key with OK, so either value
+        means the chunks are published."""
         n = len(keys)
         if len(slots) != n or len(checksums) != n:
             raise ValueError("kvfabric: keys, slots, checksums differ in size")
