@@ -130,7 +130,8 @@ class Cluster:
             for n in self.names:
                 self.wait_registered(n)
         except BaseException:
-            self.stop()
+            self.stop()  # the error carries the failing process's log
+            self.cleanup()
             raise
         return self
 
