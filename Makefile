@@ -16,7 +16,8 @@ ARGS       ?=
 DEBS := gcc make meson ninja-build pkg-config python3 clang-format \
         protobuf-c-compiler libprotobuf-c-dev libucx-dev ucx-utils \
         libevent-dev libyaml-dev libxxhash-dev libcriterion-dev \
-        libibverbs-dev libssl-dev iproute2 procps curl
+        libibverbs-dev libssl-dev iproute2 procps curl \
+        python3-numpy python3-pytest python3-torch
 
 SANITIZER_ENV := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 \
                  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1

@@ -4,7 +4,9 @@
 """Prints one closing line for `make test`: 'kvfabric: N passed, N failed, N skipped'.
 
 Counts individual Criterion tests from each test executable's synthesis line
-(meson only counts executables); any other test program counts as one test.
+and individual pytest tests from pytest's closing line (meson only counts
+executables), printing pytest's skip reasons; any other test program counts
+as one test.
 """
 import json
 import re
@@ -13,6 +15,9 @@ import sys
 SYNTH = re.compile(r"Synthesis: Tested: (\d+) \| Passing: (\d+) \| Failing: (\d+) "
                    r"\| Crashing: (\d+)")
 SKIP = re.compile(r"\[SKIP\]")
+# pytest -q closing line: "12 passed, 1 skipped in 3.21s" (maybe in ===)
+PYTEST = re.compile(r"^=*\s*((?:\d+ \w+(?:, )?)+) in [\d.]+s", re.M)
+PYTEST_SKIP = re.compile(r"^SKIPPED \[\d+\] .*$", re.M)
 
 
 def main() -> int:
@@ -28,10 +33,25 @@ def main() -> int:
     for r in records:
         out = (r.get("stdout") or "") + (r.get("stderr") or "")
         result = r.get("result", "")
-        m = None
+        m = py = None
         for m in SYNTH.finditer(out):
             pass
-        if m:
+        for py in PYTEST.finditer(out):
+            pass
+        if py and not m:
+            counts = {}
+            for n, what in re.findall(r"(\d+) (\w+)", py.group(1)):
+                counts[what] = counts.get(what, 0) + int(n)
+            passed += counts.get("passed", 0) + counts.get("xfailed", 0)
+            nfail = (counts.get("failed", 0) + counts.get("error", 0) +
+                     counts.get("errors", 0) + counts.get("xpassed", 0))
+            failed += nfail
+            skipped += counts.get("skipped", 0)
+            for line in PYTEST_SKIP.findall(out):
+                print(f"  {r.get('name', '?')}: {line}")
+            if result not in ("OK", "SKIP", "EXPECTEDFAIL") and nfail == 0:
+                failed += 1  # pytest failed outside any test (exit 5: none)
+        elif m:
             tested, passing, failing, crashing = map(int, m.groups())
             nskip = len(SKIP.findall(out))
             skipped += nskip

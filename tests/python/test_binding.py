@@ -1,0 +1,217 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright (c) 2026 The kvfabric authors
+"""The ctypes binding: keys equal the C library's, statuses become
+KvfError, pool views are zero-copy and tied to their client, chunks stored
+through agent a come back through agent b byte for byte."""
+import ctypes
+import gc
+import os
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+import kvfabric as kvf
+from kvfabric import _lib
+from conftest import SRC, torch_or_skip
+
+
+def wait_hits(client, keys, hits, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        r = client.lookup(keys)
+        if r.hit_chunks == hits or time.monotonic() > deadline:
+            return r
+        time.sleep(0.005)
+
+
+def test_namespace_matches_its_fields():
+    a = kvf.namespace_fingerprint("m", "bf16", 4, 2, 64, chunk_size=16)
+    assert a == kvf.namespace_fingerprint("m", kvf.DTYPE_BF16, 4, 2, 64,
+                                          chunk_size=16)
+    assert a != kvf.namespace_fingerprint("m", "fp16", 4, 2, 64,
+                                          chunk_size=16)
+    assert a != kvf.namespace_fingerprint("m", "bf16", 4, 2, 64,
+                                          chunk_size=32)
+    with pytest.raises(kvf.KvfError) as e:
+        kvf.namespace_fingerprint("m", "bf16", 0, 2, 64)
+    assert e.value.name == "KVF_ERR_INVALID"
+
+
+def test_key_chain_equals_the_c_definition():
+    """The chain Python gets is the C library's: checked against a C
+    program built here from keys.h (kvfctl-independent), and against its
+    own definition (partial chunks, prefix property)."""
+    ns = 0x77
+    tokens = [i * 7 + 3 for i in range(40)]
+    keys = kvf.key_chain(ns, tokens, 16)
+    assert len(keys) == 2
+    assert len(kvf.key_chain(ns, tokens, 16, include_partial=True)) == 3
+    # a key names its whole prefix: same first chunk, different second
+    other = kvf.key_chain(ns, tokens[:16] + [1] * 16, 16)
+    assert other[0] == keys[0] and other[1] != keys[1]
+    # round trips through the C text and wire forms
+    for k in keys:
+        assert kvf.Key.parse(str(k)) == k
+        assert kvf.Key.unpack(k.pack()) == k
+    # independent key of a chunk = the chain's first key of the same tokens
+    assert kvf.key_independent(ns, tokens[16:32]) == \
+        kvf.key_chain(ns, tokens[16:32], 16)[0]
+    assert kvf.key_from_digest(ns, bytes(range(16))).hi == \
+        int.from_bytes(bytes(range(8)), "big")
+
+
+def test_keys_match_a_c_engine(tmp_path):
+    """A C program linked to libkvfabric prints the keys of the same tokens;
+    Python must print the same text."""
+    cc = "gcc"
+    prog = tmp_path / "keys.c"
+    prog.write_text(r"""
+#include <kvfabric/keys.h>
+#include <stdio.h>
+int main(void)
+{
+    uint32_t t[40];
+    kvf_key_t k[3], ind;
+    size_t n, i;
+    char buf[KVF_KEY_STR_SIZE];
+    for (i = 0; i < 40; i++) t[i] = (uint32_t)(i * 7 + 3);
+    if (kvf_key_chain(0x77, t, 40, 16, true, k, 3, &n) != KVF_OK) return 1;
+    for (i = 0; i < n; i++) printf("%s\n", kvf_key_format(&k[i], buf));
+    kvf_key_independent(0x77, t + 8, 16, &ind);
+    printf("%s\n", kvf_key_format(&ind, buf));
+    printf("%016llx\n", (unsigned long long)kvf_chunk_checksum(t, 160));
+    return 0;
+}
+""")
+    libdir = os.path.dirname(_lib.lib_path)
+    exe = tmp_path / "keys"
+    build = subprocess.run(
+        [cc, "-std=c11", f"-I{SRC / 'include'}", str(prog), "-o", str(exe),
+         f"-L{libdir}", "-l:libkvfabric.so", f"-Wl,-rpath,{libdir}"]
+        + (["-fsanitize=address,undefined"] if "asan" in libdir else []),
+        capture_output=True, text=True)
+    if build.returncode != 0:
+        pytest.fail(f"cannot build the C key program: {build.stderr}")
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    out = subprocess.run([str(exe)], capture_output=True, text=True,
+                         env=env, check=True).stdout.split()
+    tokens = [i * 7 + 3 for i in range(40)]
+    py = [str(k) for k in kvf.key_chain(0x77, tokens, 16, True)]
+    py.append(str(kvf.key_independent(0x77, tokens[8:24])))
+    arr = np.array(tokens, dtype=np.uint32)
+    py.append(f"{kvf.chunk_checksum(arr):016x}")
+    assert py == out
+
+
+def test_checksum_of_bytes_array_and_tensor_agree():
+    torch = torch_or_skip()
+    data = bytes(range(256)) * 4
+    a = np.frombuffer(data, dtype=np.uint8)
+    t = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    assert kvf.chunk_checksum(data) == kvf.chunk_checksum(a) == \
+        kvf.chunk_checksum(t) == kvf.chunk_checksum(bytearray(data))
+    assert kvf.chunk_checksum(data, 10) == kvf.chunk_checksum(data[:10])
+
+
+def test_status_codes_become_exceptions_with_text():
+    assert kvf.strerror(-6) == "timed out"
+    assert kvf.status_name(-6) == "KVF_ERR_TIMEOUT"
+    with pytest.raises(kvf.KvfError) as e:
+        kvf.Client("/nonexistent/kvf.sock", timeout=0.5)
+    assert e.value.status == -4 and e.value.call == "kvf_client_connect"
+    with pytest.raises(kvf.KvfError):
+        kvf.Key.parse("not a key")
+
+
+def test_pd_is_bound_only_when_exported():
+    assert kvf.HAS_PD == hasattr(kvf.Client, "pd_push")
+    assert kvf.HAS_PD == all(hasattr(_lib.lib, n)
+                             for n in ("kvf_pd_push", "kvf_pd_wait",
+                                       "kvf_pd_release"))
+
+
+def test_store_on_a_retrieve_on_b(cluster):
+    torch = torch_or_skip()
+    ns = kvf.namespace_fingerprint("binding-test", "bf16", 2, 2, 64,
+                                   chunk_size=16)
+    keys = kvf.key_chain(ns, list(range(64)), 16)
+    chunk = 64 << 10
+    a, b = cluster.client("a"), cluster.client("b")
+    slots = a.alloc(chunk, len(keys))
+    assert all(s.length >= chunk for s in slots)
+    sums = []
+    for i, s in enumerate(slots):
+        v = a.slot_view(s, np.uint8)[:chunk]
+        v[:] = np.arange(chunk, dtype=np.uint64).astype(np.uint8) ^ i
+        # the view is the pool: the C client sees the same bytes
+        raw = ctypes.string_at(a.pool_base + s.offset, 16)
+        assert raw == v[:16].tobytes()
+        sums.append(kvf.chunk_checksum(v))
+    del v
+    assert a.commit(keys, [kvf.Slot(s.offset, chunk) for s in slots],
+                    sums) == 0
+
+    r = wait_hits(b, keys, len(keys))
+    assert r.hit_chunks == len(keys) and r.local_chunks == 0
+    got, missing = b.retrieve(keys)
+    assert missing == [False] * len(keys)
+    for i, s in enumerate(got):
+        t = b.slot_tensor(s)[:chunk]
+        expect = torch.from_numpy(
+            (np.arange(chunk, dtype=np.uint64).astype(np.uint8) ^ i))
+        assert torch.equal(t, expect)
+        # typed views share the bytes
+        bf = b.slot_tensor(kvf.Slot(s.offset, chunk), torch.bfloat16)
+        assert bf.dtype == torch.bfloat16 and bf.numel() == chunk // 2
+        assert bf.view(torch.uint8).data_ptr() == t.data_ptr()
+    st = b.stats()
+    assert st.registered and st.fetched_chunks >= len(keys)
+
+    # a live view keeps close() from unmapping under it
+    with pytest.raises(RuntimeError, match="view"):
+        b.close()
+    del t, bf
+    gc.collect()
+    b.release(got)
+    b.close()
+    assert b.closed
+    with pytest.raises(kvf.KvfError):
+        b.stats()
+    a.close()
+
+
+def test_commit_of_a_held_key_keeps_the_existing_chunk(cluster):
+    """The agent answers a commit of a key it already holds with OK (the
+    existing chunk kept, the new slot released); a wrong checksum is
+    refused with the agent's reason."""
+    ns = kvf.namespace_fingerprint("binding-test", "fp16", 1, 1, 64,
+                                   chunk_size=4)
+    keys = kvf.key_chain(ns, [1, 2, 3, 4], 4)
+    with cluster.client("a") as a:
+        for _ in range(2):
+            s = a.alloc(4096, 1)
+            a.slot_view(s[0])[:] = 7
+            sums = [kvf.chunk_checksum(a.slot_view(s[0]))]
+            gc.collect()
+            assert a.commit(keys, s, sums) == 0
+        assert a.stats().chunks == 1
+        keys2 = kvf.key_chain(ns, [5, 6, 7, 8], 4)
+        s = a.alloc(4096, 1)
+        with pytest.raises(kvf.KvfError) as e:
+            a.commit(keys2, s, [12345])
+        assert e.value.name == "KVF_ERR_CHECKSUM"
+        assert e.value.detail != ""
+
+
+def test_missing_chunks_are_reported_not_raised(cluster):
+    ns = kvf.namespace_fingerprint("binding-test", "fp16", 1, 1, 64,
+                                   chunk_size=4)
+    keys = kvf.key_chain(ns, list(range(100, 112)), 4)
+    with cluster.client("b") as b:
+        assert b.lookup(keys).hit_chunks == 0
+        slots, missing = b.retrieve(keys)
+        assert missing == [True] * 3 and slots == [None] * 3
+        b.release(slots)  # None entries are skipped
