@@ -9,8 +9,11 @@
 #ifndef KVF_TOOLS_BENCH_H
 #define KVF_TOOLS_BENCH_H
 
+#include <kvfabric/kvfabric.h>
+
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 int kvf_bench_controller_main(int argc, char **argv);
 int kvf_bench_p2p_main(int argc, char **argv);
@@ -30,5 +33,21 @@ uint16_t kvf_bench_free_port(void);
 /* Path of a program built beside kvf-bench: @p rel is relative to the
  * build root ("agent/kvf-agent"). Writes into @p buf. */
 void kvf_bench_sibling_path(const char *rel, char *buf, size_t len);
+
+/* Starts argv[0] with stderr to @p log and stdout to /dev/null. */
+pid_t kvf_bench_spawn(const char *const argv[], const char *log);
+
+/* SIGTERM and reap @p pids in reverse order; sets *npids to 0. */
+void kvf_bench_stop_all(pid_t *pids, int *npids);
+
+/* Connects to the agent at @p sock, retrying while it starts (20 s);
+ * NULL when it never answers. */
+kvf_client_t *kvf_bench_connect(const char *sock);
+
+/* Best of three ucx_perftest ucp_am_bw runs (error mode on, the agents'
+ * TCP tuning) for @p transport and @p size: GB/s, 0 when ucx_perftest is
+ * missing. */
+double kvf_bench_perftest_am_bw(const char *transport, uint64_t size,
+                                uint64_t iters);
 
 #endif /* KVF_TOOLS_BENCH_H */
