@@ -9,6 +9,8 @@
 #ifndef KVF_TOOLS_BENCH_H
 #define KVF_TOOLS_BENCH_H
 
+#include "common/config.h"
+
 #include <kvfabric/kvfabric.h>
 
 #include <stddef.h>
@@ -49,5 +51,20 @@ kvf_client_t *kvf_bench_connect(const char *sock);
  * missing. */
 double kvf_bench_perftest_am_bw(const char *transport, uint64_t size,
                                 uint64_t iters);
+
+/*
+ * The start of a two-agent benchmark: --help (returns -1: print done),
+ * options into @p opts (1 on a bad one), the transport (*@p transport,
+ * read after loading; 2 when the agents cannot use it) and a fresh
+ * temporary directory for sockets and logs written to @p dir (1 when it
+ * cannot be made). 0: go on. Messages go to stderr.
+ */
+int kvf_bench_begin(const char *bench, const kvf_config_schema_t *schema,
+                    void *opts, int argc, char **argv,
+                    const char *const *transport, char *dir, size_t dir_len);
+
+/* Removes @p dir (when made) after a successful run; returns @p rc, or 1
+ * when the removal failed. Logs of a failed run stay for a look. */
+int kvf_bench_end(const char *dir, int rc);
 
 #endif /* KVF_TOOLS_BENCH_H */

@@ -137,7 +137,6 @@ int kvf_bench_p2p_main(int argc, char **argv)
 {
     kvf_client_t *a = NULL, *c = NULL;
     kvf_bench_p2p_t b;
-    kvf_config_error_t err;
     kvf_lookup_result_t res;
     kvf_key_t *keys   = NULL;
     kvf_slot_t *slots = NULL;
@@ -148,33 +147,17 @@ int kvf_bench_p2p_main(int argc, char **argv)
     bool *missing = NULL, verified = true;
     size_t got, i, nb = 0, k;
     double gbps, ceiling = 0.0;
-    int rc = 1, argi;
+    int rc = 1;
 
     memset(&b, 0, sizeof(b));
-    if ((argc > 1) && (strcmp(argv[1], "--help") == 0)) {
-        printf("usage: kvf-bench p2p [options]\n");
-        kvf_config_print_help(&kvf_bench_p2p_schema, stdout);
-        return 0;
-    }
-    if (kvf_config_load(&kvf_bench_p2p_schema, &b.o, argc,
-                        (const char *const *)argv, &argi, &err) != KVF_OK) {
-        fprintf(stderr, "kvf-bench p2p: %s\n", err.msg);
+    rc = kvf_bench_begin("p2p", &kvf_bench_p2p_schema, &b.o, argc, argv,
+                         (const char *const *)&b.o.transport, b.dir,
+                         sizeof(b.dir));
+    if (rc != 0) {
+        rc = (rc < 0) ? 0 : rc;
         goto out;
     }
-    if (strcmp(b.o.transport, "tcp") != 0) {
-        /* UCX 1.13's shared-memory transports do not connect in the
-         * peer-failure error mode the agents need (docs/performance.md) */
-        fprintf(stderr,
-                "kvf-bench p2p: transport '%s' is not supported by "
-                "the agents with this UCX; use tcp\n",
-                b.o.transport);
-        rc = 2;
-        goto out;
-    }
-    snprintf(b.dir, sizeof(b.dir), "/tmp/kvf-bench-p2p-XXXXXX");
-    if (mkdtemp(b.dir) == NULL) {
-        goto out;
-    }
+    rc      = 1;
     keys    = calloc(b.o.chunks, sizeof(*keys));
     slots   = calloc(b.o.chunks, sizeof(*slots));
     sums    = calloc(b.o.chunks, sizeof(*sums));
@@ -306,14 +289,7 @@ out:
     kvf_client_disconnect(a);
     kvf_client_disconnect(c);
     kvf_bench_p2p_stop(&b);
-    if (b.dir[0] != '\0') {
-        char cmd[128];
-
-        snprintf(cmd, sizeof(cmd), "rm -rf %s", b.dir);
-        if ((rc == 0) && (system(cmd) != 0)) {
-            rc = 1;
-        }
-    }
+    rc = kvf_bench_end(b.dir, rc);
     free(keys);
     free(slots);
     free(sums);

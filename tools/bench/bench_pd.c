@@ -215,38 +215,21 @@ out:
 int kvf_bench_pd_main(int argc, char **argv)
 {
     kvf_client_t *pc = NULL, *dc = NULL;
-    kvf_config_error_t err;
     kvf_bench_pd_t b;
     uint64_t *lat = NULL, total_ns = 0, bytes = 0;
     bool verified = true;
     double gbps, ceiling = 0.0;
-    int rc = 1, argi;
+    int rc = 1;
 
     memset(&b, 0, sizeof(b));
-    if ((argc > 1) && (strcmp(argv[1], "--help") == 0)) {
-        printf("usage: kvf-bench pd [options]\n");
-        kvf_config_print_help(&kvf_bench_pd_schema, stdout);
-        return 0;
-    }
-    if (kvf_config_load(&kvf_bench_pd_schema, &b.o, argc,
-                        (const char *const *)argv, &argi, &err) != KVF_OK) {
-        fprintf(stderr, "kvf-bench pd: %s\n", err.msg);
+    rc = kvf_bench_begin("pd", &kvf_bench_pd_schema, &b.o, argc, argv,
+                         (const char *const *)&b.o.transport, b.dir,
+                         sizeof(b.dir));
+    if (rc != 0) {
+        rc = (rc < 0) ? 0 : rc;
         goto out;
     }
-    if (strcmp(b.o.transport, "tcp") != 0) {
-        /* UCX 1.13's shared-memory transports do not connect in the
-         * peer-failure error mode the agents need (docs/performance.md) */
-        fprintf(stderr,
-                "kvf-bench pd: transport '%s' is not supported by the "
-                "agents with this UCX; use tcp\n",
-                b.o.transport);
-        rc = 2;
-        goto out;
-    }
-    snprintf(b.dir, sizeof(b.dir), "/tmp/kvf-bench-pd-XXXXXX");
-    if (mkdtemp(b.dir) == NULL) {
-        goto out;
-    }
+    rc  = 1;
     lat = calloc(b.o.requests, sizeof(*lat));
     if (lat == NULL) {
         goto out;
@@ -301,14 +284,7 @@ out:
     kvf_client_disconnect(pc);
     kvf_client_disconnect(dc);
     kvf_bench_stop_all(b.pids, &b.npids);
-    if (b.dir[0] != '\0') {
-        char cmd[128];
-
-        snprintf(cmd, sizeof(cmd), "rm -rf %s", b.dir);
-        if ((rc == 0) && (system(cmd) != 0)) {
-            rc = 1;
-        }
-    }
+    rc = kvf_bench_end(b.dir, rc);
     free(lat);
     kvf_config_cleanup(&kvf_bench_pd_schema, &b.o);
     return rc;

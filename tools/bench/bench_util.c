@@ -2,6 +2,7 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "tools/bench/bench.h"
 
+#include "common/config.h"
 #include "common/time.h"
 
 #include <arpa/inet.h>
@@ -177,4 +178,52 @@ double kvf_bench_perftest_am_bw(const char *transport, uint64_t size,
         port = kvf_bench_free_port();
     }
     return best;
+}
+
+int kvf_bench_begin(const char *bench, const kvf_config_schema_t *schema,
+                    void *opts, int argc, char **argv,
+                    const char *const *transport, char *dir, size_t dir_len)
+{
+    kvf_config_error_t err;
+    int argi;
+
+    if ((argc > 1) && (strcmp(argv[1], "--help") == 0)) {
+        printf("usage: kvf-bench %s [options]\n", bench);
+        kvf_config_print_help(schema, stdout);
+        return -1;
+    }
+    if (kvf_config_load(schema, opts, argc, (const char *const *)argv, &argi,
+                        &err) != KVF_OK) {
+        fprintf(stderr, "kvf-bench %s: %s\n", bench, err.msg);
+        return 1;
+    }
+    if (strcmp(*transport, "tcp") != 0) {
+        /* UCX 1.13's shared-memory transports do not connect in the
+         * peer-failure error mode the agents need (docs/performance.md) */
+        fprintf(stderr,
+                "kvf-bench %s: transport '%s' is not supported by the "
+                "agents with this UCX; use tcp\n",
+                bench, *transport);
+        return 2;
+    }
+    snprintf(dir, dir_len, "/tmp/kvf-bench-%s-XXXXXX", bench);
+    if (mkdtemp(dir) == NULL) {
+        dir[0] = '\0';
+        return 1;
+    }
+    return 0;
+}
+
+int kvf_bench_end(const char *dir, int rc)
+{
+    char cmd[128];
+
+    if (dir[0] == '\0') {
+        return rc;
+    }
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if ((rc == 0) && (system(cmd) != 0)) {
+        return 1;
+    }
+    return rc;
 }
