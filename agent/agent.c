@@ -4,11 +4,14 @@
 
 #include "agent/ctl_client.h"
 #include "agent/engine_server.h"
+#include "agent/pd.h"
 #include "agent/peer.h"
 #include "agent/store.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "transport/ucx.h"
+
+#include <kvfabric/gpu.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -30,6 +33,9 @@ struct kvf_agent {
     kvf_store_t *store;
     kvf_engine_server_t *engines;
     kvf_peer_t *peer;
+    kvf_pd_t *pd;
+    void *pd_device; /* pd_buffer_device: the GPU receive region */
+    kvf_ucx_mem_t *pd_device_mem;
     kvf_ucx_ctx_t *ucx;
     kvf_ucx_worker_t *worker;
     kvf_ucx_listener_t *listener; /* peer service */
@@ -143,6 +149,13 @@ static void kvf_agent_on_usage(void *arg, kvf_ctl_usage_t *usage)
     usage->pool_used     = st.pool.used;
     usage->pool_capacity = st.pool.capacity;
     usage->entries       = st.pool.entries;
+    if (agent->pd != NULL) {
+        kvf_pd_stats_t ps;
+
+        kvf_pd_get_stats(agent->pd, &ps);
+        usage->pd_capacity = ps.region_size;
+        usage->pd_used     = ps.region_used;
+    }
 }
 
 static void kvf_agent_on_admit(void *arg, const kvf_key_t *key)
@@ -199,29 +212,95 @@ static void kvf_agent_on_healthz(struct evhttp_request *req, void *arg)
     evbuffer_free(body);
 }
 
-/* Prometheus histogram of fetch latency (cumulative buckets, seconds). */
-static void kvf_agent_metrics_fetch_latency(const kvf_peer_stats_t *ps,
-                                            struct evbuffer *body)
+/* Prometheus histogram (cumulative buckets, seconds) of a latency counted
+ * with kvf_peer_lat_record. */
+static void kvf_agent_metrics_latency(struct evbuffer *body, const char *name,
+                                      const char *help, const uint64_t *counts,
+                                      uint64_t sum_us)
 {
     uint64_t cumulative = 0;
     unsigned b;
 
-    evbuffer_add_printf(body, "# HELP kvf_agent_fetch_seconds time from a "
-                              "fetch's start to its last chunk\n"
-                              "# TYPE kvf_agent_fetch_seconds histogram\n");
-    for (b = 0; b < KVF_PEER_LAT_BUCKETS; b++) {
-        cumulative += ps->lat_counts[b];
-        evbuffer_add_printf(
-            body, "kvf_agent_fetch_seconds_bucket{le=\"%g\"} %" PRIu64 "\n",
-            (double)kvf_peer_lat_bounds_us[b] / 1e6, cumulative);
-    }
-    cumulative += ps->lat_counts[KVF_PEER_LAT_BUCKETS];
     evbuffer_add_printf(body,
-                        "kvf_agent_fetch_seconds_bucket{le=\"+Inf\"} %" PRIu64
-                        "\n"
-                        "kvf_agent_fetch_seconds_sum %.6f\n"
-                        "kvf_agent_fetch_seconds_count %" PRIu64 "\n",
-                        cumulative, (double)ps->lat_sum_us / 1e6, cumulative);
+                        "# HELP %s %s\n"
+                        "# TYPE %s histogram\n",
+                        name, help, name);
+    for (b = 0; b < KVF_PEER_LAT_BUCKETS; b++) {
+        cumulative += counts[b];
+        evbuffer_add_printf(body, "%s_bucket{le=\"%g\"} %" PRIu64 "\n", name,
+                            (double)kvf_peer_lat_bounds_us[b] / 1e6,
+                            cumulative);
+    }
+    cumulative += counts[KVF_PEER_LAT_BUCKETS];
+    evbuffer_add_printf(body,
+                        "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n"
+                        "%s_sum %.6f\n"
+                        "%s_count %" PRIu64 "\n",
+                        name, cumulative, name, (double)sum_us / 1e6, name,
+                        cumulative);
+}
+
+static void kvf_agent_metrics_pd(kvf_agent_t *agent, struct evbuffer *body)
+{
+    kvf_pd_stats_t ps;
+
+    kvf_pd_get_stats(agent->pd, &ps);
+    kvf_agent_metrics_latency(body, "kvf_agent_pd_push_seconds",
+                              "time from a push's start to its decoder's "
+                              "acknowledgement",
+                              ps.lat_counts, ps.lat_sum_us);
+    evbuffer_add_printf(
+        body,
+        "# HELP kvf_agent_pd_pushes_total pushes by result (sender side)\n"
+        "# TYPE kvf_agent_pd_pushes_total counter\n"
+        "kvf_agent_pd_pushes_total{result=\"delivered\"} %" PRIu64 "\n"
+        "kvf_agent_pd_pushes_total{result=\"failed\"} %" PRIu64 "\n"
+        "# HELP kvf_agent_pd_bytes_total PD bytes by direction\n"
+        "# TYPE kvf_agent_pd_bytes_total counter\n"
+        "kvf_agent_pd_bytes_total{dir=\"sent\"} %" PRIu64 "\n"
+        "kvf_agent_pd_bytes_total{dir=\"received\"} %" PRIu64 "\n"
+        "# HELP kvf_agent_pd_received_pushes_total pushes received and "
+        "verified (decoder side)\n"
+        "# TYPE kvf_agent_pd_received_pushes_total counter\n"
+        "kvf_agent_pd_received_pushes_total %" PRIu64 "\n"
+        "# HELP kvf_agent_pd_requests_ready_total PD requests received "
+        "complete\n"
+        "# TYPE kvf_agent_pd_requests_ready_total counter\n"
+        "kvf_agent_pd_requests_ready_total %" PRIu64 "\n"
+        "# HELP kvf_agent_pd_queue_depth pushes waiting for room in the "
+        "receive region\n"
+        "# TYPE kvf_agent_pd_queue_depth gauge\n"
+        "kvf_agent_pd_queue_depth %" PRIu64 "\n"
+        "# HELP kvf_agent_pd_alloc_waits_total pushes that waited for room\n"
+        "# TYPE kvf_agent_pd_alloc_waits_total counter\n"
+        "kvf_agent_pd_alloc_waits_total %" PRIu64 "\n"
+        "# HELP kvf_agent_pd_alloc_timeouts_total pushes that found no room "
+        "within pd_alloc_timeout\n"
+        "# TYPE kvf_agent_pd_alloc_timeouts_total counter\n"
+        "kvf_agent_pd_alloc_timeouts_total %" PRIu64 "\n"
+        "# HELP kvf_agent_pd_aborts_total PD requests aborted at this "
+        "decoder\n"
+        "# TYPE kvf_agent_pd_aborts_total counter\n"
+        "kvf_agent_pd_aborts_total %" PRIu64 "\n"
+        "# HELP kvf_agent_pd_reclaimed_total received PD requests never "
+        "claimed, reclaimed after pd_claim_timeout\n"
+        "# TYPE kvf_agent_pd_reclaimed_total counter\n"
+        "kvf_agent_pd_reclaimed_total %" PRIu64 "\n"
+        "# HELP kvf_agent_pd_checksum_failures_total pushed chunks refused "
+        "for a bad checksum\n"
+        "# TYPE kvf_agent_pd_checksum_failures_total counter\n"
+        "kvf_agent_pd_checksum_failures_total %" PRIu64 "\n"
+        "# HELP kvf_agent_pd_requests PD requests held now\n"
+        "# TYPE kvf_agent_pd_requests gauge\n"
+        "kvf_agent_pd_requests %" PRIu64 "\n"
+        "# HELP kvf_agent_pd_region_bytes PD receive region by state\n"
+        "# TYPE kvf_agent_pd_region_bytes gauge\n"
+        "kvf_agent_pd_region_bytes{state=\"used\"} %" PRIu64 "\n"
+        "kvf_agent_pd_region_bytes{state=\"free\"} %" PRIu64 "\n",
+        ps.pushes, ps.push_failures, ps.bytes_sent, ps.bytes_received,
+        ps.batches_received, ps.requests_ready, ps.queue_depth, ps.alloc_waits,
+        ps.alloc_timeouts, ps.aborts, ps.reclaimed, ps.checksum_failures,
+        ps.requests, ps.region_used, ps.region_size - ps.region_used);
 }
 
 /* Bytes and chunks per peer agent, both directions. */
@@ -267,7 +346,9 @@ static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
     kvf_store_get_stats(agent->store, &st);
     kvf_engine_server_get_stats(agent->engines, &es);
     kvf_peer_get_stats(agent->peer, &ps);
-    kvf_agent_metrics_fetch_latency(&ps, body);
+    kvf_agent_metrics_latency(body, "kvf_agent_fetch_seconds",
+                              "time from a fetch's start to its last chunk",
+                              ps.lat_counts, ps.lat_sum_us);
     kvf_agent_metrics_links(agent, body);
     evbuffer_add_printf(
         body,
@@ -363,6 +444,7 @@ static void kvf_agent_on_metrics(struct evhttp_request *req, void *arg)
     }
     kvf_ctl_client_get_stats(agent->ctl, &st);
     kvf_agent_metrics_store(agent, body);
+    kvf_agent_metrics_pd(agent, body);
     evbuffer_add_printf(
         body,
         "# HELP kvf_agent_controller_registered 1 while registered with "
@@ -436,6 +518,16 @@ static kvf_status_t kvf_agent_http_start(kvf_agent_t *agent)
     return KVF_OK;
 }
 
+/* Bytes of the PD receive region in host memory (0: none or on a GPU). */
+static uint64_t kvf_agent_pd_host_size(const kvf_agent_config_t *config)
+{
+    if ((config->role == KVF_AGENT_ROLE_PREFILL) ||
+        (config->pd_buffer_device[0] != '\0')) {
+        return 0;
+    }
+    return config->pd_buffer_size;
+}
+
 static kvf_status_t kvf_agent_store_start(kvf_agent_t *agent)
 {
     const kvf_agent_config_t *config = agent->config;
@@ -465,6 +557,12 @@ static kvf_status_t kvf_agent_store_start(kvf_agent_t *agent)
     pparams.min_chunk =
         (config->max_chunk < (64u << 10)) ? config->max_chunk : (64u << 10);
     pparams.policy = (kvf_pool_policy_t)config->eviction;
+    if (kvf_agent_pd_host_size(config) > 0) {
+        /* the PD receive region follows the pool in the same memfd, so
+         * engines reach received chunks through the mapping they have */
+        pparams.field_mask |= KVF_POOL_FIELD_RESERVE;
+        pparams.reserve = config->pd_buffer_size;
+    }
     memset(&sparams, 0, sizeof(sparams));
     sparams.pool             = &pparams;
     sparams.grant_timeout_ns = config->grant_timeout;
@@ -486,6 +584,7 @@ static kvf_status_t kvf_agent_engines_start(kvf_agent_t *agent)
     eparams.path              = agent->config->socket;
     eparams.store             = agent->store;
     eparams.peer              = agent->peer;
+    eparams.pd                = agent->pd;
     eparams.ctl               = agent->ctl;
     eparams.lookup_timeout_ns = agent->config->lookup_timeout;
     eparams.lease_ns          = agent->config->prefetch_lease;
@@ -535,6 +634,103 @@ static kvf_status_t kvf_agent_peer_start(kvf_agent_t *agent)
     return kvf_peer_create(&params, &agent->peer);
 }
 
+/* pd_buffer_device cuda:N: the receive region in GPU memory, registered
+ * with UCX for GPUDirect. Only where UCX can move CUDA memory. */
+static kvf_status_t kvf_agent_pd_device_start(kvf_agent_t *agent, uint64_t size)
+{
+    const char *dev    = agent->config->pd_buffer_device;
+    const char *reason = "";
+    kvf_status_t status;
+    char *end  = NULL;
+    long index = -1;
+
+    if (strncmp(dev, "cuda:", 5) == 0) {
+        index = strtol(dev + 5, &end, 10);
+    }
+    if ((strncmp(dev, "cuda:", 5) != 0) || (end == dev + 5) || (end == NULL) ||
+        (*end != '\0') || (index < 0)) {
+        kvf_error("pd_buffer_device '%s' is not cuda:N", dev);
+        return KVF_ERR_CONFIG;
+    }
+    if (index != 0) {
+        /* the gpu runtime allocates on the current device only */
+        kvf_error("pd_buffer_device %s: only cuda:0 is supported; set "
+                  "CUDA_VISIBLE_DEVICES to pick the GPU",
+                  dev);
+        return KVF_ERR_CONFIG;
+    }
+    if (!kvf_gpu_is_available(&reason)) {
+        kvf_error("pd_buffer_device %s: no usable GPU (%s)", dev, reason);
+        return KVF_ERR_UNSUPPORTED;
+    }
+    if (!kvf_ucx_ctx_has_cuda(agent->ucx)) {
+        kvf_error("pd_buffer_device %s: this UCX reports no CUDA memory "
+                  "support (build UCX with CUDA, or use host memory)",
+                  dev);
+        return KVF_ERR_UNSUPPORTED;
+    }
+    status = kvf_gpu_mem_alloc(size, &agent->pd_device);
+    if (status != KVF_OK) {
+        kvf_error("pd_buffer_device %s: cannot allocate %llu bytes: %s", dev,
+                  (unsigned long long)size, kvf_strerror(status));
+        return status;
+    }
+    return kvf_ucx_mem_register(agent->ucx, agent->pd_device, size,
+                                KVF_UCX_MEM_REMOTE_WRITE,
+                                &agent->pd_device_mem);
+}
+
+static kvf_status_t kvf_agent_pd_start(kvf_agent_t *agent)
+{
+    const kvf_agent_config_t *config = agent->config;
+    kvf_pd_params_t params;
+    kvf_status_t status;
+    uint64_t offset = 0, size = 0;
+
+    memset(&params, 0, sizeof(params));
+    if (kvf_agent_pd_host_size(config) > 0) {
+        size                 = kvf_store_reserve(agent->store, &offset);
+        params.region_base   = (uint8_t *)kvf_store_base(agent->store) + offset;
+        params.region_mem    = agent->pool_mem;
+        params.region_offset = offset;
+        params.region_size   = size;
+    } else if ((config->role != KVF_AGENT_ROLE_PREFILL) &&
+               (config->pd_buffer_size > 0) &&
+               (config->pd_buffer_device[0] != '\0')) {
+        status = kvf_agent_pd_device_start(agent, config->pd_buffer_size);
+        if (status != KVF_OK) {
+            return status;
+        }
+        params.region_base      = agent->pd_device;
+        params.region_mem       = agent->pd_device_mem;
+        params.region_size      = config->pd_buffer_size;
+        params.region_is_device = true;
+    }
+    params.base             = agent->base;
+    params.worker           = agent->worker;
+    params.pool_mem         = agent->pool_mem;
+    params.store            = agent->store;
+    params.queue_max        = (uint32_t)config->pd_queue_max;
+    params.alloc_timeout_ns = config->pd_alloc_timeout;
+    params.push_timeout_ns  = config->pd_push_timeout;
+    params.wait_timeout_ns  = config->pd_wait_timeout;
+    params.claim_timeout_ns = config->pd_claim_timeout;
+    params.name             = agent->name;
+    return kvf_pd_create(&params, &agent->pd);
+}
+
+static void kvf_agent_on_ep_error(kvf_ucx_ep_t *ep, kvf_status_t status,
+                                  void *arg)
+{
+    kvf_agent_t *agent = arg;
+
+    kvf_debug("agent %s: peer %s failed: %s", agent->name, kvf_ucx_ep_peer(ep),
+              kvf_strerror(status));
+    if (agent->pd != NULL) {
+        kvf_pd_ep_failed(agent->pd, ep);
+    }
+}
+
 static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent)
 {
     const kvf_agent_config_t *config = agent->config;
@@ -563,8 +759,11 @@ static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent)
         return status;
     }
     memset(&wparams, 0, sizeof(wparams));
-    wparams.field_mask = KVF_UCX_WORKER_FIELD_NAME;
+    wparams.field_mask =
+        KVF_UCX_WORKER_FIELD_NAME | KVF_UCX_WORKER_FIELD_EP_ERR;
     wparams.name       = agent->name;
+    wparams.ep_err_cb  = kvf_agent_on_ep_error;
+    wparams.ep_err_arg = agent;
     status = kvf_ucx_worker_create(agent->ucx, agent->base, &wparams,
                                    &agent->worker);
     if (status != KVF_OK) {
@@ -577,9 +776,13 @@ static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent)
     }
     snprintf(agent->data_address, sizeof(agent->data_address), "%s:%u", host,
              kvf_ucx_listener_port(agent->listener));
-    status = kvf_ucx_mem_register(agent->ucx, kvf_store_base(agent->store),
-                                  kvf_store_size(agent->store),
-                                  KVF_UCX_MEM_REMOTE_READ, &agent->pool_mem);
+    /* one registration for the pool and the PD region after it */
+    status = kvf_ucx_mem_register(
+        agent->ucx, kvf_store_base(agent->store), kvf_store_size(agent->store),
+        KVF_UCX_MEM_REMOTE_READ |
+            ((kvf_agent_pd_host_size(config) > 0) ? KVF_UCX_MEM_REMOTE_WRITE
+                                                  : 0),
+        &agent->pool_mem);
     if (status != KVF_OK) {
         return status;
     }
@@ -624,6 +827,10 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
     if (status != KVF_OK) {
         goto err_destroy;
     }
+    status = kvf_agent_pd_start(agent);
+    if (status != KVF_OK) {
+        goto err_destroy;
+    }
     {
         struct timeval second = {1, 0};
 
@@ -665,6 +872,7 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
         goto err_destroy;
     }
     kvf_peer_set_ctl(agent->peer, agent->ctl);
+    kvf_pd_set_ctl(agent->pd, agent->ctl);
     status = kvf_agent_engines_start(agent);
     if (status != KVF_OK) {
         goto err_destroy;
@@ -705,6 +913,9 @@ void kvf_agent_destroy(kvf_agent_t *agent)
     if (agent->peer != NULL) {
         kvf_peer_set_ctl(agent->peer, NULL);
     }
+    if (agent->pd != NULL) {
+        kvf_pd_set_ctl(agent->pd, NULL);
+    }
     /* the data plane goes down in reverse: listener, worker (which
      * completes every operation in flight, into the peer service), the
      * peer service, memory, context */
@@ -712,6 +923,11 @@ void kvf_agent_destroy(kvf_agent_t *agent)
     free(agent->worker_address);
     kvf_ucx_worker_destroy(agent->worker);
     kvf_peer_destroy(agent->peer);
+    kvf_pd_destroy(agent->pd);
+    kvf_ucx_mem_deregister(agent->pd_device_mem);
+    if (agent->pd_device != NULL) {
+        kvf_gpu_mem_free(agent->pd_device);
+    }
     kvf_ucx_mem_deregister(agent->pool_mem);
     kvf_ucx_ctx_destroy(agent->ucx);
     kvf_store_destroy(agent->store);

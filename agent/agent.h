@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Copyright (c) 2026 The kvfabric authors */
 /*
- * The kvf-agent process object: owns the controller client and the HTTP
- * endpoint (/healthz, /metrics) on one libevent loop. The pool, engine
- * server, peer service and PD parts attach here as they are built.
+ * The kvf-agent process object: owns the pool, the engine server, the peer
+ * service, PD mode, the controller client and the HTTP endpoint (/healthz,
+ * /metrics) on one libevent loop.
  *
  * thread: owning loop only.
  */

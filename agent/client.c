@@ -35,6 +35,9 @@ struct kvf_client {
     void *pool_base;
     uint64_t pool_size;
     uint64_t max_chunk_bytes;
+    uint64_t pd_offset; /* PD receive region in the mapping (decoders) */
+    uint64_t pd_size;
+    uint64_t pd_push_timeout_ns; /* the agent's deadline of one push */
     char node_name[128];
     uint8_t *rx; /* receive buffer: bytes [0, rx_len) not yet decoded */
     size_t rx_len;
@@ -339,6 +342,10 @@ static kvf_status_t kvf_client_handshake(kvf_client_t *client, const char *name,
     info                    = (const Kvf__PoolInfo *)frame.msg;
     client->pool_size       = info->pool_size;
     client->max_chunk_bytes = info->max_chunk_bytes;
+    client->pd_offset       = info->pd_offset;
+    client->pd_size         = info->pd_size;
+    client->pd_push_timeout_ns =
+        info->pd_push_timeout_ms * (KVF_NSEC_PER_SEC / 1000u);
     snprintf(client->node_name, sizeof(client->node_name), "%s",
              (info->node_name != NULL) ? info->node_name : "");
     kvf_frame_release(&frame, NULL);
@@ -498,13 +505,15 @@ static kvf_status_t kvf_client_take_slots(kvf_client_t *client,
     return KVF_OK;
 }
 
-/* One request and its reply, under one deadline. The caller releases
- * @p frame_p on success. */
-static kvf_status_t kvf_client_call(kvf_client_t *client, uint16_t type,
-                                    const ProtobufCMessage *msg,
-                                    uint16_t reply_type, kvf_frame_t *frame_p)
+/* One request and its reply, under one deadline @p timeout_ns away. The
+ * caller releases @p frame_p on success. */
+static kvf_status_t kvf_client_call_timeout(kvf_client_t *client, uint16_t type,
+                                            const ProtobufCMessage *msg,
+                                            uint16_t reply_type,
+                                            uint64_t timeout_ns,
+                                            kvf_frame_t *frame_p)
 {
-    uint64_t deadline = kvf_time_deadline_ns(client->timeout_ns);
+    uint64_t deadline = kvf_time_deadline_ns(timeout_ns);
     kvf_status_t status;
 
     status = kvf_client_send(client, type, msg, deadline);
@@ -512,6 +521,30 @@ static kvf_status_t kvf_client_call(kvf_client_t *client, uint16_t type,
         return status;
     }
     return kvf_client_recv(client, reply_type, NULL, deadline, frame_p);
+}
+
+/* As kvf_client_call_timeout, under the connection's default timeout. */
+static kvf_status_t kvf_client_call(kvf_client_t *client, uint16_t type,
+                                    const ProtobufCMessage *msg,
+                                    uint16_t reply_type, kvf_frame_t *frame_p)
+{
+    return kvf_client_call_timeout(client, type, msg, reply_type,
+                                   client->timeout_ns, frame_p);
+}
+
+/* The status of a STATUS reply, its message kept as the last error. */
+static kvf_status_t kvf_client_take_status(kvf_client_t *client,
+                                           kvf_frame_t *frame, const char *what)
+{
+    const Kvf__Status *st = (const Kvf__Status *)frame->msg;
+    kvf_status_t status   = (kvf_status_t)st->status;
+
+    if (status != KVF_OK) {
+        kvf_client_fail(client, status, "%s: %s", what,
+                        (st->message != NULL) ? st->message : "");
+    }
+    kvf_frame_release(frame, NULL);
+    return status;
 }
 
 kvf_status_t kvf_client_alloc(kvf_client_t *client, uint64_t chunk_bytes,
@@ -736,4 +769,141 @@ kvf_status_t kvf_client_stats(kvf_client_t *client, kvf_client_stats_t *stats_p)
     stats_p->registered     = reply->registered;
     kvf_frame_release(&frame, NULL);
     return KVF_OK;
+}
+
+kvf_status_t kvf_pd_push(kvf_client_t *client, uint64_t request_id,
+                         const char *decoder, const kvf_slot_t *slots,
+                         const uint64_t *checksums, uint32_t num, bool final)
+{
+    uint64_t *offsets, *lengths;
+    Kvf__EnginePdPush req;
+    kvf_frame_t frame;
+    kvf_status_t status;
+    char name[128];
+    uint32_t i;
+
+    if ((client == NULL) || (decoder == NULL) || (decoder[0] == '\0') ||
+        (strlen(decoder) >= sizeof(name)) || (slots == NULL) ||
+        (checksums == NULL) || (num == 0)) {
+        return KVF_ERR_INVALID;
+    }
+    offsets = malloc(num * sizeof(*offsets));
+    lengths = malloc(num * sizeof(*lengths));
+    if ((offsets == NULL) || (lengths == NULL)) {
+        free(offsets);
+        free(lengths);
+        return kvf_client_fail(client, KVF_ERR_NO_MEMORY,
+                               "no memory for a push of %u chunks", num);
+    }
+    for (i = 0; i < num; i++) {
+        offsets[i] = slots[i].offset;
+        lengths[i] = slots[i].length;
+    }
+    snprintf(name, sizeof(name), "%s", decoder);
+    kvf__engine_pd_push__init(&req);
+    req.request_id  = client->next_request++;
+    req.pd_request  = request_id;
+    req.decoder     = name;
+    req.n_offsets   = num;
+    req.offsets     = offsets;
+    req.n_lengths   = num;
+    req.lengths     = lengths;
+    req.n_checksums = num;
+    req.checksums   = (uint64_t *)(uintptr_t)checksums;
+    req.final       = final;
+    /* the agent answers by its own push deadline; ours comes after it */
+    status = kvf_client_call_timeout(
+        client, KVF_MSG_ENGINE_PD_PUSH, &req.base, KVF_MSG_STATUS,
+        client->pd_push_timeout_ns + client->timeout_ns, &frame);
+    free(offsets);
+    free(lengths);
+    if (status != KVF_OK) {
+        return status;
+    }
+    return kvf_client_take_status(client, &frame, "push");
+}
+
+kvf_status_t kvf_pd_wait(kvf_client_t *client, uint64_t request_id,
+                         uint64_t timeout_ns, kvf_slot_t *slots, uint32_t max,
+                         uint32_t *num_p)
+{
+    const Kvf__EngineSlots *reply;
+    Kvf__EnginePdWait req;
+    kvf_frame_t frame;
+    kvf_status_t status;
+    size_t i;
+
+    if ((client == NULL) || (slots == NULL) || (num_p == NULL)) {
+        return KVF_ERR_INVALID;
+    }
+    if (timeout_ns == 0) {
+        timeout_ns = client->timeout_ns;
+    }
+    kvf__engine_pd_wait__init(&req);
+    req.request_id = client->next_request++;
+    req.pd_request = request_id;
+    req.timeout_ms = (timeout_ns + 999999u) / 1000000u;
+    /* the agent answers by the wait's deadline; ours comes after it */
+    status = kvf_client_call_timeout(client, KVF_MSG_ENGINE_PD_WAIT, &req.base,
+                                     KVF_MSG_ENGINE_SLOTS,
+                                     timeout_ns + client->timeout_ns, &frame);
+    if (status != KVF_OK) {
+        return status;
+    }
+    reply = (const Kvf__EngineSlots *)frame.msg;
+    if ((reply->status != KVF_OK) || (reply->n_lengths != reply->n_offsets)) {
+        status = kvf_client_fail(
+            client,
+            (reply->status != KVF_OK) ? (kvf_status_t)reply->status
+                                      : KVF_ERR_PROTO,
+            "wait: %s",
+            (reply->message != NULL) ? reply->message : "bad reply");
+        goto out;
+    }
+    for (i = 0; i < reply->n_offsets; i++) {
+        uint64_t off = reply->offsets[i], len = reply->lengths[i];
+
+        if ((off > client->pool_size) || (len > client->pool_size - off)) {
+            status = kvf_client_fail(client, KVF_ERR_PROTO,
+                                     "agent slot %zu lies outside the pool", i);
+            goto out;
+        }
+    }
+    if (reply->n_offsets > max) {
+        status = kvf_client_fail(client, KVF_ERR_TOO_BIG,
+                                 "PD request %llu has %zu chunks; room for %u",
+                                 (unsigned long long)request_id,
+                                 reply->n_offsets, max);
+        goto out;
+    }
+    for (i = 0; i < reply->n_offsets; i++) {
+        slots[i].offset = reply->offsets[i];
+        slots[i].length = reply->lengths[i];
+    }
+    *num_p = (uint32_t)reply->n_offsets;
+    status = KVF_OK;
+
+out:
+    kvf_frame_release(&frame, NULL);
+    return status;
+}
+
+kvf_status_t kvf_pd_release(kvf_client_t *client, uint64_t request_id)
+{
+    Kvf__EnginePdRelease req;
+    kvf_frame_t frame;
+    kvf_status_t status;
+
+    if (client == NULL) {
+        return KVF_ERR_INVALID;
+    }
+    kvf__engine_pd_release__init(&req);
+    req.request_id = client->next_request++;
+    req.pd_request = request_id;
+    status = kvf_client_call(client, KVF_MSG_ENGINE_PD_RELEASE, &req.base,
+                             KVF_MSG_STATUS, &frame);
+    if (status != KVF_OK) {
+        return status;
+    }
+    return kvf_client_take_status(client, &frame, "release");
 }

@@ -20,30 +20,37 @@ typedef enum {
 } kvf_agent_role_t;
 
 typedef struct kvf_agent_config {
-    char *controller;         /* HOST:PORT of kvf-controller */
-    char *name;               /* node name, unique in the cluster */
-    int role;                 /* kvf_agent_role_t */
-    uint64_t pool_size;       /* bytes of the shared chunk pool */
-    uint64_t max_chunk;       /* largest chunk an engine may store */
-    bool pool_prefault;       /* allocate the pool's pages at start */
-    uint64_t grant_timeout;   /* ns: uncommitted allocations taken back */
-    int eviction;             /* kvf_pool_policy_t: lru, lfu, fifo */
-    char *socket;             /* Unix socket path for engines */
-    char *listen;             /* HOST:PORT of the peer (UCX) service */
-    char *http;               /* HOST:PORT of /healthz and /metrics */
-    char *instance_id;        /* engine instance (TP group) */
-    uint64_t tp_rank;         /* this worker's tensor-parallel rank */
-    uint64_t tp_world;        /* tensor-parallel world size */
-    char *net_devices;        /* UCX_NET_DEVICES, comma-separated */
-    char *transports;         /* UCX_TLS, comma-separated */
-    uint64_t connect_timeout; /* ns */
-    uint64_t request_timeout; /* ns */
-    uint64_t fetch_timeout;   /* ns: a peer fetch, end to end */
-    uint64_t lookup_timeout;  /* ns: controller part of an engine lookup */
-    uint64_t prefetch_lease;  /* ns: a prefetched hit stays pinned this long */
-    uint64_t reconnect_max;   /* ns: ceiling of the reconnect backoff */
-    uint64_t admit_flush;     /* ns: ADMIT/EVICT coalescing window */
-    uint64_t max_frame;       /* bytes */
+    char *controller;          /* HOST:PORT of kvf-controller */
+    char *name;                /* node name, unique in the cluster */
+    int role;                  /* kvf_agent_role_t */
+    uint64_t pool_size;        /* bytes of the shared chunk pool */
+    uint64_t max_chunk;        /* largest chunk an engine may store */
+    bool pool_prefault;        /* allocate the pool's pages at start */
+    uint64_t grant_timeout;    /* ns: uncommitted allocations taken back */
+    int eviction;              /* kvf_pool_policy_t: lru, lfu, fifo */
+    char *socket;              /* Unix socket path for engines */
+    char *listen;              /* HOST:PORT of the peer (UCX) service */
+    char *http;                /* HOST:PORT of /healthz and /metrics */
+    char *instance_id;         /* engine instance (TP group) */
+    uint64_t tp_rank;          /* this worker's tensor-parallel rank */
+    uint64_t tp_world;         /* tensor-parallel world size */
+    char *net_devices;         /* UCX_NET_DEVICES, comma-separated */
+    char *transports;          /* UCX_TLS, comma-separated */
+    uint64_t connect_timeout;  /* ns */
+    uint64_t request_timeout;  /* ns */
+    uint64_t fetch_timeout;    /* ns: a peer fetch, end to end */
+    uint64_t lookup_timeout;   /* ns: controller part of an engine lookup */
+    uint64_t prefetch_lease;   /* ns: a prefetched hit stays pinned this long */
+    uint64_t reconnect_max;    /* ns: ceiling of the reconnect backoff */
+    uint64_t admit_flush;      /* ns: ADMIT/EVICT coalescing window */
+    uint64_t max_frame;        /* bytes */
+    uint64_t pd_buffer_size;   /* PD receive region (decode, both); 0: none */
+    char *pd_buffer_device;    /* "": host memory; "cuda:N": GPU N */
+    uint64_t pd_queue_max;     /* PD reservations that may wait for room */
+    uint64_t pd_alloc_timeout; /* ns: how long one may wait */
+    uint64_t pd_push_timeout;  /* ns: a push end to end; a quiet sender */
+    uint64_t pd_wait_timeout;  /* ns: default of an engine's PD wait */
+    uint64_t pd_claim_timeout; /* ns: received requests nobody claims */
     char *log_level;
     bool list_devices; /* CLI only: list RDMA devices and exit */
     bool print_config; /* CLI only: print the effective config */

@@ -39,7 +39,8 @@ typedef struct kvf_ctl_pending {
     uint64_t deadline_ns;
     uint16_t reply_type;  /* KVF_MSG_LOOKUP_REPLY or KVF_MSG_NODE_INFO_REPLY */
     uint32_t num;         /* keys asked (lookup) */
-    uint32_t node_id;     /* node asked (node info) */
+    uint32_t node_id;     /* node asked (node info); 0: by name */
+    char node_name[128];  /* node asked by name (node info, node_id 0) */
     kvf_status_t failure; /* KVF_OK, or a status to deliver at once */
     kvf_ctl_lookup_cb_t lookup_cb;
     kvf_ctl_node_cb_t node_cb;
@@ -310,7 +311,7 @@ void kvf_ctl_client_inventory_end(kvf_ctl_client_t *client)
 
 static void kvf_ctl_client_send_heartbeat(kvf_ctl_client_t *client)
 {
-    kvf_ctl_usage_t usage = {0, client->pool_capacity, 0};
+    kvf_ctl_usage_t usage = {0, client->pool_capacity, 0, 0, 0};
     Kvf__Heartbeat hb;
 
     if ((client->ops != NULL) && (client->ops->usage != NULL)) {
@@ -323,6 +324,8 @@ static void kvf_ctl_client_send_heartbeat(kvf_ctl_client_t *client)
     hb.pool_used     = usage.pool_used;
     hb.pool_capacity = usage.pool_capacity;
     hb.entries       = usage.entries;
+    hb.pd_capacity   = usage.pd_capacity;
+    hb.pd_used       = usage.pd_used;
     hb.last_seq      = client->seq;
     if (kvf_ctl_client_send(client, KVF_MSG_HEARTBEAT, &hb.base) == KVF_OK) {
         client->stats.heartbeats++;
@@ -697,8 +700,11 @@ void kvf_ctl_client_lookup(kvf_ctl_client_t *client, const kvf_key_t *keys,
     free(packed);
 }
 
-void kvf_ctl_client_node_info(kvf_ctl_client_t *client, uint32_t node_id,
-                              kvf_ctl_node_cb_t cb, void *arg)
+/* NODE_INFO for @p node_id, or (node_id 0) for every node, of which the
+ * reply handler picks the live one named @p name. */
+static void kvf_ctl_client_node_ask(kvf_ctl_client_t *client, uint32_t node_id,
+                                    const char *name, kvf_ctl_node_cb_t cb,
+                                    void *arg)
 {
     Kvf__NodeInfoRequest req;
     kvf_ctl_pending_t *p;
@@ -710,6 +716,7 @@ void kvf_ctl_client_node_info(kvf_ctl_client_t *client, uint32_t node_id,
     }
     p->node_cb = cb;
     p->node_id = node_id;
+    snprintf(p->node_name, sizeof(p->node_name), "%s", name);
     if (client->state != KVF_CTL_STATE_READY) {
         p->failure = KVF_ERR_STATE;
         kvf_ctl_client_arm(client->pending_ev, 0);
@@ -717,12 +724,24 @@ void kvf_ctl_client_node_info(kvf_ctl_client_t *client, uint32_t node_id,
     }
     kvf__node_info_request__init(&req);
     req.request_id = p->request_id;
-    req.n_node_ids = 1;
-    req.node_ids   = &node_id;
+    req.n_node_ids = (node_id != 0) ? 1 : 0;
+    req.node_ids   = (node_id != 0) ? &node_id : NULL;
     if (kvf_ctl_client_send(client, KVF_MSG_NODE_INFO, &req.base) != KVF_OK) {
         p->failure = KVF_ERR_CLOSED;
         kvf_ctl_client_arm(client->pending_ev, 0);
     }
+}
+
+void kvf_ctl_client_node_info(kvf_ctl_client_t *client, uint32_t node_id,
+                              kvf_ctl_node_cb_t cb, void *arg)
+{
+    kvf_ctl_client_node_ask(client, node_id, "", cb, arg);
+}
+
+void kvf_ctl_client_node_find(kvf_ctl_client_t *client, const char *name,
+                              kvf_ctl_node_cb_t cb, void *arg)
+{
+    kvf_ctl_client_node_ask(client, 0, name, cb, arg);
 }
 
 void kvf_ctl_client_cancel(kvf_ctl_client_t *client, const void *arg)
@@ -783,14 +802,33 @@ static void kvf_ctl_client_on_node_info_reply(kvf_ctl_client_t *client,
         free(p);
         return;
     }
-    if ((reply->status != KVF_OK) || (reply->n_nodes != 1) ||
-        (reply->nodes[0]->node_id != p->node_id)) {
+    node = NULL;
+    if ((reply->status == KVF_OK) && (p->node_id == 0)) {
+        size_t i;
+
+        /* by name: the live node of that name (a dead one only if no
+         * live one exists, so the caller learns it is dead) */
+        for (i = 0; i < reply->n_nodes; i++) {
+            const Kvf__NodeDesc *d = reply->nodes[i];
+
+            if ((d->name == NULL) || (strcmp(d->name, p->node_name) != 0)) {
+                continue;
+            }
+            if ((node == NULL) ||
+                ((d->state != NULL) && (strcmp(d->state, "alive") == 0))) {
+                node = d;
+            }
+        }
+    } else if ((reply->status == KVF_OK) && (reply->n_nodes == 1) &&
+               (reply->nodes[0]->node_id == p->node_id)) {
+        node = reply->nodes[0];
+    }
+    if (node == NULL) {
         kvf_ctl_pending_finish(p, (reply->status != KVF_OK)
                                       ? (kvf_status_t)reply->status
                                       : KVF_ERR_NOT_FOUND);
         return;
     }
-    node = reply->nodes[0];
     p->node_cb(p->arg, KVF_OK, node->node_id,
                (node->data_address != NULL) ? node->data_address : "",
                (node->state != NULL) && (strcmp(node->state, "alive") == 0));

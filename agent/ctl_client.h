@@ -33,6 +33,8 @@ typedef struct kvf_ctl_usage {
     uint64_t pool_used;
     uint64_t pool_capacity;
     uint64_t entries;
+    uint64_t pd_capacity; /* PD receive region bytes, 0: none */
+    uint64_t pd_used;
 } kvf_ctl_usage_t;
 
 typedef struct kvf_ctl_client_ops {
@@ -131,6 +133,12 @@ void kvf_ctl_client_lookup(kvf_ctl_client_t *client, const kvf_key_t *keys,
 
 /* Resolves @p node_id to its peer address; @p cb as above. */
 void kvf_ctl_client_node_info(kvf_ctl_client_t *client, uint32_t node_id,
+                              kvf_ctl_node_cb_t cb, void *arg);
+
+/* Resolves the node named @p name (the live one when several records
+ * carry it) to its peer address; @p cb as above, KVF_ERR_NOT_FOUND when no
+ * node has that name. */
+void kvf_ctl_client_node_find(kvf_ctl_client_t *client, const char *name,
                               kvf_ctl_node_cb_t cb, void *arg);
 
 /* Cancels every pending request whose arg is @p arg (its owner is going

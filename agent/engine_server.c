@@ -52,8 +52,16 @@ struct kvf_engine_wait {
     kvf_key_t keys[]; /* the request's keys */
 };
 
+/* A PD push or wait whose reply comes from agent/pd.c. */
+typedef struct kvf_engine_push {
+    struct kvf_engine_push *next;
+    kvf_engine_conn_t *conn;
+    uint64_t request_id;
+} kvf_engine_push_t;
+
 struct kvf_engine_conn {
     kvf_engine_server_t *server;
+    kvf_engine_push_t *pushes; /* PD requests waiting for agent/pd.c */
     struct bufferevent *bev;
     kvf_engine_conn_t *prev, *next;
     kvf_store_owner_t *owner; /* this engine's grants and pins */
@@ -69,6 +77,7 @@ struct kvf_engine_server {
     struct evconnlistener *listener;
     kvf_store_t *store;
     kvf_peer_t *peer;      /* may be NULL: local hits only */
+    kvf_pd_t *pd;          /* may be NULL: no PD */
     kvf_ctl_client_t *ctl; /* may be NULL */
     uint64_t lookup_timeout_ns;
     uint64_t lease_ns;
@@ -101,6 +110,18 @@ static void kvf_engine_lease_destroy(kvf_engine_lease_t *lease)
     free(lease);
 }
 
+static void kvf_engine_push_unlink(kvf_engine_push_t *push)
+{
+    kvf_engine_push_t **pp;
+
+    for (pp = &push->conn->pushes; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == push) {
+            *pp = push->next;
+            return;
+        }
+    }
+}
+
 static void kvf_engine_conn_close(kvf_engine_conn_t *conn)
 {
     kvf_engine_server_t *server = conn->server;
@@ -122,9 +143,19 @@ static void kvf_engine_conn_close(kvf_engine_conn_t *conn)
         }
         free(wait);
     }
+    /* its PD waits and claims end, its pushes finish without it */
+    if (server->pd != NULL) {
+        kvf_pd_cancel(server->pd, conn);
+    }
     /* everything the engine held goes back: a crashed engine leaks nothing
      * and the cache it filled stays */
     kvf_store_owner_destroy(server->store, conn->owner);
+    while (conn->pushes != NULL) {
+        kvf_engine_push_t *push = conn->pushes;
+
+        conn->pushes = push->next;
+        free(push); /* kvf_pd_cancel made sure no callback comes */
+    }
     if (conn->prev != NULL) {
         conn->prev->next = conn->next;
     } else {
@@ -211,6 +242,13 @@ static kvf_status_t kvf_engine_conn_hello(kvf_engine_conn_t *conn,
     info.pool_size       = kvf_store_size(server->store);
     info.max_chunk_bytes = kvf_store_max_chunk(server->store);
     info.node_name       = node;
+    if (server->pd != NULL) {
+        uint64_t push_ns;
+
+        kvf_pd_region_info(server->pd, &info.pd_offset, &info.pd_size,
+                           &push_ns);
+        info.pd_push_timeout_ms = push_ns / 1000000u;
+    }
     if ((kvf_frame_pack(buf, sizeof(buf), KVF_MSG_HELLO_REPLY,
                         KVF_FRAME_FLAG_REPLY, &reply.base, server->max_frame,
                         &len1) != KVF_OK) ||
@@ -747,6 +785,159 @@ static kvf_status_t kvf_engine_conn_stats(kvf_engine_conn_t *conn,
     return kvf_engine_conn_send(conn, KVF_MSG_ENGINE_STATS_REPLY, &reply.base);
 }
 
+static void kvf_engine_on_pd_pushed(void *arg, kvf_status_t status,
+                                    const char *message)
+{
+    kvf_engine_push_t *push = arg;
+    kvf_engine_conn_t *conn = push->conn;
+
+    kvf_engine_push_unlink(push);
+    if (kvf_engine_conn_status(conn, push->request_id, status, message) !=
+        KVF_OK) {
+        free(push);
+        kvf_engine_conn_error(conn, "cannot queue a reply");
+        return;
+    }
+    free(push);
+}
+
+static kvf_status_t kvf_engine_conn_pd_push(kvf_engine_conn_t *conn,
+                                            const Kvf__EnginePdPush *req)
+{
+    kvf_engine_server_t *server = conn->server;
+    kvf_engine_push_t *push;
+    kvf_status_t status;
+
+    if (server->pd == NULL) {
+        return kvf_engine_conn_status(conn, req->request_id,
+                                      KVF_ERR_UNSUPPORTED,
+                                      "this agent has no PD service");
+    }
+    if ((req->n_offsets == 0) || (req->n_offsets > KVF_ENGINE_MAX_BATCH) ||
+        (req->n_lengths != req->n_offsets) ||
+        (req->n_checksums != req->n_offsets) || (req->decoder == NULL) ||
+        (req->decoder[0] == '\0')) {
+        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_INVALID,
+                                      "push needs a decoder name and one "
+                                      "offset, length and checksum per chunk "
+                                      "(1..65536)");
+    }
+    push = calloc(1, sizeof(*push));
+    if (push == NULL) {
+        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_NO_MEMORY,
+                                      "out of memory");
+    }
+    push->conn       = conn;
+    push->request_id = req->request_id;
+    status = kvf_pd_push_submit(server->pd, conn, conn->owner, req->pd_request,
+                                req->decoder, req->offsets, req->lengths,
+                                req->checksums, (uint32_t)req->n_offsets,
+                                req->final, kvf_engine_on_pd_pushed, push);
+    if (status != KVF_OK) {
+        free(push);
+        return kvf_engine_conn_status(
+            conn, req->request_id, status,
+            (status == KVF_ERR_RANGE)
+                ? "a pushed slot is not one of this connection's grants or "
+                  "pins, or its length exceeds it"
+                : kvf_strerror(status));
+    }
+    push->next   = conn->pushes;
+    conn->pushes = push;
+    return KVF_OK;
+}
+
+static void kvf_engine_on_pd_waited(void *arg, kvf_status_t status,
+                                    const char *message,
+                                    const kvf_slot_t *slots, uint32_t num)
+{
+    kvf_engine_push_t *wait = arg;
+    kvf_engine_conn_t *conn = wait->conn;
+    uint64_t *offsets = NULL, *lengths = NULL;
+    Kvf__EngineSlots reply;
+    uint32_t i;
+
+    kvf_engine_push_unlink(wait);
+    if (status == KVF_OK) {
+        offsets = malloc(((size_t)num + 1) * sizeof(*offsets));
+        lengths = malloc(((size_t)num + 1) * sizeof(*lengths));
+        if ((offsets == NULL) || (lengths == NULL)) {
+            status  = KVF_ERR_NO_MEMORY;
+            message = "out of memory";
+        }
+    }
+    if (status != KVF_OK) {
+        status =
+            kvf_engine_conn_status(conn, wait->request_id, status, message);
+    } else {
+        for (i = 0; i < num; i++) {
+            offsets[i] = slots[i].offset;
+            lengths[i] = slots[i].length;
+        }
+        kvf__engine_slots__init(&reply);
+        reply.request_id = wait->request_id;
+        reply.n_offsets  = num;
+        reply.offsets    = offsets;
+        reply.n_lengths  = num;
+        reply.lengths    = lengths;
+        status = kvf_engine_conn_send(conn, KVF_MSG_ENGINE_SLOTS, &reply.base);
+    }
+    free(offsets);
+    free(lengths);
+    free(wait);
+    if (status != KVF_OK) {
+        kvf_engine_conn_error(conn, "cannot queue a reply");
+    }
+}
+
+static kvf_status_t kvf_engine_conn_pd_wait(kvf_engine_conn_t *conn,
+                                            const Kvf__EnginePdWait *req)
+{
+    kvf_engine_server_t *server = conn->server;
+    kvf_engine_push_t *wait;
+
+    if (server->pd == NULL) {
+        return kvf_engine_conn_status(conn, req->request_id,
+                                      KVF_ERR_UNSUPPORTED,
+                                      "this agent has no PD service");
+    }
+    wait = calloc(1, sizeof(*wait));
+    if (wait == NULL) {
+        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_NO_MEMORY,
+                                      "out of memory");
+    }
+    wait->conn       = conn;
+    wait->request_id = req->request_id;
+    wait->next       = conn->pushes;
+    conn->pushes     = wait;
+    /* the reply may be written from inside this call */
+    kvf_pd_wait_submit(server->pd, conn, req->pd_request,
+                       req->timeout_ms * KVF_NSEC_PER_MSEC,
+                       kvf_engine_on_pd_waited, wait);
+    return KVF_OK;
+}
+
+static kvf_status_t kvf_engine_conn_pd_release(kvf_engine_conn_t *conn,
+                                               const Kvf__EnginePdRelease *req)
+{
+    kvf_engine_server_t *server = conn->server;
+    kvf_status_t status;
+    char message[96];
+
+    if (server->pd == NULL) {
+        return kvf_engine_conn_status(conn, req->request_id,
+                                      KVF_ERR_UNSUPPORTED,
+                                      "this agent has no PD service");
+    }
+    status = kvf_pd_request_release(server->pd, conn, req->pd_request);
+    snprintf(message, sizeof(message), "%s",
+             (status == KVF_ERR_NOT_FOUND) ? "unknown PD request"
+             : (status == KVF_ERR_BUSY)    ? "PD request claimed by another "
+                                             "engine"
+                                           : "");
+    return kvf_engine_conn_status(conn, req->request_id, status, message);
+}
+
 static kvf_status_t kvf_engine_conn_dispatch(kvf_engine_conn_t *conn,
                                              const kvf_frame_t *frame)
 {
@@ -776,6 +967,15 @@ static kvf_status_t kvf_engine_conn_dispatch(kvf_engine_conn_t *conn,
     case KVF_MSG_ENGINE_RELEASE:
         return kvf_engine_conn_release(conn,
                                        (const Kvf__EngineRelease *)frame->msg);
+    case KVF_MSG_ENGINE_PD_PUSH:
+        return kvf_engine_conn_pd_push(conn,
+                                       (const Kvf__EnginePdPush *)frame->msg);
+    case KVF_MSG_ENGINE_PD_WAIT:
+        return kvf_engine_conn_pd_wait(conn,
+                                       (const Kvf__EnginePdWait *)frame->msg);
+    case KVF_MSG_ENGINE_PD_RELEASE:
+        return kvf_engine_conn_pd_release(
+            conn, (const Kvf__EnginePdRelease *)frame->msg);
     default:
         return KVF_ERR_PROTO;
     }
@@ -930,6 +1130,7 @@ kvf_status_t kvf_engine_server_create(const kvf_engine_server_params_t *params,
     server->base              = params->base;
     server->store             = params->store;
     server->peer              = params->peer;
+    server->pd                = params->pd;
     server->ctl               = params->ctl;
     server->lookup_timeout_ns = params->lookup_timeout_ns;
     server->lease_ns          = (params->lease_ns > 0) ? params->lease_ns

@@ -3,7 +3,8 @@
 /*
  * The agent's Unix socket for engines (libkvfabric): HELLO, the pool fd
  * handed over with SCM_RIGHTS, then ALLOC / COMMIT / LOOKUP / RETRIEVE /
- * RELEASE requests served from the store. A connection that closes or
+ * RELEASE requests served from the store, and PD push / wait / release
+ * (agent/pd.h). A connection that closes or
  * crashes releases every grant and pin it held; a bad frame closes that
  * connection only.
  *
@@ -13,6 +14,7 @@
 #define KVF_AGENT_ENGINE_SERVER_H
 
 #include "agent/ctl_client.h"
+#include "agent/pd.h"
 #include "agent/peer.h"
 #include "agent/store.h"
 
@@ -29,6 +31,7 @@ typedef struct kvf_engine_server_params {
     const char *path;           /* socket path; a stale file is replaced */
     kvf_store_t *store;         /* borrowed; outlives the server */
     kvf_peer_t *peer;           /* borrowed, may be NULL: no remote fetch */
+    kvf_pd_t *pd;               /* borrowed, may be NULL: no PD push/wait */
     kvf_ctl_client_t *ctl;      /* borrowed, may be NULL: no remote lookup */
     uint64_t lookup_timeout_ns; /* the controller's share of an engine
                                    lookup; past it, local hits only (0: the

@@ -128,19 +128,14 @@ static void kvf_peer_fetch_maybe_free(kvf_peer_fetch_t *fetch);
 static void kvf_peer_fetch_complete(kvf_peer_fetch_t *fetch)
 {
     kvf_peer_stats_t *st = &fetch->peer->stats;
-    uint64_t us;
-    unsigned b;
 
     if (fetch->done) {
         return;
     }
     fetch->done = true;
-    us          = (kvf_time_now_ns() - fetch->start_ns) / KVF_NSEC_PER_USEC;
-    for (b = 0; (b < KVF_PEER_LAT_BUCKETS) && (us > kvf_peer_lat_bounds_us[b]);
-         b++) {
-    }
-    st->lat_counts[b]++;
-    st->lat_sum_us += us;
+    kvf_peer_lat_record(st->lat_counts, &st->lat_sum_us,
+                        (kvf_time_now_ns() - fetch->start_ns) /
+                            KVF_NSEC_PER_USEC);
     fetch->peer->stats.chunks_missed += fetch->num - fetch->fetched;
     if (fetch->cb != NULL) {
         fetch->cb(fetch->arg, fetch->fetched, fetch->num - fetch->fetched);

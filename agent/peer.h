@@ -47,6 +47,20 @@ typedef struct kvf_peer_params {
 #define KVF_PEER_LAT_BUCKETS 12
 extern const uint64_t kvf_peer_lat_bounds_us[KVF_PEER_LAT_BUCKETS];
 
+/* Counts @p us in a latency histogram of those buckets (the PD pushes use
+ * the same buckets). */
+static inline void kvf_peer_lat_record(uint64_t *counts, uint64_t *sum_us,
+                                       uint64_t us)
+{
+    unsigned b;
+
+    for (b = 0; (b < KVF_PEER_LAT_BUCKETS) && (us > kvf_peer_lat_bounds_us[b]);
+         b++) {
+    }
+    counts[b]++;
+    *sum_us += us;
+}
+
 typedef struct kvf_peer_stats {
     uint64_t
         lat_counts[KVF_PEER_LAT_BUCKETS + 1]; /* per bucket, not cumulative */

@@ -51,6 +51,7 @@ struct kvf_pool {
     int fd;
     void *base;
     size_t map_len;
+    uint64_t reserve; /* bytes after the chunk area, not allocated here */
     uint64_t capacity;
     bool is_hugetlb;
     bool prefault;
@@ -395,8 +396,9 @@ static kvf_pool_entry_t *kvf_pool_victim(kvf_pool_t *pool)
 static kvf_status_t kvf_pool_map(kvf_pool_t *pool, bool try_huge)
 {
     if (try_huge) {
-        pool->map_len = (pool->capacity + KVF_POOL_HUGE_PAGE - 1) &
-                        ~(KVF_POOL_HUGE_PAGE - 1);
+        pool->map_len =
+            (pool->capacity + pool->reserve + KVF_POOL_HUGE_PAGE - 1) &
+            ~(KVF_POOL_HUGE_PAGE - 1);
         pool->fd = memfd_create(pool->name, MFD_CLOEXEC | MFD_HUGETLB);
         if (pool->fd >= 0) {
             if ((ftruncate(pool->fd, (off_t)pool->map_len) == 0) &&
@@ -412,7 +414,7 @@ static kvf_status_t kvf_pool_map(kvf_pool_t *pool, bool try_huge)
                  pool->name, pool->capacity);
     }
 
-    pool->map_len = pool->capacity;
+    pool->map_len = pool->capacity + pool->reserve;
     pool->fd      = memfd_create(pool->name, MFD_CLOEXEC);
     if (pool->fd < 0) {
         kvf_error("pool %s: memfd_create failed: %m", pool->name);
@@ -573,6 +575,9 @@ kvf_status_t kvf_pool_create(const kvf_pool_params_t *params,
         goto err_free_tables;
     }
     pool->prefault = (mask & KVF_POOL_FIELD_PREFAULT) != 0;
+    pool->reserve  = (mask & KVF_POOL_FIELD_RESERVE)
+                         ? (params->reserve + 4095) & ~(uint64_t)4095
+                         : 0;
     status         = kvf_pool_map(pool, !(mask & KVF_POOL_FIELD_NO_HUGETLB));
     if (status != KVF_OK) {
         goto err_free_tables;
@@ -624,6 +629,17 @@ void *kvf_pool_base(const kvf_pool_t *pool)
 size_t kvf_pool_capacity(const kvf_pool_t *pool)
 {
     return pool->capacity;
+}
+
+uint64_t kvf_pool_reserve(const kvf_pool_t *pool, uint64_t *offset_p)
+{
+    *offset_p = pool->capacity;
+    return pool->reserve;
+}
+
+size_t kvf_pool_map_length(const kvf_pool_t *pool)
+{
+    return pool->map_len;
 }
 
 bool kvf_pool_is_hugetlb(const kvf_pool_t *pool)

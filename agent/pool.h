@@ -72,6 +72,7 @@ typedef enum {
     KVF_POOL_FIELD_EVICT_CB   = 1u << 6,
     KVF_POOL_FIELD_NO_HUGETLB = 1u << 7,
     KVF_POOL_FIELD_PREFAULT   = 1u << 8, /**< allocate every page at create */
+    KVF_POOL_FIELD_RESERVE    = 1u << 9, /**< map extra bytes after the pool */
 } kvf_pool_field_t;
 
 typedef struct kvf_pool_params {
@@ -85,6 +86,9 @@ typedef struct kvf_pool_params {
     unsigned low_pct;  /**< and frees down to this % (default 85) */
     kvf_pool_evict_cb_t evict_cb;
     void *evict_arg;
+    size_t reserve; /**< bytes mapped after the chunk area (rounded up to
+                         4 KiB) that the pool never allocates: the PD
+                         receive region lives there (agent/pd.h) */
 } kvf_pool_params_t;
 
 typedef struct kvf_pool_stats {
@@ -124,6 +128,16 @@ int kvf_pool_fd(const kvf_pool_t *pool);
 /** Start of the mapping and usable bytes: what to register with UCX. */
 void *kvf_pool_base(const kvf_pool_t *pool);
 size_t kvf_pool_capacity(const kvf_pool_t *pool);
+
+/**
+ * The reserved area after the chunk area (KVF_POOL_FIELD_RESERVE), in the
+ * same mapping and memfd: its offset through @p offset_p, its length as
+ * the result (0: none).
+ */
+uint64_t kvf_pool_reserve(const kvf_pool_t *pool, uint64_t *offset_p);
+
+/** Bytes of the whole mapping (chunk area, reserve, huge-page rounding). */
+size_t kvf_pool_map_length(const kvf_pool_t *pool);
 
 /** true when the region got huge pages (MFD_HUGETLB). */
 bool kvf_pool_is_hugetlb(const kvf_pool_t *pool);

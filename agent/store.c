@@ -542,14 +542,37 @@ void *kvf_store_base(const kvf_store_t *store)
 
 uint64_t kvf_store_size(const kvf_store_t *store)
 {
-    /* engines map the chunk area; a huge-page memfd maps in whole pages */
-    uint64_t size       = kvf_pool_capacity(store->pool);
-    const uint64_t huge = 2ull << 20;
+    /* engines map the chunk area and the PD region after it; a huge-page
+     * memfd maps in whole pages */
+    return kvf_pool_map_length(store->pool);
+}
 
-    if (kvf_pool_is_hugetlb(store->pool)) {
-        size = (size + huge - 1) & ~(huge - 1);
+uint64_t kvf_store_reserve(const kvf_store_t *store, uint64_t *offset_p)
+{
+    return kvf_pool_reserve(store->pool, offset_p);
+}
+
+kvf_status_t kvf_store_move(kvf_store_t *store, kvf_store_owner_t *from,
+                            kvf_store_owner_t *to, uint64_t offset,
+                            uint64_t *length_p)
+{
+    kvf_store_hold_t *hold = kvf_store_hold_find(from, offset);
+    kvf_store_hold_t copy;
+
+    if ((hold == NULL) || (kvf_store_hold_find(to, offset) != NULL)) {
+        return KVF_ERR_RANGE;
     }
-    return size;
+    copy = *hold;
+    if (kvf_store_hold_insert(to, &copy) != KVF_OK) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    kvf_store_hold_delete(from, hold);
+    if (copy.is_grant) {
+        from->grants--;
+        to->grants++;
+    }
+    *length_p = kvf_pool_entry_length(copy.entry);
+    return KVF_OK;
 }
 
 uint64_t kvf_store_max_chunk(const kvf_store_t *store)

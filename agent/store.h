@@ -65,6 +65,18 @@ void *kvf_store_base(const kvf_store_t *store);
 uint64_t kvf_store_size(const kvf_store_t *store);
 uint64_t kvf_store_max_chunk(const kvf_store_t *store);
 
+/* The PD receive region reserved after the pool in the same mapping
+ * (agent/pd.h): its offset through @p offset_p, its length as the result. */
+uint64_t kvf_store_reserve(const kvf_store_t *store, uint64_t *offset_p);
+
+/* Moves what @p from holds at @p offset (a grant or pins) to @p to, e.g. to
+ * keep chunks a push is sending alive when their engine disconnects.
+ * Writes the chunk's length. KVF_ERR_RANGE when @p from holds nothing
+ * there (or @p to already does); KVF_ERR_NO_MEMORY. */
+kvf_status_t kvf_store_move(kvf_store_t *store, kvf_store_owner_t *from,
+                            kvf_store_owner_t *to, uint64_t offset,
+                            uint64_t *length_p);
+
 /* A holder of grants and pins. KVF_ERR_NO_MEMORY. */
 kvf_status_t kvf_store_owner_create(kvf_store_t *store,
                                     kvf_store_owner_t **owner_p);

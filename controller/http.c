@@ -77,11 +77,12 @@ static void kvf_http_on_nodes(struct evhttp_request *req, void *arg)
             ",\"state\":\"%s\",\"role\":\"%s\","
             "\"incarnation\":%" PRIu64 ",\"keys\":%" PRIu64
             ",\"pool_capacity\":%" PRIu64 ",\"pool_used\":%" PRIu64
+            ",\"pd_capacity\":%" PRIu64 ",\"pd_used\":%" PRIu64
             ",\"last_heartbeat_ms_ago\":%" PRIu64 ",\"control_address\":",
             kvf_node_state_name(node->state), kvf_msg_role_name(node->role),
             node->incarnation, kvf_registry_slot_keys(server->reg, node->slot),
-            node->pool_capacity, node->pool_used,
-            now - node->last_heartbeat_ms);
+            node->pool_capacity, node->pool_used, node->pd_capacity,
+            node->pd_used, now - node->last_heartbeat_ms);
         kvf_http_json_str(b, node->control_address);
         evbuffer_add_printf(b, ",\"data_address\":");
         kvf_http_json_str(b, node->data_address);

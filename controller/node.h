@@ -56,6 +56,8 @@ typedef struct kvf_node {
     uint64_t incarnation;
     uint64_t pool_capacity;
     uint64_t pool_used;
+    uint64_t pd_capacity; /* PD receive region, from heartbeats */
+    uint64_t pd_used;
     uint64_t entries;
     uint64_t last_heartbeat_ms;
     uint64_t dead_since_ms;

@@ -396,6 +396,8 @@ static kvf_status_t kvf_server_on_heartbeat(kvf_conn_t *conn,
     node->pool_used     = hb->pool_used;
     node->pool_capacity = hb->pool_capacity;
     node->entries       = hb->entries;
+    node->pd_capacity   = hb->pd_capacity;
+    node->pd_used       = hb->pd_used;
     kvf_registry_slot_set_load(
         server->reg, node->slot,
         (hb->pool_capacity > 0)
@@ -665,6 +667,8 @@ static void kvf_server_node_desc(kvf_server_t *server, kvf_node_t *node,
     d->data_address        = node->data_address;
     d->pool_capacity       = node->pool_capacity;
     d->pool_used           = node->pool_used;
+    d->pd_capacity         = node->pd_capacity;
+    d->pd_used             = node->pd_used;
     d->keys                = kvf_registry_slot_keys(server->reg, node->slot);
     /* protobuf-c fields are non-const; packing only reads them */
     d->state       = (char *)(uintptr_t)kvf_node_state_name(node->state);

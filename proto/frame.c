@@ -55,6 +55,20 @@ static const kvf_msg_desc_t kvf_msg_descs[KVF_MSG_TYPE_MAX] = {
                                     &kvf__engine_stats_reply__descriptor},
     [KVF_MSG_PEER_FETCH]         = {"PEER_FETCH", &kvf__peer_fetch__descriptor},
     [KVF_MSG_PEER_CHUNK]         = {"PEER_CHUNK", &kvf__peer_chunk__descriptor},
+    [KVF_MSG_ENGINE_PD_PUSH]     = {"ENGINE_PD_PUSH",
+                                    &kvf__engine_pd_push__descriptor},
+    [KVF_MSG_ENGINE_PD_WAIT]     = {"ENGINE_PD_WAIT",
+                                    &kvf__engine_pd_wait__descriptor},
+    [KVF_MSG_ENGINE_PD_RELEASE]  = {"ENGINE_PD_RELEASE",
+                                    &kvf__engine_pd_release__descriptor},
+    [KVF_MSG_PD_ALLOC]           = {"PD_ALLOC", &kvf__pd_alloc__descriptor},
+    [KVF_MSG_PD_ALLOC_REPLY]     = {"PD_ALLOC_REPLY",
+                                    &kvf__pd_alloc_reply__descriptor},
+    [KVF_MSG_PD_DATA]            = {"PD_DATA", &kvf__pd_data__descriptor},
+    [KVF_MSG_PD_DONE]            = {"PD_DONE", &kvf__pd_done__descriptor},
+    [KVF_MSG_PD_DONE_REPLY]      = {"PD_DONE_REPLY",
+                                    &kvf__pd_done_reply__descriptor},
+    [KVF_MSG_PD_ABORT]           = {"PD_ABORT", &kvf__pd_abort__descriptor},
 };
 
 const ProtobufCMessageDescriptor *kvf_msg_descriptor(uint16_t type)

@@ -68,10 +68,19 @@ typedef enum {
     KVF_MSG_ENGINE_RELEASE      = 48,
     KVF_MSG_ENGINE_STATS        = 49,
     KVF_MSG_ENGINE_STATS_REPLY  = 50,
+    KVF_MSG_ENGINE_PD_PUSH      = 51, /* reply STATUS */
+    KVF_MSG_ENGINE_PD_WAIT      = 52, /* reply ENGINE_SLOTS */
+    KVF_MSG_ENGINE_PD_RELEASE   = 53, /* reply STATUS */
     /* agent <-> agent (UCX active-message headers): 60-79 */
-    KVF_MSG_PEER_FETCH = 60,
-    KVF_MSG_PEER_CHUNK = 61,
-    KVF_MSG_TYPE_MAX   = 256, /* type numbers are below this */
+    KVF_MSG_PEER_FETCH     = 60,
+    KVF_MSG_PEER_CHUNK     = 61,
+    KVF_MSG_PD_ALLOC       = 62,
+    KVF_MSG_PD_ALLOC_REPLY = 63,
+    KVF_MSG_PD_DATA        = 64,
+    KVF_MSG_PD_DONE        = 65,
+    KVF_MSG_PD_DONE_REPLY  = 66,
+    KVF_MSG_PD_ABORT       = 67,
+    KVF_MSG_TYPE_MAX       = 256, /* type numbers are below this */
 } kvf_msg_type_t;
 
 /* One decoded frame. */

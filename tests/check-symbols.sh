@@ -17,4 +17,10 @@ if [ -n "$bad" ]; then
     printf '  %s\n' $bad
     exit 1
 fi
+for want in kvf_client_connect kvf_pd_push kvf_pd_wait kvf_pd_release; do
+    if ! printf '%s\n' "$syms" | sed 's/@.*//' | grep -qx "$want"; then
+        echo "FAIL: $lib does not export $want"
+        exit 1
+    fi
+done
 echo "ok: $(printf '%s\n' "$syms" | wc -l) exported symbols, all kvf_*"

@@ -133,19 +133,20 @@ static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
     if (opts->is_json) {
         printf("{\"nodes\":[");
     } else {
-        printf("%-5s %-20s %-9s %-8s %10s %12s %12s %6s %8s %s\n", "ID", "NAME",
-               "STATE", "ROLE", "KEYS", "POOL_USED", "POOL_CAP", "INCARN",
-               "HB_AGO", "DATA_ADDRESS");
+        printf("%-5s %-20s %-9s %-8s %10s %12s %12s %12s %12s %6s %8s %s\n",
+               "ID", "NAME", "STATE", "ROLE", "KEYS", "POOL_USED", "POOL_CAP",
+               "PD_USED", "PD_CAP", "INCARN", "HB_AGO", "DATA_ADDRESS");
     }
     for (i = 0; i < rep->n_nodes; i++) {
         const Kvf__NodeDesc *d = rep->nodes[i];
 
         if (!opts->is_json) {
             printf("%-5" PRIu32 " %-20s %-9s %-8s %10" PRIu64 " %12" PRIu64
-                   " %12" PRIu64 " %6" PRIu64 " %6" PRIu64 "ms %s\n",
+                   " %12" PRIu64 " %12" PRIu64 " %12" PRIu64 " %6" PRIu64
+                   " %6" PRIu64 "ms %s\n",
                    d->node_id, d->name, d->state, kvf_msg_role_name(d->role),
-                   d->keys, d->pool_used, d->pool_capacity, d->incarnation,
-                   d->last_heartbeat_ms_ago,
+                   d->keys, d->pool_used, d->pool_capacity, d->pd_used,
+                   d->pd_capacity, d->incarnation, d->last_heartbeat_ms_ago,
                    (d->data_address[0] != '\0') ? d->data_address : "-");
             continue;
         }
@@ -154,10 +155,12 @@ static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
         kvf_ctl_json_str(d->name);
         printf(",\"state\":\"%s\",\"role\":\"%s\",\"keys\":%" PRIu64
                ",\"pool_used\":%" PRIu64 ",\"pool_capacity\":%" PRIu64
+               ",\"pd_used\":%" PRIu64 ",\"pd_capacity\":%" PRIu64
                ",\"incarnation\":%" PRIu64 ",\"last_heartbeat_ms_ago\":%" PRIu64
                ",\"control_address\":",
                d->state, kvf_msg_role_name(d->role), d->keys, d->pool_used,
-               d->pool_capacity, d->incarnation, d->last_heartbeat_ms_ago);
+               d->pool_capacity, d->pd_used, d->pd_capacity, d->incarnation,
+               d->last_heartbeat_ms_ago);
         kvf_ctl_json_str(d->control_address);
         printf(",\"data_address\":");
         kvf_ctl_json_str(d->data_address);

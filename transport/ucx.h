@@ -107,6 +107,15 @@ kvf_status_t kvf_ucx_ctx_create(const kvf_ucx_ctx_params_t *params,
  */
 void kvf_ucx_ctx_destroy(kvf_ucx_ctx_t *ctx);
 
+/**
+ * Whether UCX in this process can register and move CUDA device memory
+ * (built with CUDA support and a device present), so a GPU buffer may be
+ * registered with kvf_ucx_mem_register.
+ *
+ * thread: any.
+ */
+bool kvf_ucx_ctx_has_cuda(const kvf_ucx_ctx_t *ctx);
+
 /* --------------------------------------------------------------- worker */
 
 typedef enum {

@@ -202,3 +202,15 @@ kvf_status_t kvf_ucx_status(int ucs_status)
         return KVF_ERR_TRANSPORT;
     }
 }
+
+bool kvf_ucx_ctx_has_cuda(const kvf_ucx_ctx_t *ctx)
+{
+    ucp_context_attr_t attr;
+
+    memset(&attr, 0, sizeof(attr));
+    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    if (ucp_context_query(ctx->ucp, &attr) != UCS_OK) {
+        return false;
+    }
+    return (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}

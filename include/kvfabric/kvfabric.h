@@ -6,10 +6,8 @@
  * local kvf-agent, store chunks in its shared pool, find and retrieve
  * prefixes held anywhere in the cluster, and push/wait in PD mode.
  *
- * Status: the connection calls (connect, disconnect, pool mapping, alloc,
- * commit, lookup, retrieve, release) are built and exported (KVF_API); the
- * agent side serves them as the agent issue lands. The PD calls are the
- * contract of the PD issue and are not exported yet.
+ * Status: every call here is built and exported (KVF_API), the PD calls
+ * (kvf_pd_push, kvf_pd_wait, kvf_pd_release) included.
  *
  * Model. The agent owns a shared-memory pool; kvf_client_connect() maps it
  * into the engine. A chunk is written in place: kvf_client_alloc() grants a
@@ -177,27 +175,81 @@ KVF_API kvf_status_t kvf_client_release(kvf_client_t *client,
                                         const kvf_slot_t *slots, uint32_t num);
 
 /**
- * PD mode, prefill side: pushes committed chunks of @p request_id to the
- * decoder agent named @p decoder. Callable repeatedly as chunks are
- * produced; @p final marks the last call. Returns when the decoder has
- * acknowledged delivery of these chunks.
+ * PD mode, prefill side: pushes chunks of PD request @p request_id into the
+ * receive region of the decoder agent named @p decoder (its node name in
+ * the controller). Callable repeatedly for one request as chunks or layer
+ * groups are produced, so the transfer overlaps prefill compute; @p final
+ * marks the last call. Chunks go in the order of the calls and of
+ * @p slots. Pushes of different requests may interleave.
+ *
+ * @param [in] client     the connection
+ * @param [in] request_id the PD request, chosen by the engines (unique
+ *                        among the decoder's requests in flight)
+ * @param [in] decoder    node name of the decoder agent
+ * @param [in] slots      this connection's grants (kvf_client_alloc) or
+ *                        pins (kvf_client_retrieve) holding the chunks;
+ *                        length may be less than the grant (a last partial
+ *                        chunk)
+ * @param [in] checksums  kvf_chunk_checksum of each chunk's bytes
+ * @param [in] num        chunks in this call (1..65536)
+ * @param [in] final      the last push of the request
+ * @return KVF_OK once the decoder verified every chunk of this call (the
+ *         bytes landed, not just left); KVF_ERR_INVALID; KVF_ERR_RANGE (a
+ *         slot is not this connection's); KVF_ERR_NOT_FOUND / KVF_ERR_CLOSED
+ *         (no live decoder of that name, or it died); KVF_ERR_TIMEOUT (the
+ *         decoder's region stayed full past its pd_alloc_timeout, or the
+ *         push ran past pd_push_timeout); KVF_ERR_BUSY (the decoder's queue
+ *         is full, or a push of this request is in progress);
+ *         KVF_ERR_TOO_BIG (the request is larger than the whole region:
+ *         fails at once); KVF_ERR_EXISTS (the id was already delivered);
+ *         KVF_ERR_CHECKSUM (bytes arrived damaged). Any failure but
+ *         EXISTS and BUSY aborts the request at the decoder.
+ *
+ * thread: one thread per connection at a time. ownership: the slots stay
+ * the caller's (unchanged) after the call.
  */
-kvf_status_t kvf_pd_push(kvf_client_t *client, uint64_t request_id,
-                         const char *decoder, const kvf_slot_t *slots,
-                         const uint64_t *checksums, uint32_t num, bool final);
+KVF_API kvf_status_t kvf_pd_push(kvf_client_t *client, uint64_t request_id,
+                                 const char *decoder, const kvf_slot_t *slots,
+                                 const uint64_t *checksums, uint32_t num,
+                                 bool final);
 
 /**
- * PD mode, decode side: waits until every chunk of @p request_id arrived and
- * verified; returns their slots in order.
+ * PD mode, decode side: waits until every chunk of @p request_id arrived
+ * and verified (the final push acknowledged), then claims the request for
+ * this connection and returns its chunks in push order. May be called
+ * before or after the push starts.
+ *
+ * @param [in]  client      the connection
+ * @param [in]  request_id  the PD request
+ * @param [in]  timeout_ns  how long to wait (0: the connection's default)
+ * @param [out] slots       the chunks: offsets from kvf_client_pool_base()
+ *                          (the receive region is mapped after the pool)
+ * @param [in]  max         room in @p slots
+ * @param [out] num_p       chunks written
  * @return KVF_OK; KVF_ERR_TIMEOUT; KVF_ERR_CANCELED (the prefill side
- *         aborted); KVF_ERR_TOO_BIG (@p max smaller than the chunk count)
+ *         aborted or died, or the request failed at the decoder: the
+ *         message says why); KVF_ERR_BUSY (another connection waits for or
+ *         claimed it); KVF_ERR_TOO_BIG (@p max smaller than the chunk count:
+ *         the request stays claimed, call again with more room);
+ *         KVF_ERR_UNSUPPORTED (the agent has no receive region)
+ *
+ * thread: one thread per connection at a time. ownership: the slots stay
+ * valid until kvf_pd_release() or the connection closes.
  */
-kvf_status_t kvf_pd_wait(kvf_client_t *client, uint64_t request_id,
-                         uint64_t timeout_ns, kvf_slot_t *slots, uint32_t max,
-                         uint32_t *num_p);
+KVF_API kvf_status_t kvf_pd_wait(kvf_client_t *client, uint64_t request_id,
+                                 uint64_t timeout_ns, kvf_slot_t *slots,
+                                 uint32_t max, uint32_t *num_p);
 
-/** PD mode, decode side: frees the receive slots of @p request_id. */
-kvf_status_t kvf_pd_release(kvf_client_t *client, uint64_t request_id);
+/**
+ * PD mode, decode side: frees the receive slots of @p request_id (a
+ * request not complete yet is aborted), which wakes pushes queued for room.
+ *
+ * @return KVF_OK; KVF_ERR_NOT_FOUND (unknown request id); KVF_ERR_BUSY
+ *         (claimed by another connection)
+ *
+ * thread: one thread per connection at a time.
+ */
+KVF_API kvf_status_t kvf_pd_release(kvf_client_t *client, uint64_t request_id);
 
 #ifdef __cplusplus
 }

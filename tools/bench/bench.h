@@ -9,8 +9,13 @@
 #ifndef KVF_TOOLS_BENCH_H
 #define KVF_TOOLS_BENCH_H
 
+#include "common/config.h"
+
+#include <kvfabric/kvfabric.h>
+
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 int kvf_bench_controller_main(int argc, char **argv);
 int kvf_bench_p2p_main(int argc, char **argv);
@@ -30,5 +35,36 @@ uint16_t kvf_bench_free_port(void);
 /* Path of a program built beside kvf-bench: @p rel is relative to the
  * build root ("agent/kvf-agent"). Writes into @p buf. */
 void kvf_bench_sibling_path(const char *rel, char *buf, size_t len);
+
+/* Starts argv[0] with stderr to @p log and stdout to /dev/null. */
+pid_t kvf_bench_spawn(const char *const argv[], const char *log);
+
+/* SIGTERM and reap @p pids in reverse order; sets *npids to 0. */
+void kvf_bench_stop_all(pid_t *pids, int *npids);
+
+/* Connects to the agent at @p sock, retrying while it starts (20 s);
+ * NULL when it never answers. */
+kvf_client_t *kvf_bench_connect(const char *sock);
+
+/* Best of three ucx_perftest ucp_am_bw runs (error mode on, the agents'
+ * TCP tuning) for @p transport and @p size: GB/s, 0 when ucx_perftest is
+ * missing. */
+double kvf_bench_perftest_am_bw(const char *transport, uint64_t size,
+                                uint64_t iters);
+
+/*
+ * The start of a two-agent benchmark: --help (returns -1: print done),
+ * options into @p opts (1 on a bad one), the transport (*@p transport,
+ * read after loading; 2 when the agents cannot use it) and a fresh
+ * temporary directory for sockets and logs written to @p dir (1 when it
+ * cannot be made). 0: go on. Messages go to stderr.
+ */
+int kvf_bench_begin(const char *bench, const kvf_config_schema_t *schema,
+                    void *opts, int argc, char **argv,
+                    const char *const *transport, char *dir, size_t dir_len);
+
+/* Removes @p dir (when made) after a successful run; returns @p rc, or 1
+ * when the removal failed. Logs of a failed run stay for a look. */
+int kvf_bench_end(const char *dir, int rc);
 
 #endif /* KVF_TOOLS_BENCH_H */

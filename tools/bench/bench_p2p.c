@@ -73,53 +73,9 @@ typedef struct kvf_bench_p2p {
     char sock[2][128];
 } kvf_bench_p2p_t;
 
-static pid_t kvf_bench_p2p_spawn(const char *const argv[], const char *log)
-{
-    pid_t pid = fork();
-
-    if (pid == 0) {
-        FILE *f = freopen(log, "w", stderr);
-
-        (void)f;
-        if (freopen("/dev/null", "w", stdout) == NULL) {
-            _exit(127);
-        }
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcast-qual"
-        execv(argv[0], (char *const *)argv);
-#pragma GCC diagnostic pop
-        _exit(127);
-    }
-    return pid;
-}
-
 static void kvf_bench_p2p_stop(kvf_bench_p2p_t *b)
 {
-    int i;
-
-    for (i = b->npids - 1; i >= 0; i--) {
-        kill(b->pids[i], SIGTERM);
-        waitpid(b->pids[i], NULL, 0);
-    }
-    b->npids = 0;
-}
-
-static kvf_client_t *kvf_bench_p2p_connect(const char *sock)
-{
-    kvf_client_params_t p = {.field_mask = KVF_CLIENT_PARAM_SOCKET |
-                                           KVF_CLIENT_PARAM_TIMEOUT,
-                             .socket_path = sock,
-                             .timeout_ns  = 60 * KVF_NSEC_PER_SEC};
-    kvf_client_t *c       = NULL;
-    uint64_t deadline     = kvf_time_deadline_ns(20 * KVF_NSEC_PER_SEC);
-
-    while (kvf_client_connect(&p, &c) != KVF_OK) {
-        if (kvf_time_expired(deadline)) {
-            return NULL;
-        }
-        poll(NULL, 0, 20);
-    }
-    return c;
+    kvf_bench_stop_all(b->pids, &b->npids);
 }
 
 static int kvf_bench_p2p_start(kvf_bench_p2p_t *b)
@@ -146,7 +102,7 @@ static int kvf_bench_p2p_start(kvf_bench_p2p_t *b)
         const char *argv[]  = {ctl_bin,  "--listen", b->ctl_addr,
                                "--http", "",         "--recovery-window",
                                "0",      NULL};
-        b->pids[b->npids++] = kvf_bench_p2p_spawn(argv, log);
+        b->pids[b->npids++] = kvf_bench_spawn(argv, log);
     }
     for (i = 0; i < 2; i++) {
         snprintf(name, sizeof(name), "bench-%c", 'a' + i);
@@ -159,7 +115,7 @@ static int kvf_bench_p2p_start(kvf_bench_p2p_t *b)
                 "127.0.0.1:0",  "--http",          "",          "--pool-size",
                 pool,           "--max-chunk",     maxc,        "--transports",
                 b->o.transport, "--fetch-timeout", "60s",       NULL};
-            b->pids[b->npids++] = kvf_bench_p2p_spawn(argv, log);
+            b->pids[b->npids++] = kvf_bench_spawn(argv, log);
         }
     }
     return 0;
@@ -177,51 +133,10 @@ static void kvf_bench_p2p_fill(const kvf_key_t *key, uint8_t *p, uint64_t len)
     }
 }
 
-/* ucx_perftest ucp_am_bw, same transport and size: GB/s, or 0. */
-static double kvf_bench_p2p_perftest(const kvf_bench_p2p_t *b)
-{
-    char cmd[1024], line[512];
-    double best   = 0.0, mbps;
-    uint16_t port = kvf_bench_free_port();
-    FILE *f;
-    int run;
-
-    if (system("command -v ucx_perftest >/dev/null 2>&1") != 0) {
-        return 0.0;
-    }
-    for (run = 0; run < 3; run++) {
-        /* the agents' tuning (256K TCP segments), error mode on (-e) */
-        snprintf(cmd, sizeof(cmd),
-                 "export UCX_TLS=%s UCX_TCP_TX_SEG_SIZE=256K "
-                 "UCX_TCP_RX_SEG_SIZE=256K; "
-                 "(timeout 60 ucx_perftest -p %u >/dev/null 2>&1 &); "
-                 "sleep 0.5; timeout 60 ucx_perftest 127.0.0.1 -p %u -t "
-                 "ucp_am_bw -s %" PRIu64 " -n %" PRIu64 " -e 2>/dev/null",
-                 b->o.transport, port, port, b->o.chunk_size,
-                 (b->o.chunks > 100) ? b->o.chunks : (uint64_t)100);
-        f = popen(cmd, "r");
-        if (f == NULL) {
-            return best;
-        }
-        while (fgets(line, sizeof(line), f) != NULL) {
-            /* Final: iters typical avg overall avg-MB/s overall-MB/s ... */
-            if ((strncmp(line, "Final:", 6) == 0) &&
-                (sscanf(line + 6, "%*f %*f %*f %*f %*f %lf", &mbps) == 1) &&
-                (mbps / 1000.0 > best)) {
-                best = mbps / 1000.0;
-            }
-        }
-        pclose(f);
-        port = kvf_bench_free_port();
-    }
-    return best;
-}
-
 int kvf_bench_p2p_main(int argc, char **argv)
 {
     kvf_client_t *a = NULL, *c = NULL;
     kvf_bench_p2p_t b;
-    kvf_config_error_t err;
     kvf_lookup_result_t res;
     kvf_key_t *keys   = NULL;
     kvf_slot_t *slots = NULL;
@@ -232,33 +147,17 @@ int kvf_bench_p2p_main(int argc, char **argv)
     bool *missing = NULL, verified = true;
     size_t got, i, nb = 0, k;
     double gbps, ceiling = 0.0;
-    int rc = 1, argi;
+    int rc = 1;
 
     memset(&b, 0, sizeof(b));
-    if ((argc > 1) && (strcmp(argv[1], "--help") == 0)) {
-        printf("usage: kvf-bench p2p [options]\n");
-        kvf_config_print_help(&kvf_bench_p2p_schema, stdout);
-        return 0;
-    }
-    if (kvf_config_load(&kvf_bench_p2p_schema, &b.o, argc,
-                        (const char *const *)argv, &argi, &err) != KVF_OK) {
-        fprintf(stderr, "kvf-bench p2p: %s\n", err.msg);
+    rc = kvf_bench_begin("p2p", &kvf_bench_p2p_schema, &b.o, argc, argv,
+                         (const char *const *)&b.o.transport, b.dir,
+                         sizeof(b.dir));
+    if (rc != 0) {
+        rc = (rc < 0) ? 0 : rc;
         goto out;
     }
-    if (strcmp(b.o.transport, "tcp") != 0) {
-        /* UCX 1.13's shared-memory transports do not connect in the
-         * peer-failure error mode the agents need (docs/performance.md) */
-        fprintf(stderr,
-                "kvf-bench p2p: transport '%s' is not supported by "
-                "the agents with this UCX; use tcp\n",
-                b.o.transport);
-        rc = 2;
-        goto out;
-    }
-    snprintf(b.dir, sizeof(b.dir), "/tmp/kvf-bench-p2p-XXXXXX");
-    if (mkdtemp(b.dir) == NULL) {
-        goto out;
-    }
+    rc      = 1;
     keys    = calloc(b.o.chunks, sizeof(*keys));
     slots   = calloc(b.o.chunks, sizeof(*slots));
     sums    = calloc(b.o.chunks, sizeof(*sums));
@@ -277,8 +176,8 @@ int kvf_bench_p2p_main(int argc, char **argv)
     kvf_key_chain(0xb3, tokens, b.o.chunks * 16, 16, false, keys, b.o.chunks,
                   &got);
     kvf_bench_p2p_start(&b);
-    a = kvf_bench_p2p_connect(b.sock[0]);
-    c = kvf_bench_p2p_connect(b.sock[1]);
+    a = kvf_bench_connect(b.sock[0]);
+    c = kvf_bench_connect(b.sock[1]);
     if ((a == NULL) || (c == NULL)) {
         fprintf(stderr, "kvf-bench p2p: agents did not start (logs in %s)\n",
                 b.dir);
@@ -364,7 +263,8 @@ int kvf_bench_p2p_main(int argc, char **argv)
     a = c = NULL;
     kvf_bench_p2p_stop(&b);
     if (!b.o.no_perftest) {
-        ceiling = kvf_bench_p2p_perftest(&b);
+        ceiling =
+            kvf_bench_perftest_am_bw(b.o.transport, b.o.chunk_size, b.o.chunks);
     }
     if (b.o.prefetch) {
         /* wall time from the lookup to the last retrieve, less the time
@@ -389,14 +289,7 @@ out:
     kvf_client_disconnect(a);
     kvf_client_disconnect(c);
     kvf_bench_p2p_stop(&b);
-    if (b.dir[0] != '\0') {
-        char cmd[128];
-
-        snprintf(cmd, sizeof(cmd), "rm -rf %s", b.dir);
-        if ((rc == 0) && (system(cmd) != 0)) {
-            rc = 1;
-        }
-    }
+    rc = kvf_bench_end(b.dir, rc);
     free(keys);
     free(slots);
     free(sums);

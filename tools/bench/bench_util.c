@@ -2,13 +2,20 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "tools/bench/bench.h"
 
+#include "common/config.h"
+#include "common/time.h"
+
 #include <arpa/inet.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int kvf_bench_cmp_u64(const void *a, const void *b)
@@ -82,4 +89,141 @@ void kvf_bench_sibling_path(const char *rel, char *buf, size_t len)
         *slash = '\0'; /* .../tools */
     }
     snprintf(buf, len, "%s/../%s", exe, rel);
+}
+
+pid_t kvf_bench_spawn(const char *const argv[], const char *log)
+{
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        FILE *f = freopen(log, "w", stderr);
+
+        (void)f;
+        if (freopen("/dev/null", "w", stdout) == NULL) {
+            _exit(127);
+        }
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wcast-qual"
+        execv(argv[0], (char *const *)argv);
+#pragma GCC diagnostic pop
+        _exit(127);
+    }
+    return pid;
+}
+
+void kvf_bench_stop_all(pid_t *pids, int *npids)
+{
+    int i;
+
+    for (i = *npids - 1; i >= 0; i--) {
+        kill(pids[i], SIGTERM);
+        waitpid(pids[i], NULL, 0);
+    }
+    *npids = 0;
+}
+
+kvf_client_t *kvf_bench_connect(const char *sock)
+{
+    kvf_client_params_t p = {.field_mask = KVF_CLIENT_PARAM_SOCKET |
+                                           KVF_CLIENT_PARAM_TIMEOUT,
+                             .socket_path = sock,
+                             .timeout_ns  = 60 * KVF_NSEC_PER_SEC};
+    kvf_client_t *c       = NULL;
+    uint64_t deadline     = kvf_time_deadline_ns(20 * KVF_NSEC_PER_SEC);
+
+    while (kvf_client_connect(&p, &c) != KVF_OK) {
+        if (kvf_time_expired(deadline)) {
+            return NULL;
+        }
+        poll(NULL, 0, 20);
+    }
+    return c;
+}
+
+double kvf_bench_perftest_am_bw(const char *transport, uint64_t size,
+                                uint64_t iters)
+{
+    char cmd[1024], line[512];
+    double best   = 0.0, mbps;
+    uint16_t port = kvf_bench_free_port();
+    FILE *f;
+    int run;
+
+    if (system("command -v ucx_perftest >/dev/null 2>&1") != 0) {
+        return 0.0;
+    }
+    for (run = 0; run < 3; run++) {
+        /* the agents' tuning (256K TCP segments), error mode on (-e) */
+        snprintf(cmd, sizeof(cmd),
+                 "export UCX_TLS=%s UCX_TCP_TX_SEG_SIZE=256K "
+                 "UCX_TCP_RX_SEG_SIZE=256K; "
+                 "(timeout 60 ucx_perftest -p %u >/dev/null 2>&1 &); "
+                 "sleep 0.5; timeout 60 ucx_perftest 127.0.0.1 -p %u -t "
+                 "ucp_am_bw -s %" PRIu64 " -n %" PRIu64 " -e 2>/dev/null",
+                 transport, port, port, size,
+                 (iters > 100) ? iters : (uint64_t)100);
+        f = popen(cmd, "r");
+        if (f == NULL) {
+            return best;
+        }
+        while (fgets(line, sizeof(line), f) != NULL) {
+            /* Final: iters typical avg overall avg-MB/s overall-MB/s ... */
+            if ((strncmp(line, "Final:", 6) == 0) &&
+                (sscanf(line + 6, "%*f %*f %*f %*f %*f %lf", &mbps) == 1) &&
+                (mbps / 1000.0 > best)) {
+                best = mbps / 1000.0;
+            }
+        }
+        pclose(f);
+        port = kvf_bench_free_port();
+    }
+    return best;
+}
+
+int kvf_bench_begin(const char *bench, const kvf_config_schema_t *schema,
+                    void *opts, int argc, char **argv,
+                    const char *const *transport, char *dir, size_t dir_len)
+{
+    kvf_config_error_t err;
+    int argi;
+
+    if ((argc > 1) && (strcmp(argv[1], "--help") == 0)) {
+        printf("usage: kvf-bench %s [options]\n", bench);
+        kvf_config_print_help(schema, stdout);
+        return -1;
+    }
+    if (kvf_config_load(schema, opts, argc, (const char *const *)argv, &argi,
+                        &err) != KVF_OK) {
+        fprintf(stderr, "kvf-bench %s: %s\n", bench, err.msg);
+        return 1;
+    }
+    if (strcmp(*transport, "tcp") != 0) {
+        /* UCX 1.13's shared-memory transports do not connect in the
+         * peer-failure error mode the agents need (docs/performance.md) */
+        fprintf(stderr,
+                "kvf-bench %s: transport '%s' is not supported by the "
+                "agents with this UCX; use tcp\n",
+                bench, *transport);
+        return 2;
+    }
+    snprintf(dir, dir_len, "/tmp/kvf-bench-%s-XXXXXX", bench);
+    if (mkdtemp(dir) == NULL) {
+        dir[0] = '\0';
+        return 1;
+    }
+    return 0;
+}
+
+int kvf_bench_end(const char *dir, int rc)
+{
+    char cmd[128];
+
+    if (dir[0] == '\0') {
+        return rc;
+    }
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if ((rc == 0) && (system(cmd) != 0)) {
+        return 1;
+    }
+    return rc;
 }

@@ -1,0 +1,154 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * PD mode (DESIGN.md §6): prefill agents push a request's chunks straight
+ * into a decoder agent's receive region; decode engines wait for them.
+ *
+ * Sender (prefill) side, per kvf_pd_push_submit: resolve the decoder by name
+ * (controller NODE_INFO, cached) -> PD_ALLOC -> PD_ALLOC_REPLY (slots
+ * reserved, perhaps after queueing) -> one PD_DATA active message per chunk,
+ * its payload sent zero-copy from the pool by rendezvous straight into the
+ * reserved slot -> PD_DONE with the checksums -> PD_DONE_REPLY once the
+ * decoder verified them. The push reports success only then: the bytes
+ * landed, not just left. Any failure aborts the PD request (PD_ABORT) so
+ * the decoder frees its slots and its waiter learns at once.
+ *
+ * Receiver (decoder) side: reservations come from the region's slot
+ * allocator (agent/pd_region.h); when it is full they queue FIFO, bounded,
+ * each with a deadline. A request becomes ready when its final push
+ * verified; kvf_pd_wait hands its slots, in push order, to one engine
+ * connection, which releases them. Ready requests nobody claims are
+ * reclaimed after claim_timeout; requests whose sender went quiet (or whose
+ * endpoint failed) are aborted and their slots reclaimed.
+ *
+ * thread: owning loop only.
+ */
+#ifndef KVF_AGENT_PD_H
+#define KVF_AGENT_PD_H
+
+#include "agent/ctl_client.h"
+#include "agent/peer.h"
+#include "agent/store.h"
+#include "transport/ucx.h"
+
+#include <kvfabric/kvfabric.h>
+#include <kvfabric/status.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct kvf_pd kvf_pd_t;
+
+/* A push settled. @p message says why when @p status is not KVF_OK (valid
+ * during the call only). */
+typedef void (*kvf_pd_push_cb_t)(void *arg, kvf_status_t status,
+                                 const char *message);
+
+/* A wait settled: on KVF_OK @p slots (offsets in the engine's mapping) are
+ * the request's chunks in order, valid during the call only. */
+typedef void (*kvf_pd_wait_cb_t)(void *arg, kvf_status_t status,
+                                 const char *message, const kvf_slot_t *slots,
+                                 uint32_t num);
+
+typedef struct kvf_pd_params {
+    struct event_base *base;
+    kvf_ucx_worker_t *worker;
+    kvf_ucx_mem_t *pool_mem; /* the pool mapping, registered */
+    kvf_store_t *store;
+    /* receive region; size 0: this agent receives no pushes */
+    void *region_base;               /* its address here */
+    uint64_t region_offset;          /* its offset in the engines' mapping */
+    uint64_t region_size;            /* bytes */
+    const kvf_ucx_mem_t *region_mem; /* the registration covering it */
+    bool region_is_device;           /* GPU memory: verify via a copy */
+    uint32_t queue_max;              /* reservations that may wait */
+    uint64_t alloc_timeout_ns;       /* how long one may wait */
+    uint64_t push_timeout_ns;        /* a push, end to end; also how long
+                                        a decoder waits for a quiet sender */
+    uint64_t wait_timeout_ns;        /* default of kvf_pd_wait */
+    uint64_t claim_timeout_ns;       /* ready requests nobody claims */
+    const char *name;                /* for logs */
+} kvf_pd_params_t;
+
+typedef struct kvf_pd_stats {
+    uint64_t lat_counts[KVF_PEER_LAT_BUCKETS + 1]; /* push latency */
+    uint64_t lat_sum_us;
+    uint64_t pushes;        /* pushes acknowledged by their decoder */
+    uint64_t push_failures; /* pushes that failed */
+    uint64_t bytes_sent;
+    uint64_t batches_received; /* pushes received and verified */
+    uint64_t bytes_received;
+    uint64_t requests_ready;
+    uint64_t alloc_waits;    /* reservations that had to queue */
+    uint64_t alloc_timeouts; /* of those, timed out */
+    uint64_t aborts;         /* requests aborted here (decoder) */
+    uint64_t reclaimed;      /* ready requests never claimed */
+    uint64_t checksum_failures;
+    uint64_t queue_depth; /* reservations waiting now */
+    uint64_t requests;    /* requests held now */
+    uint64_t region_size;
+    uint64_t region_used;
+} kvf_pd_stats_t;
+
+/* Registers the PD active-message handlers on the worker. */
+kvf_status_t kvf_pd_create(const kvf_pd_params_t *params, kvf_pd_t **pd_p);
+
+/* Frees everything. Destroy the worker first (its destruction completes
+ * every operation in flight, whose callbacks use this object). NULL: no-op.
+ */
+void kvf_pd_destroy(kvf_pd_t *pd);
+
+/* The controller connection used to find decoders by name. */
+void kvf_pd_set_ctl(kvf_pd_t *pd, kvf_ctl_client_t *ctl);
+
+/*
+ * Engines: @p engine below is an opaque identity of an engine connection
+ * (the one that pushes, waits, claims and releases), @p arg the argument of
+ * one callback.
+ *
+ * Pushes @p num chunks of PD request @p request_id to the decoder agent
+ * named @p decoder. The chunks are grants or pins of @p owner at
+ * @p offsets; they move to the push while it runs and back afterwards.
+ * @p cb runs exactly once, never from inside this call, by the push
+ * deadline at the latest. Immediate failures are returned (cb not called):
+ * KVF_ERR_INVALID, KVF_ERR_RANGE (an offset @p owner does not hold, or a
+ * length over its chunk), KVF_ERR_NO_MEMORY.
+ */
+kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, void *engine,
+                                kvf_store_owner_t *owner, uint64_t request_id,
+                                const char *decoder, const uint64_t *offsets,
+                                const uint64_t *lengths,
+                                const uint64_t *checksums, uint32_t num,
+                                bool final, kvf_pd_push_cb_t cb, void *arg);
+
+/*
+ * Waits (0: the default timeout) until request @p request_id is complete
+ * and verified, then claims it for @p engine and calls @p cb with its slots.
+ * @p cb runs exactly once, possibly from inside this call. Failures through
+ * @p cb: KVF_ERR_TIMEOUT, KVF_ERR_CANCELED (aborted), KVF_ERR_BUSY (another
+ * engine waits for or claimed it), KVF_ERR_UNSUPPORTED (no region).
+ */
+void kvf_pd_wait_submit(kvf_pd_t *pd, void *engine, uint64_t request_id,
+                        uint64_t timeout_ns, kvf_pd_wait_cb_t cb, void *arg);
+
+/* Frees request @p request_id's slots (and aborts it if not complete).
+ * KVF_ERR_NOT_FOUND; KVF_ERR_BUSY (claimed by another engine). */
+kvf_status_t kvf_pd_request_release(kvf_pd_t *pd, void *engine,
+                                    uint64_t request_id);
+
+/* @p engine is going away: its waits are dropped, its
+ * claimed requests released, its pushes finish without calling back and
+ * its unfinished requests are aborted at their decoders. */
+void kvf_pd_cancel(kvf_pd_t *pd, void *engine);
+
+/* An endpoint failed: requests being pushed from it are aborted. */
+void kvf_pd_ep_failed(kvf_pd_t *pd, kvf_ucx_ep_t *ep);
+
+void kvf_pd_get_stats(const kvf_pd_t *pd, kvf_pd_stats_t *stats_p);
+
+/* Region offset in the engines' mapping and size (0: no region), and the
+ * push deadline, for POOL_INFO. */
+void kvf_pd_region_info(const kvf_pd_t *pd, uint64_t *offset_p,
+                        uint64_t *size_p, uint64_t *push_timeout_ns_p);
+
+#endif /* KVF_AGENT_PD_H */

@@ -1,0 +1,621 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * PD mode between real agents over UCX (TCP on loopback): a controller, a
+ * prefill agent P and a decode agent D with a 4 MiB receive region (16
+ * chunks of 256 KiB). Every byte is checked at the decode engine; every
+ * failure must show up within its timeout.
+ */
+#include "common/time.h"
+#include "tests/helpers/proc.h"
+#include "tests/helpers/test_helpers.h"
+#include "tests/integration/controller_harness.h"
+
+#include <kvfabric/kvfabric.h>
+
+#include <criterion/criterion.h>
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CHUNK  (256u << 10)
+#define REGION (4u << 20) /* 16 chunks */
+
+typedef struct it_agent {
+    kvf_test_proc_t proc;
+    char sock[128];
+    char http[64];
+    char name[32];
+    bool running;
+} it_agent_t;
+
+static kvf_th_ctl_t g_ctl;
+static it_agent_t g_p, g_d;
+
+static uint16_t http_port(const it_agent_t *a)
+{
+    return (uint16_t)atoi(strrchr(a->http, ':') + 1);
+}
+
+static bool registered(const it_agent_t *a)
+{
+    char body[4096];
+
+    return (kvf_test_http_get(http_port(a), "/healthz", body, sizeof(body)) ==
+            200) &&
+           (strstr(body, "\"registered\":true") != NULL);
+}
+
+/* Starts agent @p a with @p role and the decoder's tunables, plus @p extra
+ * flags (NULL-terminated, may be NULL). */
+static void start_agent(it_agent_t *a, const char *name, const char *role,
+                        const char *const *extra)
+{
+    const char *argv[64] = {kvf_test_build_path("agent/kvf-agent"),
+                            "--controller",
+                            g_ctl.addr,
+                            "--name",
+                            name,
+                            "--role",
+                            role,
+                            "--socket",
+                            a->sock,
+                            "--http",
+                            a->http,
+                            "--listen",
+                            "127.0.0.1:0",
+                            "--pool-size",
+                            "16M",
+                            "--max-chunk",
+                            "1M",
+                            "--transports",
+                            "tcp",
+                            "--pd-buffer-size",
+                            "4M",
+                            "--pd-alloc-timeout",
+                            "1s",
+                            "--pd-push-timeout",
+                            "3s",
+                            "--pd-queue-max",
+                            "4",
+                            "--pd-claim-timeout",
+                            "20s"};
+    int n                = 29, k;
+
+    snprintf(a->name, sizeof(a->name), "%s", name);
+    snprintf(a->sock, sizeof(a->sock), "/tmp/kvf-pd-it-%d-%s.sock",
+             (int)getpid(), name);
+    snprintf(a->http, sizeof(a->http), "127.0.0.1:%u", kvf_test_free_port());
+    for (k = 0; (extra != NULL) && (extra[k] != NULL); k++) {
+        argv[n++] = extra[k];
+    }
+    argv[n] = NULL;
+    cr_assert_eq(kvf_test_proc_start(&a->proc, argv), 0);
+    a->running = true;
+    for (k = 0; (k < 2000) && !registered(a); k++) {
+        poll(NULL, 0, 5);
+    }
+    cr_assert(registered(a), "agent %s did not register: %s", a->name,
+              kvf_test_proc_log(&a->proc));
+}
+
+static void start_pair(const char *const *decoder_extra)
+{
+    start_agent(&g_p, "it-prefill", "prefill", NULL);
+    start_agent(&g_d, "it-decode", "decode", decoder_extra);
+}
+
+static void setup(void)
+{
+    const char *args[] = {"--heartbeat-interval", "100ms", NULL};
+
+    memset(&g_p, 0, sizeof(g_p));
+    memset(&g_d, 0, sizeof(g_d));
+    kvf_th_ctl_start(&g_ctl, args);
+}
+
+static void teardown(void)
+{
+    int p = 0, d = 0;
+
+    /* agents exit 0 only without leaks (ASan) or stuck operations */
+    if (g_p.running) {
+        p = kvf_test_proc_stop(&g_p.proc, 10000);
+    }
+    if (g_d.running) {
+        d = kvf_test_proc_stop(&g_d.proc, 10000);
+    }
+    if ((p != 0) || (d != 0)) {
+        /* a .fini assertion would not fail the run (STYLE.md): abort */
+        fprintf(stderr, "agents exited %d (prefill) and %d (decode)\n%s\n%s\n",
+                p, d, kvf_test_proc_log(&g_p.proc),
+                kvf_test_proc_log(&g_d.proc));
+        abort();
+    }
+    kvf_th_ctl_stop(&g_ctl);
+    kvf_test_check_leaks();
+}
+
+TestSuite(pd, .init = setup, .fini = teardown, .timeout = 120);
+
+static kvf_client_t *connect_to(const it_agent_t *a)
+{
+    kvf_client_params_t p = {.field_mask = KVF_CLIENT_PARAM_SOCKET |
+                                           KVF_CLIENT_PARAM_TIMEOUT,
+                             .socket_path = a->sock,
+                             .timeout_ns  = 5000000000ull};
+    kvf_client_t *c       = NULL;
+
+    cr_assert_eq(kvf_client_connect(&p, &c), KVF_OK);
+    return c;
+}
+
+/* Chunk @p index of request @p req: bytes no other chunk has. */
+static void fill(uint8_t *p, uint64_t req, uint32_t index)
+{
+    uint64_t x = (req << 20) ^ ((uint64_t)index << 4) ^ 0x9e3779b97f4a7c15ull,
+             i;
+
+    for (i = 0; i < CHUNK; i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        memcpy(p + i, &x, 8);
+    }
+}
+
+/* Pushes chunks [first, first+n) of @p req from a prefill connection. */
+static kvf_status_t push(kvf_client_t *c, uint64_t req, uint32_t first,
+                         uint32_t n, bool final)
+{
+    kvf_slot_t slots[64];
+    uint64_t sums[64];
+    kvf_status_t status;
+    uint32_t i;
+
+    cr_assert_leq(n, 64);
+    cr_assert_eq(kvf_client_alloc(c, CHUNK, n, slots), KVF_OK);
+    for (i = 0; i < n; i++) {
+        uint8_t *p = (uint8_t *)kvf_client_pool_base(c) + slots[i].offset;
+
+        fill(p, req, first + i);
+        sums[i] = kvf_chunk_checksum(p, CHUNK);
+    }
+    status = kvf_pd_push(c, req, "it-decode", slots, sums, n, final);
+    /* the slots stay ours after the push, whatever its outcome */
+    cr_assert_eq(kvf_client_release(c, slots, n), KVF_OK, "%s",
+                 kvf_client_last_error(c));
+    return status;
+}
+
+/* Waits for @p req at the decoder and checks its @p n chunks byte for
+ * byte. */
+static void wait_and_check(kvf_client_t *c, uint64_t req, uint32_t n)
+{
+    kvf_slot_t slots[64];
+    uint8_t *want = malloc(CHUNK);
+    uint32_t num  = 0, i;
+
+    cr_assert_eq(kvf_pd_wait(c, req, 5000000000ull, slots, 64, &num), KVF_OK,
+                 "%s", kvf_client_last_error(c));
+    cr_assert_eq(num, n);
+    for (i = 0; i < n; i++) {
+        cr_assert_eq(slots[i].length, CHUNK);
+        cr_assert_lt(slots[i].offset, kvf_client_pool_size(c));
+        fill(want, req, i);
+        cr_assert_eq(
+            memcmp((uint8_t *)kvf_client_pool_base(c) + slots[i].offset, want,
+                   CHUNK),
+            0, "request %llu chunk %u differs", (unsigned long long)req, i);
+    }
+    free(want);
+}
+
+/* The value of metric line @p name (exact prefix up to the space) of agent
+ * @p a, or -1. */
+static long long metric(const it_agent_t *a, const char *name)
+{
+    static char body[65536];
+    char needle[160];
+    const char *p;
+
+    if (kvf_test_http_get(http_port(a), "/metrics", body, sizeof(body)) !=
+        200) {
+        return -1;
+    }
+    snprintf(needle, sizeof(needle), "\n%s ", name);
+    p = strstr(body, needle);
+    return (p == NULL) ? -1 : atoll(p + strlen(needle));
+}
+
+static bool metric_becomes(const it_agent_t *a, const char *name,
+                           long long want, int timeout_ms)
+{
+    uint64_t deadline = kvf_time_now_ms() + (uint64_t)timeout_ms;
+
+    while (kvf_time_now_ms() < deadline) {
+        if (metric(a, name) == want) {
+            return true;
+        }
+        poll(NULL, 0, 10);
+    }
+    return metric(a, name) == want;
+}
+
+#define REGION_USED "kvf_agent_pd_region_bytes{state=\"used\"}"
+#define QUEUE_DEPTH "kvf_agent_pd_queue_depth"
+
+Test(pd, push_then_wait_delivers_every_byte)
+{
+    kvf_client_t *pc, *dc;
+    kvf_slot_t slot;
+    uint32_t num;
+
+    start_pair(NULL);
+    pc = connect_to(&g_p);
+    dc = connect_to(&g_d);
+    cr_assert_eq(push(pc, 1, 0, 4, true), KVF_OK, "%s",
+                 kvf_client_last_error(pc));
+    wait_and_check(dc, 1, 4);
+    /* the same engine may ask again; another engine may not */
+    cr_assert_eq(kvf_pd_wait(dc, 1, 1000000000ull, &slot, 1, &num),
+                 KVF_ERR_TOO_BIG);
+    cr_assert_eq(kvf_pd_release(dc, 1), KVF_OK, "%s",
+                 kvf_client_last_error(dc));
+    cr_assert_eq(kvf_pd_release(dc, 1), KVF_ERR_NOT_FOUND);
+    cr_assert(metric_becomes(&g_d, REGION_USED, 0, 2000));
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
+
+typedef struct waiter {
+    kvf_client_t *c;
+    uint64_t req;
+    uint32_t want;
+    kvf_status_t status;
+    uint32_t num;
+    uint64_t took_ms;
+} waiter_t;
+
+static void *wait_thread(void *arg)
+{
+    waiter_t *w = arg;
+    kvf_slot_t slots[64];
+    uint64_t t0 = kvf_time_now_ms();
+
+    w->status  = kvf_pd_wait(w->c, w->req, 5000000000ull, slots, 64, &w->num);
+    w->took_ms = kvf_time_now_ms() - t0;
+    return NULL;
+}
+
+Test(pd, wait_before_push_works)
+{
+    kvf_client_t *pc, *dc;
+    waiter_t w = {0};
+    pthread_t th;
+
+    start_pair(NULL);
+    pc    = connect_to(&g_p);
+    dc    = connect_to(&g_d);
+    w.c   = dc;
+    w.req = 7;
+    cr_assert_eq(pthread_create(&th, NULL, wait_thread, &w), 0);
+    /* the decode engine is waiting before anything was pushed */
+    cr_assert(metric_becomes(&g_d, "kvf_agent_pd_requests", 1, 5000));
+    cr_assert_eq(push(pc, 7, 0, 3, true), KVF_OK, "%s",
+                 kvf_client_last_error(pc));
+    pthread_join(th, NULL);
+    cr_assert_eq(w.status, KVF_OK, "%s", kvf_client_last_error(dc));
+    cr_assert_eq(w.num, 3);
+    wait_and_check(dc, 7, 3); /* claimed by this connection: same slots */
+    cr_assert_eq(kvf_pd_release(dc, 7), KVF_OK);
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
+
+Test(pd, streaming_pushes_interleave_across_requests)
+{
+    kvf_client_t *pc = NULL, *pc2, *dc;
+
+    start_pair(NULL);
+    pc  = connect_to(&g_p);
+    pc2 = connect_to(&g_p);
+    dc  = connect_to(&g_d);
+    /* layer groups of two requests, produced and pushed interleaved */
+    cr_assert_eq(push(pc, 10, 0, 2, false), KVF_OK);
+    cr_assert_eq(push(pc2, 11, 0, 1, false), KVF_OK);
+    cr_assert_eq(push(pc, 10, 2, 2, false), KVF_OK);
+    cr_assert_eq(push(pc2, 11, 1, 3, false), KVF_OK);
+    cr_assert_eq(push(pc2, 11, 4, 1, true), KVF_OK);
+    cr_assert_eq(push(pc, 10, 4, 1, true), KVF_OK, "%s",
+                 kvf_client_last_error(pc));
+    wait_and_check(dc, 11, 5);
+    wait_and_check(dc, 10, 5);
+    cr_assert_eq(kvf_pd_release(dc, 10), KVF_OK);
+    cr_assert_eq(kvf_pd_release(dc, 11), KVF_OK);
+    cr_assert(metric_becomes(&g_d, REGION_USED, 0, 2000));
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(pc2);
+    kvf_client_disconnect(dc);
+}
+
+typedef struct pusher {
+    uint64_t req;
+    uint32_t n;
+    kvf_status_t status;
+    bool done;
+    uint64_t took_ms;
+    char error[256];
+} pusher_t;
+
+static void *push_thread(void *arg)
+{
+    pusher_t *p     = arg;
+    kvf_client_t *c = connect_to(&g_p);
+    uint64_t t0     = kvf_time_now_ms();
+
+    p->status  = push(c, p->req, 0, p->n, true);
+    p->took_ms = kvf_time_now_ms() - t0;
+    snprintf(p->error, sizeof(p->error), "%s", kvf_client_last_error(c));
+    __atomic_store_n(&p->done, true, __ATOMIC_RELEASE);
+    kvf_client_disconnect(c);
+    return NULL;
+}
+
+Test(pd, full_region_queues_fifo_and_releases_wake_pushes)
+{
+    const char *extra[] = {"--pd-alloc-timeout", "20s", "--pd-push-timeout",
+                           "30s", NULL};
+    pusher_t ps[3]      = {
+             {.req = 21, .n = 8}, {.req = 22, .n = 8}, {.req = 23, .n = 8}};
+    kvf_client_t *pc, *dc;
+    pthread_t th[3];
+    int i;
+
+    start_agent(&g_p, "it-prefill", "prefill", extra);
+    start_agent(&g_d, "it-decode", "decode", extra);
+    pc = connect_to(&g_p);
+    dc = connect_to(&g_d);
+    /* request 20 fills the whole region, and an engine holds it */
+    cr_assert_eq(push(pc, 20, 0, 16, true), KVF_OK, "%s",
+                 kvf_client_last_error(pc));
+    wait_and_check(dc, 20, 16);
+    /* three more queue, in a known order */
+    for (i = 0; i < 3; i++) {
+        cr_assert_eq(pthread_create(&th[i], NULL, push_thread, &ps[i]), 0);
+        cr_assert(metric_becomes(&g_d, QUEUE_DEPTH, i + 1, 5000),
+                  "queue depth %lld", metric(&g_d, QUEUE_DEPTH));
+    }
+    cr_assert(metric(&g_d, "kvf_agent_pd_alloc_waits_total") >= 3);
+    /* 16 chunks free: the first two in line (8 + 8) go, the third waits */
+    cr_assert_eq(kvf_pd_release(dc, 20), KVF_OK);
+    cr_assert(metric_becomes(&g_d, QUEUE_DEPTH, 1, 5000));
+    wait_and_check(dc, 21, 8);
+    wait_and_check(dc, 22, 8);
+    cr_assert(!__atomic_load_n(&ps[2].done, __ATOMIC_ACQUIRE));
+    cr_assert_eq(kvf_pd_release(dc, 21), KVF_OK);
+    wait_and_check(dc, 23, 8);
+    for (i = 0; i < 3; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert_eq(ps[i].status, KVF_OK, "push %d: %s", i, ps[i].error);
+    }
+    cr_assert_eq(kvf_pd_release(dc, 22), KVF_OK);
+    cr_assert_eq(kvf_pd_release(dc, 23), KVF_OK);
+    cr_assert(metric_becomes(&g_d, REGION_USED, 0, 2000));
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
+
+Test(pd, queue_timeout_fails_the_push_with_a_clear_error)
+{
+    kvf_client_t *pc, *dc;
+    uint64_t t0;
+    kvf_status_t status;
+
+    start_pair(NULL);
+    pc = connect_to(&g_p);
+    dc = connect_to(&g_d);
+    cr_assert_eq(push(pc, 30, 0, 16, true), KVF_OK);
+    wait_and_check(dc, 30, 16); /* claimed: nothing will make room */
+    t0     = kvf_time_now_ms();
+    status = push(pc, 31, 0, 2, true);
+    cr_assert_eq(status, KVF_ERR_TIMEOUT, "%d: %s", status,
+                 kvf_client_last_error(pc));
+    cr_assert_lt(kvf_time_now_ms() - t0, 3000);
+    cr_assert_not_null(strstr(kvf_client_last_error(pc), "stayed full"), "%s",
+                       kvf_client_last_error(pc));
+    cr_assert_not_null(strstr(kvf_client_last_error(pc), "it-decode"));
+    cr_assert_eq(metric(&g_d, "kvf_agent_pd_alloc_timeouts_total"), 1);
+    cr_assert_eq(metric(&g_d, QUEUE_DEPTH), 0);
+    /* the request that held the region is untouched */
+    wait_and_check(dc, 30, 16);
+    cr_assert_eq(kvf_pd_release(dc, 30), KVF_OK);
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
+
+Test(pd, request_larger_than_the_region_fails_fast)
+{
+    kvf_client_t *pc, *dc;
+    kvf_slot_t slots[2];
+    uint32_t num;
+    uint64_t t0;
+
+    start_pair(NULL);
+    pc = connect_to(&g_p);
+    dc = connect_to(&g_d);
+    t0 = kvf_time_now_ms();
+    cr_assert_eq(push(pc, 40, 0, 17, true), KVF_ERR_TOO_BIG);
+    /* streamed: the second part takes it over the whole region */
+    cr_assert_eq(push(pc, 41, 0, 12, false), KVF_OK);
+    cr_assert_eq(push(pc, 41, 12, 12, true), KVF_ERR_TOO_BIG, "%s",
+                 kvf_client_last_error(pc));
+    cr_assert_lt(kvf_time_now_ms() - t0, 1000);
+    cr_assert_eq(kvf_pd_wait(dc, 41, 1000000000ull, slots, 2, &num),
+                 KVF_ERR_CANCELED);
+    cr_assert(metric_becomes(&g_d, REGION_USED, 0, 2000));
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
+
+Test(pd, duplicate_and_unknown_ids_are_errors)
+{
+    kvf_client_t *pc, *dc;
+
+    start_pair(NULL);
+    pc = connect_to(&g_p);
+    dc = connect_to(&g_d);
+    cr_assert_eq(push(pc, 50, 0, 2, true), KVF_OK);
+    cr_assert_eq(push(pc, 50, 0, 2, true), KVF_ERR_EXISTS, "%s",
+                 kvf_client_last_error(pc));
+    cr_assert_eq(kvf_pd_release(dc, 999), KVF_ERR_NOT_FOUND);
+    /* the duplicate never touched the first request's bytes */
+    wait_and_check(dc, 50, 2);
+    cr_assert_eq(kvf_pd_release(dc, 50), KVF_OK);
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
+
+Test(pd, decoder_killed_push_fails_within_its_timeout)
+{
+    kvf_client_t *pc;
+    kvf_status_t status;
+    uint64_t t0;
+
+    start_pair(NULL);
+    pc = connect_to(&g_p);
+    cr_assert_eq(push(pc, 60, 0, 2, false), KVF_OK);
+    kvf_test_proc_kill(&g_d.proc);
+    g_d.running = false;
+    t0          = kvf_time_now_ms();
+    status      = push(pc, 60, 2, 2, true);
+    cr_assert_neq(status, KVF_OK);
+    cr_assert_lt(kvf_time_now_ms() - t0, 3000 + 1500, "took %llu ms",
+                 (unsigned long long)(kvf_time_now_ms() - t0));
+    cr_assert_eq(metric(&g_p, "kvf_agent_pd_pushes_total{result=\"failed\"}"),
+                 1);
+    kvf_client_disconnect(pc);
+}
+
+Test(pd, prefill_killed_mid_request_fails_the_wait_and_frees_slots)
+{
+    kvf_client_t *pc, *dc;
+    kvf_slot_t slots[8];
+    kvf_status_t status;
+    uint32_t num;
+    uint64_t t0;
+
+    start_pair(NULL);
+    pc = connect_to(&g_p);
+    dc = connect_to(&g_d);
+    cr_assert_eq(push(pc, 70, 0, 4, false), KVF_OK);
+    cr_assert_eq(metric(&g_d, REGION_USED), 4 * CHUNK);
+    kvf_test_proc_kill(&g_p.proc); /* the agent dies, not just its engine */
+    g_p.running = false;
+    t0          = kvf_time_now_ms();
+    status      = kvf_pd_wait(dc, 70, 5000000000ull, slots, 8, &num);
+    cr_assert((status == KVF_ERR_CANCELED) || (status == KVF_ERR_TIMEOUT),
+              "%d: %s", status, kvf_client_last_error(dc));
+    cr_assert_lt(kvf_time_now_ms() - t0, 5000 + 1000);
+    cr_assert(metric_becomes(&g_d, REGION_USED, 0, 5000), "%lld bytes used",
+              metric(&g_d, REGION_USED));
+    cr_assert_geq(metric(&g_d, "kvf_agent_pd_aborts_total"), 1);
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
+
+Test(pd, prefill_engine_gone_mid_request_aborts_it)
+{
+    kvf_client_t *pc, *dc;
+    waiter_t w = {0};
+    pthread_t th;
+
+    start_pair(NULL);
+    pc    = connect_to(&g_p);
+    dc    = connect_to(&g_d);
+    w.c   = dc;
+    w.req = 75;
+    cr_assert_eq(push(pc, 75, 0, 2, false), KVF_OK);
+    cr_assert_eq(pthread_create(&th, NULL, wait_thread, &w), 0);
+    kvf_client_disconnect(pc); /* the prefill engine crashed */
+    pthread_join(th, NULL);
+    cr_assert_eq(w.status, KVF_ERR_CANCELED, "%d: %s", w.status,
+                 kvf_client_last_error(dc));
+    cr_assert_lt(w.took_ms, 2000);
+    cr_assert(metric_becomes(&g_d, REGION_USED, 0, 2000));
+    kvf_client_disconnect(dc);
+}
+
+Test(pd, unclaimed_requests_are_reclaimed)
+{
+    const char *extra[] = {"--pd-claim-timeout", "300ms", NULL};
+    kvf_client_t *pc, *dc;
+    kvf_slot_t slots[4];
+    uint32_t num;
+
+    start_pair(extra);
+    pc = connect_to(&g_p);
+    dc = connect_to(&g_d);
+    cr_assert_eq(push(pc, 80, 0, 4, true), KVF_OK);
+    cr_assert(metric_becomes(&g_d, "kvf_agent_pd_reclaimed_total", 1, 3000));
+    cr_assert_eq(metric(&g_d, REGION_USED), 0);
+    cr_assert_eq(kvf_pd_wait(dc, 80, 100000000ull, slots, 4, &num),
+                 KVF_ERR_TIMEOUT);
+    cr_assert_eq(kvf_pd_release(dc, 80), KVF_ERR_NOT_FOUND);
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
+
+Test(pd, metrics_and_kvfctl_show_roles_and_region_usage)
+{
+    static char kvfctl[4096];
+    const char *argv[] = {kvfctl,   "--controller", g_ctl.addr,
+                          "--json", "nodes",        NULL};
+    static char out[16384];
+    kvf_client_t *pc, *dc;
+    uint64_t deadline;
+    bool seen = false;
+
+    /* kvf_test_build_path answers in a buffer the next call reuses */
+    snprintf(kvfctl, sizeof(kvfctl), "%s", kvf_test_build_path("tools/kvfctl"));
+    start_pair(NULL);
+    pc = connect_to(&g_p);
+    dc = connect_to(&g_d);
+    cr_assert_eq(push(pc, 90, 0, 4, true), KVF_OK);
+    cr_assert_eq(
+        metric(&g_p, "kvf_agent_pd_pushes_total{result=\"delivered\"}"), 1);
+    cr_assert_eq(metric(&g_p, "kvf_agent_pd_push_seconds_count"), 1);
+    cr_assert_eq(metric(&g_p, "kvf_agent_pd_bytes_total{dir=\"sent\"}"),
+                 4 * CHUNK);
+    cr_assert_eq(metric(&g_d, "kvf_agent_pd_bytes_total{dir=\"received\"}"),
+                 4 * CHUNK);
+    cr_assert_eq(metric(&g_d, "kvf_agent_pd_requests_ready_total"), 1);
+    cr_assert_eq(metric(&g_d, "kvf_agent_pd_region_bytes{state=\"free\"}"),
+                 REGION - 4 * CHUNK);
+    /* heartbeats carry the usage to the controller's node table */
+    deadline = kvf_time_now_ms() + 5000;
+    while (!seen && (kvf_time_now_ms() < deadline)) {
+        cr_assert_eq(kvf_test_run(argv, out, sizeof(out), 5000), 0, "%s", out);
+        seen = (strstr(out, "\"pd_used\":1048576,\"pd_capacity\":4194304") !=
+                NULL);
+        if (!seen) {
+            poll(NULL, 0, 20);
+        }
+    }
+    cr_assert(seen, "%s", out);
+    cr_assert_not_null(strstr(out, "\"role\":\"decode\""), "%s", out);
+    cr_assert_not_null(strstr(out, "\"role\":\"prefill\""), "%s", out);
+    argv[3] = "nodes";
+    argv[4] = NULL;
+    cr_assert_eq(kvf_test_run(argv, out, sizeof(out), 5000), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "PD_USED"), "%s", out);
+    cr_assert_not_null(strstr(out, "4194304"), "%s", out);
+    wait_and_check(dc, 90, 4);
+    cr_assert_eq(kvf_pd_release(dc, 90), KVF_OK);
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
