@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Copyright (c) 2026 The kvfabric authors */
 #include "controller/server_int.h"
+#include "controller/dashboard.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "proto/frame.h"
@@ -247,6 +248,8 @@ kvf_status_t kvf_server_http_start(kvf_server_t *server)
     snprintf(server->http_addr, sizeof(server->http_addr), "%s:%u", host,
              ntohs(((struct sockaddr_in *)&ss)->sin_port));
     evhttp_set_allowed_methods(server->http, EVHTTP_REQ_GET);
+    evhttp_set_cb(server->http, "/", kvf_dashboard_serve, server);
+    evhttp_set_cb(server->http, "/dashboard", kvf_dashboard_serve, server);
     evhttp_set_cb(server->http, "/healthz", kvf_http_on_healthz, server);
     evhttp_set_cb(server->http, "/v1/nodes", kvf_http_on_nodes, server);
     evhttp_set_cb(server->http, "/v1/stats", kvf_http_on_stats, server);
