@@ -143,18 +143,33 @@ static void kvf_agent_on_inventory(void *arg, kvf_ctl_client_t *client)
 static void kvf_agent_on_usage(void *arg, kvf_ctl_usage_t *usage)
 {
     kvf_agent_t *agent = arg;
+    kvf_engine_server_stats_t es;
     kvf_store_stats_t st;
+    kvf_peer_stats_t ps;
 
     kvf_store_get_stats(agent->store, &st);
     usage->pool_used     = st.pool.used;
     usage->pool_capacity = st.pool.capacity;
     usage->entries       = st.pool.entries;
     if (agent->pd != NULL) {
-        kvf_pd_stats_t ps;
+        kvf_pd_stats_t pds;
 
-        kvf_pd_get_stats(agent->pd, &ps);
-        usage->pd_capacity = ps.region_size;
-        usage->pd_used     = ps.region_used;
+        kvf_pd_get_stats(agent->pd, &pds);
+        usage->pd_capacity = pds.region_size;
+        usage->pd_used     = pds.region_used;
+    }
+    if (agent->engines != NULL) {
+        kvf_engine_server_get_stats(agent->engines, &es);
+        usage->lookup_chunks        = es.lookup_keys;
+        usage->lookup_local_chunks  = es.local_hit_keys;
+        usage->lookup_remote_chunks = es.remote_hit_keys;
+    }
+    if (agent->peer != NULL) {
+        kvf_peer_get_stats(agent->peer, &ps);
+        usage->fetched_chunks = ps.chunks_fetched;
+        usage->fetched_bytes  = ps.bytes_fetched;
+        usage->served_chunks  = ps.chunks_served;
+        usage->served_bytes   = ps.bytes_served;
     }
 }
 

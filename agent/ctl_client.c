@@ -311,12 +311,22 @@ void kvf_ctl_client_inventory_end(kvf_ctl_client_t *client)
 
 static void kvf_ctl_client_send_heartbeat(kvf_ctl_client_t *client)
 {
-    kvf_ctl_usage_t usage = {0, client->pool_capacity, 0, 0, 0};
+    kvf_ctl_usage_t usage = {0};
+    Kvf__NodeTraffic traffic;
     Kvf__Heartbeat hb;
 
+    usage.pool_capacity = client->pool_capacity;
     if ((client->ops != NULL) && (client->ops->usage != NULL)) {
         client->ops->usage(client->arg, &usage);
     }
+    kvf__node_traffic__init(&traffic);
+    traffic.lookup_chunks        = usage.lookup_chunks;
+    traffic.lookup_local_chunks  = usage.lookup_local_chunks;
+    traffic.lookup_remote_chunks = usage.lookup_remote_chunks;
+    traffic.fetched_chunks       = usage.fetched_chunks;
+    traffic.fetched_bytes        = usage.fetched_bytes;
+    traffic.served_chunks        = usage.served_chunks;
+    traffic.served_bytes         = usage.served_bytes;
     kvf__heartbeat__init(&hb);
     hb.request_id    = client->next_request++;
     hb.node_id       = client->node_id;
@@ -327,6 +337,7 @@ static void kvf_ctl_client_send_heartbeat(kvf_ctl_client_t *client)
     hb.pd_capacity   = usage.pd_capacity;
     hb.pd_used       = usage.pd_used;
     hb.last_seq      = client->seq;
+    hb.traffic       = &traffic;
     if (kvf_ctl_client_send(client, KVF_MSG_HEARTBEAT, &hb.base) == KVF_OK) {
         client->stats.heartbeats++;
     }

@@ -28,13 +28,21 @@ struct event_base;
 
 typedef struct kvf_ctl_client kvf_ctl_client_t;
 
-/* Pool usage reported in each heartbeat. */
+/* Pool usage and traffic counters reported in each heartbeat (the
+ * counters are cumulative since the agent started). */
 typedef struct kvf_ctl_usage {
     uint64_t pool_used;
     uint64_t pool_capacity;
     uint64_t entries;
     uint64_t pd_capacity; /* PD receive region bytes, 0: none */
     uint64_t pd_used;
+    uint64_t lookup_chunks;
+    uint64_t lookup_local_chunks;
+    uint64_t lookup_remote_chunks;
+    uint64_t fetched_chunks;
+    uint64_t fetched_bytes;
+    uint64_t served_chunks;
+    uint64_t served_bytes;
 } kvf_ctl_usage_t;
 
 typedef struct kvf_ctl_client_ops {

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Copyright (c) 2026 The kvfabric authors */
 #include "controller/server_int.h"
+#include "controller/dashboard.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "proto/frame.h"
@@ -54,6 +55,23 @@ static void kvf_http_on_healthz(struct evhttp_request *req, void *arg)
     evbuffer_free(b);
 }
 
+/* The node's entries and heartbeat counters: clients such as the dashboard
+ * turn successive samples into rates. */
+static void kvf_http_node_traffic(struct evbuffer *b, const kvf_node_t *node)
+{
+    const kvf_node_traffic_t *t = &node->traffic;
+
+    evbuffer_add_printf(
+        b,
+        ",\"entries\":%" PRIu64 ",\"lookup_chunks\":%" PRIu64
+        ",\"lookup_local_chunks\":%" PRIu64 ",\"lookup_remote_chunks\":%" PRIu64
+        ",\"fetched_chunks\":%" PRIu64 ",\"fetched_bytes\":%" PRIu64
+        ",\"served_chunks\":%" PRIu64 ",\"served_bytes\":%" PRIu64,
+        node->entries, t->lookup_chunks, t->lookup_local_chunks,
+        t->lookup_remote_chunks, t->fetched_chunks, t->fetched_bytes,
+        t->served_chunks, t->served_bytes);
+}
+
 static void kvf_http_on_nodes(struct evhttp_request *req, void *arg)
 {
     kvf_server_t *server = arg;
@@ -88,9 +106,10 @@ static void kvf_http_on_nodes(struct evhttp_request *req, void *arg)
         kvf_http_json_str(b, node->data_address);
         evbuffer_add_printf(b, ",\"instance_id\":");
         kvf_http_json_str(b, node->instance_id);
-        evbuffer_add_printf(
-            b, ",\"tp_rank\":%" PRIu32 ",\"tp_world\":%" PRIu32 "}",
-            node->tp_rank, node->tp_world);
+        evbuffer_add_printf(b, ",\"tp_rank\":%" PRIu32 ",\"tp_world\":%" PRIu32,
+                            node->tp_rank, node->tp_world);
+        kvf_http_node_traffic(b, node);
+        evbuffer_add(b, "}", 1);
     }
     evbuffer_add_printf(b, "]}\n");
     kvf_http_reply(req, b, "application/json");
@@ -230,6 +249,8 @@ kvf_status_t kvf_server_http_start(kvf_server_t *server)
     snprintf(server->http_addr, sizeof(server->http_addr), "%s:%u", host,
              ntohs(((struct sockaddr_in *)&ss)->sin_port));
     evhttp_set_allowed_methods(server->http, EVHTTP_REQ_GET);
+    evhttp_set_cb(server->http, "/", kvf_dashboard_serve, server);
+    evhttp_set_cb(server->http, "/dashboard", kvf_dashboard_serve, server);
     evhttp_set_cb(server->http, "/healthz", kvf_http_on_healthz, server);
     evhttp_set_cb(server->http, "/v1/nodes", kvf_http_on_nodes, server);
     evhttp_set_cb(server->http, "/v1/stats", kvf_http_on_stats, server);

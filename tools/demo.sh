@@ -139,6 +139,7 @@ TXT
 
 if [ $keep -eq 1 ]; then
     say "cluster left running (Ctrl-C stops it)"
+    echo "  dashboard: http://127.0.0.1:$ctl_http/"
     echo "  curl http://127.0.0.1:${agent_http[0]}/metrics"
     echo "  curl http://127.0.0.1:$ctl_http/metrics"
     [ -x "$kvfctl_bin" ] && echo "  $kvfctl_bin --controller 127.0.0.1:$ctl_port nodes"
