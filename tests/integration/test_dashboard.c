@@ -253,6 +253,12 @@ Test(dashboard, chromium_renders_the_node_table)
               "%s", dom);
     /* 64 MiB pools, some of them used; hit rates are percentages */
     cr_assert(strstr(dom, " / 64.0 MiB</td>") != NULL, "%s", dom);
+    /* the decoder's PD receive region (64 MiB by default); none on the
+     * prefill agent */
+    cr_assert(strstr(dom, "<td class=\"pd\">\xe2\x80\x93</td>") != NULL, "%s",
+              dom);
+    cr_assert(strstr(dom, " / 64.0 MiB</td><td class=\"num\">") != NULL, "%s",
+              dom);
     cr_assert(strstr(dom, "<td class=\"num hit\"") != NULL, "%s", dom);
     cr_assert(strstr(dom, " %</td>") != NULL, "no hit rate shown: %s", dom);
     /* cluster totals */
