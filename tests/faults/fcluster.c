@@ -369,6 +369,8 @@ int kvf_fc_agent_start(kvf_fc_t *fc, int i)
                             "1s",
                             "--request-timeout",
                             "2s",
+                            "--log-level",
+                            fc->params.log_level,
                             NULL};
     int n                = 0;
 
@@ -410,7 +412,10 @@ int kvf_fc_create(kvf_fc_t *fc, const kvf_fc_params_t *params)
     int i;
 
     memset(fc, 0, sizeof(*fc));
-    fc->params   = *params;
+    fc->params = *params;
+    if (fc->params.log_level == NULL) {
+        fc->params.log_level = "info";
+    }
     fc->root_ns  = -1;
     fc->guard_fd = -1;
     for (i = 0; i <= KVF_FC_MAX_AGENTS; i++) {

@@ -38,6 +38,7 @@ typedef struct kvf_fc_params {
     const char *lease;      /* controller lease, "2s" */
     const char *max_chunk;  /* "1M" */
     uint64_t client_tmo_ns; /* engine call timeout */
+    const char *log_level;  /* of the agents; NULL: info */
 } kvf_fc_params_t;
 
 typedef struct kvf_fc_agent {
