@@ -23,7 +23,8 @@
  * hangs is not 0 or the end checks fail.
  *
  * SOAK_SECONDS (default 600) sets the length, SOAK_SEED the random seed,
- * SOAK_LOG_LEVEL the agents' log level (default warn).
+ * SOAK_LOG_LEVEL the agents' log level (default warn); SOAK_FAULTS=0 runs
+ * the workload without faults (a baseline).
  * Needs KVF_BUILD_ROOT and KVF_SOURCE_ROOT (make soak sets them).
  */
 #include "common/time.h"
@@ -55,6 +56,7 @@ typedef struct soak {
     uint64_t warm_ns; /* RSS baseline taken then */
     uint64_t rss0;
     unsigned int work_seed;
+    bool is_quiet; /* SOAK_FAULTS=0: the workload alone, as a baseline */
     atomic_bool is_down[SOAK_AGENTS]; /* killed or stopped: no engine */
     atomic_uint_fast64_t faults;
     uint64_t requests;
@@ -104,7 +106,7 @@ static void soak_faults(soak_t *s)
         int kind = rand_r(&s->fault_seed) % 4, i;
 
         soak_nap(s, 2000 + rand_r(&s->fault_seed) % 2000);
-        if (kvf_time_expired(s->end_ns)) {
+        if (kvf_time_expired(s->end_ns) || s->is_quiet) {
             break;
         }
         switch (kind) {
@@ -264,7 +266,7 @@ int main(void)
 {
     kvf_fc_params_t params = {.num_agents    = SOAK_AGENTS,
                               .is_netns      = false,
-                              .pool_size     = "32M",
+                              .pool_size     = "64M",
                               .fetch_tmo     = "2s",
                               .lease         = "2s",
                               .max_chunk     = "1M",
@@ -296,6 +298,8 @@ int main(void)
                  getenv("ASAN_OPTIONS"));
         setenv("ASAN_OPTIONS", asan, 1);
     }
+    s.is_quiet = (getenv("SOAK_FAULTS") != NULL) &&
+                 (strcmp(getenv("SOAK_FAULTS"), "0") == 0);
     signal(SIGPIPE, SIG_IGN);
     s.fault_seed = seed * 7919u + 1;
     fprintf(stderr, "soak: %.0f s, seed %u\n", seconds, seed);
