@@ -73,26 +73,6 @@ typedef struct kvf_bench_p2p {
     char sock[2][128];
 } kvf_bench_p2p_t;
 
-static pid_t kvf_bench_p2p_spawn(const char *const argv[], const char *log)
-{
-    pid_t pid = fork();
-
-    if (pid == 0) {
-        FILE *f = freopen(log, "w", stderr);
-
-        (void)f;
-        if (freopen("/dev/null", "w", stdout) == NULL) {
-            _exit(127);
-        }
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcast-qual"
-        execv(argv[0], (char *const *)argv);
-#pragma GCC diagnostic pop
-        _exit(127);
-    }
-    return pid;
-}
-
 static void kvf_bench_p2p_stop(kvf_bench_p2p_t *b)
 {
     int i;
@@ -102,24 +82,6 @@ static void kvf_bench_p2p_stop(kvf_bench_p2p_t *b)
         waitpid(b->pids[i], NULL, 0);
     }
     b->npids = 0;
-}
-
-static kvf_client_t *kvf_bench_p2p_connect(const char *sock)
-{
-    kvf_client_params_t p = {.field_mask = KVF_CLIENT_PARAM_SOCKET |
-                                           KVF_CLIENT_PARAM_TIMEOUT,
-                             .socket_path = sock,
-                             .timeout_ns  = 60 * KVF_NSEC_PER_SEC};
-    kvf_client_t *c       = NULL;
-    uint64_t deadline     = kvf_time_deadline_ns(20 * KVF_NSEC_PER_SEC);
-
-    while (kvf_client_connect(&p, &c) != KVF_OK) {
-        if (kvf_time_expired(deadline)) {
-            return NULL;
-        }
-        poll(NULL, 0, 20);
-    }
-    return c;
 }
 
 static int kvf_bench_p2p_start(kvf_bench_p2p_t *b)
@@ -146,7 +108,7 @@ static int kvf_bench_p2p_start(kvf_bench_p2p_t *b)
         const char *argv[]  = {ctl_bin,  "--listen", b->ctl_addr,
                                "--http", "",         "--recovery-window",
                                "0",      NULL};
-        b->pids[b->npids++] = kvf_bench_p2p_spawn(argv, log);
+        b->pids[b->npids++] = kvf_bench_spawn(argv, log);
     }
     for (i = 0; i < 2; i++) {
         snprintf(name, sizeof(name), "bench-%c", 'a' + i);
@@ -159,7 +121,7 @@ static int kvf_bench_p2p_start(kvf_bench_p2p_t *b)
                 "127.0.0.1:0",  "--http",          "",          "--pool-size",
                 pool,           "--max-chunk",     maxc,        "--transports",
                 b->o.transport, "--fetch-timeout", "60s",       NULL};
-            b->pids[b->npids++] = kvf_bench_p2p_spawn(argv, log);
+            b->pids[b->npids++] = kvf_bench_spawn(argv, log);
         }
     }
     return 0;
@@ -277,8 +239,8 @@ int kvf_bench_p2p_main(int argc, char **argv)
     kvf_key_chain(0xb3, tokens, b.o.chunks * 16, 16, false, keys, b.o.chunks,
                   &got);
     kvf_bench_p2p_start(&b);
-    a = kvf_bench_p2p_connect(b.sock[0]);
-    c = kvf_bench_p2p_connect(b.sock[1]);
+    a = kvf_bench_connect(b.sock[0], 20 * KVF_NSEC_PER_SEC);
+    c = kvf_bench_connect(b.sock[1], 20 * KVF_NSEC_PER_SEC);
     if ((a == NULL) || (c == NULL)) {
         fprintf(stderr, "kvf-bench p2p: agents did not start (logs in %s)\n",
                 b.dir);

@@ -2,9 +2,13 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "tools/bench/bench.h"
 
+#include "common/time.h"
+
 #include <arpa/inet.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,4 +86,62 @@ void kvf_bench_sibling_path(const char *rel, char *buf, size_t len)
         *slash = '\0'; /* .../tools */
     }
     snprintf(buf, len, "%s/../%s", exe, rel);
+}
+
+pid_t kvf_bench_spawn(const char *const argv[], const char *log)
+{
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        FILE *f = freopen(log, "w", stderr);
+
+        (void)f;
+        if (freopen("/dev/null", "w", stdout) == NULL) {
+            _exit(127);
+        }
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wcast-qual"
+        execv(argv[0], (char *const *)argv);
+#pragma GCC diagnostic pop
+        _exit(127);
+    }
+    return pid;
+}
+
+uint64_t kvf_bench_pid_rss(pid_t pid)
+{
+    char path[64], line[256];
+    uint64_t kb = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    f = fopen(path, "r");
+    if (f == NULL) {
+        return 0;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "VmRSS: %" SCNu64, &kb) == 1) {
+            break;
+        }
+    }
+    fclose(f);
+    return kb * 1024;
+}
+
+kvf_client_t *kvf_bench_connect(const char *sock, uint64_t wait_ns)
+{
+    kvf_client_params_t p = {.field_mask = KVF_CLIENT_PARAM_SOCKET |
+                                           KVF_CLIENT_PARAM_TIMEOUT,
+                             .socket_path = sock,
+                             .timeout_ns  = 60 * KVF_NSEC_PER_SEC};
+    kvf_client_t *c       = NULL;
+    uint64_t deadline     = kvf_time_deadline_ns(wait_ns);
+
+    while (kvf_client_connect(&p, &c) != KVF_OK) {
+        if (kvf_time_expired(deadline)) {
+            return NULL;
+        }
+        poll(NULL, 0, 20);
+    }
+    return c;
 }
