@@ -29,6 +29,7 @@
  */
 #include "common/time.h"
 #include "tests/faults/fcluster.h"
+#include "tools/bench/bench.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -69,24 +70,6 @@ typedef struct soak {
     soak_prefix_t prefixes[SOAK_PREFIXES];
     uint32_t num_prefixes;
 } soak_t;
-
-static uint64_t soak_rss_of(pid_t pid)
-{
-    unsigned long size = 0, resident = 0;
-    char path[64];
-    FILE *f;
-
-    snprintf(path, sizeof(path), "/proc/%d/statm", (int)pid);
-    f = fopen(path, "r");
-    if (f == NULL) {
-        return 0;
-    }
-    if (fscanf(f, "%lu %lu", &size, &resident) != 2) {
-        resident = 0;
-    }
-    fclose(f);
-    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
-}
 
 /* Sleeps up to @p ms, less when the soak ends first. */
 static void soak_nap(soak_t *s, int ms)
@@ -230,7 +213,7 @@ static void *soak_workload(void *arg)
 
     while (!kvf_time_expired(s->end_ns)) {
         if (!is_warm && kvf_time_expired(s->warm_ns)) {
-            s->rss0 = soak_rss_of(s->fc.agents[0].proc.pid);
+            s->rss0 = kvf_bench_pid_rss(s->fc.agents[0].proc.pid);
             is_warm = true;
         }
         soak_step(s, &s->work_seed);
@@ -320,7 +303,7 @@ int main(void)
     }
     soak_faults(&s);
     pthread_join(workload, NULL);
-    rss1  = soak_rss_of(s.fc.agents[0].proc.pid);
+    rss1  = kvf_bench_pid_rss(s.fc.agents[0].proc.pid);
     is_ok = soak_check_end(&s);
     printf("{\"soak_s\":%.1f,\"requests\":%llu,\"faults\":%llu,"
            "\"wrong_bytes\":%llu,\"hangs\":%llu,\"rss_growth_bytes\":%lld}\n",
