@@ -27,8 +27,8 @@ DEBS_OPTIONAL := chromium systemd
 SANITIZER_ENV := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 \
                  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-.PHONY: all deps optional-deps build test demo format format-check fuzz \
-        tidy clean
+.PHONY: all deps optional-deps build test soak demo format format-check \
+        fuzz tidy clean
 
 all: build
 
@@ -59,6 +59,15 @@ test: deps optional-deps $(ASAN_DIR)/build.ninja
 	@grep -E '^(Ok|Expected Fail|Fail|Unexpected Pass|Skipped|Timeout):' \
 	    $(ASAN_DIR)/meson-test.out || true
 	@python3 tools/test-summary.py $(ASAN_DIR)
+
+# SOAK_SECONDS (default 600) of mixed load with random faults, ASan build;
+# ends with one JSON line (tests/faults/soak.c)
+soak: deps $(ASAN_DIR)/build.ninja
+	@ninja -C $(ASAN_DIR) --quiet tests/faults/kvf-soak agent/kvf-agent \
+	    controller/kvf-controller tools/kvfctl
+	@$(SANITIZER_ENV) LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizer/lsan.supp \
+	    KVF_BUILD_ROOT=$(CURDIR)/$(ASAN_DIR) KVF_SOURCE_ROOT=$(CURDIR) \
+	    SOAK_SECONDS=$${SOAK_SECONDS:-600} $(ASAN_DIR)/tests/faults/kvf-soak
 
 demo: build
 	@tools/demo.sh $(REL_DIR) $(ARGS)

@@ -493,6 +493,54 @@ static void kvf_agent_on_metrics(struct evhttp_request *req, void *arg)
     evbuffer_free(body);
 }
 
+static void kvf_agent_inventory_json_key(void *arg, const kvf_key_t *key)
+{
+    struct evbuffer *body = arg;
+    char buf[KVF_KEY_STR_SIZE];
+
+    /* the separator is written before every key; the first one is
+     * dropped by the caller */
+    evbuffer_add_printf(body, ",\"%s\"", kvf_key_format(key, buf));
+}
+
+/* GET /v1/inventory: what this agent really holds (the soft state the
+ * controller's registry must converge to) and what it still has lent out
+ * (grants, pinned chunks, owners), for fault tests and operators. */
+static void kvf_agent_on_inventory_http(struct evhttp_request *req, void *arg)
+{
+    kvf_agent_t *agent    = arg;
+    struct evbuffer *body = evbuffer_new();
+    struct evbuffer *keys = evbuffer_new();
+    kvf_store_stats_t st;
+
+    if ((body == NULL) || (keys == NULL)) {
+        evhttp_send_error(req, 500, "out of memory");
+        goto out;
+    }
+    kvf_store_get_stats(agent->store, &st);
+    kvf_store_foreach_key(agent->store, kvf_agent_inventory_json_key, keys);
+    if (evbuffer_get_length(keys) > 0) {
+        evbuffer_drain(keys, 1); /* the first key's separator */
+    }
+    evbuffer_add_printf(body,
+                        "{\"name\":\"%s\",\"node_id\":%u,\"chunks\":%" PRIu64
+                        ",\"grants\":%" PRIu64 ",\"pinned\":%" PRIu64
+                        ",\"owners\":%" PRIu64 ",\"keys\":[",
+                        agent->name, kvf_ctl_client_node_id(agent->ctl),
+                        st.pool.entries, st.pool.allocated, st.pool.pinned,
+                        st.owners);
+    evbuffer_add_buffer(body, keys);
+    evbuffer_add_printf(body, "]}\n");
+    kvf_agent_http_reply(req, 200, "application/json", body);
+out:
+    if (keys != NULL) {
+        evbuffer_free(keys);
+    }
+    if (body != NULL) {
+        evbuffer_free(body);
+    }
+}
+
 static kvf_status_t kvf_agent_http_start(kvf_agent_t *agent)
 {
     struct evhttp_bound_socket *sock;
@@ -516,6 +564,8 @@ static kvf_status_t kvf_agent_http_start(kvf_agent_t *agent)
     evhttp_set_allowed_methods(agent->http, EVHTTP_REQ_GET);
     evhttp_set_cb(agent->http, "/healthz", kvf_agent_on_healthz, agent);
     evhttp_set_cb(agent->http, "/metrics", kvf_agent_on_metrics, agent);
+    evhttp_set_cb(agent->http, "/v1/inventory", kvf_agent_on_inventory_http,
+                  agent);
     sock = evhttp_bind_socket_with_handle(agent->http, host, port);
     if (sock == NULL) {
         kvf_error("http: cannot listen on %s: %m", agent->config->http);

@@ -21,6 +21,8 @@ int kvf_bench_controller_main(int argc, char **argv);
 int kvf_bench_p2p_main(int argc, char **argv);
 int kvf_bench_pd_main(int argc, char **argv);
 int kvf_bench_gpu_main(int argc, char **argv);
+int kvf_bench_load_agent_main(int argc, char **argv);
+int kvf_bench_load_controller_main(int argc, char **argv);
 
 /* Sorts @p samples in place and returns the @p pct percentile (0..100);
  * 0 for an empty set. */
@@ -42,9 +44,12 @@ pid_t kvf_bench_spawn(const char *const argv[], const char *log);
 /* SIGTERM and reap @p pids in reverse order; sets *npids to 0. */
 void kvf_bench_stop_all(pid_t *pids, int *npids);
 
-/* Connects to the agent at @p sock, retrying while it starts (20 s);
- * NULL when it never answers. */
-kvf_client_t *kvf_bench_connect(const char *sock);
+/* Connects to the agent at @p sock, retrying for up to @p wait_ns while
+ * it starts; calls then time out after 60 s. NULL when it never answers. */
+kvf_client_t *kvf_bench_connect(const char *sock, uint64_t wait_ns);
+
+/* Resident set size of process @p pid in bytes; 0 when it is gone. */
+uint64_t kvf_bench_pid_rss(pid_t pid);
 
 /* Best of three ucx_perftest ucp_am_bw runs (error mode on, the agents'
  * TCP tuning) for @p transport and @p size: GB/s, 0 when ucx_perftest is

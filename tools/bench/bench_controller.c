@@ -370,26 +370,6 @@ static void *kvf_bench_ctl_client_main(void *arg)
     return NULL;
 }
 
-static uint64_t kvf_bench_ctl_pid_rss(pid_t pid)
-{
-    char path[64], line[256];
-    uint64_t kb = 0;
-    FILE *f;
-
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    f = fopen(path, "r");
-    if (f == NULL) {
-        return 0;
-    }
-    while (fgets(line, sizeof(line), f) != NULL) {
-        if (sscanf(line, "VmRSS: %" SCNu64, &kb) == 1) {
-            break;
-        }
-    }
-    fclose(f);
-    return kb * 1024;
-}
-
 /* Runs one phase over all clients; prints its JSON line. */
 static int kvf_bench_ctl_phase(kvf_bench_ctl_client_t *cs,
                                const kvf_bench_ctl_opts_t *o, int phase,
@@ -466,7 +446,7 @@ static int kvf_bench_ctl_phase(kvf_bench_ctl_client_t *cs,
         memcpy(all + j, cs[i].lat_ns, cs[i].num_lat * sizeof(*all));
         j += cs[i].num_lat;
     }
-    rss = (pid > 0) ? kvf_bench_ctl_pid_rss(pid) : 0;
+    rss = (pid > 0) ? kvf_bench_pid_rss(pid) : 0;
     printf("{\"bench\":\"controller\",\"phase\":\"%s\",\"round\":%d,"
            "\"keys\":%" PRIu64 ",\"batch\":%" PRIu32 ",\"clients\":%" PRIu32
            ",\"depth\":%" PRIu32 ",\"requests\":%zu,\"keys_per_s\":%.0f"

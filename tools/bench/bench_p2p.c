@@ -176,8 +176,8 @@ int kvf_bench_p2p_main(int argc, char **argv)
     kvf_key_chain(0xb3, tokens, b.o.chunks * 16, 16, false, keys, b.o.chunks,
                   &got);
     kvf_bench_p2p_start(&b);
-    a = kvf_bench_connect(b.sock[0]);
-    c = kvf_bench_connect(b.sock[1]);
+    a = kvf_bench_connect(b.sock[0], 20 * KVF_NSEC_PER_SEC);
+    c = kvf_bench_connect(b.sock[1], 20 * KVF_NSEC_PER_SEC);
     if ((a == NULL) || (c == NULL)) {
         fprintf(stderr, "kvf-bench p2p: agents did not start (logs in %s)\n",
                 b.dir);

@@ -235,8 +235,8 @@ int kvf_bench_pd_main(int argc, char **argv)
         goto out;
     }
     kvf_bench_pd_start(&b);
-    pc = kvf_bench_connect(b.sock[0]);
-    dc = kvf_bench_connect(b.sock[1]);
+    pc = kvf_bench_connect(b.sock[0], 20 * KVF_NSEC_PER_SEC);
+    dc = kvf_bench_connect(b.sock[1], 20 * KVF_NSEC_PER_SEC);
     if ((pc == NULL) || (dc == NULL)) {
         fprintf(stderr, "kvf-bench pd: agents did not start (logs in %s)\n",
                 b.dir);

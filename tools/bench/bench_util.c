@@ -122,14 +122,34 @@ void kvf_bench_stop_all(pid_t *pids, int *npids)
     *npids = 0;
 }
 
-kvf_client_t *kvf_bench_connect(const char *sock)
+uint64_t kvf_bench_pid_rss(pid_t pid)
+{
+    char path[64], line[256];
+    uint64_t kb = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    f = fopen(path, "r");
+    if (f == NULL) {
+        return 0;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "VmRSS: %" SCNu64, &kb) == 1) {
+            break;
+        }
+    }
+    fclose(f);
+    return kb * 1024;
+}
+
+kvf_client_t *kvf_bench_connect(const char *sock, uint64_t wait_ns)
 {
     kvf_client_params_t p = {.field_mask = KVF_CLIENT_PARAM_SOCKET |
                                            KVF_CLIENT_PARAM_TIMEOUT,
                              .socket_path = sock,
                              .timeout_ns  = 60 * KVF_NSEC_PER_SEC};
     kvf_client_t *c       = NULL;
-    uint64_t deadline     = kvf_time_deadline_ns(20 * KVF_NSEC_PER_SEC);
+    uint64_t deadline     = kvf_time_deadline_ns(wait_ns);
 
     while (kvf_client_connect(&p, &c) != KVF_OK) {
         if (kvf_time_expired(deadline)) {

@@ -19,6 +19,10 @@ static const kvf_bench_cmd_t kvf_bench_cmds[] = {
     {"pd", kvf_bench_pd_main,
      "prefill->decode push between two agents vs ucx_perftest"},
     {"gpu", kvf_bench_gpu_main, "paged-KV <-> chunk pack/unpack vs memcpy"},
+    {"load-agent", kvf_bench_load_agent_main,
+     "N concurrent engine clients against one agent"},
+    {"load-controller", kvf_bench_load_controller_main,
+     "N simulated agents (register, heartbeat, admit/evict, lookup)"},
 };
 
 static void kvf_bench_usage(FILE *out)
