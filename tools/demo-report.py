@@ -10,7 +10,15 @@ import json
 import sys
 
 
-def load(path):
+def load(paths):
+    """The last JSON line of each of PATH[+PATH...], merged (later wins)."""
+    merged = {}
+    for path in paths.split("+"):
+        merged.update(load_one(path))
+    return merged
+
+
+def load_one(path):
     with open(path) as f:
         lines = [ln for ln in f.read().splitlines() if ln.startswith("{")]
     if not lines:
@@ -32,6 +40,7 @@ def main():
 
     rows = [
         ("prompts / PD requests", lambda p: str(p.get("prompts", p.get("requests", "-")))),
+        ("chunks pushed (PD)", lambda p: str(p["chunks_pushed"])),
         ("chunks stored (prefilled)", lambda p: str(p.get("chunks_stored", "-"))),
         ("local hit rate", lambda p: pct(p["chunks_hit"] - p["chunks_fetched"],
                                          p["chunks_hit"] + p["chunks_stored"])

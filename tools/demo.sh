@@ -81,21 +81,30 @@ wait_for "kvf-controller on 127.0.0.1:$ctl_port" 10 \
     curl -sf "http://127.0.0.1:$ctl_http/healthz"
 echo "kvf-controller  pid ${pids[-1]}  control 127.0.0.1:$ctl_port  http 127.0.0.1:$ctl_http"
 
-# two GPU workers' agents, each with its own pool, socket and ports; UCX
-# moves chunks between them over TCP on loopback
+# start_agent NAME ROLE POOL [FLAGS...]: one GPU worker's agent with its own
+# pool, socket and ports; UCX moves chunks between agents over TCP on loopback
 agent_http=()
-for i in 1 2; do
+start_agent() {
+    local name=$1 role=$2 pool=$3 http
+    shift 3
     http=$(free_port)
     agent_http+=("$http")
-    "$agent_bin" --controller "127.0.0.1:$ctl_port" --name "demo-agent-$i" \
-        --role both --pool-size 3G --socket "$work/agent-$i.sock" \
-        --listen "127.0.0.1:0" --http "127.0.0.1:$http" --transports tcp \
-        >"$work/agent-$i.log" 2>&1 &
+    "$agent_bin" --controller "127.0.0.1:$ctl_port" --name "$name" \
+        --role "$role" --pool-size "$pool" --socket "$work/$name.sock" \
+        --listen "127.0.0.1:0" --http "127.0.0.1:$http" --transports tcp "$@" \
+        >"$work/$name.log" 2>&1 &
     pids+=($!)
-    wait_for "demo-agent-$i to register" 15 \
+    wait_for "$name to register" 20 \
         bash -c "curl -sf http://127.0.0.1:$http/healthz | grep -q '\"registered\":true'"
-    echo "kvf-agent       pid ${pids[-1]}  demo-agent-$i  http 127.0.0.1:$http"
-done
+    printf 'kvf-agent       pid %-6s %-14s %-8s http 127.0.0.1:%s\n' \
+        "${pids[-1]}" "$name" "$role" "$http"
+}
+# two workers that both store and reuse, and a prefill/decode pair whose
+# decoder owns a receive region for pushed KV
+start_agent demo-agent-1 both 3G --pd-buffer-size 0
+start_agent demo-agent-2 both 3G --pd-buffer-size 0
+start_agent demo-prefill prefill 1G
+start_agent demo-decode decode 256M --pd-buffer-size 1G
 
 workload="6 conversations x 3 turns over one 2048-token system prompt, then 4 RAG
 documents reused by every conversation; Llama-3-8B-shaped KV (32 layers,
@@ -104,18 +113,32 @@ read back is checked against what the writer produced."
 
 say "phase 1: an engine on worker 1 serves the workload (its own cache only)"
 echo "$workload"
-"$engine_bin" --socket "$work/agent-1.sock" --name engine-worker-1 \
+"$engine_bin" --socket "$work/demo-agent-1.sock" --name engine-worker-1 \
     --json --progress >"$work/phase1.json"
 
 say "phase 2: an engine on worker 2 serves the same workload"
 echo "Its agent finds the prefixes in the cluster and fetches them from"
 echo "demo-agent-1 over UCX into its own pool before the engine reads them."
-"$engine_bin" --socket "$work/agent-2.sock" --name engine-worker-2 \
+"$engine_bin" --socket "$work/demo-agent-2.sock" --name engine-worker-2 \
     --json --progress >"$work/phase2.json"
+
+say "phase 3: prefill/decode disaggregation (PD push)"
+echo "6 requests of 2048 prompt tokens: the prefill engine writes each request's"
+echo "KV chunk by chunk and pushes every chunk to demo-decode as soon as it is"
+echo "ready; the decoder verifies checksums before acknowledging, and the decode"
+echo "engine (already waiting) checks every byte it receives."
+"$engine_bin" --socket "$work/demo-decode.sock" --name engine-decode \
+    --mode decode --json >"$work/phase3-decode.json" &
+decode_pid=$!
+"$engine_bin" --socket "$work/demo-prefill.sock" --name engine-prefill \
+    --mode prefill --decoder demo-decode --json --progress \
+    >"$work/phase3-prefill.json"
+wait "$decode_pid"
 
 say "results (every figure measured in this run)"
 python3 "$(dirname "$0")/demo-report.py" \
-    "phase 1: worker 1=$work/phase1.json" "phase 2: worker 2=$work/phase2.json"
+    "phase 1: worker 1=$work/phase1.json" "phase 2: worker 2=$work/phase2.json" \
+    "phase 3: PD pair=$work/phase3-prefill.json+$work/phase3-decode.json"
 
 if [ -x "$kvfctl_bin" ]; then
     say "kvfctl nodes"
@@ -128,17 +151,15 @@ say "demo-agent-2 metrics (GET /metrics, excerpt)"
 curl -sf "http://127.0.0.1:${agent_http[1]}/metrics" | grep -v '^#' |
     grep -E 'pool_bytes|commits|retrieve|fetch|checksum' | grep -v _bucket || true
 
-say "what this demo does not show yet"
+say "what this demo does not show"
 cat <<'TXT'
-Shown: a controller, two agents with shared pools, engines storing and
-reusing KV chunks through libkvfabric, and a second worker getting the first
-one's KV over UCX (remote hits), every byte verified. Not built yet, so not
-shown: prefill->decode push (PD mode) and GPU copies on a real GPU (the CUDA
-kernels are built but no GPU is here). Each lands with its issue.
+GPU copies on a real GPU: the CUDA kernels are built, but no GPU is here, so
+engines write KV into the shared pool from the CPU. RDMA: UCX moves the bytes
+over TCP on loopback here; the same code uses verbs where a NIC is present.
 TXT
 
 if [ $keep -eq 1 ]; then
-    say "cluster left running (Ctrl-C stops it)"
+    say "cluster left running (Ctrl-C here, or kill ${pids[0]}, stops it)"
     echo "  dashboard: http://127.0.0.1:$ctl_http/"
     echo "  curl http://127.0.0.1:${agent_http[0]}/metrics"
     echo "  curl http://127.0.0.1:$ctl_http/metrics"
