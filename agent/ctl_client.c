@@ -172,8 +172,54 @@ static void kvf_ctl_client_send_hello(kvf_ctl_client_t *client)
     kvf_ctl_client_send(client, KVF_MSG_HELLO, &hello.base);
 }
 
+/*
+ * The data address peers should use. An agent listening on a wildcard
+ * (0.0.0.0, ::) cannot tell peers "0.0.0.0": it advertises instead the
+ * local address of its controller connection (the interface that reaches
+ * the cluster) with the listen port. Writes into @p buf and returns it, or
+ * returns the configured address unchanged.
+ */
+static char *kvf_ctl_client_advertised(kvf_ctl_client_t *client, char *buf,
+                                       size_t len)
+{
+    const char *colon = strrchr(client->data_address, ':');
+    struct sockaddr_storage ss;
+    socklen_t sslen = sizeof(ss);
+    char host[INET6_ADDRSTRLEN];
+    size_t hlen;
+    int fd;
+
+    if (colon == NULL) {
+        return client->data_address;
+    }
+    hlen = (size_t)(colon - client->data_address);
+    if (!((hlen == 0) ||
+          ((hlen == 7) && (strncmp(client->data_address, "0.0.0.0", 7) == 0)) ||
+          ((hlen == 2) && (strncmp(client->data_address, "::", 2) == 0)) ||
+          ((hlen == 4) && (strncmp(client->data_address, "[::]", 4) == 0)))) {
+        return client->data_address;
+    }
+    fd = (client->bev != NULL) ? bufferevent_getfd(client->bev) : -1;
+    if ((fd < 0) || (getsockname(fd, (struct sockaddr *)&ss, &sslen) != 0)) {
+        return client->data_address;
+    }
+    if (ss.ss_family == AF_INET) {
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, host,
+                  sizeof(host));
+        snprintf(buf, len, "%s%s", host, colon);
+    } else if (ss.ss_family == AF_INET6) {
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, host,
+                  sizeof(host));
+        snprintf(buf, len, "[%s]%s", host, colon);
+    } else {
+        return client->data_address;
+    }
+    return buf;
+}
+
 static void kvf_ctl_client_send_register(kvf_ctl_client_t *client)
 {
+    char advertised[INET6_ADDRSTRLEN + 16];
     Kvf__Register reg;
 
     kvf__register__init(&reg);
@@ -183,12 +229,13 @@ static void kvf_ctl_client_send_register(kvf_ctl_client_t *client)
     reg.worker_address.data = client->worker_address;
     reg.worker_address.len  = client->worker_address_len;
     reg.control_address     = client->control_address;
-    reg.data_address        = client->data_address;
-    reg.pool_capacity       = client->pool_capacity;
-    reg.incarnation         = client->incarnation;
-    reg.instance_id         = client->instance_id;
-    reg.tp_rank             = client->tp_rank;
-    reg.tp_world            = client->tp_world;
+    reg.data_address =
+        kvf_ctl_client_advertised(client, advertised, sizeof(advertised));
+    reg.pool_capacity = client->pool_capacity;
+    reg.incarnation   = client->incarnation;
+    reg.instance_id   = client->instance_id;
+    reg.tp_rank       = client->tp_rank;
+    reg.tp_world      = client->tp_world;
     if (kvf_ctl_client_send(client, KVF_MSG_REGISTER, &reg.base) == KVF_OK) {
         client->state = KVF_CTL_STATE_REGISTER;
         kvf_ctl_client_arm(client->deadline_ev, client->request_timeout_ns);

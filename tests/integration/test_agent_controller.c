@@ -226,3 +226,41 @@ Test(agent_controller, evictions_reach_the_registry)
     /* the first chunk left the pool: its EVICT reached the controller */
     wait_hits(first, 1, "\"hit_chunks\":0");
 }
+
+Test(agent_controller, wildcard_listen_advertises_a_reachable_address)
+{
+    char sock[128], http[64], out[8192], bin[4096];
+    const char *argv[] = {
+        g_bin,       "--controller", g_ctl_addr,  "--name",
+        "it-node-w", "--socket",     sock,        "--http",
+        http,        "--listen",     "0.0.0.0:0", "--pool-size",
+        "16M",       "--max-chunk",  "1M",        NULL};
+    const char *ctl[] = {bin,     "--controller", g_ctl_addr,
+                         "nodes", "--json",       NULL};
+    kvf_test_proc_t wild;
+    const char *entry;
+    int i;
+
+    snprintf(sock, sizeof(sock), "/tmp/kvf-ac-it-w-%d.sock", (int)getpid());
+    snprintf(http, sizeof(http), "127.0.0.1:%u", kvf_test_free_port());
+    snprintf(bin, sizeof(bin), "%s", kvf_test_build_path("tools/kvfctl"));
+    cr_assert_eq(kvf_test_proc_start(&wild, argv), 0);
+    /* peers cannot reach "0.0.0.0": the agent advertises the address its
+     * controller connection leaves from (loopback here) */
+    for (i = 0; i < 1000; i++) {
+        cr_assert_eq(kvf_test_run(ctl, out, sizeof(out), 10000), 0, "%s", out);
+        entry = strstr(out, "\"it-node-w\"");
+        if ((entry != NULL) &&
+            (strstr(entry, "\"data_address\":\"127.0.0.1:") != NULL)) {
+            break;
+        }
+        poll(NULL, 0, 10);
+    }
+    cr_assert_neq(strstr(out, "\"it-node-w\""), NULL, "%s", out);
+    cr_assert_neq(
+        strstr(strstr(out, "\"it-node-w\""), "\"data_address\":\"127.0.0.1:"),
+        NULL, "%s", out);
+    cr_assert_null(strstr(out, "0.0.0.0"), "%s", out);
+    cr_assert_eq(kvf_test_proc_stop(&wild, 10000), 0, "%s",
+                 kvf_test_proc_log(&wild));
+}
