@@ -619,3 +619,39 @@ Test(pd, metrics_and_kvfctl_show_roles_and_region_usage)
     kvf_client_disconnect(pc);
     kvf_client_disconnect(dc);
 }
+
+/* `make demo`'s phase 3: the demo engine's prefill and decode modes against
+ * a real pair, decode side started first (it waits), every byte checked. */
+static char g_demo_bin[4096];
+
+Test(pd, demo_engine_pair_moves_requests_byte_exact)
+{
+    char out[4096];
+    const char *shape[] = {"--layers",         "2",    "--kv-heads", "2",
+                           "--head-dim",       "16",   "--requests", "5",
+                           "--request-tokens", "1024", "--json"};
+    const char *dec[32] = {g_demo_bin, "--mode", "decode", "--socket",
+                           g_d.sock};
+    const char *pre[32] = {g_demo_bin,  "--mode",   "prefill", "--decoder",
+                           "it-decode", "--socket", g_p.sock};
+    kvf_test_proc_t decoder;
+    size_t k;
+
+    /* kvf_test_build_path's buffer is reused by every call */
+    snprintf(g_demo_bin, sizeof(g_demo_bin), "%s",
+             kvf_test_build_path("tools/kvf-demo-engine"));
+    start_pair(NULL);
+    for (k = 0; k < sizeof(shape) / sizeof(shape[0]); k++) {
+        dec[5 + k] = shape[k];
+        pre[7 + k] = shape[k];
+    }
+    cr_assert_eq(kvf_test_proc_start(&decoder, dec), 0);
+    cr_assert_eq(kvf_test_run(pre, out, sizeof(out), 30000), 0, "%s", out);
+    cr_assert(strstr(out, "\"requests\":5,\"chunks_pushed\":20,") != NULL, "%s",
+              out);
+    cr_assert_eq(kvf_test_proc_wait_exit(&decoder, 30000), 0, "%s",
+                 kvf_test_proc_log(&decoder));
+    cr_assert(strstr(kvf_test_proc_log(&decoder), "\"wrong_bytes\":0}") != NULL,
+              "%s", kvf_test_proc_log(&decoder));
+    cr_assert(metric_becomes(&g_d, REGION_USED, 0, 2000));
+}
