@@ -505,20 +505,21 @@ Test(pd_faults, prefill_agent_killed_mid_request)
 
 Test(pd_faults, link_down_during_push)
 {
-    const char *no_netem = kvf_fc_netem_unavailable();
+    const char *no_netem;
     kvf_client_t *pc, *dc;
     pd_job_t job = {.req = 300, .first = 4, .n = 4};
     kvf_fc_pd_t res;
     pthread_t th;
 
     SKIP_WITHOUT_NETNS();
-    pc    = pd_connect(PD_P);
-    dc    = pd_connect(PD_D);
-    job.c = pc;
+    no_netem = kvf_fc_netem_unavailable();
+    pc       = pd_connect(PD_P);
+    dc       = pd_connect(PD_D);
+    job.c    = pc;
     pd_push_ok(pc, 300, 0, 4, false);
     if (no_netem == NULL) {
-        /* 100 ms each way: the push's round trips span the link going
-         * down */
+        /* 100 ms on every packet the decoder sends: the push's round
+         * trips (alloc, data, done) span the link going down */
         cr_assert_eq(kvf_fc_netem(&g_fc, PD_D, "delay 100ms"), 0, "%s",
                      g_fc.why);
         cr_assert_eq(pthread_create(&th, NULL, pd_push_thread, &job), 0);
