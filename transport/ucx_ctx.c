@@ -29,6 +29,13 @@ const char *const kvf_ucx_ctx_default_tunings[] = {
     "TCP_RX_SEG_SIZE",
     "RX_SEG_SIZE",
     "256K", /* */
+    /* SO_REUSEADDR on the listen socket: an agent restarted after a crash
+     * binds its fixed listen address again while the connections the dead
+     * process accepted sit in TIME_WAIT (60 s), instead of failing; the
+     * CM tables answer to CM_REUSEADDR, not REUSEADDR or the env name */
+    "TCP_CM_REUSEADDR",
+    "CM_REUSEADDR",
+    "y",
     NULL,
 };
 

@@ -23,6 +23,7 @@
 #define KVF_FC_PEER_PORT 7500
 #define KVF_FC_HTTP_PORT 7411
 #define KVF_FC_BODY      (256u << 10)
+#define KVF_FC_PD_USED   "kvf_agent_pd_region_bytes{state=\"used\"}"
 
 static void kvf_fc_why(kvf_fc_t *fc, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -340,11 +341,21 @@ bool kvf_fc_agent_wait_registered(kvf_fc_t *fc, int i, int timeout_ms)
     return true;
 }
 
+/* Appends FLAG VALUE to an agent's argv when @p value is set. */
+static void kvf_fc_agent_arg(const char **argv, int *n_p, const char *flag,
+                             const char *value)
+{
+    if (value != NULL) {
+        argv[(*n_p)++] = flag;
+        argv[(*n_p)++] = value;
+    }
+}
+
 int kvf_fc_agent_start(kvf_fc_t *fc, int i)
 {
     kvf_fc_agent_t *a = &fc->agents[i];
     char bin[1024];
-    const char *argv[40] = {bin,
+    const char *argv[48] = {bin,
                             "--controller",
                             fc->ctl_addr,
                             "--name",
@@ -380,8 +391,13 @@ int kvf_fc_agent_start(kvf_fc_t *fc, int i)
     if (fc->tag[0] != '\0') {
         argv[n++] = "--net-devices";
         argv[n++] = "eth0";
-        argv[n]   = NULL;
     }
+    kvf_fc_agent_arg(argv, &n, "--role", fc->params.roles[i]);
+    kvf_fc_agent_arg(argv, &n, "--pd-buffer-size", fc->params.pd_buffer_size);
+    kvf_fc_agent_arg(argv, &n, "--pd-push-timeout", fc->params.pd_push_tmo);
+    kvf_fc_agent_arg(argv, &n, "--pd-alloc-timeout", fc->params.pd_alloc_tmo);
+    kvf_fc_agent_arg(argv, &n, "--pd-claim-timeout", fc->params.pd_claim_tmo);
+    argv[n] = NULL;
     snprintf(bin, sizeof(bin), "%s", kvf_test_build_path("agent/kvf-agent"));
     a->is_stopped = false;
     if (kvf_fc_spawn(fc, i + 1, &a->proc, argv) != 0) {
@@ -533,6 +549,23 @@ int kvf_fc_inventory(kvf_fc_t *fc, int i, kvf_fc_inventory_t *inv)
 out:
     free(body);
     return rc;
+}
+
+long long kvf_fc_metric(kvf_fc_t *fc, int i, const char *name)
+{
+    char *body = malloc(KVF_FC_BODY);
+    char needle[160];
+    const char *p = NULL;
+    long long value;
+
+    snprintf(needle, sizeof(needle), "\n%s ", name);
+    if ((body != NULL) &&
+        (kvf_fc_http(fc, i, "/metrics", body, KVF_FC_BODY) == 200)) {
+        p = strstr(body, needle);
+    }
+    value = (p == NULL) ? -1 : atoll(p + strlen(needle));
+    free(body);
+    return value;
 }
 
 /* The registry's count for node @p name in state alive from tree JSON. */
@@ -710,15 +743,24 @@ bool kvf_fc_wait_quiet(kvf_fc_t *fc, int timeout_ms)
     bool is_quiet           = false;
     int i;
 
+    long long pd_used;
+
     while ((inv != NULL) && !is_quiet) {
         is_quiet = true;
         for (i = 0; (i < fc->params.num_agents) && is_quiet; i++) {
+            if (!kvf_test_proc_alive(&fc->agents[i].proc)) {
+                continue; /* killed: nothing of it is left to leak */
+            }
             if (kvf_fc_inventory(fc, i, inv) != 0) {
                 is_quiet = false;
             } else if ((inv->grants != 0) || (inv->pinned != 0)) {
                 kvf_fc_why(fc, "agent %s still has %llu grants, %llu pinned",
                            fc->agents[i].name, (unsigned long long)inv->grants,
                            (unsigned long long)inv->pinned);
+                is_quiet = false;
+            } else if ((pd_used = kvf_fc_metric(fc, i, KVF_FC_PD_USED)) != 0) {
+                kvf_fc_why(fc, "agent %s: %lld PD region bytes in use",
+                           fc->agents[i].name, pd_used);
                 is_quiet = false;
             }
         }
@@ -905,4 +947,98 @@ bool kvf_fc_wait_hits(kvf_fc_t *fc, int i, const kvf_key_t *keys, uint32_t n,
     }
     kvf_client_disconnect(c);
     return true;
+}
+
+/* ---------------------------------------------------------------- PD */
+
+void kvf_fc_pd_fill(uint8_t *p, size_t len, uint64_t req, uint32_t index)
+{
+    /* a key of its own per (request, chunk): hi and lo never cancel out */
+    kvf_key_t key = {.ns = KVF_FC_NS,
+                     .hi = req * 0x9e3779b97f4a7c15ull,
+                     .lo = ((uint64_t)index << 32) | 0x5044u};
+
+    kvf_fc_fill(p, len, &key);
+}
+
+kvf_status_t kvf_fc_pd_push(kvf_fc_t *fc, kvf_client_t *c, uint64_t req,
+                            const char *decoder, uint32_t first, uint32_t n,
+                            size_t len, bool final)
+{
+    kvf_slot_t slots[KVF_FC_PD_MAX];
+    uint64_t sums[KVF_FC_PD_MAX];
+    kvf_status_t st;
+    uint32_t k;
+
+    if ((n == 0) || (n > KVF_FC_PD_MAX)) {
+        return KVF_ERR_INVALID;
+    }
+    st = kvf_client_alloc(c, len, n, slots);
+    if (st != KVF_OK) {
+        kvf_fc_why(fc, "pd request %llu: alloc: %s", (unsigned long long)req,
+                   kvf_client_last_error(c));
+        return st;
+    }
+    for (k = 0; k < n; k++) {
+        uint8_t *p = (uint8_t *)kvf_client_pool_base(c) + slots[k].offset;
+
+        kvf_fc_pd_fill(p, len, req, first + k);
+        sums[k] = kvf_chunk_checksum(p, len);
+    }
+    st = kvf_pd_push(c, req, decoder, slots, sums, n, final);
+    if (st != KVF_OK) {
+        kvf_fc_why(fc, "pd push %llu to %s: %s", (unsigned long long)req,
+                   decoder, kvf_client_last_error(c));
+    }
+    /* the slots stay the engine's after the push, whatever it answered;
+     * a dead agent took them with it */
+    kvf_client_release(c, slots, n);
+    return st;
+}
+
+void kvf_fc_pd_receive(kvf_fc_t *fc, kvf_client_t *c, uint64_t req, uint32_t n,
+                       size_t len, uint64_t timeout_ns, kvf_fc_pd_t *res)
+{
+    kvf_slot_t slots[KVF_FC_PD_MAX];
+    uint8_t *expect = malloc(len);
+    uint64_t t0     = kvf_time_now_ns();
+    uint32_t k;
+    size_t b;
+
+    memset(res, 0, sizeof(*res));
+    if (expect == NULL) {
+        res->status = KVF_ERR_NO_MEMORY;
+        return;
+    }
+    res->status =
+        kvf_pd_wait(c, req, timeout_ns, slots, KVF_FC_PD_MAX, &res->num);
+    res->took_ns = kvf_time_now_ns() - t0;
+    if (res->status != KVF_OK) {
+        kvf_fc_why(fc, "pd wait %llu: %s", (unsigned long long)req,
+                   kvf_client_last_error(c));
+        free(expect);
+        return;
+    }
+    for (k = 0; k < res->num; k++) {
+        const uint8_t *got =
+            (const uint8_t *)kvf_client_pool_base(c) + slots[k].offset;
+
+        if (k >= n) {
+            res->wrong_bytes += slots[k].length;
+            continue;
+        }
+        kvf_fc_pd_fill(expect, len, req, k);
+        if ((slots[k].length == len) && (memcmp(got, expect, len) == 0)) {
+            res->got++;
+            continue;
+        }
+        for (b = 0; b < len; b++) {
+            res->wrong_bytes += (b >= slots[k].length) || (got[b] != expect[b]);
+        }
+    }
+    if (kvf_pd_release(c, req) != KVF_OK) {
+        kvf_fc_why(fc, "pd release %llu: %s", (unsigned long long)req,
+                   kvf_client_last_error(c));
+    }
+    free(expect);
 }

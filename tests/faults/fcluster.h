@@ -39,6 +39,13 @@ typedef struct kvf_fc_params {
     const char *max_chunk;  /* "1M" */
     uint64_t client_tmo_ns; /* engine call timeout */
     const char *log_level;  /* of the agents; NULL: info */
+    /* PD mode: --role of each agent (NULL: both) and the agents' PD
+     * tunables (NULL: the agent's default) */
+    const char *roles[KVF_FC_MAX_AGENTS];
+    const char *pd_buffer_size; /* receive region of decode/both agents */
+    const char *pd_push_tmo;    /* pd_push_timeout */
+    const char *pd_alloc_tmo;   /* pd_alloc_timeout */
+    const char *pd_claim_tmo;   /* pd_claim_timeout */
 } kvf_fc_params_t;
 
 typedef struct kvf_fc_agent {
@@ -116,6 +123,10 @@ int kvf_fc_kvfctl(kvf_fc_t *fc, char *out, size_t out_len,
 
 int kvf_fc_inventory(kvf_fc_t *fc, int i, kvf_fc_inventory_t *inv);
 
+/* The value of metric line @p name (up to the space, labels included:
+ * "kvf_agent_pd_region_bytes{state=\"used\"}") of agent @p i, or -1. */
+long long kvf_fc_metric(kvf_fc_t *fc, int i, const char *name);
+
 /* true when the registry equals the agents' contents: per live agent the
  * registry's key count (kvfctl tree) equals its inventory, the registry's
  * distinct keys equal the union of inventories, and every inventory key is
@@ -123,7 +134,8 @@ int kvf_fc_inventory(kvf_fc_t *fc, int i, kvf_fc_inventory_t *inv);
 bool kvf_fc_converged(kvf_fc_t *fc);
 bool kvf_fc_wait_converged(kvf_fc_t *fc, int timeout_ms);
 
-/* true when no live agent has grants or pinned chunks left (waits). */
+/* true when no live agent has grants, pinned chunks or PD receive region
+ * bytes in use left (waits); agents that are not running are skipped. */
 bool kvf_fc_wait_quiet(kvf_fc_t *fc, int timeout_ms);
 
 /* true when every process is alive and answers (healthz, kvfctl nodes). */
@@ -160,5 +172,38 @@ void kvf_fc_retrieve(kvf_fc_t *fc, int i, const kvf_key_t *keys, uint32_t n,
 /* Waits until a lookup through agent @p i sees @p hits leading chunks. */
 bool kvf_fc_wait_hits(kvf_fc_t *fc, int i, const kvf_key_t *keys, uint32_t n,
                       uint32_t hits, int timeout_ms);
+
+/* ---------------------------------------------------------------- PD */
+
+#define KVF_FC_PD_MAX 64 /* chunks of one PD request */
+
+/* The bytes of chunk @p index of PD request @p req: a pattern only that
+ * chunk of that request makes. */
+void kvf_fc_pd_fill(uint8_t *p, size_t len, uint64_t req, uint32_t index);
+
+/* Prefill engine @p c (connected to a prefill or both agent) pushes chunks
+ * [first, first + n) of @p req, @p len bytes each, to the agent named
+ * @p decoder: allocates, fills, kvf_pd_push()es and releases its slots
+ * (the slots stay the engine's whatever the push answers). Returns the
+ * push's status (or the alloc's), with the reason in fc->why. */
+kvf_status_t kvf_fc_pd_push(kvf_fc_t *fc, kvf_client_t *c, uint64_t req,
+                            const char *decoder, uint32_t first, uint32_t n,
+                            size_t len, bool final);
+
+/* Result of kvf_fc_pd_receive(). */
+typedef struct kvf_fc_pd {
+    kvf_status_t status;  /* of kvf_pd_wait */
+    uint32_t num;         /* chunks handed out */
+    uint32_t got;         /* chunks with the right bytes and length */
+    uint64_t wrong_bytes; /* bytes handed out that differ from the push */
+    uint64_t took_ns;     /* of kvf_pd_wait */
+} kvf_fc_pd_t;
+
+/* Decode engine @p c waits up to @p timeout_ns for @p req, checks every
+ * byte handed out against kvf_fc_pd_fill() of the @p n chunks of @p len
+ * bytes that were pushed (a chunk past @p n is all wrong bytes), then
+ * releases the request. */
+void kvf_fc_pd_receive(kvf_fc_t *fc, kvf_client_t *c, uint64_t req, uint32_t n,
+                       size_t len, uint64_t timeout_ns, kvf_fc_pd_t *res);
 
 #endif /* KVF_TESTS_FCLUSTER_H */

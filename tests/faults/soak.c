@@ -5,21 +5,29 @@
  * controller and three agents on loopback (fcluster.h), ending with one
  * JSON line:
  *
- *   {"soak_s":…,"requests":…,"faults":…,"wrong_bytes":0,"hangs":0,
- *    "rss_growth_bytes":…}
+ *   {"soak_s":…,"requests":…,"pd_requests":…,"pd_delivered":…,"faults":…,
+ *    "wrong_bytes":0,"hangs":0,"rss_growth_bytes":…}
  *
  * Workload (a thread): stores of new prefixes through a random agent,
- * and lookups + retrieves of known prefixes through a random agent (local
- * and remote, with and without prefetch), every byte handed out compared
- * with the pattern of its key. Faults (main thread, every 2-4 s): kill
- * -9 and restart of agent 1 or 2, SIGSTOP of any agent for 1.5 s, kill -9
- * and restart of the controller. Agent 0 is never killed: its RSS from the
+ * lookups + retrieves of known prefixes through a random agent (local
+ * and remote, with and without prefetch), and PD requests (every agent is
+ * role both, with a receive region): a prefill engine on one agent
+ * streams 2-8 chunks in 1-3 pushes to another agent, whose decode engine
+ * then waits for the request and releases it. Every byte handed out to
+ * an engine is compared with the pattern of its key or PD chunk; a PD
+ * request whose push failed is still waited for (briefly): if it is
+ * delivered anyway it must be whole and exact. Faults (main thread, every 2-4
+ * s): kill -9 and restart of agent 1 or 2, SIGSTOP of any agent for 1.5 s, kill
+ * -9 and restart of the controller. Agent 0 is never killed: its RSS from the
  * end of the warm-up to the end is rss_growth_bytes.
  *
- * A hang is a call that returned KVF_ERR_TIMEOUT (the engine's 20 s
- * timeout) or took longer than fetch_timeout + 10 s. At the end every
- * agent must be registered, the registry must equal the agents'
- * inventories and no grant or pin may be left. Exit 1 when wrong_bytes or
+ * A hang is a store or retrieve that returned KVF_ERR_TIMEOUT (the
+ * engine's 20 s timeout) or took longer than fetch_timeout + 10 s, a PD
+ * push that took longer than pd_push_timeout + 10 s, or a PD wait longer
+ * than its timeout + 10 s (a PD KVF_ERR_TIMEOUT is the agent's own
+ * verdict, not a hang). At the end every agent must be registered, the
+ * registry must equal the agents' inventories and no grant, pin or PD
+ * region byte may be left. Exit 1 when wrong_bytes or
  * hangs is not 0 or the end checks fail.
  *
  * SOAK_SECONDS (default 600) sets the length, SOAK_SEED the random seed,
@@ -44,6 +52,10 @@
 #define SOAK_MAX_N    8
 #define SOAK_RECENT   24
 #define SOAK_HANG_NS  (12 * KVF_NSEC_PER_SEC) /* fetch_timeout 2 s + 10 s */
+#define SOAK_PD_PUSH_HANG_NS \
+    (13 * KVF_NSEC_PER_SEC)                       /* pd_push_timeout + 10 s */
+#define SOAK_PD_WAIT_NS (4 * KVF_NSEC_PER_SEC)    /* a complete request */
+#define SOAK_PD_LATE_NS (500 * KVF_NSEC_PER_MSEC) /* after a failed push */
 
 typedef struct soak_prefix {
     uint64_t seed;
@@ -61,6 +73,9 @@ typedef struct soak {
     atomic_bool is_down[SOAK_AGENTS]; /* killed or stopped: no engine */
     atomic_uint_fast64_t faults;
     uint64_t requests;
+    uint64_t pd_requests;  /* PD requests started */
+    uint64_t pd_delivered; /* received whole and byte-exact */
+    uint64_t pd_next;      /* request id */
     uint64_t wrong_bytes;
     uint64_t hangs;
     uint64_t misses;
@@ -136,6 +151,92 @@ static int soak_pick_agent(soak_t *s, unsigned int *seed)
     return -1;
 }
 
+/* A PD wait that took past its timeout + 10 s is a hang; what it handed
+ * out must be the whole request, byte for byte. */
+static void soak_pd_check(soak_t *s, uint64_t req, uint32_t n, size_t len,
+                          uint64_t timeout_ns, const kvf_fc_pd_t *res)
+{
+    if (res->took_ns > timeout_ns + 10 * KVF_NSEC_PER_SEC) {
+        fprintf(stderr, "soak: pd wait %llu hung: %llu ms, %s\n",
+                (unsigned long long)req,
+                (unsigned long long)(res->took_ns / KVF_NSEC_PER_MSEC),
+                kvf_strerror(res->status));
+        s->hangs++;
+    }
+    if (res->status != KVF_OK) {
+        return;
+    }
+    s->wrong_bytes += res->wrong_bytes;
+    if (res->num < n) { /* a partial request handed out as complete */
+        s->wrong_bytes += (uint64_t)(n - res->num) * len;
+    }
+    if ((res->wrong_bytes != 0) || (res->num != n)) {
+        fprintf(stderr,
+                "soak: pd request %llu: %u of %u chunks, %llu wrong bytes\n",
+                (unsigned long long)req, res->num, n,
+                (unsigned long long)res->wrong_bytes);
+    }
+    s->verified += res->got;
+}
+
+/* One PD request from agent @p p's prefill engine to agent @p d. */
+static void soak_pd(soak_t *s, unsigned int *seed, int p, int d)
+{
+    uint32_t n = 2 + rand_r(seed) % 7, parts = 1 + rand_r(seed) % 3, sent = 0;
+    size_t len       = (size_t)(64u << 10) << (rand_r(seed) % 2);
+    uint64_t req     = ++s->pd_next, t0;
+    kvf_client_t *pc = NULL, *dc = NULL;
+    kvf_status_t st = KVF_OK;
+    kvf_fc_pd_t res;
+    uint32_t k;
+
+    s->pd_requests++;
+    if (parts > n) {
+        parts = n; /* every push carries a chunk at least */
+    }
+    if ((kvf_fc_connect(&s->fc, p, &pc) != KVF_OK) ||
+        (kvf_fc_connect(&s->fc, d, &dc) != KVF_OK)) {
+        s->errors++;
+        goto out;
+    }
+    for (k = 0; (k < parts) && (st == KVF_OK); k++) {
+        uint32_t m = (k + 1 == parts) ? n - sent : (n - sent) / (parts - k);
+
+        t0 = kvf_time_now_ns();
+        st = kvf_fc_pd_push(&s->fc, pc, req, s->fc.agents[d].name, sent, m, len,
+                            k + 1 == parts);
+        if (kvf_time_now_ns() - t0 > SOAK_PD_PUSH_HANG_NS) {
+            fprintf(stderr, "soak: pd push %llu hung: %llu ms, %s\n",
+                    (unsigned long long)req,
+                    (unsigned long long)((kvf_time_now_ns() - t0) /
+                                         KVF_NSEC_PER_MSEC),
+                    kvf_strerror(st));
+            s->hangs++;
+        }
+        sent += m;
+    }
+    if (st != KVF_OK) {
+        s->errors++;
+        if (s->is_quiet) { /* no fault to blame */
+            fprintf(stderr, "soak: %s\n", s->fc.why);
+        }
+    }
+    /* after a failed push the request may still have been delivered (the
+     * last reply lost): then it must be whole; mostly it was aborted */
+    kvf_fc_pd_receive(&s->fc, dc, req, n, len,
+                      (st == KVF_OK) ? SOAK_PD_WAIT_NS : SOAK_PD_LATE_NS, &res);
+    soak_pd_check(s, req, n, len,
+                  (st == KVF_OK) ? SOAK_PD_WAIT_NS : SOAK_PD_LATE_NS, &res);
+    if (res.status == KVF_OK) {
+        s->pd_delivered += (res.got == n);
+    } else if (st == KVF_OK) {
+        s->errors++;
+    }
+out:
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
+
 static void soak_step(soak_t *s, unsigned int *seed)
 {
     int agent     = soak_pick_agent(s, seed);
@@ -146,9 +247,18 @@ static void soak_step(soak_t *s, unsigned int *seed)
     kvf_status_t st;
     uint64_t t0;
 
+    int decoder;
+
     if (agent < 0) {
         usleep(10000);
         return;
+    }
+    if (!is_store && ((rand_r(seed) % 8) == 0)) {
+        decoder = (agent + 1 + rand_r(seed) % (SOAK_AGENTS - 1)) % SOAK_AGENTS;
+        if (!atomic_load(&s->is_down[decoder])) {
+            soak_pd(s, seed, agent, decoder);
+            return;
+        }
     }
     if (is_store) {
         p       = &s->prefixes[s->num_prefixes % SOAK_PREFIXES];
@@ -247,14 +357,18 @@ static bool soak_check_end(soak_t *s)
 
 int main(void)
 {
-    kvf_fc_params_t params = {.num_agents    = SOAK_AGENTS,
-                              .is_netns      = false,
-                              .pool_size     = "64M",
-                              .fetch_tmo     = "2s",
-                              .lease         = "2s",
-                              .max_chunk     = "1M",
-                              .client_tmo_ns = 20 * KVF_NSEC_PER_SEC,
-                              .log_level     = "warn"};
+    kvf_fc_params_t params = {.num_agents     = SOAK_AGENTS,
+                              .is_netns       = false,
+                              .pool_size      = "64M",
+                              .fetch_tmo      = "2s",
+                              .lease          = "2s",
+                              .max_chunk      = "1M",
+                              .client_tmo_ns  = 20 * KVF_NSEC_PER_SEC,
+                              .log_level      = "warn",
+                              .pd_buffer_size = "16M",
+                              .pd_push_tmo    = "3s",
+                              .pd_alloc_tmo   = "2s",
+                              .pd_claim_tmo   = "5s"};
     const char *env        = getenv("SOAK_SECONDS");
     double seconds         = (env != NULL) ? atof(env) : 600.0;
     unsigned int seed      = (getenv("SOAK_SEED") != NULL)
@@ -305,10 +419,13 @@ int main(void)
     pthread_join(workload, NULL);
     rss1  = kvf_bench_pid_rss(s.fc.agents[0].proc.pid);
     is_ok = soak_check_end(&s);
-    printf("{\"soak_s\":%.1f,\"requests\":%llu,\"faults\":%llu,"
+    printf("{\"soak_s\":%.1f,\"requests\":%llu,\"pd_requests\":%llu,"
+           "\"pd_delivered\":%llu,\"faults\":%llu,"
            "\"wrong_bytes\":%llu,\"hangs\":%llu,\"rss_growth_bytes\":%lld}\n",
            (double)(kvf_time_now_ns() - t0) / 1e9,
-           (unsigned long long)s.requests,
+           (unsigned long long)(s.requests + s.pd_requests),
+           (unsigned long long)s.pd_requests,
+           (unsigned long long)s.pd_delivered,
            (unsigned long long)atomic_load(&s.faults),
            (unsigned long long)s.wrong_bytes, (unsigned long long)s.hangs,
            (long long)(rss1 - s.rss0));

@@ -9,8 +9,10 @@
  * waited past its timeout, no engine got a byte that differs from the
  * chunk it asked for, the registry converged to what the agents really
  * hold (kvfctl vs GET /v1/inventory), no grant or pin leaked, and every
- * process still answers. Without namespaces (no CAP_SYS_ADMIN) every test
- * skips and says why; without sch_netem only the netem test does.
+ * process still answers. The pd_faults suite does the same for PD push
+ * between a prefill and a decode agent (below). Without namespaces (no
+ * CAP_SYS_ADMIN) every test skips and says why; without sch_netem only the
+ * netem test does.
  */
 #include "common/time.h"
 #include "tests/faults/fcluster.h"
@@ -307,11 +309,269 @@ Test(faults, stopped_peer_does_not_block_others)
 }
 
 /*
- * PD push under faults (kill -9 of the decoder or of the prefill agent
- * during kvf_pd_push, a link down mid-push): the PD push path is on the PD
- * branch (agent/pd.c, kvf_pd_*), not here yet. When it lands, add
- * Test(faults, pd_agent_killed_during_push) here on the same cluster: the
- * pusher's kvf_pd_push and the decoder's kvf_pd_wait return within their
- * timeouts, no slot reaches the decode engine unverified, and the
- * decoder's receive slots all return (check_healed plus a PD slot count).
+ * PD push under faults: a controller, a prefill agent (host 1) and a
+ * decode agent with a 4 MiB receive region (host 2; 16 chunks of
+ * CHUNK), with short PD timeouts so a failed push shows up in seconds.
+ * After each fault: the prefill engine's kvf_pd_push and the decode
+ * engine's kvf_pd_wait returned within their timeouts, every byte the
+ * decode engine got equals what was pushed, the decoder's region is empty
+ * again, the prefill agent lent nothing out, and a new request goes
+ * through byte-exact.
  */
+#define PD_P          0
+#define PD_D          1
+#define PD_PUSH_TMO_S 2
+#define PD_WAIT_TMO_S 3
+/* a push ends within pd_push_timeout; past this margin it hung */
+#define PD_PUSH_HANG_NS ((PD_PUSH_TMO_S + 2) * KVF_NSEC_PER_SEC)
+#define PD_WAIT_HANG_NS ((PD_WAIT_TMO_S + 2) * KVF_NSEC_PER_SEC)
+#define PD_USED         "kvf_agent_pd_region_bytes{state=\"used\"}"
+
+static void pd_setup(void)
+{
+    kvf_fc_params_t p = {.num_agents     = 2,
+                         .is_netns       = true,
+                         .pool_size      = "32M",
+                         .fetch_tmo      = "2s",
+                         .lease          = "2s",
+                         .max_chunk      = "1M",
+                         .client_tmo_ns  = 20 * KVF_NSEC_PER_SEC,
+                         .roles          = {"prefill", "decode"},
+                         .pd_buffer_size = "4M",
+                         .pd_push_tmo    = "2s",
+                         .pd_alloc_tmo   = "1s",
+                         .pd_claim_tmo   = "10s"};
+
+    g_skip = kvf_fc_netns_unavailable();
+    if (g_skip != NULL) {
+        return;
+    }
+    cr_assert_eq(kvf_fc_create(&g_fc, &p), 0, "%s", g_fc.why);
+}
+
+TestSuite(pd_faults, .init = pd_setup, .fini = teardown, .timeout = 120);
+
+static kvf_client_t *pd_connect(int i)
+{
+    kvf_client_t *c = NULL;
+
+    cr_assert_eq(kvf_fc_connect(&g_fc, i, &c), KVF_OK, "agent %s",
+                 g_fc.agents[i].name);
+    return c;
+}
+
+static void pd_push_ok(kvf_client_t *pc, uint64_t req, uint32_t first,
+                       uint32_t n, bool final)
+{
+    cr_assert_eq(kvf_fc_pd_push(&g_fc, pc, req, g_fc.agents[PD_D].name, first,
+                                n, CHUNK, final),
+                 KVF_OK, "%s", g_fc.why);
+}
+
+/* The decode engine gets @p req: @p n chunks, every byte as pushed. */
+static void pd_receive_ok(kvf_client_t *dc, uint64_t req, uint32_t n)
+{
+    kvf_fc_pd_t res;
+
+    kvf_fc_pd_receive(&g_fc, dc, req, n, CHUNK,
+                      PD_WAIT_TMO_S * KVF_NSEC_PER_SEC, &res);
+    cr_assert_eq(res.status, KVF_OK, "%s", g_fc.why);
+    cr_assert_eq(res.wrong_bytes, 0, "the decode engine got %llu wrong bytes",
+                 (unsigned long long)res.wrong_bytes);
+    cr_assert_eq(res.num, n);
+    cr_assert_eq(res.got, n);
+}
+
+/* A new request, streamed in two pushes, arrives byte-exact. */
+static void pd_roundtrip(uint64_t req)
+{
+    kvf_client_t *pc = pd_connect(PD_P), *dc = pd_connect(PD_D);
+
+    pd_push_ok(pc, req, 0, 3, false);
+    pd_push_ok(pc, req, 3, 2, true);
+    pd_receive_ok(dc, req, 5);
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
+
+static void pd_wait_region_empty(void)
+{
+    uint64_t deadline = kvf_time_deadline_ns(15 * KVF_NSEC_PER_SEC);
+    long long used;
+
+    while ((used = kvf_fc_metric(&g_fc, PD_D, PD_USED)) != 0) {
+        cr_assert(!kvf_time_expired(deadline),
+                  "the decoder still has %lld region bytes in use", used);
+        poll(NULL, 0, 50);
+    }
+}
+
+typedef struct pd_job {
+    kvf_client_t *c;
+    uint64_t req;
+    uint32_t first, n;
+    kvf_status_t status;
+    uint64_t took_ns;
+    kvf_fc_pd_t res; /* pd_wait_thread */
+} pd_job_t;
+
+static void *pd_push_thread(void *arg)
+{
+    pd_job_t *job = arg;
+    uint64_t t0   = kvf_time_now_ns();
+
+    job->status =
+        kvf_fc_pd_push(&g_fc, job->c, job->req, g_fc.agents[PD_D].name,
+                       job->first, job->n, CHUNK, true);
+    job->took_ns = kvf_time_now_ns() - t0;
+    return NULL;
+}
+
+static void *pd_wait_thread(void *arg)
+{
+    pd_job_t *job = arg;
+
+    kvf_fc_pd_receive(&g_fc, job->c, job->req, job->n, CHUNK,
+                      PD_WAIT_TMO_S * KVF_NSEC_PER_SEC, &job->res);
+    return NULL;
+}
+
+/* The push of @p job failed (no hang) within pd_push_timeout. */
+static void pd_check_push_failed(const pd_job_t *job)
+{
+    cr_assert_neq(job->status, KVF_OK, "the push went through");
+    cr_assert_lt(job->took_ns, PD_PUSH_HANG_NS, "push took %llu ms: %s",
+                 (unsigned long long)(job->took_ns / KVF_NSEC_PER_MSEC),
+                 g_fc.why);
+}
+
+Test(pd_faults, decoder_killed_during_push)
+{
+    kvf_client_t *pc;
+    pd_job_t job = {.req = 100, .first = 4, .n = 4};
+    pthread_t th;
+
+    SKIP_WITHOUT_NETNS();
+    pc    = pd_connect(PD_P);
+    job.c = pc;
+    pd_push_ok(pc, 100, 0, 4, false); /* a streamed request under way */
+    /* the next push starts, waits on the decoder, and the decoder dies */
+    kvf_fc_agent_pause(&g_fc, PD_D, true);
+    cr_assert_eq(pthread_create(&th, NULL, pd_push_thread, &job), 0);
+    poll(NULL, 0, 300); /* fault timing: the push is under way */
+    kvf_fc_agent_kill(&g_fc, PD_D);
+    pthread_join(th, NULL);
+    pd_check_push_failed(&job);
+    /* the engine still connected: the prefill agent holds nothing for the
+     * dead push (its sends done, the engine's slots released) */
+    cr_assert(kvf_fc_wait_quiet(&g_fc, 10000), "%s", g_fc.why);
+    kvf_client_disconnect(pc);
+    cr_assert_eq(kvf_fc_agent_start(&g_fc, PD_D), 0, "%s", g_fc.why);
+    pd_roundtrip(101);
+    check_healed();
+}
+
+Test(pd_faults, prefill_agent_killed_mid_request)
+{
+    kvf_client_t *pc, *dc;
+    pd_job_t job = {.req = 200, .n = 8};
+    pthread_t th;
+
+    SKIP_WITHOUT_NETNS();
+    pc    = pd_connect(PD_P);
+    dc    = pd_connect(PD_D);
+    job.c = dc;
+    pd_push_ok(pc, 200, 0, 4, false);
+    cr_assert_eq(kvf_fc_metric(&g_fc, PD_D, PD_USED), 4 * CHUNK);
+    /* the decode engine waits; the prefill agent dies before the final
+     * push */
+    cr_assert_eq(pthread_create(&th, NULL, pd_wait_thread, &job), 0);
+    poll(NULL, 0, 200); /* fault timing: the wait is under way */
+    kvf_fc_agent_kill(&g_fc, PD_P);
+    pthread_join(th, NULL);
+    cr_assert((job.res.status == KVF_ERR_CANCELED) ||
+                  (job.res.status == KVF_ERR_TIMEOUT),
+              "wait: %s", kvf_strerror(job.res.status));
+    cr_assert_eq(job.res.num, 0, "a part of a dead request was handed out");
+    cr_assert_lt(job.res.took_ns, PD_WAIT_HANG_NS, "wait took %llu ms",
+                 (unsigned long long)(job.res.took_ns / KVF_NSEC_PER_MSEC));
+    pd_wait_region_empty();
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+    cr_assert_eq(kvf_fc_agent_start(&g_fc, PD_P), 0, "%s", g_fc.why);
+    pd_roundtrip(201);
+    check_healed();
+}
+
+Test(pd_faults, link_down_during_push)
+{
+    const char *no_netem;
+    kvf_client_t *pc, *dc;
+    pd_job_t job = {.req = 300, .first = 4, .n = 4};
+    kvf_fc_pd_t res;
+    pthread_t th;
+
+    SKIP_WITHOUT_NETNS();
+    no_netem = kvf_fc_netem_unavailable();
+    pc       = pd_connect(PD_P);
+    dc       = pd_connect(PD_D);
+    job.c    = pc;
+    pd_push_ok(pc, 300, 0, 4, false);
+    if (no_netem == NULL) {
+        /* 100 ms on every packet the decoder sends: the push's round
+         * trips (alloc, data, done) span the link going down */
+        cr_assert_eq(kvf_fc_netem(&g_fc, PD_D, "delay 100ms"), 0, "%s",
+                     g_fc.why);
+        cr_assert_eq(pthread_create(&th, NULL, pd_push_thread, &job), 0);
+        poll(NULL, 0, 150); /* fault timing: the push is under way */
+        cr_assert_eq(kvf_fc_link(&g_fc, PD_D, false), 0, "%s", g_fc.why);
+        pthread_join(th, NULL);
+    } else {
+        /* no netem to stretch the push: the link goes down between the
+         * pushes of the request instead */
+        cr_assert_eq(kvf_fc_link(&g_fc, PD_D, false), 0, "%s", g_fc.why);
+        pd_push_thread(&job);
+    }
+    pd_check_push_failed(&job);
+    cr_assert_eq(kvf_fc_link(&g_fc, PD_D, true), 0, "%s", g_fc.why);
+    if (no_netem == NULL) {
+        cr_assert_eq(kvf_fc_netem(&g_fc, PD_D, "off"), 0, "%s", g_fc.why);
+    }
+    /* the decoder dropped the broken request: a wait fails, nothing is
+     * handed out, its region empties */
+    kvf_fc_pd_receive(&g_fc, dc, 300, 8, CHUNK,
+                      PD_WAIT_TMO_S * KVF_NSEC_PER_SEC, &res);
+    cr_assert_neq(res.status, KVF_OK);
+    cr_assert_eq(res.num, 0);
+    pd_wait_region_empty();
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+    /* it may have been declared dead meanwhile: it registers again */
+    cr_assert(kvf_fc_agent_wait_registered(&g_fc, PD_D, 20000), "%s", g_fc.why);
+    pd_roundtrip(301);
+    check_healed();
+}
+
+Test(pd_faults, stopped_decoder_times_out_the_push)
+{
+    kvf_client_t *pc, *dc;
+    pd_job_t job = {.req = 400, .n = 4};
+
+    SKIP_WITHOUT_NETNS();
+    pc    = pd_connect(PD_P);
+    dc    = pd_connect(PD_D); /* connected before it stops */
+    job.c = pc;
+    kvf_fc_agent_pause(&g_fc, PD_D, true); /* a decoder that stops answering */
+    pd_push_thread(&job);
+    kvf_fc_agent_pause(&g_fc, PD_D, false);
+    pd_check_push_failed(&job);
+    cr_assert_eq(job.status, KVF_ERR_TIMEOUT, "%s", g_fc.why);
+    cr_assert(kvf_fc_agent_wait_registered(&g_fc, PD_D, 20000), "%s", g_fc.why);
+    pd_wait_region_empty();
+    /* the next request works, through the same decode engine connection */
+    pd_push_ok(pc, 401, 0, 4, true);
+    pd_receive_ok(dc, 401, 4);
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+    check_healed();
+}
