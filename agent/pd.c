@@ -1598,7 +1598,21 @@ void kvf_pd_cancel(kvf_pd_t *pd, void *engine)
 
 void kvf_pd_ep_failed(kvf_pd_t *pd, kvf_ucx_ep_t *ep)
 {
+    kvf_pd_push_t *push, *push_next;
     kvf_pd_req_t *req, *next;
+
+    /* sender side: pushes to a decoder that went away fail now rather than
+     * at pd_push_timeout (their UCX operations complete with errors) */
+    for (push = pd->pushes; push != NULL; push = push_next) {
+        push_next = push->next;
+        if ((push->ep == ep) && (push->state != KVF_PD_PUSH_FINISHED) &&
+            (push->state != KVF_PD_PUSH_RESOLVE)) {
+            kvf_pd_push_finish(push, KVF_ERR_CLOSED,
+                               "the connection to decoder %s failed",
+                               push->decoder);
+            kvf_pd_push_maybe_complete(push);
+        }
+    }
 
     for (req = pd->reqs; req != NULL; req = next) {
         next = req->next;
