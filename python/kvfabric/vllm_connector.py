@@ -221,7 +221,9 @@ class KVFabricConnector(KVConnectorBase_V1):
                            ).format(rank=rank)
         self._timeout = float(extra.get("timeout_s", 5.0))
         self._prefetch = bool(extra.get("prefetch", True))
+        # "{rank}" in a decoder name becomes the pushing worker's TP rank
         self._decoder = str(extra.get("decoder", ""))
+        self._rank = rank
         self._pd_store = bool(extra.get("pd_store", True))
         self._pd_wait_timeout = float(extra.get("pd_wait_timeout_s", 30.0))
         self._nonce = os.urandom(8).hex()
@@ -585,12 +587,13 @@ class KVFabricConnector(KVConnectorBase_V1):
         k = m.pd_push_count
         self._pd_sending.add(m.req_id)
         try:
-            self.client.pd_push(m.pd_request_id, m.pd_decoder, chunks[:k],
-                                sums[:k], m.pd_final)
+            self.client.pd_push(m.pd_request_id,
+                                m.pd_decoder.format(rank=self._rank),
+                                chunks[:k], sums[:k], m.pd_final)
             self.stats["pd_pushes"] += 1
             self.stats["pd_pushed_chunks"] += k
         except kvf.KvfError as e:
-            log.error("kvfabric: PD push of %s (request %x) to %s: %s",
+            log.error("kvfabric: PD push of %s (request %x) to %r: %s",
                       m.req_id, m.pd_request_id, m.pd_decoder, e)
             self.stats["pd_push_errors"] += 1
 
