@@ -118,10 +118,11 @@ def _prompt_len(segments) -> int:
 
 def _prefill_push(cl, model, segs, decoder: str, request_id: int) -> Dict:
     """P in PD mode: every full chunk of the leading text segment is packed
-    and pushed to @p decoder as soon as its piece is computed (streaming:
-    the transfer of chunk i overlaps the compute of chunk i+1 on the
-    decoder's side of the wire), final on the last; the grant is released
-    after each push (the slot stays ours through it)."""
+    and pushed to @p decoder as soon as its piece is computed, final on the
+    last, so the request is complete at the decoder when the prefill ends.
+    pd_push returns once the decoder verified the chunk: its time adds to
+    P's (``store_ms``). The grant is released after each push (the slot
+    stays ours through it)."""
     C = CFG.chunk
     cache = PagedCache.create(model, "vllm", MAX_TOKENS, seed=11)
     nbytes = cache.layout.chunk_bytes(C)
