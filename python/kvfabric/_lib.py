@@ -195,8 +195,9 @@ _PROTOS = {
     "kvf_gpu_is_available": (c_bool, [P(c_char_p)]),
 }
 
-# The PD calls (kvfabric.h, PD issue) are declared only when the library
-# exports them; HAS_PD says which. Until then the binding has no PD methods.
+# The PD calls (kvfabric.h, "PD mode"): every libkvfabric built from this
+# tree exports them; HAS_PD stays so that an older installed library still
+# loads (without the Client.pd_* methods).
 _PD_PROTOS = {
     "kvf_pd_push": (c_int, [c_void_p, c_u64, c_char_p, P(SlotStruct),
                             P(c_u64), c_u32, c_bool]),

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from . import _lib
-from .errors import ERR_EXISTS, OK, KvfError, check
+from .errors import ERR_EXISTS, ERR_TOO_BIG, OK, KvfError, check
 from .keys import Key, keys_to_c
 
 HAS_PD = _lib.HAS_PD
@@ -293,32 +293,58 @@ class Client:
         def pd_push(self, request_id: int, decoder: str,
                     slots: Sequence[Slot], checksums: Sequence[int],
                     final: bool) -> None:
-            """kvf_pd_push(): pushes committed chunks of a request to the
-            decoder agent @p decoder."""
+            """kvf_pd_push(): pushes chunks of PD request @p request_id into
+            the receive region of the decoder agent named @p decoder (its
+            node name). Call it once per chunk or layer group as they are
+            produced, ``final=True`` on the last call. Returns once the
+            decoder verified every chunk of this call. @p slots are this
+            connection's grants (``alloc``) or pins (``retrieve``); a slot's
+            ``length`` may be less than its grant (a partial last chunk).
+            The slots stay the caller's: ``release`` or ``commit`` them
+            after."""
             n = len(slots)
+            if len(checksums) != n:
+                raise ValueError("kvfabric: slots and checksums differ in "
+                                 "size")
             sums = (ctypes.c_uint64 * n)(*checksums)
             with self._lock:
                 self._check(_lib.lib.kvf_pd_push(self._handle(), request_id,
                                                  decoder.encode(),
                                                  _slots_to_c(slots), sums, n,
-                                                 final), "kvf_pd_push")
+                                                 bool(final)), "kvf_pd_push")
 
-        def pd_wait(self, request_id: int, timeout: float,
-                    max_chunks: int) -> List[Slot]:
-            """kvf_pd_wait(): the request's received chunks, in order."""
-            arr = (_lib.SlotStruct * max_chunks)()
-            num = ctypes.c_uint32()
-            with self._lock:
-                self._check(_lib.lib.kvf_pd_wait(self._handle(), request_id,
-                                                 int(timeout * 1e9), arr,
-                                                 max_chunks,
-                                                 ctypes.byref(num)),
-                            "kvf_pd_wait")
-            return [Slot(arr[i].offset, arr[i].length)
-                    for i in range(num.value)]
+        def pd_wait(self, request_id: int, timeout: Optional[float] = None,
+                    max_chunks: int = 256) -> List[Slot]:
+            """kvf_pd_wait(): waits until every chunk of @p request_id
+            arrived and verified (the final push acknowledged), claims it
+            for this connection and returns its chunks in push order (pool
+            slots: ``slot_view``/``slot_tensor`` read them, no copy). Either
+            order with the push works. @p timeout in seconds (None: the
+            connection's default). The slots stay valid until
+            ``pd_release`` or ``close``. @p max_chunks is only the first
+            guess of room: a larger request is asked again with room for
+            all of it (the agent keeps it claimed for us)."""
+            timeout_ns = 0 if timeout is None else max(int(timeout * 1e9), 1)
+            room = max(int(max_chunks), 1)
+            while True:
+                arr = (_lib.SlotStruct * room)()
+                num = ctypes.c_uint32()
+                with self._lock:
+                    st = _lib.lib.kvf_pd_wait(self._handle(), request_id,
+                                              timeout_ns, arr, room,
+                                              ctypes.byref(num))
+                    if st == ERR_TOO_BIG and room < 65536:
+                        room = min(room * 4, 65536)
+                        continue
+                    self._check(st, "kvf_pd_wait")
+                return [Slot(arr[i].offset, arr[i].length)
+                        for i in range(num.value)]
 
         def pd_release(self, request_id: int) -> None:
-            """kvf_pd_release(): frees the request's receive slots."""
+            """kvf_pd_release(): frees the receive slots of @p request_id
+            (a request not complete yet is aborted). KvfError
+            KVF_ERR_NOT_FOUND for an unknown id, KVF_ERR_BUSY for one
+            another connection claimed."""
             with self._lock:
                 self._check(_lib.lib.kvf_pd_release(self._handle(),
                                                     request_id),

@@ -15,7 +15,7 @@ Scheduler side (engine core process, connection to the local agent):
   blocks, the chunks to load and the chunks that become complete in this
   step (to save), with their keys;
 * ``request_finished``: forgets the request; blocks are freed at once
-  (saves are synchronous).
+  (saves are synchronous), except after a PD push (below).
 
 Worker side (one per GPU worker, connection to that worker's agent):
 
@@ -29,15 +29,40 @@ Worker side (one per GPU worker, connection to that worker's agent):
 * ``save_kv_layer``: packs this layer's rows of the chunks completed in
   this step into pool slots granted on the first layer;
 * ``wait_for_save``: checksums and commits them;
-* ``get_finished``: (None, None): no transfer outlives a step.
+* ``get_finished``: requests whose PD push is done, as finished sending.
 
-PD push (kv_role ``kv_producer`` pushing to a named decoder) depends on
-kvf_pd_push/kvf_pd_wait/kvf_pd_release, which libkvfabric does not export
-yet (``kvfabric.HAS_PD``); until then producer/consumer roles share KV
-through store + lookup, which needs no request-id handshake.
+PD push (a prefill instance pushing a request's KV straight into a decode
+instance's receive region, kvf_pd_push/wait/release), in vLLM's P/D flow
+(the proxy sends the request to P with ``max_tokens=1`` and
+``kv_transfer_params={"do_remote_decode": true}``, then to D with the
+``kv_transfer_params`` P's response carried):
+
+* P (kv_role ``kv_producer`` or ``kv_both``): a request with
+  ``do_remote_decode`` gets a PD request id (``kvf_request_id`` in its
+  params, else derived from vLLM's id) and a decoder (``kvf_decoder`` in its
+  params, else ``decoder`` in kv_connector_extra_config). Its full chunks
+  but the one holding the last prompt token (D computes that token, as with
+  vLLM's other P/D connectors) are packed per layer in ``save_kv_layer``
+  and pushed in ``wait_for_save`` of the step that computed them
+  (streaming), ``final`` with the last; they are then committed too
+  (``pd_store``, default true), so the prefill side keeps them for prefix
+  reuse. ``request_finished`` returns ``True`` (blocks held) and
+  ``{"do_remote_prefill": true, "kvf_request_id", "kvf_decoder",
+  "kvf_chunks", "kvf_chunk_size"}``; ``get_finished`` reports the request
+  as finished sending, which frees the blocks.
+* D (kv_role ``kv_consumer`` or ``kv_both``): a request whose params say
+  ``do_remote_prefill`` with a ``kvf_request_id`` gets ``kvf_chunks``
+  chunks as external tokens (no lookup); ``start_load_kv`` waits for the
+  request (``pd_wait``, ``pd_wait_timeout_s``), unpacks, releases it. A
+  failed wait (the push failed or P died: ``KVF_ERR_CANCELED``, or a
+  timeout) reports the request's blocks through
+  ``get_block_ids_with_load_errors`` so vLLM recomputes them. Loads are
+  synchronous (``load_async`` False).
 """
 import enum
+import hashlib
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
@@ -111,6 +136,14 @@ class ReqMeta:
     load_first_chunk: int = 0
     save_keys: List[Any] = field(default_factory=list)   # chunks to store
     save_first_chunk: int = 0
+    # PD, producer: push the first pd_push_count chunks of save_keys
+    pd_request_id: int = 0
+    pd_decoder: str = ""
+    pd_push_count: int = 0
+    pd_final: bool = False
+    pd_store: bool = True              # commit the saved chunks as well
+    # PD, consumer: the load comes from PD request pd_request_id
+    pd_load: bool = False
 
 
 @dataclass
@@ -127,6 +160,12 @@ class _ReqState:
     saved_chunks: int = 0        # chunks [0, saved) are held or saved
     lookup: Optional[Tuple[int, int]] = None  # (vLLM's computed, hit)
     load: Optional[Tuple[int, int]] = None
+    # PD, producer: (request id, decoder, chunks to push); chunks scheduled
+    pd_push: Optional[Tuple[int, str, int]] = None
+    pd_pushed: int = 0
+    # PD, consumer: (request id, chunks pushed); cleared once scheduled
+    pd_recv: Optional[Tuple[int, int]] = None
+    pd_load: bool = False        # the pending load comes from pd_recv
 
 
 def _extra(cfg) -> Dict[str, Any]:
@@ -182,6 +221,12 @@ class KVFabricConnector(KVConnectorBase_V1):
                            ).format(rank=rank)
         self._timeout = float(extra.get("timeout_s", 5.0))
         self._prefetch = bool(extra.get("prefetch", True))
+        # "{rank}" in a decoder name becomes the pushing worker's TP rank
+        self._decoder = str(extra.get("decoder", ""))
+        self._rank = rank
+        self._pd_store = bool(extra.get("pd_store", True))
+        self._pd_wait_timeout = float(extra.get("pd_wait_timeout_s", 30.0))
+        self._nonce = os.urandom(8).hex()
         self._client: Optional[kvf.Client] = None
         # scheduler side
         self._reqs: Dict[str, _ReqState] = {}
@@ -191,8 +236,11 @@ class KVFabricConnector(KVConnectorBase_V1):
         self._layout = None
         self._pending: List[Tuple[ReqMeta, List[kvf.Slot]]] = []
         self._load_errors: Set[int] = set()
+        self._pd_sending: Set[str] = set()   # requests with a PD push
         self.stats = dict(lookups=0, hit_tokens=0, loaded_chunks=0,
-                          saved_chunks=0, missed_chunks=0)
+                          saved_chunks=0, missed_chunks=0, pd_pushes=0,
+                          pd_pushed_chunks=0, pd_push_errors=0,
+                          pd_received_chunks=0, pd_wait_errors=0)
 
     # shared ------------------------------------------------------------
 
@@ -224,18 +272,68 @@ class KVFabricConnector(KVConnectorBase_V1):
             tokens = list(request.prompt_token_ids)
             st = _ReqState(tokens, kvf.key_chain(self._ns, tokens,
                                                  self._chunk), [])
+            self._pd_state(request, st)
             self._reqs[request.request_id] = st
         return st
+
+    def _pd_request_id(self, req_id: str) -> int:
+        """A PD request id for vLLM request @p req_id: 63 bits of a hash
+        of it and this instance's nonce (unique among a decoder's
+        requests in flight in practice), never 0."""
+        h = hashlib.blake2b(f"{self._nonce}/{req_id}".encode(),
+                            digest_size=8).digest()
+        return (int.from_bytes(h, "big") >> 1) or 1
+
+    def _pd_state(self, request, st: _ReqState) -> None:
+        """Reads the request's kv_transfer_params (vLLM's P/D handshake)."""
+        params = getattr(request, "kv_transfer_params", None) or {}
+        C = self._chunk
+        if params.get("do_remote_decode") and self.is_producer:
+            decoder = str(params.get("kvf_decoder") or self._decoder)
+            if not decoder:
+                log.warning("kvfabric: request %s asks for remote decode but "
+                            "names no decoder (kvf_decoder, or decoder in "
+                            "kv_connector_extra_config): not pushed",
+                            request.request_id)
+                return
+            rid = int(params.get("kvf_request_id") or
+                      self._pd_request_id(request.request_id))
+            # D computes the chunk holding the last prompt token
+            st.pd_push = (rid, decoder, max(len(st.tokens) - 1, 0) // C)
+        elif (params.get("do_remote_prefill") and self.is_consumer and
+              params.get("kvf_request_id")):
+            if int(params.get("kvf_chunk_size", C)) != C:
+                log.error("kvfabric: request %s was pushed in chunks of %s "
+                          "tokens, this instance uses %d: recomputed",
+                          request.request_id, params.get("kvf_chunk_size"),
+                          C)
+                return
+            st.pd_recv = (int(params["kvf_request_id"]),
+                          int(params.get("kvf_chunks", 0)))
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int
                                    ) -> Tuple[int, bool]:
         st = self._state(request)
+        if st.pd_recv is not None:
+            # pushed by the prefill instance: no lookup, wait for it
+            n = st.pd_recv[1]
+            hit = min(n * self._chunk,
+                      ((len(st.tokens) - 1) // self._chunk) * self._chunk)
+            if n == 0:
+                st.pd_recv = None
+                return 0, False
+            # the load also claims and releases the pushed request, even
+            # when vLLM's own prefix cache already holds all of it
+            st.lookup = (num_computed_tokens, max(hit, num_computed_tokens))
+            st.pd_load = True
+            return max(hit - num_computed_tokens, 0), False
         if not self.is_consumer or not st.keys:
             return 0, False
         r = self.client.lookup(st.keys, prefetch=self._prefetch)
         self.stats["lookups"] += 1
         st.hit_chunks = r.hit_chunks
-        st.saved_chunks = max(st.saved_chunks, r.hit_chunks)
+        if st.pd_push is None:  # loaded chunks are pushed all the same
+            st.saved_chunks = max(st.saved_chunks, r.hit_chunks)
         hit = r.hit_chunks * self._chunk
         # vLLM must compute at least the last prompt token
         if hit >= len(st.tokens):
@@ -249,7 +347,10 @@ class KVFabricConnector(KVConnectorBase_V1):
     def update_state_after_alloc(self, request, blocks,
                                  num_external_tokens: int):
         st = self._state(request)
-        if num_external_tokens > 0 and st.lookup is not None:
+        if st.pd_load and st.lookup is not None:
+            start = st.lookup[0]
+            st.load = (start, start + num_external_tokens)
+        elif num_external_tokens > 0 and st.lookup is not None:
             start = st.lookup[0]
             st.load = (start, start + num_external_tokens)
 
@@ -267,13 +368,28 @@ class KVFabricConnector(KVConnectorBase_V1):
             m.load_first_chunk = first
             m.load_keys = st.keys[first:m.load_end // C]
             st.load = None
+            if st.pd_load:
+                # every pushed chunk is claimed; those before load_start
+                # (vLLM's own prefix cache) are skipped by the worker
+                m.pd_load, m.pd_request_id = True, st.pd_recv[0]
+                m.load_first_chunk, m.load_keys = 0, []
+                st.pd_load, st.pd_recv = False, None
         if self.is_producer:
             full = min(computed_end, len(st.tokens)) // C
             if full > st.saved_chunks:
                 m.save_first_chunk = st.saved_chunks
                 m.save_keys = st.keys[st.saved_chunks:full]
                 st.saved_chunks = full
-        if not m.load_keys and not m.save_keys:
+            if st.pd_push is not None and m.save_keys:
+                rid, decoder, n = st.pd_push
+                count = max(min(full, n) - m.save_first_chunk, 0)
+                if count > 0:
+                    m.pd_request_id, m.pd_decoder = rid, decoder
+                    m.pd_push_count = count
+                    st.pd_pushed = m.save_first_chunk + count
+                    m.pd_final = st.pd_pushed == n
+                    m.pd_store = self._pd_store
+        if not m.load_keys and not m.save_keys and not m.pd_load:
             return None
         return m
 
@@ -306,8 +422,21 @@ class KVFabricConnector(KVConnectorBase_V1):
 
     def request_finished(self, request, block_ids
                          ) -> Tuple[bool, Optional[Dict[str, Any]]]:
-        self._reqs.pop(request.request_id, None)
-        return False, None
+        """A PD-pushed request keeps its blocks until the worker reports it
+        finished sending (get_finished), and hands D its PD request in
+        kv_transfer_params (once the final push was scheduled: a request
+        aborted half-way is aborted at the decoder when no push follows,
+        and D is given nothing to wait for)."""
+        st = self._reqs.pop(request.request_id, None)
+        if st is None or st.pd_push is None:
+            return False, None
+        rid, decoder, n = st.pd_push
+        params = None
+        if st.pd_pushed == n:
+            params = dict(do_remote_prefill=True, do_remote_decode=False,
+                          kvf_request_id=rid, kvf_decoder=decoder,
+                          kvf_chunks=n, kvf_chunk_size=self._chunk)
+        return st.pd_pushed > 0, params
 
     # worker side -------------------------------------------------------
 
@@ -330,6 +459,9 @@ class KVFabricConnector(KVConnectorBase_V1):
         meta = self._get_connector_metadata()
         C = self._chunk
         for m in meta.requests:
+            if m.pd_load:
+                self._pd_load(m)
+                continue
             if not m.load_keys:
                 continue
             slots, missing = self.client.retrieve(m.load_keys)
@@ -352,6 +484,56 @@ class KVFabricConnector(KVConnectorBase_V1):
                     self.stats["loaded_chunks"] += 1
             finally:
                 self.client.release(slots)
+
+    def _load_failed(self, m: ReqMeta, c0: int, c1: int) -> None:
+        """Tokens [c0, c1) of @p m could not be loaded: their blocks go to
+        get_block_ids_with_load_errors (vLLM recomputes them)."""
+        bs = self._block_size
+        self._load_errors.update(
+            x // bs for x in m.slot_mapping[max(c0, m.load_start):c1]
+            if x >= 0)
+
+    def _pd_load(self, m: ReqMeta) -> None:
+        """Waits for PD request m.pd_request_id, unpacks its chunks into
+        tokens [load_start, load_end), releases it."""
+        import torch
+
+        C = self._chunk
+        need = (m.load_end + C - 1) // C
+        try:
+            slots = self.client.pd_wait(m.pd_request_id,
+                                        timeout=self._pd_wait_timeout)
+        except kvf.KvfError as e:
+            log.error("kvfabric: PD request %x (%s): %s; recomputed",
+                      m.pd_request_id, m.req_id, e)
+            self.stats["pd_wait_errors"] += 1
+            self._load_failed(m, 0, m.load_end)
+            try:  # a timed-out request may still arrive: give it back
+                self.client.pd_release(m.pd_request_id)
+            except kvf.KvfError:
+                pass
+            return
+        try:
+            self.stats["pd_received_chunks"] += len(slots)
+            for j in range(need):
+                c0 = j * C
+                c1 = min(c0 + C, m.load_end)
+                if c1 <= m.load_start:
+                    continue
+                if j >= len(slots) or slots[j].length != self._chunk_bytes:
+                    self.stats["missed_chunks"] += 1
+                    self._load_failed(m, c0, c1)
+                    continue
+                sm = torch.tensor(m.slot_mapping[c0:c0 + C],
+                                  dtype=torch.int64)
+                sm[:max(m.load_start - c0, 0)] = -1
+                sm[c1 - c0:] = -1
+                src = self._chunk_view(slots[j])
+                self._layout.unpack(self._kv, sm, src)
+                del src
+                self.stats["loaded_chunks"] += 1
+        finally:
+            self.client.pd_release(m.pd_request_id)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         return
@@ -382,20 +564,46 @@ class KVFabricConnector(KVConnectorBase_V1):
                 del dst
 
     def wait_for_save(self):
-        for m, slots in self._pending:
+        pending, self._pending = self._pending, []
+        for m, slots in pending:
             sums = []
             for s in slots:
                 v = self._chunk_view(s)
                 sums.append(kvf.chunk_checksum(v))
                 del v
-            self.client.commit(m.save_keys,
-                               [kvf.Slot(s.offset, self._chunk_bytes)
-                                for s in slots], sums)
+            chunks = [kvf.Slot(s.offset, self._chunk_bytes) for s in slots]
+            if m.pd_push_count > 0:
+                self._pd_push(m, chunks, sums)
+            if m.pd_push_count > 0 and not m.pd_store:
+                self.client.release(slots)
+                continue
+            self.client.commit(m.save_keys, chunks, sums)
             self.stats["saved_chunks"] += len(slots)
-        self._pending = []
+
+    def _pd_push(self, m: ReqMeta, chunks, sums) -> None:
+        """Pushes the first m.pd_push_count chunks of this step to the
+        decoder (returns once it verified them). A failure is logged, not
+        raised: the decoder aborts the request and D recomputes."""
+        k = m.pd_push_count
+        self._pd_sending.add(m.req_id)
+        try:
+            self.client.pd_push(m.pd_request_id,
+                                m.pd_decoder.format(rank=self._rank),
+                                chunks[:k], sums[:k], m.pd_final)
+            self.stats["pd_pushes"] += 1
+            self.stats["pd_pushed_chunks"] += k
+        except kvf.KvfError as e:
+            log.error("kvfabric: PD push of %s (request %x) to %r: %s",
+                      m.req_id, m.pd_request_id, m.pd_decoder, e)
+            self.stats["pd_push_errors"] += 1
 
     def get_finished(self, finished_req_ids):
-        return None, None
+        """(finished sending, finished receiving): the finished requests
+        whose PD push this worker made (their pushes completed in the step
+        that scheduled them); nothing is received asynchronously."""
+        done = {r for r in finished_req_ids if r in self._pd_sending}
+        self._pd_sending -= done
+        return (done or None), None
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
         out, self._load_errors = self._load_errors, set()

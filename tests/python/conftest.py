@@ -25,13 +25,12 @@ def torch_or_skip():
     return torch
 
 
-@pytest.fixture
-def cluster():
-    """controller + agents a and b; every process stopped at the end, and
-    each must exit 0 (under ASan that includes no leaks)."""
+def _run_cluster(**kw):
+    """controller + agents; every process stopped at the end, and each must
+    exit 0 (under ASan that includes no leaks)."""
     from kvfabric.testing.cluster import Cluster
 
-    cl = Cluster(agents=("a", "b"))
+    cl = Cluster(**kw)
     cl.start()
     try:
         yield cl
@@ -41,3 +40,19 @@ def cluster():
         cl.cleanup()
     bad = {k: v for k, v in codes.items() if v != 0}
     assert not bad, f"processes exited badly: {bad}\n{logs}"
+
+
+@pytest.fixture
+def cluster():
+    """controller + agents a and b (role both)."""
+    yield from _run_cluster(agents=("a", "b"))
+
+
+@pytest.fixture
+def pd_cluster():
+    """controller + a PD pair: agent p (--role prefill) and agent d (--role
+    decode, a 16 MiB receive region), as tests/integration/test_pd.c starts
+    them; P pushes to d by its node name, ``pd_cluster.node_name("d")``."""
+    yield from _run_cluster(agents=("p", "d"),
+                            roles={"p": "prefill", "d": "decode"},
+                            pd_buffer_size="16M")

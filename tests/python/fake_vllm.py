@@ -22,7 +22,18 @@ caches are vLLM flash-attention tensors:
   wait_for_save() -> get_finished(finished_ids) ->
   get_block_ids_with_load_errors() -> clear_connector_metadata();
   when a request finishes: request_finished(request, block_ids) -> free
-  blocks unless the connector delays it.
+  blocks unless the connector delays it (returns True); the request id
+  goes into the next step's scheduler_output.finished_req_ids, which the
+  worker passes to get_finished(); a delayed request's blocks are freed
+  when get_finished reports it as finished sending. While such requests
+  remain, the engine keeps stepping with nothing scheduled (vLLM's
+  kv_connector_no_forward: bind, start_load_kv, get_finished, clear; no
+  wait_for_save).
+
+P/D (vLLM's disaggregated-prefill proxy): a request carries
+``kv_transfer_params`` (from the API's ``kv_transfer_params`` field);
+request_finished's second value is what the response hands back, and the
+proxy passes it on unchanged as the next instance's request params.
 
 Signatures follow vLLM's base.py (KVConnectorBase_V1 with the
 kv_cache_config constructor argument, SchedulerOutput with
@@ -195,6 +206,7 @@ class Request:
     max_tokens: int
     num_computed_tokens: int = 0
     output_token_ids: List[int] = field(default_factory=list)
+    kv_transfer_params: Optional[Dict[str, Any]] = None
 
     @property
     def all_token_ids(self):
@@ -295,17 +307,52 @@ class FakeEngine:
         self.computed_prompt_tokens = 0
         self.external_tokens = 0
         self.load_errors = set()
+        self.finished_req_ids = set()   # for the next step's output
+        self.delayed = {}               # req id -> blocks held for a send
+        self.finished_sending = set()
+        self.kv_transfer_params = None  # of the last finished request
+        self.idle_steps = 0
+
+    def _scheduler_output(self, new, cached, nst):
+        fin, self.finished_req_ids = self.finished_req_ids, set()
+        so = SchedulerOutput(new, cached, nst, sum(nst.values()), fin)
+        so.kv_connector_metadata = self.sched.build_connector_meta(so)
+        return so
+
+    def _kv_output(self, so):
+        """The end of the worker's connector context: get_finished with the
+        output's finished ids, load errors, clear; the scheduler then frees
+        the blocks of requests finished sending."""
+        sending, recving = self.worker.get_finished(so.finished_req_ids)
+        assert recving is None  # nothing is loaded asynchronously here
+        self.load_errors |= self.worker.get_block_ids_with_load_errors()
+        self.worker.clear_connector_metadata()
+        for r in sending or ():
+            assert r in self.delayed, f"{r} reported but not delayed"
+            self.free.extend(self.delayed.pop(r))
+            self.finished_sending.add(r)
+
+    def idle_step(self):
+        """A step with nothing scheduled (vLLM kv_connector_no_forward)."""
+        so = self._scheduler_output([], CachedRequestData(), {})
+        self.worker.bind_connector_metadata(so.kv_connector_metadata)
+        self.worker.start_load_kv(ForwardContext({}, None))
+        self._kv_output(so)
+        self.idle_steps += 1
 
     def _alloc(self, n):
         out, self.free = self.free[:n], self.free[n:]
         return out
 
-    def generate(self, req_id: str, prompt: List[int], max_tokens: int):
+    def generate(self, req_id: str, prompt: List[int], max_tokens: int,
+                 kv_transfer_params: Optional[Dict[str, Any]] = None):
         """Serves one request; returns (tokens, logits [max_tokens, vocab])
-        of greedy decoding."""
+        of greedy decoding. The request's output kv_transfer_params are
+        left in ``self.kv_transfer_params``."""
         from kvfabric.testing.tiny_gpt import PagedCache
 
-        req = Request(req_id, list(prompt), max_tokens)
+        req = Request(req_id, list(prompt), max_tokens,
+                      kv_transfer_params=kv_transfer_params)
         bs = self.block_size
         # --- scheduler: admit the request
         num_local = 0  # vLLM's own prefix cache: empty in this engine
@@ -336,8 +383,7 @@ class FakeEngine:
                 new = []
                 cached = CachedRequestData([req_id], [[]], [None],
                                            [req.num_computed_tokens])
-            so = SchedulerOutput(new, cached, {req_id: n}, n, set())
-            so.kv_connector_metadata = self.sched.build_connector_meta(so)
+            so = self._scheduler_output(new, cached, {req_id: n})
             first = False
             # --- worker: one forward
             start = req.num_computed_tokens
@@ -352,9 +398,7 @@ class FakeEngine:
                                     torch.zeros(n, dtype=torch.int64),
                                     hooks=hooks)
             self.worker.wait_for_save()
-            self.worker.get_finished(set())
-            self.load_errors |= self.worker.get_block_ids_with_load_errors()
-            self.worker.clear_connector_metadata()
+            self._kv_output(so)
             if start < len(prompt):
                 self.computed_prompt_tokens += n
             # --- scheduler: update from the output
@@ -363,8 +407,17 @@ class FakeEngine:
                 logits.append(lg[-1])
                 req.output_token_ids.append(int(torch.argmax(lg[-1])))
         delay, params = self.sched.request_finished(req, list(blocks))
-        assert delay is False
-        self.free.extend(blocks)
+        self.kv_transfer_params = params
+        self.finished_req_ids.add(req_id)
+        if delay:
+            self.delayed[req_id] = blocks
+        else:
+            self.free.extend(blocks)
+        for _ in range(8):  # the engine steps on while sends are pending
+            if not self.delayed:
+                break
+            self.idle_step()
+        assert not self.delayed, f"never finished sending: {self.delayed}"
         return req.output_token_ids, torch.stack(logits)
 
     def shutdown(self):

@@ -5,7 +5,9 @@ prefills and stores chunks through agent a, process D on agent b retrieves
 them over UCX, loads them into its own cache and decodes; D's tokens and
 logits equal a single-process run's exactly. Scenarios: a shared prefix
 (chained keys) and a RAG document after a different prefix (document keys).
-PD push is not here: it waits for kvf_pd_push/wait/release (PD issue)."""
+Then the same through PD push: P on a prefill agent pushes the prompt's
+chunks to the decode agent as it computes them, D waits for the request by
+id, loads and decodes."""
 import json
 import os
 
@@ -38,6 +40,31 @@ def test_prefill_decode_through_the_fabric_equals_one_process(
     assert pre["hit_chunks"] == 8 and pre["reused_tokens"] == 128
     assert rag["hit_chunks"] == 4 and rag["reused_tokens"] == 64
     assert len(set(pre["tokens"])) > 1  # not a degenerate model
+
+
+def test_pd_push_through_the_fabric_equals_one_process(
+        pd_cluster, tmp_path, capsys):
+    torch_or_skip()
+    from kvfabric.testing import e2e
+
+    rep = e2e.run_pd(pd_cluster, tmp_path, steps=8)
+    with capsys.disabled():
+        print()
+        e2e.print_report(rep)
+    root = os.environ.get("KVF_BUILD_ROOT")
+    if root and os.path.isdir(os.path.join(root, "meson-logs")):
+        with open(os.path.join(root, "meson-logs", "python-e2e-pd.json"),
+                  "w") as f:
+            json.dump(rep, f, indent=1)
+
+    pd = rep["pd"]
+    assert pd["tokens_equal"], "pd: tokens differ"
+    assert pd["logits_equal"], "pd: logits differ"
+    assert pd["missed_chunks"] == 0
+    # 8 full chunks pushed and received; D computes only the 5-token tail
+    assert pd["hit_chunks"] == pd["fetched_chunks"] == 8
+    assert pd["reused_tokens"] == 128 and pd["prompt_tokens"] == 133
+    assert len(set(pd["tokens"])) > 1
 
 
 def test_document_kv_is_independent_of_the_prefix_only_under_block_attention():

@@ -110,7 +110,12 @@ class Cluster:
 
     def __init__(self, agents=("a", "b"), pool_size: str = "64M",
                  max_chunk: str = "4M", root: Optional[pathlib.Path] = None,
-                 extra_agent_args: Optional[List[str]] = None):
+                 extra_agent_args: Optional[List[str]] = None,
+                 roles: Optional[Dict[str, str]] = None,
+                 pd_buffer_size: Optional[str] = None):
+        """@p roles: agent name -> ``--role`` (``prefill``, ``decode`` or
+        ``both``, the default) for PD pairs; @p pd_buffer_size: the
+        ``--pd-buffer-size`` of agents that receive (decode, both)."""
         self.root = pathlib.Path(root) if root else build_root()
         self.dir = tempfile.mkdtemp(prefix="kvf-pytest-")
         self.controller: Optional[Proc] = None
@@ -121,6 +126,8 @@ class Cluster:
         self.max_chunk = max_chunk
         self.extra_agent_args = list(extra_agent_args or [])
         self.exit_codes: Dict[str, int] = {}
+        self.roles = dict(roles or {})
+        self.pd_buffer_size = pd_buffer_size
 
     def start(self) -> "Cluster":
         try:
@@ -156,17 +163,28 @@ class Cluster:
         with open(port_file) as f:
             self.controller_addr = f.readline().strip()
 
+    def node_name(self, name: str) -> str:
+        """The node name agent @p name registers under (a PD push names its
+        decoder by it)."""
+        return f"py-{name}"
+
     def start_agent(self, name: str):
         sock = os.path.join(self.dir, f"agent-{name}.sock")
         self.sockets[name] = sock
+        pd = []
+        if name in self.roles:
+            pd += ["--role", self.roles[name]]
+        if self.pd_buffer_size is not None:
+            pd += ["--pd-buffer-size", self.pd_buffer_size]
         self.agents[name] = Proc(
             f"kvf-agent {name}",
             [str(self.root / "agent" / "kvf-agent"),
-             "--controller", self.controller_addr, "--name", f"py-{name}",
+             "--controller", self.controller_addr,
+             "--name", self.node_name(name),
              "--socket", sock, "--http", "", "--listen", "127.0.0.1:0",
              "--pool-size", self.pool_size, "--max-chunk", self.max_chunk,
              "--transports", "tcp",
-             "--fetch-timeout", "5s"] + self.extra_agent_args,
+             "--fetch-timeout", "5s"] + pd + self.extra_agent_args,
             os.path.join(self.dir, f"agent-{name}.log"))
 
     def wait_registered(self, name: str, timeout: float = 30):

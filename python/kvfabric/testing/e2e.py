@@ -24,10 +24,13 @@ D's generated tokens and every logit must equal R's exactly
   after another one (document keys independent of what precedes them; see
   tiny_gpt for why the model uses block attention for documents).
 
-The PD-push scenario slots in here once libkvfabric exports kvf_pd_push /
-kvf_pd_wait / kvf_pd_release (kvfabric.HAS_PD): P pushes the request's
-chunks to agent b instead of committing them for lookup, D waits for them
-by request id; the model, the comparison and the report stay the same.
+* ``pd`` (``PD_SCENARIOS``, on a PD pair: agent p ``--role prefill``,
+  agent d ``--role decode``): P pushes each full chunk of the prompt to the
+  decoder agent by name as soon as its piece is computed (``pd_push``,
+  ``final`` on the last), instead of committing it for lookup; D waits for
+  the request by id (``pd_wait``), unpacks the received slots into its
+  cache, releases them (``pd_release``), computes the tail and decodes. The
+  model, the comparison and the report are the same.
 """
 import argparse
 import json
@@ -58,6 +61,9 @@ def scenario_prompts(name: str):
     if name == "prefix":
         prompt = [Segment("text", _tokens(1, 8 * CFG.chunk + 5))]
         return prompt, prompt
+    if name == "pd":
+        prompt = [Segment("text", _tokens(7, 8 * CFG.chunk + 5))]
+        return prompt, prompt
     if name == "rag":
         doc = Segment("doc", _tokens(2, 4 * CFG.chunk))
         p = [Segment("text", _tokens(3, 37)), doc,
@@ -69,6 +75,8 @@ def scenario_prompts(name: str):
 
 
 SCENARIOS = ("prefix", "rag")
+PD_SCENARIOS = ("pd",)
+PD_REQUEST_ID = 0x7064_0001  # the PD request both sides name
 
 
 def namespaces():
@@ -108,12 +116,60 @@ def _prompt_len(segments) -> int:
 
 # roles -------------------------------------------------------------------
 
-def role_prefill(socket: str, scenarios: List[str]) -> Dict:
+def _prefill_push(cl, model, segs, decoder: str, request_id: int) -> Dict:
+    """P in PD mode: every full chunk of the leading text segment is packed
+    and pushed to @p decoder as soon as its piece is computed, final on the
+    last, so the request is complete at the decoder when the prefill ends.
+    pd_push returns once the decoder verified the chunk: its time adds to
+    P's (``store_ms``). The grant is released after each push (the slot
+    stays ours through it)."""
+    C = CFG.chunk
+    cache = PagedCache.create(model, "vllm", MAX_TOKENS, seed=11)
+    nbytes = cache.layout.chunk_bytes(C)
+    pieces = plan(segs, C)
+    push = [pc for pc in pieces if pc.seg == 0 and pc.kind == "text"
+            and pc.n == C]
+    t_all = t_pushed = t_push = 0.0
+    done = 0
+    for pc in pieces:
+        t0 = now()
+        model.run_piece(cache, segs, pc)
+        dt = now() - t0
+        t_all += dt
+        if pc not in push:
+            continue
+        t_pushed += dt
+        t0 = now()
+        slot = cl.alloc(nbytes, 1)[0]
+        try:
+            dst = cl.slot_tensor(kvf.Slot(slot.offset, nbytes),
+                                 torch.bfloat16)
+            cache.layout.pack(cache.kv, cache.slots[pc.start:pc.start + C],
+                              dst)
+            sums = [kvf.chunk_checksum(dst)]
+            del dst
+            done += 1
+            cl.pd_push(request_id, decoder, [kvf.Slot(slot.offset, nbytes)],
+                       sums, final=(done == len(push)))
+        finally:
+            cl.release([slot])
+        t_push += now() - t0
+    return dict(prefill_ms=t_all * 1e3, stored_prefill_ms=t_pushed * 1e3,
+                store_ms=t_push * 1e3, chunks=len(push), chunk_bytes=nbytes,
+                prompt_tokens=_prompt_len(segs))
+
+
+def role_prefill(socket: str, scenarios: List[str],
+                 decoder: str = "") -> Dict:
     model = TinyGPT(CFG)
     res = {}
     with kvf.Client(socket, timeout=20, name="e2e-prefill") as cl:
         for name in scenarios:
             segs, _ = scenario_prompts(name)
+            if name in PD_SCENARIOS:
+                res[name] = _prefill_push(cl, model, segs, decoder,
+                                          PD_REQUEST_ID)
+                continue
             cache = PagedCache.create(model, "vllm", MAX_TOKENS, seed=11)
             chunks = stored_chunks(segs)
             starts = {s for _, s in chunks}
@@ -174,7 +230,12 @@ def role_decode(socket: str, scenarios: List[str], steps: int,
             info = dict(hit_chunks=0, local_chunks=0, load_ms=0.0,
                         missed_chunks=0)
             t_start = now()
-            if fabric:
+            if fabric and name in PD_SCENARIOS:
+                t_start = now()
+                n = _decode_pd_load(cl, cache, PD_REQUEST_ID, loaded, info)
+                info["load_ms"] = (now() - t_start) * 1e3
+                info["hit_chunks"] = info["fetched_chunks"] = n
+            elif fabric:
                 # what D could reuse: its own prompt's stored chunks
                 want = stored_chunks(segs)
                 # chunks P stored for this scenario: wait for the cluster to
@@ -236,6 +297,29 @@ def role_decode(socket: str, scenarios: List[str], steps: int,
     return res
 
 
+def _decode_pd_load(cl, cache, request_id: int, loaded: set,
+                    info: Dict) -> int:
+    """D in PD mode: waits for the pushed request (either order with the
+    push), unpacks chunk i into context tokens [i*C, (i+1)*C), releases
+    the receive slots. Returns the chunks received."""
+    C = CFG.chunk
+    nbytes = cache.layout.chunk_bytes(C)
+    slots = cl.pd_wait(request_id, timeout=60)
+    try:
+        for i, s in enumerate(slots):
+            if s.length != nbytes:  # not this model's chunk: recompute
+                info["missed_chunks"] += 1
+                continue
+            src = cl.slot_tensor(s, torch.bfloat16)
+            cache.layout.unpack(cache.kv, cache.slots[i * C:(i + 1) * C],
+                                src)
+            del src
+            loaded.add(i * C)
+    finally:
+        cl.pd_release(request_id)
+    return len(slots)
+
+
 def _key_groups(chunks):
     """Chunks split into lookup groups: a run of chained keys, then each
     document's keys (a lookup answers the leading hits of one group)."""
@@ -266,19 +350,7 @@ def _spawn(args: List[str], out: pathlib.Path, timeout: float):
     return torch.load(out)
 
 
-def run_e2e(cluster, workdir, scenarios=SCENARIOS, steps: int = 8,
-            timeout: float = 400) -> Dict:
-    """Runs P on agent a, then D on agent b, and R alone; returns the
-    report (per scenario: equal, tokens, timings)."""
-    workdir = pathlib.Path(workdir)
-    sc = ",".join(scenarios)
-    p = _spawn(["--role", "prefill", "--socket", cluster.sockets["a"],
-                "--scenarios", sc], workdir / "p.pt", timeout)
-    d = _spawn(["--role", "decode", "--socket", cluster.sockets["b"],
-                "--scenarios", sc, "--steps", str(steps)],
-               workdir / "d.pt", timeout)
-    r = _spawn(["--role", "reference", "--scenarios", sc, "--steps",
-                str(steps)], workdir / "r.pt", timeout)
+def _report(p, d, r, scenarios) -> Dict:
     report = {}
     for name in scenarios:
         dd, rr, pp = d[name], r[name], p[name]
@@ -303,9 +375,45 @@ def run_e2e(cluster, workdir, scenarios=SCENARIOS, steps: int = 8,
     return report
 
 
+def run_e2e(cluster, workdir, scenarios=SCENARIOS, steps: int = 8,
+            timeout: float = 400) -> Dict:
+    """Runs P on agent a, then D on agent b, and R alone; returns the
+    report (per scenario: equal, tokens, timings)."""
+    workdir = pathlib.Path(workdir)
+    sc = ",".join(scenarios)
+    p = _spawn(["--role", "prefill", "--socket", cluster.sockets["a"],
+                "--scenarios", sc], workdir / "p.pt", timeout)
+    d = _spawn(["--role", "decode", "--socket", cluster.sockets["b"],
+                "--scenarios", sc, "--steps", str(steps)],
+               workdir / "d.pt", timeout)
+    r = _spawn(["--role", "reference", "--scenarios", sc, "--steps",
+                str(steps)], workdir / "r.pt", timeout)
+    return _report(p, d, r, scenarios)
+
+
+def run_pd(cluster, workdir, steps: int = 8, timeout: float = 400) -> Dict:
+    """PD push on a prefill/decode pair (cluster agents ``p`` with --role
+    prefill and ``d`` with --role decode): P on agent p pushes to d's node
+    by name, then D on agent d waits, loads and decodes; R alone. For
+    ``pd``, ``p_store_ms`` is P's time in alloc+pack+checksum+push (the
+    push returns once d verified the bytes), ``d_load_ms`` D's wait + unpack
+    + release, ``hit_chunks``/``fetched_chunks`` the chunks received."""
+    workdir = pathlib.Path(workdir)
+    sc = ",".join(PD_SCENARIOS)
+    p = _spawn(["--role", "prefill", "--socket", cluster.sockets["p"],
+                "--decoder", cluster.node_name("d"), "--scenarios", sc],
+               workdir / "pd-p.pt", timeout)
+    d = _spawn(["--role", "decode", "--socket", cluster.sockets["d"],
+                "--scenarios", sc, "--steps", str(steps)],
+               workdir / "pd-d.pt", timeout)
+    r = _spawn(["--role", "reference", "--scenarios", sc, "--steps",
+                str(steps)], workdir / "pd-r.pt", timeout)
+    return _report(p, d, r, PD_SCENARIOS)
+
+
 def print_report(report: Dict) -> None:
     cols = ["prompt_tokens", "reused_tokens", "hit_chunks", "fetched_chunks",
-            "p_prefill_of_reused_ms", "d_load_ms", "ref_ttft_ms",
+            "p_prefill_of_reused_ms", "p_store_ms", "d_load_ms", "ref_ttft_ms",
             "d_ttft_ms", "ttft_saved_ms", "tokens_equal", "logits_equal"]
     print(f"{'':28}" + "".join(f"{n:>12}" for n in report))
     for c in cols:
@@ -320,19 +428,23 @@ def main(argv=None) -> int:
     r.add_argument("--role", choices=("prefill", "decode", "reference"),
                    required=True)
     r.add_argument("--socket")
+    r.add_argument("--decoder", default="",
+                   help="PD scenarios: the decoder agent's node name")
     r.add_argument("--scenarios", default=",".join(SCENARIOS))
     r.add_argument("--steps", type=int, default=8)
     r.add_argument("--out", required=True)
     run = sub.add_parser("run")
     run.add_argument("--scenarios", default=",".join(SCENARIOS))
     run.add_argument("--steps", type=int, default=8)
+    run.add_argument("--no-pd", action="store_true",
+                     help="skip the PD push scenario (its own agent pair)")
     run.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     deterministic()
     if a.cmd == "role":
         sc = a.scenarios.split(",")
         if a.role == "prefill":
-            out = role_prefill(a.socket, sc)
+            out = role_prefill(a.socket, sc, a.decoder)
         else:
             out = role_decode(a.socket, sc, a.steps,
                               fabric=(a.role == "decode"))
@@ -342,9 +454,17 @@ def main(argv=None) -> int:
 
     from .cluster import Cluster
 
-    with Cluster(agents=("a", "b")) as cl, \
-            tempfile.TemporaryDirectory() as tmp:
-        rep = run_e2e(cl, tmp, a.scenarios.split(","), a.steps)
+    sc = [x for x in a.scenarios.split(",") if x]
+    rep = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        if sc:
+            with Cluster(agents=("a", "b")) as cl:
+                rep.update(run_e2e(cl, tmp, sc, a.steps))
+        if not a.no_pd:
+            with Cluster(agents=("p", "d"),
+                         roles={"p": "prefill", "d": "decode"},
+                         pd_buffer_size="16M") as cl:
+                rep.update(run_pd(cl, tmp, a.steps))
     if a.json:
         print(json.dumps(rep))
     else:
