@@ -42,6 +42,7 @@ struct kvf_agent {
     uint16_t http_port;
     char name[256];
     bool stopping;
+    kvf_auth_secret_t secret; /* cluster secret; empty: no auth */
 };
 
 static void kvf_agent_on_stopped(void *arg)
@@ -296,10 +297,14 @@ static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
         "# HELP kvf_agent_engine_protocol_errors_total engine "
         "connections closed for bad frames\n"
         "# TYPE kvf_agent_engine_protocol_errors_total counter\n"
-        "kvf_agent_engine_protocol_errors_total %" PRIu64 "\n",
+        "kvf_agent_engine_protocol_errors_total %" PRIu64 "\n"
+        "# HELP kvf_agent_auth_failures_total engine connections refused "
+        "by the cluster-secret handshake\n"
+        "# TYPE kvf_agent_auth_failures_total counter\n"
+        "kvf_agent_auth_failures_total %" PRIu64 "\n",
         st.pool.used, st.pool.free, st.pool.entries, st.commits,
         st.pool.evictions, st.hits, st.misses, st.expired_grants,
-        st.checksum_failures, es.active, es.protocol_errors);
+        st.checksum_failures, es.active, es.protocol_errors, es.auth_failures);
 }
 
 static void kvf_agent_on_metrics(struct evhttp_request *req, void *arg)
@@ -442,6 +447,7 @@ static kvf_status_t kvf_agent_engines_start(kvf_agent_t *agent)
     eparams.node_name         = agent->name;
     eparams.max_frame         = (uint32_t)agent->config->max_frame;
     eparams.max_connections   = 1024;
+    eparams.secret            = &agent->secret;
     return kvf_engine_server_create(&eparams, &agent->engines);
 }
 
@@ -545,6 +551,7 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
     kvf_ctl_client_params_t params;
     kvf_agent_t *agent;
     kvf_status_t status;
+    char err[512];
 
     agent = calloc(1, sizeof(*agent));
     if (agent == NULL) {
@@ -557,6 +564,13 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
     } else if (gethostname(agent->name, sizeof(agent->name) - 1) != 0) {
         snprintf(agent->name, sizeof(agent->name), "agent-%d", (int)getpid());
     }
+    status = kvf_auth_secret_load_opt(config->cluster_secret_file,
+                                      &agent->secret, err, sizeof(err));
+    if (status != KVF_OK) {
+        kvf_error("%s", err);
+        goto err_destroy;
+    }
+    kvf_auth_warn_if_open(&agent->secret, "controller", config->controller);
 
     status = kvf_agent_store_start(agent);
     if (status != KVF_OK) {
@@ -606,6 +620,7 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
     params.max_frame          = (uint32_t)config->max_frame;
     params.ops                = &kvf_agent_ctl_ops;
     params.arg                = agent;
+    params.secret             = &agent->secret;
     status                    = kvf_ctl_client_create(&params, &agent->ctl);
     if (status != KVF_OK) {
         goto err_destroy;
@@ -661,6 +676,7 @@ void kvf_agent_destroy(kvf_agent_t *agent)
     kvf_ucx_mem_deregister(agent->pool_mem);
     kvf_ucx_ctx_destroy(agent->ucx);
     kvf_store_destroy(agent->store);
+    kvf_auth_secret_cleanup(&agent->secret);
     free(agent);
 }
 

@@ -77,6 +77,11 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
                     256ull << 20, "largest control frame accepted"),
     KVF_AGENT_FIELD("log_level", KVF_CONFIG_STRING, log_level, "info", 0, 0,
                     "error, warn, info, debug or trace"),
+    {"cluster_secret_file", KVF_CONFIG_STRING,
+     offsetof(kvf_agent_config_t, cluster_secret_file), "", 0, 0, NULL,
+     KVF_CONFIG_FIELD_SECRET,
+     "file holding the cluster secret, proved to the controller and asked "
+     "of engines (empty: no authentication)"},
     {"list_devices", KVF_CONFIG_BOOL,
      offsetof(kvf_agent_config_t, list_devices), "false", 0, 0, NULL,
      KVF_CONFIG_FIELD_CLI_ONLY, "list RDMA devices and exit"},

@@ -44,8 +44,9 @@ typedef struct kvf_agent_config {
     uint64_t admit_flush;     /* ns: ADMIT/EVICT coalescing window */
     uint64_t max_frame;       /* bytes */
     char *log_level;
-    bool list_devices; /* CLI only: list RDMA devices and exit */
-    bool print_config; /* CLI only: print the effective config */
+    char *cluster_secret_file; /* empty: no authentication */
+    bool list_devices;         /* CLI only: list RDMA devices and exit */
+    bool print_config;         /* CLI only: print the effective config */
 } kvf_agent_config_t;
 
 extern const kvf_config_schema_t kvf_agent_config_schema;

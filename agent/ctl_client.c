@@ -26,6 +26,7 @@ typedef enum {
     KVF_CTL_STATE_IDLE,       /* waiting to reconnect */
     KVF_CTL_STATE_CONNECTING, /* TCP connect in flight */
     KVF_CTL_STATE_HELLO,      /* HELLO sent, waiting for its reply */
+    KVF_CTL_STATE_AUTH,       /* AUTH sent, waiting for its STATUS */
     KVF_CTL_STATE_REGISTER,   /* REGISTER sent */
     KVF_CTL_STATE_READY,      /* registered: heartbeats and batches flow */
     KVF_CTL_STATE_STOPPING,   /* DEREGISTER sent */
@@ -82,6 +83,7 @@ struct kvf_ctl_client {
     size_t max_batch_keys;
     const kvf_ctl_client_ops_t *ops;
     void *arg;
+    kvf_auth_session_t auth; /* the handshake of the current connection */
 
     uint64_t incarnation;  /* this agent process's start, ns since epoch */
     uint64_t next_request; /* request id of the next request */
@@ -161,8 +163,16 @@ static kvf_status_t kvf_ctl_client_send(kvf_ctl_client_t *client, uint16_t type,
 static void kvf_ctl_client_send_hello(kvf_ctl_client_t *client)
 {
     Kvf__Hello hello;
+    size_t nonce_len;
 
+    kvf_auth_session_init(&client->auth, client->auth.secret);
+    if (kvf_auth_client_hello(&client->auth, &nonce_len) != KVF_OK) {
+        kvf_ctl_client_reset(client, "no auth nonce");
+        return;
+    }
     kvf__hello__init(&hello);
+    hello.auth_nonce.data  = client->auth.own_nonce;
+    hello.auth_nonce.len   = nonce_len;
     hello.request_id       = client->next_request++;
     hello.protocol_version = KVF_PROTOCOL_VERSION;
     hello.kind             = KVF__PEER_KIND__PEER_AGENT;
@@ -190,6 +200,45 @@ static void kvf_ctl_client_send_register(kvf_ctl_client_t *client)
     reg.tp_world            = client->tp_world;
     if (kvf_ctl_client_send(client, KVF_MSG_REGISTER, &reg.base) == KVF_OK) {
         client->state = KVF_CTL_STATE_REGISTER;
+        kvf_ctl_client_arm(client->deadline_ev, client->request_timeout_ns);
+    }
+}
+
+/* Checks the controller's proof and answers its challenge, or registers
+ * at once when authentication is off on both sides. */
+static void kvf_ctl_client_on_hello_reply(kvf_ctl_client_t *client,
+                                          const Kvf__HelloReply *hello)
+{
+    uint8_t mac[KVF_AUTH_MAC_SIZE];
+    char text[256];
+    Kvf__Auth auth;
+
+    if (hello->status != KVF_OK) {
+        kvf_error("controller %s refused HELLO: %s (%s)", client->controller,
+                  kvf_strerror((kvf_status_t)hello->status),
+                  (hello->message != NULL) ? hello->message : "");
+        kvf_ctl_client_reset(client, "HELLO refused");
+        return;
+    }
+    if (kvf_auth_client_reply(&client->auth, hello->auth_nonce.data,
+                              hello->auth_nonce.len, hello->auth_mac.data,
+                              hello->auth_mac.len, hello->name, client->name,
+                              mac, text, sizeof(text)) != KVF_OK) {
+        kvf_error("controller %s: %s", client->controller, text);
+        client->stats.errors++;
+        kvf_ctl_client_reset(client, "authentication failed");
+        return;
+    }
+    if (client->auth.state != KVF_AUTH_STATE_CHALLENGED) {
+        kvf_ctl_client_send_register(client);
+        return;
+    }
+    kvf__auth__init(&auth);
+    auth.request_id    = client->next_request++;
+    auth.auth_mac.data = mac;
+    auth.auth_mac.len  = sizeof(mac);
+    if (kvf_ctl_client_send(client, KVF_MSG_AUTH, &auth.base) == KVF_OK) {
+        client->state = KVF_CTL_STATE_AUTH;
         kvf_ctl_client_arm(client->deadline_ev, client->request_timeout_ns);
     }
 }
@@ -455,6 +504,7 @@ static void kvf_ctl_client_on_deadline(evutil_socket_t fd, short what,
         kvf_ctl_client_reset(client, "connect timed out");
         break;
     case KVF_CTL_STATE_HELLO:
+    case KVF_CTL_STATE_AUTH:
     case KVF_CTL_STATE_REGISTER:
         kvf_ctl_client_reset(client, "no reply in time");
         break;
@@ -537,6 +587,20 @@ static void kvf_ctl_client_on_heartbeat_reply(kvf_ctl_client_t *client,
 static void kvf_ctl_client_on_status(kvf_ctl_client_t *client,
                                      const Kvf__Status *reply)
 {
+    if (client->state == KVF_CTL_STATE_AUTH) {
+        if (reply->status != KVF_OK) {
+            kvf_error("controller %s refused authentication: %s (%s)",
+                      client->controller,
+                      kvf_strerror((kvf_status_t)reply->status),
+                      (reply->message != NULL) ? reply->message : "");
+            client->stats.errors++;
+            kvf_ctl_client_reset(client, "authentication refused");
+            return;
+        }
+        client->auth.state = KVF_AUTH_STATE_DONE;
+        kvf_ctl_client_send_register(client);
+        return;
+    }
     if ((client->state == KVF_CTL_STATE_STOPPING) &&
         (reply->request_id == client->dereg_request)) {
         kvf_info("node %u deregistered from controller %s", client->node_id,
@@ -806,18 +870,9 @@ static void kvf_ctl_client_dispatch(kvf_ctl_client_t *client,
     switch (frame->type) {
     case KVF_MSG_HELLO_REPLY:
         hello = (const Kvf__HelloReply *)frame->msg;
-        if (client->state != KVF_CTL_STATE_HELLO) {
-            break;
+        if (client->state == KVF_CTL_STATE_HELLO) {
+            kvf_ctl_client_on_hello_reply(client, hello);
         }
-        if (hello->status != KVF_OK) {
-            kvf_error("controller %s refused HELLO: %s (%s)",
-                      client->controller,
-                      kvf_strerror((kvf_status_t)hello->status),
-                      (hello->message != NULL) ? hello->message : "");
-            kvf_ctl_client_reset(client, "HELLO refused");
-            break;
-        }
-        kvf_ctl_client_send_register(client);
         break;
     case KVF_MSG_REGISTER_REPLY:
         if (client->state == KVF_CTL_STATE_REGISTER) {
@@ -980,8 +1035,9 @@ kvf_status_t kvf_ctl_client_create(const kvf_ctl_client_params_t *params,
     if (client->max_batch_keys > KVF_CTL_MAX_BATCH_KEYS) {
         client->max_batch_keys = KVF_CTL_MAX_BATCH_KEYS;
     }
-    client->ops          = params->ops;
-    client->arg          = params->arg;
+    client->ops = params->ops;
+    client->arg = params->arg;
+    kvf_auth_session_init(&client->auth, params->secret);
     client->next_request = 1;
     client->backoff_ns   = KVF_CTL_BACKOFF_MIN_NS;
     client->state        = KVF_CTL_STATE_IDLE;
@@ -1074,6 +1130,7 @@ void kvf_ctl_client_destroy(kvf_ctl_client_t *client)
     free(client->data_address);
     free(client->control_address);
     free(client->instance_id);
+    kvf_auth_session_cleanup(&client->auth);
     free(client);
 }
 

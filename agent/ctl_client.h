@@ -15,6 +15,7 @@
 #ifndef KVF_AGENT_CTL_CLIENT_H
 #define KVF_AGENT_CTL_CLIENT_H
 
+#include "common/auth.h"
 #include "proto/msg.h"
 
 #include <kvfabric/keys.h>
@@ -71,7 +72,8 @@ typedef struct kvf_ctl_client_params {
     uint64_t flush_ns; /* ADMIT/EVICT coalescing window */
     uint32_t max_frame;
     const kvf_ctl_client_ops_t *ops;
-    void *arg; /* passed to ops */
+    void *arg;                       /* passed to ops */
+    const kvf_auth_secret_t *secret; /* borrowed; NULL/empty: no auth */
 } kvf_ctl_client_params_t;
 
 typedef struct kvf_ctl_client_stats {

@@ -15,6 +15,7 @@
 #include "agent/ctl_client.h"
 #include "agent/peer.h"
 #include "agent/store.h"
+#include "common/auth.h"
 
 #include <kvfabric/status.h>
 
@@ -36,6 +37,7 @@ typedef struct kvf_engine_server_params {
     const char *node_name;      /* told to engines */
     uint32_t max_frame;
     uint32_t max_connections;
+    const kvf_auth_secret_t *secret; /* borrowed; NULL/empty: no auth */
 } kvf_engine_server_params_t;
 
 typedef struct kvf_engine_server_stats {
@@ -43,6 +45,7 @@ typedef struct kvf_engine_server_stats {
     uint64_t active;      /* open now */
     uint64_t requests;
     uint64_t protocol_errors;
+    uint64_t auth_failures; /* connections refused by the handshake */
     uint64_t lookups;
     uint64_t lookup_keys;
     uint64_t local_hit_keys;

@@ -38,6 +38,10 @@ static const kvf_config_field_t kvf_controller_config_fields[] = {
                  1ull << 32, 0, "registry sizing hint (it grows as needed)"),
     KVF_CC_FIELD("purge_slice", KVF_CONFIG_UINT, purge_slice, "65536", 1024, 0,
                  0, "table entries scanned per purge step (bounds stalls)"),
+    KVF_CC_FIELD("cluster_secret_file", KVF_CONFIG_STRING, cluster_secret_file,
+                 "", 0, 0, KVF_CONFIG_FIELD_SECRET,
+                 "file holding the cluster secret; every connection must "
+                 "prove it (empty: no authentication)"),
 };
 
 const kvf_config_schema_t kvf_controller_config_schema = {

@@ -25,6 +25,7 @@ typedef struct kvf_controller_config {
     uint64_t max_batch;          /* keys per LOOKUP */
     uint64_t initial_keys;       /* registry sizing hint */
     uint64_t purge_slice;        /* table entries purged per timer tick */
+    char *cluster_secret_file;   /* empty: no authentication */
 } kvf_controller_config_t;
 
 extern const kvf_config_schema_t kvf_controller_config_schema;

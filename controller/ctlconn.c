@@ -235,16 +235,124 @@ static kvf_status_t kvf_ctlconn_connect(kvf_ctlconn_t *conn,
     return KVF_OK;
 }
 
-kvf_status_t kvf_ctlconn_create(const char *hostport, int kind,
-                                const char *name, uint32_t version,
-                                int timeout_ms, kvf_ctlconn_t **conn_p,
-                                char *err, size_t err_len)
+/* Receives the reply to a handshake step; @p err says why it failed. */
+static kvf_status_t kvf_ctlconn_handshake_recv(kvf_ctlconn_t *conn,
+                                               const char *hostport,
+                                               uint16_t type, const char *what,
+                                               kvf_frame_t *frame_p, char *err,
+                                               size_t err_len)
 {
-    kvf_ctlconn_t *conn;
+    kvf_status_t status = kvf_ctlconn_recv(conn, frame_p);
+
+    if (status != KVF_OK) {
+        snprintf(err, err_len, "controller %s: no %s reply: %s", hostport, what,
+                 kvf_strerror(status));
+        return status;
+    }
+    if (frame_p->type == KVF_MSG_STATUS) {
+        const Kvf__Status *st = (const Kvf__Status *)frame_p->msg;
+
+        status = (st->status != KVF_OK) ? (kvf_status_t)st->status : KVF_OK;
+        if ((type == KVF_MSG_STATUS) && (status == KVF_OK)) {
+            return KVF_OK;
+        }
+        snprintf(err, err_len, "controller %s: %s", hostport, st->message);
+        kvf_frame_release(frame_p, NULL);
+        return (status != KVF_OK) ? status : KVF_ERR_PROTO;
+    }
+    if (frame_p->type != type) {
+        snprintf(err, err_len, "controller %s: unexpected %s to %s", hostport,
+                 kvf_msg_type_name(frame_p->type), what);
+        kvf_frame_release(frame_p, NULL);
+        return KVF_ERR_PROTO;
+    }
+    return KVF_OK;
+}
+
+/* HELLO, and AUTH when the controller challenged us. */
+static kvf_status_t kvf_ctlconn_handshake(kvf_ctlconn_t *conn,
+                                          const kvf_ctlconn_params_t *params,
+                                          char *err, size_t err_len)
+{
+    const char *hostport = params->hostport;
+    uint8_t mac[KVF_AUTH_MAC_SIZE];
+    const Kvf__HelloReply *rep;
+    kvf_auth_session_t auth;
     kvf_status_t status;
     kvf_frame_t frame;
     Kvf__Hello hello;
-    char name_buf[128];
+    Kvf__Auth msg;
+    char name_buf[128], text[256];
+    size_t nonce_len;
+
+    kvf_auth_session_init(&auth, params->secret);
+    status = kvf_auth_client_hello(&auth, &nonce_len);
+    if (status != KVF_OK) {
+        snprintf(err, err_len, "cannot draw an auth nonce");
+        goto out;
+    }
+    kvf__hello__init(&hello);
+    snprintf(name_buf, sizeof(name_buf), "%s",
+             (params->name != NULL) ? params->name : "");
+    hello.request_id       = kvf_ctlconn_next_id(conn);
+    hello.protocol_version = params->version;
+    hello.kind             = (Kvf__PeerKind)params->kind;
+    hello.name             = name_buf;
+    hello.auth_nonce.data  = auth.own_nonce;
+    hello.auth_nonce.len   = nonce_len;
+    status                 = kvf_ctlconn_send(conn, KVF_MSG_HELLO, &hello.base);
+    if (status != KVF_OK) {
+        snprintf(err, err_len, "controller %s: cannot send HELLO: %s", hostport,
+                 kvf_strerror(status));
+        goto out;
+    }
+    status = kvf_ctlconn_handshake_recv(conn, hostport, KVF_MSG_HELLO_REPLY,
+                                        "HELLO", &frame, err, err_len);
+    if (status != KVF_OK) {
+        goto out;
+    }
+    rep = (const Kvf__HelloReply *)frame.msg;
+    if (rep->status != KVF_OK) {
+        snprintf(err, err_len, "controller %s: %s", hostport, rep->message);
+        status = (kvf_status_t)rep->status;
+    } else {
+        status = kvf_auth_client_reply(&auth, rep->auth_nonce.data,
+                                       rep->auth_nonce.len, rep->auth_mac.data,
+                                       rep->auth_mac.len, rep->name, name_buf,
+                                       mac, text, sizeof(text));
+        if (status != KVF_OK) {
+            snprintf(err, err_len, "controller %s: %s", hostport, text);
+        }
+    }
+    kvf_frame_release(&frame, NULL);
+    if ((status != KVF_OK) || (auth.state != KVF_AUTH_STATE_CHALLENGED)) {
+        goto out;
+    }
+    kvf__auth__init(&msg);
+    msg.request_id    = kvf_ctlconn_next_id(conn);
+    msg.auth_mac.data = mac;
+    msg.auth_mac.len  = sizeof(mac);
+    status            = kvf_ctlconn_send(conn, KVF_MSG_AUTH, &msg.base);
+    if (status != KVF_OK) {
+        snprintf(err, err_len, "controller %s: cannot send AUTH: %s", hostport,
+                 kvf_strerror(status));
+        goto out;
+    }
+    status = kvf_ctlconn_handshake_recv(conn, hostport, KVF_MSG_STATUS, "AUTH",
+                                        &frame, err, err_len);
+    if (status == KVF_OK) {
+        kvf_frame_release(&frame, NULL);
+    }
+out:
+    kvf_auth_session_cleanup(&auth);
+    return status;
+}
+
+kvf_status_t kvf_ctlconn_open(const kvf_ctlconn_params_t *params,
+                              kvf_ctlconn_t **conn_p, char *err, size_t err_len)
+{
+    kvf_ctlconn_t *conn;
+    kvf_status_t status;
 
     conn = calloc(1, sizeof(*conn));
     if (conn == NULL) {
@@ -252,7 +360,7 @@ kvf_status_t kvf_ctlconn_create(const char *hostport, int kind,
         return KVF_ERR_NO_MEMORY;
     }
     conn->fd         = -1;
-    conn->timeout_ms = timeout_ms;
+    conn->timeout_ms = params->timeout_ms;
     conn->in         = evbuffer_new();
     conn->out        = evbuffer_new();
     if ((conn->in == NULL) || (conn->out == NULL)) {
@@ -260,39 +368,15 @@ kvf_status_t kvf_ctlconn_create(const char *hostport, int kind,
         status = KVF_ERR_NO_MEMORY;
         goto err_destroy;
     }
-    status = kvf_ctlconn_connect(conn, hostport, err, err_len);
+    status = kvf_ctlconn_connect(conn, params->hostport, err, err_len);
     if (status != KVF_OK) {
         goto err_destroy;
     }
-    if (version == 0) {
-        *conn_p = conn; /* tests: no HELLO */
-        return KVF_OK;
-    }
-    kvf__hello__init(&hello);
-    snprintf(name_buf, sizeof(name_buf), "%s", (name != NULL) ? name : "");
-    hello.request_id       = kvf_ctlconn_next_id(conn);
-    hello.protocol_version = version;
-    hello.kind             = (Kvf__PeerKind)kind;
-    hello.name             = name_buf;
-    status = kvf_ctlconn_call(conn, KVF_MSG_HELLO, &hello.base, &frame);
-    if (status != KVF_OK) {
-        snprintf(err, err_len, "controller %s: no HELLO reply: %s", hostport,
-                 kvf_strerror(status));
-        goto err_destroy;
-    }
-    if (frame.type != KVF_MSG_HELLO_REPLY) {
-        snprintf(err, err_len, "controller %s: unexpected %s to HELLO",
-                 hostport, kvf_msg_type_name(frame.type));
-        status = KVF_ERR_PROTO;
-    } else if (((Kvf__HelloReply *)frame.msg)->status != KVF_OK) {
-        Kvf__HelloReply *rep = (Kvf__HelloReply *)frame.msg;
-
-        snprintf(err, err_len, "controller %s: %s", hostport, rep->message);
-        status = (kvf_status_t)rep->status;
-    }
-    kvf_frame_release(&frame, NULL);
-    if (status != KVF_OK) {
-        goto err_destroy;
+    if (params->version != 0) { /* 0: tests, no HELLO */
+        status = kvf_ctlconn_handshake(conn, params, err, err_len);
+        if (status != KVF_OK) {
+            goto err_destroy;
+        }
     }
     *conn_p = conn;
     return KVF_OK;
@@ -300,6 +384,22 @@ kvf_status_t kvf_ctlconn_create(const char *hostport, int kind,
 err_destroy:
     kvf_ctlconn_destroy(conn);
     return status;
+}
+
+kvf_status_t kvf_ctlconn_create(const char *hostport, int kind,
+                                const char *name, uint32_t version,
+                                int timeout_ms, kvf_ctlconn_t **conn_p,
+                                char *err, size_t err_len)
+{
+    const kvf_ctlconn_params_t params = {
+        .hostport   = hostport,
+        .kind       = kind,
+        .name       = name,
+        .version    = version,
+        .timeout_ms = timeout_ms,
+    };
+
+    return kvf_ctlconn_open(&params, conn_p, err, err_len);
 }
 
 void kvf_ctlconn_destroy(kvf_ctlconn_t *conn)

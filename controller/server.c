@@ -44,9 +44,10 @@ struct kvf_conn {
     kvf_conn_t *next;
     uint64_t id;
     bool is_hello_done;
-    bool is_closing;   /* flush the output, then free */
-    bool is_throttled; /* reading paused: output over max_output */
-    int kind;          /* Kvf__PeerKind */
+    kvf_auth_session_t auth; /* the cluster-secret handshake */
+    bool is_closing;         /* flush the output, then free */
+    bool is_throttled;       /* reading paused: output over max_output */
+    int kind;                /* Kvf__PeerKind */
     char peer[64];
 };
 
@@ -83,6 +84,7 @@ static void kvf_conn_destroy(kvf_conn_t *conn)
         evbuffer_free(conn->in);
     }
     evutil_closesocket(conn->fd);
+    kvf_auth_session_cleanup(&conn->auth);
     free(conn);
 }
 
@@ -229,11 +231,20 @@ static void kvf_server_purge_kick(kvf_server_t *server)
 
 /* ---- handlers -------------------------------------------------------- */
 
+/* Counts a peer the handshake refused; the caller answers and closes. */
+static void kvf_conn_auth_failed(kvf_conn_t *conn, const char *text)
+{
+    conn->server->ctr.auth_failures++;
+    kvf_warn("conn %" PRIu64 " %s: authentication refused: %s", conn->id,
+             conn->peer, text);
+}
+
 static kvf_status_t kvf_server_on_hello(kvf_conn_t *conn, Kvf__Hello *hello)
 {
     Kvf__HelloReply rep;
     char text[160];
     char name[] = "kvf-controller";
+    uint8_t mac[KVF_AUTH_MAC_SIZE];
 
     kvf__hello_reply__init(&rep);
     rep.request_id       = hello->request_id;
@@ -256,12 +267,44 @@ static kvf_status_t kvf_server_on_hello(kvf_conn_t *conn, Kvf__Hello *hello)
         kvf_conn_send(conn, KVF_MSG_HELLO_REPLY, &rep.base);
         return KVF_ERR_PROTO;
     }
+    if (kvf_auth_server_hello(&conn->auth, hello->name, hello->auth_nonce.data,
+                              hello->auth_nonce.len, name, mac, text,
+                              sizeof(text)) != KVF_OK) {
+        kvf_conn_auth_failed(conn, text);
+        rep.status  = KVF_ERR_AUTH;
+        rep.message = text;
+        kvf_conn_send(conn, KVF_MSG_HELLO_REPLY, &rep.base);
+        return KVF_ERR_PROTO;
+    }
+    if (conn->auth.state == KVF_AUTH_STATE_CHALLENGED) {
+        rep.auth_nonce.data = conn->auth.own_nonce;
+        rep.auth_nonce.len  = KVF_AUTH_NONCE_SIZE;
+        rep.auth_mac.data   = mac;
+        rep.auth_mac.len    = sizeof(mac);
+    }
     conn->is_hello_done = true;
     conn->kind          = hello->kind;
     rep.status          = KVF_OK;
     text[0]             = '\0';
     rep.message         = text;
     return kvf_conn_send(conn, KVF_MSG_HELLO_REPLY, &rep.base);
+}
+
+/* The client's answer to the challenge: nothing else is served before. */
+static kvf_status_t kvf_server_on_auth(kvf_conn_t *conn, Kvf__Auth *auth)
+{
+    char text[160];
+
+    if (kvf_auth_server_finish(&conn->auth, auth->auth_mac.data,
+                               auth->auth_mac.len, text,
+                               sizeof(text)) != KVF_OK) {
+        kvf_conn_auth_failed(conn, text);
+        kvf_conn_send_status(conn, auth->request_id, KVF_ERR_AUTH, text);
+        return KVF_ERR_PROTO;
+    }
+    kvf_debug("conn %" PRIu64 " %s: authenticated", conn->id, conn->peer);
+    return kvf_conn_send_status(conn, auth->request_id, KVF_OK,
+                                "authenticated");
 }
 
 static void kvf_server_push_pins(kvf_server_t *server, kvf_node_t *node)
@@ -907,6 +950,15 @@ static kvf_status_t kvf_server_dispatch(kvf_conn_t *conn, kvf_frame_t *frame)
                         "expected HELLO as the first frame");
         return KVF_ERR_PROTO;
     }
+    if (frame->type == KVF_MSG_AUTH) {
+        return kvf_server_on_auth(conn, (Kvf__Auth *)msg);
+    }
+    if (!kvf_auth_session_is_done(&conn->auth)) {
+        kvf_conn_auth_failed(conn, "a request before AUTH");
+        kvf_conn_send_status(conn, 0, KVF_ERR_AUTH,
+                             "authenticate first: AUTH follows HELLO_REPLY");
+        return KVF_ERR_PROTO;
+    }
     switch (frame->type) {
     case KVF_MSG_REGISTER:
         return kvf_server_on_register(conn, (Kvf__Register *)msg);
@@ -979,6 +1031,17 @@ static void kvf_server_arena_free(void *data, void *ptr)
     free(ptr);
 }
 
+/* Until a peer proved the secret it may send small frames only, so an
+ * unauthenticated client cannot make the controller buffer 16 MiB. */
+static uint32_t kvf_conn_max_frame(const kvf_conn_t *conn)
+{
+    if (kvf_auth_secret_is_set(&conn->server->secret) &&
+        !kvf_auth_session_is_done(&conn->auth)) {
+        return KVF_AUTH_FRAME_MAX;
+    }
+    return (uint32_t)conn->server->cfg->max_frame;
+}
+
 /* Decodes and answers every whole frame buffered, then writes the replies.
  * May destroy @p conn. */
 static void kvf_conn_process(kvf_conn_t *conn)
@@ -1003,8 +1066,8 @@ static void kvf_conn_process(kvf_conn_t *conn)
         }
         t0                 = kvf_time_now_ns();
         server->arena_used = 0;
-        status = kvf_frame_decode(conn->in, (uint32_t)server->cfg->max_frame,
-                                  &alloc, &frame);
+        status = kvf_frame_decode(conn->in, kvf_conn_max_frame(conn), &alloc,
+                                  &frame);
         if (status == KVF_INPROGRESS) {
             break;
         }
@@ -1073,8 +1136,9 @@ static void kvf_server_on_accept(struct evconnlistener *lst, evutil_socket_t fd,
         evutil_closesocket(fd);
         return;
     }
-    conn->fd       = fd; /* fd now belongs to conn */
-    conn->server   = server;
+    conn->fd     = fd; /* fd now belongs to conn */
+    conn->server = server;
+    kvf_auth_session_init(&conn->auth, &server->secret);
     conn->in       = evbuffer_new();
     conn->out      = evbuffer_new();
     conn->ev_read  = event_new(server->base, fd, EV_READ | EV_PERSIST,
@@ -1207,6 +1271,7 @@ kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
     kvf_status_t status;
     struct timeval tick;
     uint64_t tick_ms;
+    char text[512];
 
     server = calloc(1, sizeof(*server));
     if (server == NULL) {
@@ -1216,6 +1281,13 @@ kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
     server->base          = base;
     server->start_ms      = kvf_time_now_ms();
     server->is_recovering = cfg->recovery_window_ns > 0;
+    status = kvf_auth_secret_load_opt(cfg->cluster_secret_file, &server->secret,
+                                      text, sizeof(text));
+    if (status != KVF_OK) {
+        kvf_error("%s", text);
+        goto err_free;
+    }
+    kvf_auth_warn_if_open(&server->secret, "listen address", cfg->listen);
     status = kvf_registry_create(cfg->initial_keys, (uint32_t)cfg->max_batch,
                                  &server->reg);
     if (status != KVF_OK) {
@@ -1303,6 +1375,7 @@ void kvf_server_destroy(kvf_server_t *server)
     free(server->pins);
     kvf_node_table_destroy(server->nodes);
     kvf_registry_destroy(server->reg);
+    kvf_auth_secret_cleanup(&server->secret);
     free(server);
 }
 

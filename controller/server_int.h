@@ -4,6 +4,7 @@
 #ifndef KVF_CONTROLLER_SERVER_INT_H
 #define KVF_CONTROLLER_SERVER_INT_H
 
+#include "common/auth.h"
 #include "controller/node.h"
 #include "controller/registry.h"
 #include "controller/server.h"
@@ -26,6 +27,7 @@ typedef struct kvf_server_counters {
     uint64_t lookup_hit_chunks;
     uint64_t lookup_miss_chunks;
     uint64_t protocol_errors;
+    uint64_t auth_failures; /* connections refused by the handshake */
     uint64_t stale_rejects;
     uint64_t seq_gaps;
     uint64_t backpressure;
@@ -67,6 +69,7 @@ struct kvf_server {
     /* lookup scratch (max_batch keys) */
     uint16_t *slots;
     uint8_t *holders;
+    kvf_auth_secret_t secret; /* empty: authentication off */
     char listen_addr[300];
     char http_addr[300];
 };
