@@ -92,6 +92,10 @@ static void kvf_engine_conn_close(kvf_engine_conn_t *conn)
     }
     bufferevent_free(conn->bev);
     server->stats.active--;
+    if (kvf_auth_session_is_abandoned(&conn->auth)) {
+        server->stats.auth_failures++; /* the engine refused our proof */
+        kvf_warn("engine %s: closed during the auth challenge", conn->name);
+    }
     kvf_auth_session_cleanup(&conn->auth);
     free(conn);
 }
@@ -293,6 +297,7 @@ static kvf_status_t kvf_engine_conn_auth(kvf_engine_conn_t *conn,
     Kvf__Status st;
 
     if (frame->type != KVF_MSG_AUTH) {
+        kvf_auth_session_refuse(&conn->auth);
         return kvf_engine_conn_auth_failed(conn, 0, "a request before AUTH");
     }
     if (kvf_auth_server_finish(&conn->auth, auth->auth_mac.data,

@@ -223,6 +223,17 @@ bool kvf_auth_session_is_done(const kvf_auth_session_t *session)
     return session->state == KVF_AUTH_STATE_DONE;
 }
 
+bool kvf_auth_session_is_abandoned(const kvf_auth_session_t *session)
+{
+    return session->state == KVF_AUTH_STATE_CHALLENGED;
+}
+
+kvf_status_t kvf_auth_session_refuse(kvf_auth_session_t *session)
+{
+    session->state = KVF_AUTH_STATE_FAILED;
+    return KVF_ERR_AUTH;
+}
+
 kvf_status_t kvf_auth_client_hello(kvf_auth_session_t *session, size_t *len_p)
 {
     kvf_status_t status;
@@ -248,7 +259,7 @@ kvf_status_t kvf_auth_server_hello(kvf_auth_session_t *session,
 
     if (session->state != KVF_AUTH_STATE_START) {
         snprintf(err, err_len, "HELLO sent twice");
-        return KVF_ERR_AUTH;
+        return kvf_auth_session_refuse(session);
     }
     if (!has_secret && (len == 0)) {
         session->state = KVF_AUTH_STATE_DONE; /* auth off on both sides */
@@ -258,22 +269,22 @@ kvf_status_t kvf_auth_server_hello(kvf_auth_session_t *session,
         snprintf(err, err_len,
                  "the client sent an auth challenge but this server has no "
                  "cluster_secret_file configured");
-        return KVF_ERR_AUTH;
+        return kvf_auth_session_refuse(session);
     }
     if (len == 0) {
         snprintf(err, err_len,
                  "this server requires the cluster secret: configure "
                  "cluster_secret_file (env KVF_CLUSTER_SECRET_FILE)");
-        return KVF_ERR_AUTH;
+        return kvf_auth_session_refuse(session);
     }
     if ((len != KVF_AUTH_NONCE_SIZE) || (nonce == NULL)) {
         snprintf(err, err_len, "auth nonce of %zu bytes (want %d)", len,
                  KVF_AUTH_NONCE_SIZE);
-        return KVF_ERR_AUTH;
+        return kvf_auth_session_refuse(session);
     }
     if ((client_name == NULL) || (strlen(client_name) >= 256)) {
         snprintf(err, err_len, "client name missing or too long");
-        return KVF_ERR_AUTH;
+        return kvf_auth_session_refuse(session);
     }
     memcpy(session->peer_nonce, nonce, KVF_AUTH_NONCE_SIZE);
     snprintf(session->peer_name, sizeof(session->peer_name), "%s", client_name);
@@ -282,7 +293,7 @@ kvf_status_t kvf_auth_server_hello(kvf_auth_session_t *session,
                       session->peer_nonce, session->own_nonce, server_name,
                       mac) != KVF_OK)) {
         snprintf(err, err_len, "server cannot compute its auth challenge");
-        return KVF_ERR_AUTH;
+        return kvf_auth_session_refuse(session);
     }
     session->state = KVF_AUTH_STATE_CHALLENGED;
     return KVF_OK;
@@ -343,13 +354,13 @@ kvf_status_t kvf_auth_server_finish(kvf_auth_session_t *session,
 {
     if (session->state != KVF_AUTH_STATE_CHALLENGED) {
         snprintf(err, err_len, "AUTH without a challenge");
-        return KVF_ERR_AUTH;
+        return kvf_auth_session_refuse(session);
     }
     if (!kvf_auth_verify(session->secret, KVF_AUTH_SIDE_CLIENT,
                          session->own_nonce, session->peer_nonce,
                          session->peer_name, mac, mac_len)) {
         snprintf(err, err_len, "wrong cluster secret");
-        return KVF_ERR_AUTH;
+        return kvf_auth_session_refuse(session);
     }
     session->state = KVF_AUTH_STATE_DONE;
     return KVF_OK;

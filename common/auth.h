@@ -102,6 +102,7 @@ typedef enum {
     KVF_AUTH_STATE_START = 0,  /* nothing exchanged yet */
     KVF_AUTH_STATE_CHALLENGED, /* nonces exchanged: the peer's MAC is due */
     KVF_AUTH_STATE_DONE,       /* authenticated, or auth off on both sides */
+    KVF_AUTH_STATE_FAILED,     /* refused: the connection is closing */
 } kvf_auth_state_t;
 
 /*
@@ -128,6 +129,14 @@ void kvf_auth_session_cleanup(kvf_auth_session_t *session);
 
 /* Did the peer prove the secret (or is auth off on both sides)? */
 bool kvf_auth_session_is_done(const kvf_auth_session_t *session);
+
+/* Marks the session refused (a request before AUTH); KVF_ERR_AUTH. */
+kvf_status_t kvf_auth_session_refuse(kvf_auth_session_t *session);
+
+/* Did the connection close in the middle of the challenge (the client
+ * gave up, e.g. because the server's proof was wrong)? Servers count it
+ * as an authentication failure. */
+bool kvf_auth_session_is_abandoned(const kvf_auth_session_t *session);
 
 /*
  * Client, before HELLO: draws session->own_nonce, the HELLO's auth_nonce,

@@ -84,6 +84,11 @@ static void kvf_conn_destroy(kvf_conn_t *conn)
         evbuffer_free(conn->in);
     }
     evutil_closesocket(conn->fd);
+    if (kvf_auth_session_is_abandoned(&conn->auth)) {
+        server->ctr.auth_failures++; /* the client refused our proof */
+        kvf_warn("conn %" PRIu64 " %s: closed during the auth challenge",
+                 conn->id, conn->peer);
+    }
     kvf_auth_session_cleanup(&conn->auth);
     free(conn);
 }
@@ -954,6 +959,7 @@ static kvf_status_t kvf_server_dispatch(kvf_conn_t *conn, kvf_frame_t *frame)
         return kvf_server_on_auth(conn, (Kvf__Auth *)msg);
     }
     if (!kvf_auth_session_is_done(&conn->auth)) {
+        kvf_auth_session_refuse(&conn->auth);
         kvf_conn_auth_failed(conn, "a request before AUTH");
         kvf_conn_send_status(conn, 0, KVF_ERR_AUTH,
                              "authenticate first: AUTH follows HELLO_REPLY");

@@ -262,6 +262,7 @@ Test(auth, server_catches_a_wrong_client_mac)
     kvf_auth_session_init(&server, &secret);
     cr_assert_eq(kvf_auth_server_finish(&server, mac, 32, err, sizeof(err)),
                  KVF_ERR_AUTH, "AUTH before HELLO");
+    kvf_auth_session_init(&server, &secret);
     cr_assert_eq(kvf_auth_server_hello(&server, "e", nonce, 31, "a", mac, err,
                                        sizeof(err)),
                  KVF_ERR_AUTH, "short nonce");
@@ -273,11 +274,18 @@ Test(auth, server_catches_a_wrong_client_mac)
     cr_assert_eq(kvf_auth_server_hello(&server, "e", nonce, 32, "a", mac, err,
                                        sizeof(err)),
                  KVF_ERR_AUTH, "HELLO twice");
+    cr_assert(!kvf_auth_session_is_abandoned(&server), "refused, not left");
+    kvf_auth_session_init(&server, &secret);
+    cr_assert_eq(kvf_auth_server_hello(&server, "e", nonce, 32, "a", mac, err,
+                                       sizeof(err)),
+                 KVF_OK);
+    cr_assert(kvf_auth_session_is_abandoned(&server), "AUTH still due");
     /* the server's own MAC reflected back is not a client MAC */
     cr_assert_eq(kvf_auth_server_finish(&server, mac, 32, err, sizeof(err)),
                  KVF_ERR_AUTH);
     cr_assert(strstr(err, "wrong cluster secret") != NULL, "%s", err);
     cr_assert(!kvf_auth_session_is_done(&server));
+    cr_assert(!kvf_auth_session_is_abandoned(&server));
     cr_assert_eq(kvf_auth_server_finish(&server, NULL, 0, err, sizeof(err)),
                  KVF_ERR_AUTH);
     kvf_auth_secret_cleanup(&secret);
