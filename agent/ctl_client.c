@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #define KVF_CTL_BACKOFF_MIN_NS (100ull * KVF_NSEC_PER_MSEC)
 #define KVF_CTL_HEARTBEAT_NS   (1000ull * KVF_NSEC_PER_MSEC)
@@ -1148,4 +1149,39 @@ void kvf_ctl_client_get_stats(const kvf_ctl_client_t *client,
                               kvf_ctl_client_stats_t *stats_p)
 {
     *stats_p = client->stats;
+}
+
+void kvf_ctl_client_feed(kvf_ctl_client_t *client, int state, const void *data,
+                         size_t len)
+{
+    static const kvf_ctl_state_t states[] = {
+        KVF_CTL_STATE_HELLO, KVF_CTL_STATE_AUTH, KVF_CTL_STATE_REGISTER,
+        KVF_CTL_STATE_READY, KVF_CTL_STATE_STOPPING};
+    struct bufferevent *bev;
+    int sv[2];
+
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        return;
+    }
+    if (client->bev != NULL) {
+        bufferevent_free(client->bev);
+    }
+    client->bev = bufferevent_socket_new(client->base, sv[0],
+                                         BEV_OPT_CLOSE_ON_FREE);
+    if (client->bev == NULL) {
+        close(sv[0]);
+        close(sv[1]);
+        return;
+    }
+    bufferevent_setcb(client->bev, kvf_ctl_client_on_read, NULL,
+                      kvf_ctl_client_on_event, client);
+    bev           = client->bev;
+    client->state = states[(unsigned)state % 5u];
+    if (client->state == KVF_CTL_STATE_HELLO) {
+        kvf_ctl_client_send_hello(client); /* draws the auth nonce */
+    }
+    if (evbuffer_add(bufferevent_get_input(bev), data, len) == 0) {
+        kvf_ctl_client_on_read(bev, client); /* may reset the connection */
+    }
+    close(sv[1]);
 }

@@ -93,6 +93,12 @@ typedef struct kvf_ctl_client_stats {
 kvf_status_t kvf_ctl_client_create(const kvf_ctl_client_params_t *params,
                                    kvf_ctl_client_t **client_p);
 
+/* Puts the client in a connection state (0 HELLO sent, 1 AUTH sent, 2
+ * REGISTER sent, 3 ready, 4 DEREGISTER sent) on a fresh socket and
+ * handles @p len bytes as the controller's replies (fuzzing, tests). */
+void kvf_ctl_client_feed(kvf_ctl_client_t *client, int state, const void *data,
+                         size_t len);
+
 /* Closes the connection without deregistering; NULL is a no-op. */
 void kvf_ctl_client_destroy(kvf_ctl_client_t *client);
 

@@ -62,6 +62,9 @@ struct kvf_engine_server {
     const kvf_auth_secret_t *secret; /* borrowed; may be NULL */
 };
 
+static kvf_engine_conn_t *kvf_engine_conn_create(kvf_engine_server_t *server,
+                                                 evutil_socket_t fd);
+
 static void kvf_engine_conn_close(kvf_engine_conn_t *conn)
 {
     kvf_engine_server_t *server = conn->server;
@@ -786,7 +789,6 @@ static void kvf_engine_server_on_accept(struct evconnlistener *listener,
                                         void *arg)
 {
     kvf_engine_server_t *server = arg;
-    kvf_engine_conn_t *conn;
 
     if (server->stats.active >= server->max_connections) {
         kvf_warn("engine socket %s: %u connections open; refusing another",
@@ -794,24 +796,33 @@ static void kvf_engine_server_on_accept(struct evconnlistener *listener,
         evutil_closesocket(fd);
         return;
     }
+    kvf_engine_conn_create(server, fd);
+}
+
+/* A connection on @p fd (which it now owns); NULL (fd closed) on failure. */
+static kvf_engine_conn_t *kvf_engine_conn_create(kvf_engine_server_t *server,
+                                                 evutil_socket_t fd)
+{
+    kvf_engine_conn_t *conn;
+
     conn = calloc(1, sizeof(*conn));
     if (conn == NULL) {
         evutil_closesocket(fd);
-        return;
+        return NULL;
     }
     conn->server = server;
     kvf_auth_session_init(&conn->auth, server->secret);
     if (kvf_store_owner_create(server->store, &conn->owner) != KVF_OK) {
         evutil_closesocket(fd);
         free(conn);
-        return;
+        return NULL;
     }
     conn->bev = bufferevent_socket_new(server->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (conn->bev == NULL) {
         kvf_store_owner_destroy(server->store, conn->owner);
         evutil_closesocket(fd);
         free(conn);
-        return;
+        return NULL;
     }
     bufferevent_setcb(conn->bev, kvf_engine_conn_on_read, NULL,
                       kvf_engine_conn_on_event, conn);
@@ -823,6 +834,7 @@ static void kvf_engine_server_on_accept(struct evconnlistener *listener,
     server->conns = conn;
     server->stats.connections++;
     server->stats.active++;
+    return conn;
 }
 
 /* Creates the socket's directory (and its parents) when missing, so the
@@ -954,4 +966,28 @@ void kvf_engine_server_get_stats(const kvf_engine_server_t *server,
                                  kvf_engine_server_stats_t *stats_p)
 {
     *stats_p = server->stats;
+}
+
+void kvf_engine_server_feed(kvf_engine_server_t *server, const void *data,
+                            size_t len)
+{
+    kvf_engine_conn_t *conn, *c;
+    int sv[2];
+
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        return;
+    }
+    conn = kvf_engine_conn_create(server, sv[0]); /* sv[0] is conn's now */
+    if (conn != NULL) {
+        if (evbuffer_add(bufferevent_get_input(conn->bev), data, len) == 0) {
+            kvf_engine_conn_on_read(conn->bev, conn); /* may close conn */
+        }
+        for (c = server->conns; c != NULL; c = c->next) {
+            if (c == conn) {
+                kvf_engine_conn_close(conn);
+                break;
+            }
+        }
+    }
+    close(sv[1]);
 }

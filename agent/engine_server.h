@@ -62,6 +62,11 @@ kvf_status_t kvf_engine_server_create(const kvf_engine_server_params_t *params,
  * listening and removes the socket file. NULL is a no-op. */
 void kvf_engine_server_destroy(kvf_engine_server_t *server);
 
+/* Serves @p len bytes as if one new engine connection had sent them, then
+ * closes it; replies go to a socket nobody reads (fuzzing, tests). */
+void kvf_engine_server_feed(kvf_engine_server_t *server, const void *data,
+                            size_t len);
+
 void kvf_engine_server_get_stats(const kvf_engine_server_t *server,
                                  kvf_engine_server_stats_t *stats_p);
 

@@ -1130,17 +1130,16 @@ static void kvf_conn_on_read(evutil_socket_t fd, short what, void *arg)
     kvf_conn_process(conn);
 }
 
-static void kvf_server_on_accept(struct evconnlistener *lst, evutil_socket_t fd,
-                                 struct sockaddr *sa, int salen, void *arg)
+/* A connection on @p fd (which it now owns), linked into the server;
+ * NULL (fd closed) when it cannot be set up. */
+static kvf_conn_t *kvf_conn_create(kvf_server_t *server, evutil_socket_t fd)
 {
-    kvf_server_t *server = arg;
     kvf_conn_t *conn;
-    int one = 1;
 
     conn = calloc(1, sizeof(*conn));
     if (conn == NULL) {
         evutil_closesocket(fd);
-        return;
+        return NULL;
     }
     conn->fd     = fd; /* fd now belongs to conn */
     conn->server = server;
@@ -1161,10 +1160,24 @@ static void kvf_server_on_accept(struct evconnlistener *lst, evutil_socket_t fd,
         (conn->ev_write == NULL) || (evutil_make_socket_nonblocking(fd) != 0)) {
         kvf_warn("conn: cannot set up an accepted connection");
         kvf_conn_destroy(conn);
+        return NULL;
+    }
+    conn->id = ++server->ctr.connections_total;
+    return conn;
+}
+
+static void kvf_server_on_accept(struct evconnlistener *lst, evutil_socket_t fd,
+                                 struct sockaddr *sa, int salen, void *arg)
+{
+    kvf_server_t *server = arg;
+    kvf_conn_t *conn;
+    int one = 1;
+
+    conn = kvf_conn_create(server, fd);
+    if (conn == NULL) {
         return;
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    conn->id = ++server->ctr.connections_total;
     if (sa->sa_family == AF_INET) {
         const struct sockaddr_in *sin = (const struct sockaddr_in *)sa;
         char host[INET_ADDRSTRLEN];
@@ -1392,4 +1405,32 @@ kvf_status_t kvf_server_run(kvf_server_t *server)
         return KVF_ERR_IO;
     }
     return KVF_OK;
+}
+
+void kvf_server_feed(kvf_server_t *server, const void *data, size_t len)
+{
+    kvf_conn_t *conn;
+    uint64_t id;
+    int sv[2];
+
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        return;
+    }
+    conn = kvf_conn_create(server, sv[0]); /* sv[0] now belongs to conn */
+    if (conn == NULL) {
+        close(sv[1]);
+        return;
+    }
+    id = conn->id;
+    snprintf(conn->peer, sizeof(conn->peer), "feed");
+    if (evbuffer_add(conn->in, data, len) == 0) {
+        kvf_conn_process(conn); /* may destroy conn */
+    }
+    for (conn = server->conns; conn != NULL; conn = conn->next) {
+        if (conn->id == id) {
+            kvf_conn_destroy(conn);
+            break;
+        }
+    }
+    evutil_closesocket(sv[1]);
 }

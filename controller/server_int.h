@@ -78,6 +78,12 @@ struct kvf_server {
 kvf_status_t kvf_server_http_start(kvf_server_t *server);
 void kvf_server_http_stop(kvf_server_t *server);
 
+/*
+ * Serves @p len bytes as if one new connection had sent them, then closes
+ * that connection; replies go to a socket nobody reads (fuzzing, tests).
+ */
+void kvf_server_feed(kvf_server_t *server, const void *data, size_t len);
+
 /* Recomputes and returns the recovering flag. */
 bool kvf_server_recovering(kvf_server_t *server);
 
