@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/time.h"
 #include "proto/frame.h"
+#include "proto/hello.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -294,22 +295,17 @@ static kvf_status_t kvf_client_dial(kvf_client_t *client, const char *path,
     return KVF_OK;
 }
 
-/* Answers the agent's challenge with AUTH and waits for its STATUS. */
-static kvf_status_t kvf_client_auth(kvf_client_t *client, const uint8_t *mac,
+/* Sends @p auth, the answer to the agent's challenge, and waits for its
+ * STATUS. */
+static kvf_status_t kvf_client_auth(kvf_client_t *client, Kvf__Auth *auth,
                                     int *fd_p, uint64_t deadline)
 {
     const Kvf__Status *st;
     kvf_status_t status;
     kvf_frame_t frame;
-    uint8_t mac_buf[KVF_AUTH_MAC_SIZE];
-    Kvf__Auth auth;
 
-    memcpy(mac_buf, mac, sizeof(mac_buf));
-    kvf__auth__init(&auth);
-    auth.request_id    = client->next_request++;
-    auth.auth_mac.data = mac_buf;
-    auth.auth_mac.len  = sizeof(mac_buf);
-    status = kvf_client_send(client, KVF_MSG_AUTH, &auth.base, deadline);
+    auth->request_id = client->next_request++;
+    status = kvf_client_send(client, KVF_MSG_AUTH, &auth->base, deadline);
     if (status != KVF_OK) {
         return status;
     }
@@ -338,6 +334,7 @@ static kvf_status_t kvf_client_handshake(kvf_client_t *client, const char *name,
     kvf_auth_session_t auth;
     kvf_frame_t frame;
     Kvf__Hello hello;
+    Kvf__Auth auth_msg;
     kvf_status_t status;
     char name_buf[128], text[256];
     size_t nonce_len;
@@ -371,10 +368,8 @@ static kvf_status_t kvf_client_handshake(kvf_client_t *client, const char *name,
     if (status != KVF_OK) {
         kvf_client_fail(client, status, "agent refused the connection: %s",
                         (reply->message != NULL) ? reply->message : "");
-    } else if (kvf_auth_client_reply(
-                   &auth, reply->auth_nonce.data, reply->auth_nonce.len,
-                   reply->auth_mac.data, reply->auth_mac.len, reply->name,
-                   name_buf, mac, text, sizeof(text)) != KVF_OK) {
+    } else if (kvf_hello_client_auth(&auth, reply, name_buf, &auth_msg, mac,
+                                     text, sizeof(text)) != KVF_OK) {
         status = kvf_client_fail(client, KVF_ERR_AUTH, "agent: %s", text);
     }
     kvf_frame_release(&frame, NULL);
@@ -382,7 +377,7 @@ static kvf_status_t kvf_client_handshake(kvf_client_t *client, const char *name,
         goto err_close_fd;
     }
     if (auth.state == KVF_AUTH_STATE_CHALLENGED) {
-        status = kvf_client_auth(client, mac, &pool_fd, deadline);
+        status = kvf_client_auth(client, &auth_msg, &pool_fd, deadline);
         if (status != KVF_OK) {
             goto err_close_fd;
         }

@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/time.h"
 #include "proto/frame.h"
+#include "proto/hello.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -221,10 +222,8 @@ static void kvf_ctl_client_on_hello_reply(kvf_ctl_client_t *client,
         kvf_ctl_client_reset(client, "HELLO refused");
         return;
     }
-    if (kvf_auth_client_reply(&client->auth, hello->auth_nonce.data,
-                              hello->auth_nonce.len, hello->auth_mac.data,
-                              hello->auth_mac.len, hello->name, client->name,
-                              mac, text, sizeof(text)) != KVF_OK) {
+    if (kvf_hello_client_auth(&client->auth, hello, client->name, &auth, mac,
+                              text, sizeof(text)) != KVF_OK) {
         kvf_error("controller %s: %s", client->controller, text);
         client->stats.errors++;
         kvf_ctl_client_reset(client, "authentication failed");
@@ -234,10 +233,7 @@ static void kvf_ctl_client_on_hello_reply(kvf_ctl_client_t *client,
         kvf_ctl_client_send_register(client);
         return;
     }
-    kvf__auth__init(&auth);
-    auth.request_id    = client->next_request++;
-    auth.auth_mac.data = mac;
-    auth.auth_mac.len  = sizeof(mac);
+    auth.request_id = client->next_request++;
     if (kvf_ctl_client_send(client, KVF_MSG_AUTH, &auth.base) == KVF_OK) {
         client->state = KVF_CTL_STATE_AUTH;
         kvf_ctl_client_arm(client->deadline_ev, client->request_timeout_ns);
@@ -1166,8 +1162,8 @@ void kvf_ctl_client_feed(kvf_ctl_client_t *client, int state, const void *data,
     if (client->bev != NULL) {
         bufferevent_free(client->bev);
     }
-    client->bev = bufferevent_socket_new(client->base, sv[0],
-                                         BEV_OPT_CLOSE_ON_FREE);
+    client->bev =
+        bufferevent_socket_new(client->base, sv[0], BEV_OPT_CLOSE_ON_FREE);
     if (client->bev == NULL) {
         close(sv[0]);
         close(sv[1]);

@@ -4,6 +4,7 @@
 
 #include "common/log.h"
 #include "proto/frame.h"
+#include "proto/hello.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -269,22 +270,15 @@ static kvf_status_t kvf_engine_conn_hello(kvf_engine_conn_t *conn,
         kvf_engine_conn_send_now(conn, KVF_MSG_HELLO_REPLY, &reply.base);
         return KVF_ERR_VERSION;
     }
-    if (kvf_auth_server_hello(&conn->auth, hello->name, hello->auth_nonce.data,
-                              hello->auth_nonce.len, node, mac, text,
+    if (kvf_hello_server_auth(&conn->auth, hello, &reply, mac, text,
                               sizeof(text)) != KVF_OK) {
         conn->server->stats.auth_failures++;
         kvf_warn("engine %s: authentication refused: %s", conn->name, text);
-        reply.status  = KVF_ERR_AUTH;
-        reply.message = text;
         kvf_engine_conn_send_now(conn, KVF_MSG_HELLO_REPLY, &reply.base);
         return KVF_ERR_AUTH;
     }
     if (conn->auth.state == KVF_AUTH_STATE_CHALLENGED) {
         /* the pool is handed over only after AUTH */
-        reply.auth_nonce.data = conn->auth.own_nonce;
-        reply.auth_nonce.len  = KVF_AUTH_NONCE_SIZE;
-        reply.auth_mac.data   = mac;
-        reply.auth_mac.len    = sizeof(mac);
         return kvf_engine_conn_send_now(conn, KVF_MSG_HELLO_REPLY, &reply.base);
     }
     return kvf_engine_conn_admit(conn, KVF_MSG_HELLO_REPLY, &reply.base,

@@ -316,10 +316,8 @@ static kvf_status_t kvf_ctlconn_handshake(kvf_ctlconn_t *conn,
         snprintf(err, err_len, "controller %s: %s", hostport, rep->message);
         status = (kvf_status_t)rep->status;
     } else {
-        status = kvf_auth_client_reply(&auth, rep->auth_nonce.data,
-                                       rep->auth_nonce.len, rep->auth_mac.data,
-                                       rep->auth_mac.len, rep->name, name_buf,
-                                       mac, text, sizeof(text));
+        status = kvf_hello_client_auth(&auth, rep, name_buf, &msg, mac, text,
+                                       sizeof(text));
         if (status != KVF_OK) {
             snprintf(err, err_len, "controller %s: %s", hostport, text);
         }
@@ -328,11 +326,8 @@ static kvf_status_t kvf_ctlconn_handshake(kvf_ctlconn_t *conn,
     if ((status != KVF_OK) || (auth.state != KVF_AUTH_STATE_CHALLENGED)) {
         goto out;
     }
-    kvf__auth__init(&msg);
-    msg.request_id    = kvf_ctlconn_next_id(conn);
-    msg.auth_mac.data = mac;
-    msg.auth_mac.len  = sizeof(mac);
-    status            = kvf_ctlconn_send(conn, KVF_MSG_AUTH, &msg.base);
+    msg.request_id = kvf_ctlconn_next_id(conn);
+    status         = kvf_ctlconn_send(conn, KVF_MSG_AUTH, &msg.base);
     if (status != KVF_OK) {
         snprintf(err, err_len, "controller %s: cannot send AUTH: %s", hostport,
                  kvf_strerror(status));

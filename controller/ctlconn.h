@@ -13,6 +13,7 @@
 
 #include "common/auth.h"
 #include "proto/frame.h"
+#include "proto/hello.h"
 
 #include <kvfabric/status.h>
 

@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/time.h"
 #include "proto/frame.h"
+#include "proto/hello.h"
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -272,20 +273,11 @@ static kvf_status_t kvf_server_on_hello(kvf_conn_t *conn, Kvf__Hello *hello)
         kvf_conn_send(conn, KVF_MSG_HELLO_REPLY, &rep.base);
         return KVF_ERR_PROTO;
     }
-    if (kvf_auth_server_hello(&conn->auth, hello->name, hello->auth_nonce.data,
-                              hello->auth_nonce.len, name, mac, text,
+    if (kvf_hello_server_auth(&conn->auth, hello, &rep, mac, text,
                               sizeof(text)) != KVF_OK) {
         kvf_conn_auth_failed(conn, text);
-        rep.status  = KVF_ERR_AUTH;
-        rep.message = text;
         kvf_conn_send(conn, KVF_MSG_HELLO_REPLY, &rep.base);
         return KVF_ERR_PROTO;
-    }
-    if (conn->auth.state == KVF_AUTH_STATE_CHALLENGED) {
-        rep.auth_nonce.data = conn->auth.own_nonce;
-        rep.auth_nonce.len  = KVF_AUTH_NONCE_SIZE;
-        rep.auth_mac.data   = mac;
-        rep.auth_mac.len    = sizeof(mac);
     }
     conn->is_hello_done = true;
     conn->kind          = hello->kind;
