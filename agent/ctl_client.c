@@ -1154,7 +1154,7 @@ void kvf_ctl_client_feed(kvf_ctl_client_t *client, int state, const void *data,
         KVF_CTL_STATE_HELLO, KVF_CTL_STATE_AUTH, KVF_CTL_STATE_REGISTER,
         KVF_CTL_STATE_READY, KVF_CTL_STATE_STOPPING};
     struct bufferevent *bev;
-    int sv[2];
+    int sv[2], rc;
 
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
         return;
@@ -1176,7 +1176,11 @@ void kvf_ctl_client_feed(kvf_ctl_client_t *client, int state, const void *data,
     if (client->state == KVF_CTL_STATE_HELLO) {
         kvf_ctl_client_send_hello(client); /* draws the auth nonce */
     }
-    if (evbuffer_add(bufferevent_get_input(bev), data, len) == 0) {
+    /* a socket bufferevent freezes the end of its input: only it reads */
+    evbuffer_unfreeze(bufferevent_get_input(bev), 0);
+    rc = evbuffer_add(bufferevent_get_input(bev), data, len);
+    evbuffer_freeze(bufferevent_get_input(bev), 0);
+    if (rc == 0) {
         kvf_ctl_client_on_read(bev, client); /* may reset the connection */
     }
     close(sv[1]);

@@ -973,7 +973,14 @@ void kvf_engine_server_feed(kvf_engine_server_t *server, const void *data,
     }
     conn = kvf_engine_conn_create(server, sv[0]); /* sv[0] is conn's now */
     if (conn != NULL) {
-        if (evbuffer_add(bufferevent_get_input(conn->bev), data, len) == 0) {
+        struct evbuffer *in = bufferevent_get_input(conn->bev);
+        int rc;
+
+        /* a socket bufferevent freezes the end of its input: only it reads */
+        evbuffer_unfreeze(in, 0);
+        rc = evbuffer_add(in, data, len);
+        evbuffer_freeze(in, 0);
+        if (rc == 0) {
             kvf_engine_conn_on_read(conn->bev, conn); /* may close conn */
         }
         for (c = server->conns; c != NULL; c = c->next) {
