@@ -621,6 +621,8 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
     params.ops                = &kvf_agent_ctl_ops;
     params.arg                = agent;
     params.secret             = &agent->secret;
+    params.tls_ca             = config->tls_ca;
+    params.tls_server_name    = config->tls_server_name;
     status                    = kvf_ctl_client_create(&params, &agent->ctl);
     if (status != KVF_OK) {
         goto err_destroy;

@@ -45,6 +45,8 @@ typedef struct kvf_agent_config {
     uint64_t max_frame;       /* bytes */
     char *log_level;
     char *cluster_secret_file; /* empty: no authentication */
+    char *tls_ca;              /* controller's CA; empty: plain TCP */
+    char *tls_server_name;     /* name checked in its certificate */
     bool list_devices;         /* CLI only: list RDMA devices and exit */
     bool print_config;         /* CLI only: print the effective config */
 } kvf_agent_config_t;

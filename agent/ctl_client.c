@@ -4,13 +4,19 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/tls.h"
 #include "common/time.h"
 #include "proto/frame.h"
 #include "proto/hello.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -86,6 +92,8 @@ struct kvf_ctl_client {
     const kvf_ctl_client_ops_t *ops;
     void *arg;
     kvf_auth_session_t auth; /* the handshake of the current connection */
+    SSL_CTX *tls_ctx;        /* NULL: plain TCP */
+    char *tls_server_name;
 
     uint64_t incarnation;  /* this agent process's start, ns since epoch */
     uint64_t next_request; /* request id of the next request */
@@ -924,6 +932,29 @@ static void kvf_ctl_client_on_read(struct bufferevent *bev, void *arg)
     }
 }
 
+/* Says why the TLS handshake with the controller failed. */
+static void kvf_ctl_client_tls_failed(kvf_ctl_client_t *client,
+                                      struct bufferevent *bev)
+{
+    SSL *ssl    = bufferevent_openssl_get_ssl(bev);
+    long verify = (ssl != NULL) ? SSL_get_verify_result(ssl) : X509_V_OK;
+    char why[256];
+    unsigned long e;
+
+    client->stats.errors++;
+    if (verify != X509_V_OK) {
+        kvf_error("controller %s: tls: certificate not trusted: %s",
+                  client->controller, X509_verify_cert_error_string(verify));
+        return;
+    }
+    e = bufferevent_get_openssl_error(bev);
+    if (e != 0) {
+        ERR_error_string_n(e, why, sizeof(why));
+        kvf_error("controller %s: tls handshake failed: %s", client->controller,
+                  why);
+    }
+}
+
 static void kvf_ctl_client_on_event(struct bufferevent *bev, short what,
                                     void *arg)
 {
@@ -939,6 +970,10 @@ static void kvf_ctl_client_on_event(struct bufferevent *bev, short what,
         kvf_ctl_client_arm(client->deadline_ev, client->request_timeout_ns);
         return;
     }
+    if ((what & BEV_EVENT_ERROR) && (client->tls_ctx != NULL) &&
+        (client->state == KVF_CTL_STATE_CONNECTING)) {
+        kvf_ctl_client_tls_failed(client, bev);
+    }
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
         kvf_ctl_client_reset(client, (what & BEV_EVENT_EOF)
                                          ? "closed by controller"
@@ -948,8 +983,23 @@ static void kvf_ctl_client_on_event(struct bufferevent *bev, short what,
 
 static void kvf_ctl_client_connect(kvf_ctl_client_t *client)
 {
-    client->bev =
-        bufferevent_socket_new(client->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    SSL *ssl;
+
+    if (client->tls_ctx != NULL) {
+        ssl = kvf_tls_client_new(client->tls_ctx, client->tls_server_name);
+        client->bev =
+            (ssl == NULL)
+                ? NULL
+                : bufferevent_openssl_socket_new(
+                      client->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
+                      BEV_OPT_CLOSE_ON_FREE); /* frees ssl with it */
+        if (client->bev != NULL) {
+            bufferevent_openssl_set_allow_dirty_shutdown(client->bev, 1);
+        }
+    } else {
+        client->bev =
+            bufferevent_socket_new(client->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    }
     if (client->bev == NULL) {
         kvf_ctl_client_reset(client, "no memory for a connection");
         return;
@@ -1035,6 +1085,16 @@ kvf_status_t kvf_ctl_client_create(const kvf_ctl_client_params_t *params,
     client->ops = params->ops;
     client->arg = params->arg;
     kvf_auth_session_init(&client->auth, params->secret);
+    if ((params->tls_ca != NULL) && (params->tls_ca[0] != '\0')) {
+        char err[512];
+
+        if (kvf_tls_client_ctx_create(params->tls_ca, &client->tls_ctx, err,
+                                      sizeof(err)) != KVF_OK) {
+            kvf_error("%s", err);
+            free(client);
+            return KVF_ERR_CONFIG;
+        }
+    }
     client->next_request = 1;
     client->backoff_ns   = KVF_CTL_BACKOFF_MIN_NS;
     client->state        = KVF_CTL_STATE_IDLE;
@@ -1048,9 +1108,10 @@ kvf_status_t kvf_ctl_client_create(const kvf_ctl_client_params_t *params,
     client->data_address    = kvf_ctl_strdup(params->data_address);
     client->control_address = kvf_ctl_strdup(params->control_address);
     client->instance_id     = kvf_ctl_strdup(params->instance_id);
+    client->tls_server_name = kvf_ctl_strdup(params->tls_server_name);
     if ((client->controller == NULL) || (client->name == NULL) ||
         (client->data_address == NULL) || (client->control_address == NULL) ||
-        (client->instance_id == NULL)) {
+        (client->instance_id == NULL) || (client->tls_server_name == NULL)) {
         goto err_destroy;
     }
     if (params->worker_address_len > 0) {
@@ -1128,6 +1189,8 @@ void kvf_ctl_client_destroy(kvf_ctl_client_t *client)
     free(client->control_address);
     free(client->instance_id);
     kvf_auth_session_cleanup(&client->auth);
+    SSL_CTX_free(client->tls_ctx);
+    free(client->tls_server_name);
     free(client);
 }
 

@@ -74,6 +74,9 @@ typedef struct kvf_ctl_client_params {
     const kvf_ctl_client_ops_t *ops;
     void *arg;                       /* passed to ops */
     const kvf_auth_secret_t *secret; /* borrowed; NULL/empty: no auth */
+    const char *tls_ca;              /* PEM CA file; NULL/empty: plain TCP */
+    const char *tls_server_name;     /* checked in the controller's
+                                        certificate; NULL/empty: chain only */
 } kvf_ctl_client_params_t;
 
 typedef struct kvf_ctl_client_stats {
@@ -89,7 +92,8 @@ typedef struct kvf_ctl_client_stats {
 } kvf_ctl_client_stats_t;
 
 /* Creates the client and starts connecting. Strings and the worker address
- * are copied. KVF_ERR_INVALID for a bad controller address. */
+ * are copied. KVF_ERR_INVALID for a bad controller address, KVF_ERR_CONFIG
+ * for a tls_ca that cannot be loaded. */
 kvf_status_t kvf_ctl_client_create(const kvf_ctl_client_params_t *params,
                                    kvf_ctl_client_t **client_p);
 

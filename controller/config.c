@@ -42,6 +42,11 @@ static const kvf_config_field_t kvf_controller_config_fields[] = {
                  "", 0, 0, KVF_CONFIG_FIELD_SECRET,
                  "file holding the cluster secret; every connection must "
                  "prove it (empty: no authentication)"),
+    KVF_CC_FIELD("tls_cert", KVF_CONFIG_STRING, tls_cert, "", 0, 0, 0,
+                 "PEM certificate (chain) of the control port; with tls_key, "
+                 "agents and kvfctl must speak TLS (empty: plain TCP)"),
+    KVF_CC_FIELD("tls_key", KVF_CONFIG_STRING, tls_key, "", 0, 0, 0,
+                 "PEM private key of tls_cert"),
 };
 
 const kvf_config_schema_t kvf_controller_config_schema = {

@@ -26,6 +26,8 @@ typedef struct kvf_controller_config {
     uint64_t initial_keys;       /* registry sizing hint */
     uint64_t purge_slice;        /* table entries purged per timer tick */
     char *cluster_secret_file;   /* empty: no authentication */
+    char *tls_cert;              /* PEM chain; with tls_key: TLS on */
+    char *tls_key;               /* PEM private key */
 } kvf_controller_config_t;
 
 extern const kvf_config_schema_t kvf_controller_config_schema;

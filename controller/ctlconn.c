@@ -4,8 +4,12 @@
 
 #include "common/config.h"
 #include "common/time.h"
+#include "common/tls.h"
 
 #include <event2/buffer.h>
+
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -22,6 +26,8 @@
 
 struct kvf_ctlconn {
     int fd;
+    SSL_CTX *tls_ctx; /* NULL: plain TCP */
+    SSL *ssl;
     int timeout_ms;
     uint64_t next_id;
     struct evbuffer *in;
@@ -48,6 +54,65 @@ static kvf_status_t kvf_ctlconn_wait(kvf_ctlconn_t *conn, short events,
     }
 }
 
+/* Maps a TLS failure to errno as a plain socket would set it. */
+static int kvf_ctlconn_tls_errno(kvf_ctlconn_t *conn, int n)
+{
+    switch (SSL_get_error(conn->ssl, n)) {
+    case SSL_ERROR_WANT_READ:
+    case SSL_ERROR_WANT_WRITE:
+        errno = EAGAIN;
+        return -1;
+    case SSL_ERROR_ZERO_RETURN:
+        return 0;
+    default:
+        errno = ECONNRESET;
+        return -1;
+    }
+}
+
+/* evbuffer_write / evbuffer_read, through TLS when it is on. */
+static int kvf_ctlconn_write(kvf_ctlconn_t *conn)
+{
+    size_t len;
+    int n;
+
+    if (conn->ssl == NULL) {
+        return evbuffer_write(conn->out, conn->fd);
+    }
+    len = evbuffer_get_contiguous_space(conn->out);
+    if (len > (64u << 10)) {
+        len = 64u << 10;
+    }
+    n = SSL_write(conn->ssl, evbuffer_pullup(conn->out, (ssize_t)len),
+                  (int)len);
+    if (n > 0) {
+        evbuffer_drain(conn->out, (size_t)n);
+        return n;
+    }
+    return kvf_ctlconn_tls_errno(conn, n);
+}
+
+static int kvf_ctlconn_read(kvf_ctlconn_t *conn)
+{
+    struct evbuffer_iovec vec;
+    int n;
+
+    if (conn->ssl == NULL) {
+        return evbuffer_read(conn->in, conn->fd, 1 << 20);
+    }
+    if (evbuffer_reserve_space(conn->in, 64 << 10, &vec, 1) != 1) {
+        errno = ENOMEM;
+        return -1;
+    }
+    n = SSL_read(conn->ssl, vec.iov_base, (int)vec.iov_len);
+    if (n > 0) {
+        vec.iov_len = (size_t)n;
+        evbuffer_commit_space(conn->in, &vec, 1);
+        return n;
+    }
+    return kvf_ctlconn_tls_errno(conn, n);
+}
+
 kvf_status_t kvf_ctlconn_flush(kvf_ctlconn_t *conn)
 {
     uint64_t deadline =
@@ -55,7 +120,7 @@ kvf_status_t kvf_ctlconn_flush(kvf_ctlconn_t *conn)
     kvf_status_t status;
 
     while (evbuffer_get_length(conn->out) > 0) {
-        int n = evbuffer_write(conn->out, conn->fd);
+        int n = kvf_ctlconn_write(conn);
 
         if (n > 0) {
             continue;
@@ -118,7 +183,7 @@ kvf_status_t kvf_ctlconn_recv(kvf_ctlconn_t *conn, kvf_frame_t *frame_p)
         if (status != KVF_INPROGRESS) {
             return status;
         }
-        n = evbuffer_read(conn->in, conn->fd, 1 << 20);
+        n = kvf_ctlconn_read(conn);
         if (n > 0) {
             continue;
         }
@@ -137,7 +202,7 @@ kvf_status_t kvf_ctlconn_recv(kvf_ctlconn_t *conn, kvf_frame_t *frame_p)
 
 kvf_status_t kvf_ctlconn_read_some(kvf_ctlconn_t *conn)
 {
-    int n = evbuffer_read(conn->in, conn->fd, 1 << 20);
+    int n = kvf_ctlconn_read(conn);
 
     if (n > 0) {
         return KVF_OK;
@@ -343,6 +408,58 @@ out:
     return status;
 }
 
+/* TLS client handshake on the connected socket, bounded by the timeout. */
+static kvf_status_t kvf_ctlconn_tls_start(kvf_ctlconn_t *conn,
+                                          const kvf_ctlconn_params_t *params,
+                                          char *err, size_t err_len)
+{
+    uint64_t deadline =
+        kvf_time_deadline_ns((uint64_t)conn->timeout_ms * KVF_NSEC_PER_MSEC);
+    kvf_status_t status;
+    char why[256];
+    long verify;
+    int rc;
+
+    status =
+        kvf_tls_client_ctx_create(params->tls_ca, &conn->tls_ctx, err, err_len);
+    if (status != KVF_OK) {
+        return status;
+    }
+    conn->ssl = kvf_tls_client_new(conn->tls_ctx, params->tls_server_name);
+    if ((conn->ssl == NULL) || (SSL_set_fd(conn->ssl, conn->fd) != 1)) {
+        snprintf(err, err_len, "tls: bad server name '%s' or no memory",
+                 (params->tls_server_name != NULL) ? params->tls_server_name
+                                                   : "");
+        return KVF_ERR_CONFIG;
+    }
+    while ((rc = SSL_connect(conn->ssl)) != 1) {
+        int e = SSL_get_error(conn->ssl, rc);
+
+        if ((e == SSL_ERROR_WANT_READ) || (e == SSL_ERROR_WANT_WRITE)) {
+            status = kvf_ctlconn_wait(
+                conn, (e == SSL_ERROR_WANT_READ) ? POLLIN : POLLOUT, deadline);
+            if (status != KVF_OK) {
+                snprintf(err, err_len, "controller %s: tls handshake: %s",
+                         params->hostport, kvf_strerror(status));
+                return status;
+            }
+            continue;
+        }
+        verify = SSL_get_verify_result(conn->ssl);
+        if (verify != X509_V_OK) {
+            snprintf(err, err_len,
+                     "controller %s: tls: certificate not trusted: %s",
+                     params->hostport, X509_verify_cert_error_string(verify));
+            kvf_tls_error(why, sizeof(why));
+            return KVF_ERR_AUTH;
+        }
+        snprintf(err, err_len, "controller %s: tls handshake failed: %s",
+                 params->hostport, kvf_tls_error(why, sizeof(why)));
+        return KVF_ERR_IO;
+    }
+    return KVF_OK;
+}
+
 kvf_status_t kvf_ctlconn_open(const kvf_ctlconn_params_t *params,
                               kvf_ctlconn_t **conn_p, char *err, size_t err_len)
 {
@@ -366,6 +483,12 @@ kvf_status_t kvf_ctlconn_open(const kvf_ctlconn_params_t *params,
     status = kvf_ctlconn_connect(conn, params->hostport, err, err_len);
     if (status != KVF_OK) {
         goto err_destroy;
+    }
+    if ((params->tls_ca != NULL) && (params->tls_ca[0] != '\0')) {
+        status = kvf_ctlconn_tls_start(conn, params, err, err_len);
+        if (status != KVF_OK) {
+            goto err_destroy;
+        }
     }
     if (params->version != 0) { /* 0: tests, no HELLO */
         status = kvf_ctlconn_handshake(conn, params, err, err_len);
@@ -402,6 +525,8 @@ void kvf_ctlconn_destroy(kvf_ctlconn_t *conn)
     if (conn == NULL) {
         return;
     }
+    SSL_free(conn->ssl);
+    SSL_CTX_free(conn->tls_ctx);
     if (conn->fd >= 0) {
         close(conn->fd);
     }

@@ -7,10 +7,13 @@
 #include "common/time.h"
 #include "proto/frame.h"
 #include "proto/hello.h"
+#include "common/tls.h"
 
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/listener.h>
+
+#include <openssl/ssl.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -46,6 +49,8 @@ struct kvf_conn {
     uint64_t id;
     bool is_hello_done;
     kvf_auth_session_t auth; /* the cluster-secret handshake */
+    SSL *ssl;                /* NULL: plain TCP */
+    bool is_tls_up;          /* the TLS handshake completed */
     bool is_closing;         /* flush the output, then free */
     bool is_throttled;       /* reading paused: output over max_output */
     int kind;                /* Kvf__PeerKind */
@@ -53,6 +58,7 @@ struct kvf_conn {
 };
 
 static void kvf_conn_process(kvf_conn_t *conn);
+static void kvf_conn_on_read(evutil_socket_t fd, short what, void *arg);
 
 static bool kvf_conn_is_retriable(int err)
 {
@@ -84,6 +90,7 @@ static void kvf_conn_destroy(kvf_conn_t *conn)
     if (conn->in != NULL) {
         evbuffer_free(conn->in);
     }
+    SSL_free(conn->ssl);
     evutil_closesocket(conn->fd);
     if (kvf_auth_session_is_abandoned(&conn->auth)) {
         server->ctr.auth_failures++; /* the client refused our proof */
@@ -94,12 +101,51 @@ static void kvf_conn_destroy(kvf_conn_t *conn)
     free(conn);
 }
 
+/* As kvf_conn_flush, through TLS: SSL_write may also need to read (a
+ * handshake in progress); then the read event resumes it. */
+static bool kvf_conn_tls_flush(kvf_conn_t *conn)
+{
+    char why[160];
+
+    while (evbuffer_get_length(conn->out) > 0) {
+        size_t len = evbuffer_get_contiguous_space(conn->out);
+        int n;
+
+        if (len > (64u << 10)) {
+            len = 64u << 10;
+        }
+        n = SSL_write(conn->ssl, evbuffer_pullup(conn->out, (ssize_t)len),
+                      (int)len);
+        if (n > 0) {
+            evbuffer_drain(conn->out, (size_t)n);
+            continue;
+        }
+        switch (SSL_get_error(conn->ssl, n)) {
+        case SSL_ERROR_WANT_WRITE:
+            if (!event_pending(conn->ev_write, EV_WRITE, NULL)) {
+                event_add(conn->ev_write, NULL);
+            }
+            return true;
+        case SSL_ERROR_WANT_READ:
+            return true;
+        default:
+            kvf_debug("conn %" PRIu64 " %s: tls write: %s", conn->id,
+                      conn->peer, kvf_tls_error(why, sizeof(why)));
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Writes what is queued; leaves the rest to the write event. Returns
  * false when the connection failed (the caller destroys it). */
 static bool kvf_conn_flush(kvf_conn_t *conn)
 {
     if (evbuffer_get_length(conn->out) == 0) {
         return true;
+    }
+    if (conn->ssl != NULL) {
+        return kvf_conn_tls_flush(conn);
     }
     if (evbuffer_write(conn->out, conn->fd) < 0) {
         int err = EVUTIL_SOCKET_ERROR();
@@ -129,6 +175,10 @@ static void kvf_conn_on_write(evutil_socket_t fd, short what, void *arg)
         return; /* the event stays added */
     }
     event_del(conn->ev_write);
+    if ((conn->ssl != NULL) && !conn->is_closing && !conn->is_throttled) {
+        kvf_conn_on_read(fd, EV_READ, conn); /* a read that wanted to write */
+        return;
+    }
     if (conn->is_closing) {
         kvf_debug("conn %" PRIu64 " %s: closed after error", conn->id,
                   conn->peer);
@@ -1090,11 +1140,66 @@ static void kvf_conn_process(kvf_conn_t *conn)
     }
 }
 
+/* Reads what TLS has decrypted into conn->in. Returns false when the
+ * connection closed or failed (the caller destroys it). */
+static bool kvf_conn_tls_read(kvf_conn_t *conn)
+{
+    struct evbuffer_iovec vec;
+    char why[160];
+    int n;
+
+    for (;;) {
+        if (evbuffer_reserve_space(conn->in, 64 << 10, &vec, 1) != 1) {
+            return false;
+        }
+        n               = SSL_read(conn->ssl, vec.iov_base, (int)vec.iov_len);
+        conn->is_tls_up = conn->is_tls_up || SSL_is_init_finished(conn->ssl);
+        if (n > 0) {
+            vec.iov_len = (size_t)n;
+            evbuffer_commit_space(conn->in, &vec, 1);
+            continue;
+        }
+        switch (SSL_get_error(conn->ssl, n)) {
+        case SSL_ERROR_WANT_READ:
+            return true;
+        case SSL_ERROR_WANT_WRITE:
+            if (!event_pending(conn->ev_write, EV_WRITE, NULL)) {
+                event_add(conn->ev_write, NULL);
+            }
+            return true;
+        case SSL_ERROR_ZERO_RETURN:
+            kvf_debug("conn %" PRIu64 " %s: closed by peer", conn->id,
+                      conn->peer);
+            return false;
+        default:
+            if (conn->is_tls_up) { /* e.g. closed without close_notify */
+                kvf_debug("conn %" PRIu64 " %s: tls: %s", conn->id, conn->peer,
+                          kvf_tls_error(why, sizeof(why)));
+                return false;
+            }
+            /* a plain-TCP client, a certificate the client refused */
+            conn->server->ctr.tls_failures++;
+            kvf_info("conn %" PRIu64 " %s: tls handshake failed: %s", conn->id,
+                     conn->peer, kvf_tls_error(why, sizeof(why)));
+            return false;
+        }
+    }
+}
+
 static void kvf_conn_on_read(evutil_socket_t fd, short what, void *arg)
 {
     kvf_conn_t *conn = arg;
     struct evbuffer_iovec vec;
     ssize_t n = -1;
+
+    if (conn->ssl != NULL) {
+        if (!kvf_conn_tls_read(conn)) {
+            kvf_conn_destroy(conn);
+            return;
+        }
+        kvf_conn_process(conn);
+        return;
+    }
 
     if (evbuffer_reserve_space(conn->in, 256 << 10, &vec, 1) == 1) {
         n = recv(fd, vec.iov_base, vec.iov_len, 0);
@@ -1170,6 +1275,15 @@ static void kvf_server_on_accept(struct evconnlistener *lst, evutil_socket_t fd,
         return;
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (server->tls != NULL) {
+        conn->ssl = SSL_new(server->tls);
+        if ((conn->ssl == NULL) || (SSL_set_fd(conn->ssl, fd) != 1)) {
+            kvf_warn("conn %" PRIu64 ": no memory for TLS", conn->id);
+            kvf_conn_destroy(conn);
+            return;
+        }
+        SSL_set_accept_state(conn->ssl);
+    }
     if (sa->sa_family == AF_INET) {
         const struct sockaddr_in *sin = (const struct sockaddr_in *)sa;
         char host[INET_ADDRSTRLEN];
@@ -1248,7 +1362,8 @@ static kvf_status_t kvf_server_bind(kvf_server_t *server)
                 &len);
     snprintf(server->listen_addr, sizeof(server->listen_addr), "%s:%u", host,
              ntohs(sin->sin_port));
-    kvf_info("listening on %s", server->listen_addr);
+    kvf_info("listening on %s%s", server->listen_addr,
+             (server->tls != NULL) ? " (TLS)" : "");
     return KVF_OK;
 }
 
@@ -1299,6 +1414,15 @@ kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
         goto err_free;
     }
     kvf_auth_warn_if_open(&server->secret, "listen address", cfg->listen);
+    if (((cfg->tls_cert != NULL) && (cfg->tls_cert[0] != '\0')) ||
+        ((cfg->tls_key != NULL) && (cfg->tls_key[0] != '\0'))) {
+        status = kvf_tls_server_ctx_create(cfg->tls_cert, cfg->tls_key,
+                                           &server->tls, text, sizeof(text));
+        if (status != KVF_OK) {
+            kvf_error("%s", text);
+            goto err_free;
+        }
+    }
     status = kvf_registry_create(cfg->initial_keys, (uint32_t)cfg->max_batch,
                                  &server->reg);
     if (status != KVF_OK) {
@@ -1387,6 +1511,7 @@ void kvf_server_destroy(kvf_server_t *server)
     kvf_node_table_destroy(server->nodes);
     kvf_registry_destroy(server->reg);
     kvf_auth_secret_cleanup(&server->secret);
+    SSL_CTX_free(server->tls);
     free(server);
 }
 

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 struct evconnlistener;
+struct ssl_ctx_st;
 struct evhttp;
 struct event;
 
@@ -28,6 +29,7 @@ typedef struct kvf_server_counters {
     uint64_t lookup_miss_chunks;
     uint64_t protocol_errors;
     uint64_t auth_failures; /* connections refused by the handshake */
+    uint64_t tls_failures;  /* TLS handshakes that failed */
     uint64_t stale_rejects;
     uint64_t seq_gaps;
     uint64_t backpressure;
@@ -70,6 +72,7 @@ struct kvf_server {
     uint16_t *slots;
     uint8_t *holders;
     kvf_auth_secret_t secret; /* empty: authentication off */
+    struct ssl_ctx_st *tls;   /* NULL: plain TCP */
     char listen_addr[300];
     char http_addr[300];
 };

@@ -16,6 +16,7 @@
 #include <kvfabric/keys.h>
 
 #include <inttypes.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +46,9 @@ static void kvf_ctl_usage(FILE *out)
             "  clear [NODE]     ask one node (or all) to drop their cache\n"
             "the controller address also comes from KVF_CONTROLLER "
             "(default 127.0.0.1:7400); a cluster secret from the file named\n"
-            "by KVF_CLUSTER_SECRET_FILE (environment only)\n");
+            "by KVF_CLUSTER_SECRET_FILE (environment only); TLS to the\n"
+            "controller with KVF_TLS_CA (its CA file) and optionally\n"
+            "KVF_TLS_SERVER_NAME (the name its certificate must carry)\n");
 }
 
 static void kvf_ctl_json_str(const char *s)
@@ -448,6 +451,7 @@ int main(int argc, char **argv)
     const char *cmd;
     char err[512];
 
+    signal(SIGPIPE, SIG_IGN); /* a closed controller is an error, not death */
     if (getenv("KVF_CONTROLLER") != NULL) {
         opts.controller = getenv("KVF_CONTROLLER");
     }
@@ -498,12 +502,14 @@ int main(int argc, char **argv)
         return 1;
     }
     memset(&params, 0, sizeof(params));
-    params.hostport   = opts.controller;
-    params.kind       = KVF__PEER_KIND__PEER_ADMIN;
-    params.name       = "kvfctl";
-    params.version    = KVF_PROTOCOL_VERSION;
-    params.timeout_ms = opts.timeout_ms;
-    params.secret     = &secret;
+    params.hostport        = opts.controller;
+    params.kind            = KVF__PEER_KIND__PEER_ADMIN;
+    params.name            = "kvfctl";
+    params.version         = KVF_PROTOCOL_VERSION;
+    params.timeout_ms      = opts.timeout_ms;
+    params.secret          = &secret;
+    params.tls_ca          = getenv("KVF_TLS_CA");
+    params.tls_server_name = getenv("KVF_TLS_SERVER_NAME");
     rc = (kvf_ctlconn_open(&params, &conn, err, sizeof(err)) == KVF_OK) ? 0 : 1;
     kvf_auth_secret_cleanup(&secret);
     if (rc != 0) {

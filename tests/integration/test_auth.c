@@ -397,3 +397,116 @@ Test(auth, agent_engine_and_kvfctl_with_a_secret)
     cr_assert_eq(kvf_test_proc_stop(&g_agent2, 10000), 0);
     cr_assert_eq(kvf_test_proc_stop(&g_agent, 10000), 0);
 }
+
+/* A self-signed certificate for 127.0.0.1 (and another, untrusted one),
+ * made at run time with the openssl CLI. */
+static void make_certs(void)
+{
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "cd %s && openssl req -x509 -newkey rsa:2048 "
+                            "-nodes -keyout key.pem -out cert.pem -days 2 "
+                            "-subj /CN=kvf-test -addext "
+                            "subjectAltName=IP:127.0.0.1 2>&1 && "
+                            "openssl req -x509 -newkey rsa:2048 -nodes "
+                            "-keyout other-key.pem -out other.pem -days 2 "
+                            "-subj /CN=other 2>&1",
+                            g_dir),
+                 0, "%s", g_out);
+}
+
+static void write_yaml(const char *name, const char *text)
+{
+    char path[160];
+
+    snprintf(path, sizeof(path), "%s/%s", g_dir, name);
+    write_file(path, text, 0644);
+}
+
+Test(auth, tls_and_secret_across_controller_agent_kvfctl)
+{
+    char yaml[160], text[1024], ctl_yaml[160], bad_yaml[160], sock2[160],
+        http2[64];
+    const char *args[] = {"--config", ctl_yaml, NULL};
+    int i;
+
+    make_certs();
+    snprintf(text, sizeof(text),
+             "cluster_secret_file: %s\ntls_cert: %s/cert.pem\n"
+             "tls_key: %s/key.pem\n",
+             g_secret_a, g_dir, g_dir);
+    write_yaml("ctl-tls.yaml", text);
+    snprintf(ctl_yaml, sizeof(ctl_yaml), "%s/ctl-tls.yaml", g_dir);
+    kvf_th_ctl_start(&g_ctl, args);
+
+    /* kvfctl: TLS with the right CA and name, and the secret */
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "KVF_CLUSTER_SECRET_FILE=%s KVF_TLS_CA=%s/cert.pem "
+                            "KVF_TLS_SERVER_NAME=127.0.0.1 %s --controller %s "
+                            "stats 2>&1",
+                            g_secret_a, g_dir,
+                            kvf_th_build_path("tools/kvfctl"), g_ctl.addr),
+                 0, "%s", g_out);
+    /* another CA, another name, no TLS at all: refused */
+    cr_assert_eq(
+        kvf_th_run(g_out, sizeof(g_out),
+                   "KVF_CLUSTER_SECRET_FILE=%s KVF_TLS_CA=%s/other.pem "
+                   "%s --controller %s stats 2>&1",
+                   g_secret_a, g_dir, kvf_th_build_path("tools/kvfctl"),
+                   g_ctl.addr),
+        1, "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "certificate not trusted"), "%s", g_out);
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "KVF_CLUSTER_SECRET_FILE=%s KVF_TLS_CA=%s/cert.pem "
+                            "KVF_TLS_SERVER_NAME=10.9.9.9 %s --controller %s "
+                            "stats 2>&1",
+                            g_secret_a, g_dir,
+                            kvf_th_build_path("tools/kvfctl"), g_ctl.addr),
+                 1, "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "mismatch"), "%s", g_out);
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "KVF_CLUSTER_SECRET_FILE=%s %s --controller %s "
+                            "stats 2>&1",
+                            g_secret_a, kvf_th_build_path("tools/kvfctl"),
+                            g_ctl.addr),
+                 1, "%s", g_out);
+    wait_metric(g_ctl.http, "kvf_controller_tls_failures_total", 3);
+    /* TLS alone does not admit: the secret is still required */
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "KVF_TLS_CA=%s/cert.pem %s --controller %s "
+                            "stats 2>&1",
+                            g_dir, kvf_th_build_path("tools/kvfctl"),
+                            g_ctl.addr),
+                 1, "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "requires the cluster secret"), "%s",
+                       g_out);
+
+    /* an agent over TLS with the secret registers */
+    snprintf(text, sizeof(text),
+             "cluster_secret_file: %s\ntls_ca: %s/cert.pem\n"
+             "tls_server_name: 127.0.0.1\n",
+             g_secret_a, g_dir);
+    write_yaml("agent-tls.yaml", text);
+    snprintf(yaml, sizeof(yaml), "%s/agent-tls.yaml", g_dir);
+    snprintf(g_http, sizeof(g_http), "127.0.0.1:%u", kvf_test_free_port());
+    start_agent(&g_agent, yaml, "tls-a", g_sock, g_http);
+    for (i = 0; (i < 2000) && !agent_registered(); i++) {
+        poll(NULL, 0, 5);
+    }
+    cr_assert(agent_registered(), "%s", kvf_test_proc_log(&g_agent));
+
+    /* an agent trusting another CA never gets to HELLO */
+    snprintf(text, sizeof(text),
+             "cluster_secret_file: %s\ntls_ca: %s/other.pem\n", g_secret_a,
+             g_dir);
+    write_yaml("agent-bad.yaml", text);
+    snprintf(bad_yaml, sizeof(bad_yaml), "%s/agent-bad.yaml", g_dir);
+    snprintf(sock2, sizeof(sock2), "%s/agent2.sock", g_dir);
+    snprintf(http2, sizeof(http2), "127.0.0.1:%u", kvf_test_free_port());
+    start_agent(&g_agent2, bad_yaml, "tls-b", sock2, http2);
+    cr_assert(
+        kvf_test_proc_wait_log(&g_agent2, "certificate not trusted", 20000),
+        "%s", kvf_test_proc_log(&g_agent2));
+    cr_assert_eq(kvf_test_proc_stop(&g_agent2, 10000), 0);
+    cr_assert_eq(kvf_test_proc_stop(&g_agent, 10000), 0);
+    cr_assert_eq(kvf_th_ctl_stop(&g_ctl), 0);
+}
