@@ -2,6 +2,8 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "common/tls.h"
 
+#include <event2/buffer.h>
+
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -112,6 +114,45 @@ SSL *kvf_tls_client_new(SSL_CTX *ctx, const char *server_name)
         SSL_free(ssl);
         return NULL;
     }
-    SSL_set_tlsext_host_name(ssl, server_name);
+    {
+        char host[256]; /* SSL_set_tlsext_host_name's macro drops const */
+
+        snprintf(host, sizeof(host), "%s", server_name);
+        SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name,
+                 host);
+    }
     return ssl;
+}
+
+int kvf_tls_write_some(SSL *ssl, struct evbuffer *buf)
+{
+    size_t len = evbuffer_get_contiguous_space(buf);
+    int n;
+
+    if (len > (64u << 10)) {
+        len = 64u << 10;
+    }
+    n = SSL_write(ssl, evbuffer_pullup(buf, (ssize_t)len), (int)len);
+    if (n > 0) {
+        evbuffer_drain(buf, (size_t)n);
+        return n;
+    }
+    return -SSL_get_error(ssl, n);
+}
+
+int kvf_tls_read_some(SSL *ssl, struct evbuffer *buf)
+{
+    struct evbuffer_iovec vec;
+    int n;
+
+    if (evbuffer_reserve_space(buf, 64 << 10, &vec, 1) != 1) {
+        return -SSL_ERROR_SYSCALL;
+    }
+    n = SSL_read(ssl, vec.iov_base, (int)vec.iov_len);
+    if (n > 0) {
+        vec.iov_len = (size_t)n;
+        evbuffer_commit_space(buf, &vec, 1);
+        return n;
+    }
+    return -SSL_get_error(ssl, n);
 }

@@ -20,6 +20,7 @@
 
 typedef struct ssl_ctx_st SSL_CTX;
 typedef struct ssl_st SSL;
+struct evbuffer;
 
 /*
  * A server context from a PEM certificate (chain) and its private key.
@@ -43,6 +44,16 @@ kvf_status_t kvf_tls_client_ctx_create(const char *ca, SSL_CTX **ctx_p,
  * and sends it as SNI. NULL when out of memory. Free with SSL_free().
  */
 SSL *kvf_tls_client_new(SSL_CTX *ctx, const char *server_name);
+
+/*
+ * One SSL_write of the first bytes of @p buf (at most 64 KiB), drained
+ * from it. Returns the bytes written (> 0), or minus the SSL_get_error()
+ * code (-SSL_ERROR_WANT_READ, -SSL_ERROR_WANT_WRITE, ...).
+ */
+int kvf_tls_write_some(SSL *ssl, struct evbuffer *buf);
+
+/* One SSL_read of up to 64 KiB appended to @p buf; as above. */
+int kvf_tls_read_some(SSL *ssl, struct evbuffer *buf);
 
 /* The reason of the last TLS failure on this thread, for a log line
  * ("certificate verify failed"); "unknown" when OpenSSL has none. */

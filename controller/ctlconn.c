@@ -54,10 +54,13 @@ static kvf_status_t kvf_ctlconn_wait(kvf_ctlconn_t *conn, short events,
     }
 }
 
-/* Maps a TLS failure to errno as a plain socket would set it. */
-static int kvf_ctlconn_tls_errno(kvf_ctlconn_t *conn, int n)
+/* Maps a TLS result to what the plain socket calls return (errno set). */
+static int kvf_ctlconn_tls_result(int n)
 {
-    switch (SSL_get_error(conn->ssl, n)) {
+    if (n > 0) {
+        return n;
+    }
+    switch (-n) {
     case SSL_ERROR_WANT_READ:
     case SSL_ERROR_WANT_WRITE:
         errno = EAGAIN;
@@ -73,44 +76,18 @@ static int kvf_ctlconn_tls_errno(kvf_ctlconn_t *conn, int n)
 /* evbuffer_write / evbuffer_read, through TLS when it is on. */
 static int kvf_ctlconn_write(kvf_ctlconn_t *conn)
 {
-    size_t len;
-    int n;
-
     if (conn->ssl == NULL) {
         return evbuffer_write(conn->out, conn->fd);
     }
-    len = evbuffer_get_contiguous_space(conn->out);
-    if (len > (64u << 10)) {
-        len = 64u << 10;
-    }
-    n = SSL_write(conn->ssl, evbuffer_pullup(conn->out, (ssize_t)len),
-                  (int)len);
-    if (n > 0) {
-        evbuffer_drain(conn->out, (size_t)n);
-        return n;
-    }
-    return kvf_ctlconn_tls_errno(conn, n);
+    return kvf_ctlconn_tls_result(kvf_tls_write_some(conn->ssl, conn->out));
 }
 
 static int kvf_ctlconn_read(kvf_ctlconn_t *conn)
 {
-    struct evbuffer_iovec vec;
-    int n;
-
     if (conn->ssl == NULL) {
         return evbuffer_read(conn->in, conn->fd, 1 << 20);
     }
-    if (evbuffer_reserve_space(conn->in, 64 << 10, &vec, 1) != 1) {
-        errno = ENOMEM;
-        return -1;
-    }
-    n = SSL_read(conn->ssl, vec.iov_base, (int)vec.iov_len);
-    if (n > 0) {
-        vec.iov_len = (size_t)n;
-        evbuffer_commit_space(conn->in, &vec, 1);
-        return n;
-    }
-    return kvf_ctlconn_tls_errno(conn, n);
+    return kvf_ctlconn_tls_result(kvf_tls_read_some(conn->ssl, conn->in));
 }
 
 kvf_status_t kvf_ctlconn_flush(kvf_ctlconn_t *conn)

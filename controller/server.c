@@ -108,19 +108,12 @@ static bool kvf_conn_tls_flush(kvf_conn_t *conn)
     char why[160];
 
     while (evbuffer_get_length(conn->out) > 0) {
-        size_t len = evbuffer_get_contiguous_space(conn->out);
-        int n;
+        int n = kvf_tls_write_some(conn->ssl, conn->out);
 
-        if (len > (64u << 10)) {
-            len = 64u << 10;
-        }
-        n = SSL_write(conn->ssl, evbuffer_pullup(conn->out, (ssize_t)len),
-                      (int)len);
         if (n > 0) {
-            evbuffer_drain(conn->out, (size_t)n);
             continue;
         }
-        switch (SSL_get_error(conn->ssl, n)) {
+        switch (-n) {
         case SSL_ERROR_WANT_WRITE:
             if (!event_pending(conn->ev_write, EV_WRITE, NULL)) {
                 event_add(conn->ev_write, NULL);
@@ -1149,7 +1142,6 @@ static void kvf_conn_process(kvf_conn_t *conn)
  * connection closed or failed (the caller destroys it). */
 static bool kvf_conn_tls_read(kvf_conn_t *conn)
 {
-    struct evbuffer_iovec vec;
     char why[160];
     int n, i;
 
@@ -1162,17 +1154,12 @@ static bool kvf_conn_tls_read(kvf_conn_t *conn)
             }
             return true;
         }
-        if (evbuffer_reserve_space(conn->in, 64 << 10, &vec, 1) != 1) {
-            return false;
-        }
-        n               = SSL_read(conn->ssl, vec.iov_base, (int)vec.iov_len);
+        n               = kvf_tls_read_some(conn->ssl, conn->in);
         conn->is_tls_up = conn->is_tls_up || SSL_is_init_finished(conn->ssl);
         if (n > 0) {
-            vec.iov_len = (size_t)n;
-            evbuffer_commit_space(conn->in, &vec, 1);
             continue;
         }
-        switch (SSL_get_error(conn->ssl, n)) {
+        switch (-n) {
         case SSL_ERROR_WANT_READ:
             return true;
         case SSL_ERROR_WANT_WRITE:
