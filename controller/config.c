@@ -47,6 +47,10 @@ static const kvf_config_field_t kvf_controller_config_fields[] = {
                  "agents and kvfctl must speak TLS (empty: plain TCP)"),
     KVF_CC_FIELD("tls_key", KVF_CONFIG_STRING, tls_key, "", 0, 0, 0,
                  "PEM private key of tls_cert"),
+    KVF_CC_FIELD("handshake_timeout", KVF_CONFIG_DURATION, handshake_timeout_ns,
+                 "10s", 1000000ull, 3600000000000ull, 0,
+                 "with a secret or TLS: a connection that has not "
+                 "authenticated by then is closed"),
 };
 
 const kvf_config_schema_t kvf_controller_config_schema = {

@@ -170,6 +170,8 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
         "kvf_controller_auth_failures_total %" PRIu64 "\n"
         "# TYPE kvf_controller_tls_failures_total counter\n"
         "kvf_controller_tls_failures_total %" PRIu64 "\n"
+        "# TYPE kvf_controller_handshake_timeouts_total counter\n"
+        "kvf_controller_handshake_timeouts_total %" PRIu64 "\n"
         "# TYPE kvf_controller_stale_rejects_total counter\n"
         "kvf_controller_stale_rejects_total %" PRIu64 "\n"
         "# TYPE kvf_controller_seq_gaps_total counter\n"
@@ -184,8 +186,9 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
         alive, draining, dead, rs.keys, kvf_server_recovering(server) ? 1 : 0,
         c->admits, c->evicts, c->lookups, c->lookup_hit_chunks,
         c->lookup_miss_chunks, rs.purge_backlog, c->protocol_errors,
-        c->auth_failures, c->tls_failures, c->stale_rejects, c->seq_gaps,
-        c->backpressure, server->num_conns, rs.table_bytes);
+        c->auth_failures, c->tls_failures, c->handshake_timeouts,
+        c->stale_rejects, c->seq_gaps, c->backpressure, server->num_conns,
+        rs.table_bytes);
     for (i = 0; i < KVF_SERVER_LAT_BUCKETS; i++) {
         cum += c->lat_buckets[i];
         evbuffer_add_printf(b,

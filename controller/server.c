@@ -51,9 +51,10 @@ struct kvf_conn {
     kvf_auth_session_t auth; /* the cluster-secret handshake */
     SSL *ssl;                /* NULL: plain TCP */
     bool is_tls_up;          /* the TLS handshake completed */
-    bool is_closing;         /* flush the output, then free */
-    bool is_throttled;       /* reading paused: output over max_output */
-    int kind;                /* Kvf__PeerKind */
+    uint64_t accepted_ms;
+    bool is_closing;   /* flush the output, then free */
+    bool is_throttled; /* reading paused: output over max_output */
+    int kind;          /* Kvf__PeerKind */
     char peer[64];
 };
 
@@ -1262,7 +1263,8 @@ static kvf_conn_t *kvf_conn_create(kvf_server_t *server, evutil_socket_t fd)
         kvf_conn_destroy(conn);
         return NULL;
     }
-    conn->id = ++server->ctr.connections_total;
+    conn->id          = ++server->ctr.connections_total;
+    conn->accepted_ms = kvf_time_now_ms();
     return conn;
 }
 
@@ -1311,10 +1313,40 @@ static void kvf_server_on_purge(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* With a secret or TLS, a connection that has not authenticated within
+ * handshake_timeout is closed: an unauthenticated peer cannot hold
+ * connections (and file descriptors) for ever. */
+static void kvf_server_expire_handshakes(kvf_server_t *server)
+{
+    uint64_t now = kvf_time_now_ms();
+    kvf_conn_t *conn, *next;
+
+    if (!kvf_auth_secret_is_set(&server->secret) && (server->tls == NULL)) {
+        return;
+    }
+    for (conn = server->conns; conn != NULL; conn = next) {
+        next = conn->next;
+        if (conn->is_hello_done && kvf_auth_session_is_done(&conn->auth)) {
+            continue;
+        }
+        if ((now - conn->accepted_ms) * KVF_NSEC_PER_MSEC <
+            server->cfg->handshake_timeout_ns) {
+            continue;
+        }
+        server->ctr.handshake_timeouts++;
+        kvf_warn("conn %" PRIu64 " %s: not authenticated within the "
+                 "handshake timeout; closing",
+                 conn->id, conn->peer);
+        kvf_auth_session_refuse(&conn->auth); /* counted here, not twice */
+        kvf_conn_destroy(conn);
+    }
+}
+
 static void kvf_server_on_tick(evutil_socket_t fd, short what, void *arg)
 {
     kvf_server_t *server = arg;
 
+    kvf_server_expire_handshakes(server);
     if (kvf_node_table_expire(server->nodes, kvf_time_now_ms(),
                               server->cfg->lease_ns / KVF_NSEC_PER_MSEC,
                               server->cfg->forget_dead_ns / KVF_NSEC_PER_MSEC) >

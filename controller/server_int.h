@@ -28,8 +28,9 @@ typedef struct kvf_server_counters {
     uint64_t lookup_hit_chunks;
     uint64_t lookup_miss_chunks;
     uint64_t protocol_errors;
-    uint64_t auth_failures; /* connections refused by the handshake */
-    uint64_t tls_failures;  /* TLS handshakes that failed */
+    uint64_t auth_failures;      /* connections refused by the handshake */
+    uint64_t tls_failures;       /* TLS handshakes that failed */
+    uint64_t handshake_timeouts; /* closed before authenticating in time */
     uint64_t stale_rejects;
     uint64_t seq_gaps;
     uint64_t backpressure;

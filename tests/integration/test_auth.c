@@ -565,3 +565,38 @@ Test(auth, tls_pipelined_lookups_all_answered)
     kvf_ctlconn_destroy(conn);
     cr_assert_eq(kvf_th_ctl_stop(&g_ctl), 0);
 }
+
+/* With a secret, a connection that never authenticates is closed after
+ * handshake_timeout and counted. */
+Test(auth, silent_connections_are_closed)
+{
+    const char *args[] = {"--config", g_yaml_a, "--handshake-timeout", "200ms",
+                          NULL};
+    uint8_t nonce[32]  = {9};
+    kvf_ctlconn_t *silent, *half;
+    kvf_frame_t frame;
+    Kvf__Hello hello;
+    char err[256], name[] = "half";
+
+    kvf_th_ctl_start(&g_ctl, args);
+    cr_assert_eq(open_ctl(NULL, 0, &silent, err, sizeof(err)), KVF_OK, "%s",
+                 err);
+    cr_assert_eq(open_ctl(NULL, 0, &half, err, sizeof(err)), KVF_OK, "%s", err);
+    kvf__hello__init(&hello);
+    hello.request_id       = 1;
+    hello.protocol_version = KVF_PROTOCOL_VERSION;
+    hello.name             = name;
+    hello.auth_nonce.data  = nonce;
+    hello.auth_nonce.len   = sizeof(nonce);
+    cr_assert_eq(kvf_ctlconn_call(half, KVF_MSG_HELLO, &hello.base, &frame),
+                 KVF_OK);
+    kvf_frame_release(&frame, NULL); /* challenged; never answers */
+    cr_assert_eq(kvf_ctlconn_recv(silent, &frame), KVF_ERR_CLOSED);
+    cr_assert_eq(kvf_ctlconn_recv(half, &frame), KVF_ERR_CLOSED);
+    wait_metric(g_ctl.http, "kvf_controller_handshake_timeouts_total", 2);
+    cr_assert_eq(metric(g_ctl.http, "kvf_controller_auth_failures_total"), 0,
+                 "a timeout is not also an auth failure");
+    kvf_ctlconn_destroy(silent);
+    kvf_ctlconn_destroy(half);
+    cr_assert_eq(kvf_th_ctl_stop(&g_ctl), 0);
+}
