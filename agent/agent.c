@@ -471,6 +471,7 @@ static void kvf_agent_on_sweep(evutil_socket_t fd, short what, void *arg)
         kvf_info("agent %s: took back %llu allocations never committed",
                  agent->name, (unsigned long long)n);
     }
+    kvf_engine_server_expire_handshakes(agent->engines, kvf_time_now_ns());
 }
 
 static kvf_status_t kvf_agent_peer_start(kvf_agent_t *agent)

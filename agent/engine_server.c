@@ -3,6 +3,7 @@
 #include "agent/engine_server.h"
 
 #include "common/log.h"
+#include "common/time.h"
 #include "proto/frame.h"
 #include "proto/hello.h"
 
@@ -44,6 +45,7 @@ struct kvf_engine_conn {
     kvf_engine_wait_t *waits; /* requests waiting for the controller/peers */
     bool hello_done;
     kvf_auth_session_t auth; /* the pool is mapped only once it is done */
+    uint64_t accepted_ns;
     char name[64];
 };
 
@@ -804,7 +806,8 @@ static kvf_engine_conn_t *kvf_engine_conn_create(kvf_engine_server_t *server,
         evutil_closesocket(fd);
         return NULL;
     }
-    conn->server = server;
+    conn->server      = server;
+    conn->accepted_ns = kvf_time_now_ns();
     kvf_auth_session_init(&conn->auth, server->secret);
     if (kvf_store_owner_create(server->store, &conn->owner) != KVF_OK) {
         evutil_closesocket(fd);
@@ -991,4 +994,27 @@ void kvf_engine_server_feed(kvf_engine_server_t *server, const void *data,
         }
     }
     close(sv[1]);
+}
+
+void kvf_engine_server_expire_handshakes(kvf_engine_server_t *server,
+                                         uint64_t now_ns)
+{
+    kvf_engine_conn_t *conn, *next;
+
+    if ((server == NULL) || !kvf_auth_secret_is_set(server->secret)) {
+        return;
+    }
+    for (conn = server->conns; conn != NULL; conn = next) {
+        next = conn->next;
+        if (kvf_auth_session_is_done(&conn->auth) ||
+            (now_ns - conn->accepted_ns < KVF_ENGINE_HANDSHAKE_NS)) {
+            continue;
+        }
+        kvf_auth_session_refuse(&conn->auth); /* counted once, here */
+        conn->server->stats.auth_failures++;
+        kvf_warn("engine %s: not authenticated within %llu s; closing",
+                 (conn->name[0] != '\0') ? conn->name : "(before hello)",
+                 (unsigned long long)(KVF_ENGINE_HANDSHAKE_NS / 1000000000ull));
+        kvf_engine_conn_close(conn);
+    }
 }

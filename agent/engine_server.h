@@ -67,6 +67,13 @@ void kvf_engine_server_destroy(kvf_engine_server_t *server);
 void kvf_engine_server_feed(kvf_engine_server_t *server, const void *data,
                             size_t len);
 
+/* With a secret, closes the connections that have not authenticated
+ * within KVF_ENGINE_HANDSHAKE_NS of @p now_ns (counted in auth_failures).
+ * NULL is a no-op. */
+#define KVF_ENGINE_HANDSHAKE_NS (10ull * 1000000000ull)
+void kvf_engine_server_expire_handshakes(kvf_engine_server_t *server,
+                                         uint64_t now_ns);
+
 void kvf_engine_server_get_stats(const kvf_engine_server_t *server,
                                  kvf_engine_server_stats_t *stats_p);
 
