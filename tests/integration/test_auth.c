@@ -144,10 +144,9 @@ static uint32_t count_nodes(kvf_ctlconn_t *conn)
     return n;
 }
 
-/* HELLO with a challenge, then @p type instead of a valid AUTH: the
- * controller answers STATUS{KVF_ERR_AUTH} and closes. */
-static void skip_auth(uint16_t type, const ProtobufCMessage *msg,
-                      const char *reason)
+/* A raw connection (no handshake) that sends HELLO with a nonce and
+ * checks the controller's challenge; the caller goes on from there. */
+static kvf_ctlconn_t *hello_challenged(void)
 {
     uint8_t nonce[32] = {7};
     kvf_ctlconn_t *raw;
@@ -172,6 +171,17 @@ static void skip_auth(uint16_t type, const ProtobufCMessage *msg,
     cr_assert_eq(rep->auth_nonce.len, 32, "the controller challenges");
     cr_assert_eq(rep->auth_mac.len, 32, "and proves the secret");
     kvf_frame_release(&frame, NULL);
+    return raw;
+}
+
+/* HELLO with a challenge, then @p type instead of a valid AUTH: the
+ * controller answers STATUS{KVF_ERR_AUTH} and closes. */
+static void skip_auth(uint16_t type, const ProtobufCMessage *msg,
+                      const char *reason)
+{
+    kvf_ctlconn_t *raw = hello_challenged();
+    kvf_frame_t frame;
+
     cr_assert_eq(kvf_ctlconn_call(raw, type, msg, &frame), KVF_OK);
     cr_assert_eq(frame.type, KVF_MSG_STATUS);
     cr_assert_eq(((Kvf__Status *)frame.msg)->status, KVF_ERR_AUTH);
@@ -572,25 +582,14 @@ Test(auth, silent_connections_are_closed)
 {
     const char *args[] = {"--config", g_yaml_a, "--handshake-timeout", "200ms",
                           NULL};
-    uint8_t nonce[32]  = {9};
     kvf_ctlconn_t *silent, *half;
     kvf_frame_t frame;
-    Kvf__Hello hello;
-    char err[256], name[] = "half";
+    char err[256];
 
     kvf_th_ctl_start(&g_ctl, args);
     cr_assert_eq(open_ctl(NULL, 0, &silent, err, sizeof(err)), KVF_OK, "%s",
                  err);
-    cr_assert_eq(open_ctl(NULL, 0, &half, err, sizeof(err)), KVF_OK, "%s", err);
-    kvf__hello__init(&hello);
-    hello.request_id       = 1;
-    hello.protocol_version = KVF_PROTOCOL_VERSION;
-    hello.name             = name;
-    hello.auth_nonce.data  = nonce;
-    hello.auth_nonce.len   = sizeof(nonce);
-    cr_assert_eq(kvf_ctlconn_call(half, KVF_MSG_HELLO, &hello.base, &frame),
-                 KVF_OK);
-    kvf_frame_release(&frame, NULL); /* challenged; never answers */
+    half = hello_challenged(); /* and never answers */
     cr_assert_eq(kvf_ctlconn_recv(silent, &frame), KVF_ERR_CLOSED);
     cr_assert_eq(kvf_ctlconn_recv(half, &frame), KVF_ERR_CLOSED);
     wait_metric(g_ctl.http, "kvf_controller_handshake_timeouts_total", 2);
