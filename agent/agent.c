@@ -40,6 +40,7 @@ struct kvf_agent {
     kvf_ucx_worker_t *worker;
     kvf_ucx_listener_t *listener; /* peer service */
     kvf_ucx_mem_t *pool_mem;      /* the pool, registered for remote read */
+    kvf_ucx_mem_t *pd_host_mem;   /* the PD region after it, remote write */
     void *worker_address;
     size_t worker_address_len;
     char data_address[300];
@@ -49,6 +50,7 @@ struct kvf_agent {
     uint16_t http_port;
     char name[256];
     bool stopping;
+    kvf_auth_secret_t secret; /* cluster secret; empty: no auth */
 };
 
 static void kvf_agent_on_stopped(void *arg)
@@ -441,10 +443,14 @@ static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
         "# HELP kvf_agent_engine_protocol_errors_total engine "
         "connections closed for bad frames\n"
         "# TYPE kvf_agent_engine_protocol_errors_total counter\n"
-        "kvf_agent_engine_protocol_errors_total %" PRIu64 "\n",
+        "kvf_agent_engine_protocol_errors_total %" PRIu64 "\n"
+        "# HELP kvf_agent_auth_failures_total engine connections refused "
+        "by the cluster-secret handshake\n"
+        "# TYPE kvf_agent_auth_failures_total counter\n"
+        "kvf_agent_auth_failures_total %" PRIu64 "\n",
         st.pool.used, st.pool.free, st.pool.entries, st.commits,
         st.pool.evictions, st.hits, st.misses, st.expired_grants,
-        st.checksum_failures, es.active, es.protocol_errors);
+        st.checksum_failures, es.active, es.protocol_errors, es.auth_failures);
 }
 
 static void kvf_agent_on_metrics(struct evhttp_request *req, void *arg)
@@ -656,6 +662,7 @@ static kvf_status_t kvf_agent_engines_start(kvf_agent_t *agent)
     eparams.node_name         = agent->name;
     eparams.max_frame         = (uint32_t)agent->config->max_frame;
     eparams.max_connections   = 1024;
+    eparams.secret            = &agent->secret;
     return kvf_engine_server_create(&eparams, &agent->engines);
 }
 
@@ -683,6 +690,7 @@ static void kvf_agent_on_sweep(evutil_socket_t fd, short what, void *arg)
     if (agent->engines != NULL) {
         kvf_engine_server_expire_leases(agent->engines, now);
     }
+    kvf_engine_server_expire_handshakes(agent->engines, now);
 }
 
 static kvf_status_t kvf_agent_peer_start(kvf_agent_t *agent)
@@ -756,7 +764,7 @@ static kvf_status_t kvf_agent_pd_start(kvf_agent_t *agent)
     if (kvf_agent_pd_host_size(config) > 0) {
         size                 = kvf_store_reserve(agent->store, &offset);
         params.region_base   = (uint8_t *)kvf_store_base(agent->store) + offset;
-        params.region_mem    = agent->pool_mem;
+        params.region_mem    = agent->pd_host_mem;
         params.region_offset = offset;
         params.region_size   = size;
     } else if ((config->role != KVF_AGENT_ROLE_PREFILL) &&
@@ -802,6 +810,7 @@ static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent)
     kvf_ucx_worker_params_t wparams;
     kvf_ucx_ctx_params_t cparams;
     kvf_status_t status;
+    uint64_t pd_offset = 0, pd_size;
     char host[256];
     uint16_t port;
 
@@ -841,13 +850,19 @@ static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent)
     }
     snprintf(agent->data_address, sizeof(agent->data_address), "%s:%u", host,
              kvf_ucx_listener_port(agent->listener));
-    /* one registration for the pool and the PD region after it */
-    status = kvf_ucx_mem_register(
-        agent->ucx, kvf_store_base(agent->store), kvf_store_size(agent->store),
-        KVF_UCX_MEM_REMOTE_READ |
-            ((kvf_agent_pd_host_size(config) > 0) ? KVF_UCX_MEM_REMOTE_WRITE
-                                                  : 0),
-        &agent->pool_mem);
+    /* the pool is registered for remote read only; the PD region after
+     * it in the same mapping on its own, for remote write only
+     * (docs/security.md) */
+    pd_size = kvf_store_reserve(agent->store, &pd_offset);
+    status  = kvf_ucx_mem_register(agent->ucx, kvf_store_base(agent->store),
+                                  (pd_size > 0) ? pd_offset
+                                                 : kvf_store_size(agent->store),
+                                   KVF_UCX_MEM_REMOTE_READ, &agent->pool_mem);
+    if ((status == KVF_OK) && (pd_size > 0)) {
+        status = kvf_ucx_mem_register(
+            agent->ucx, (uint8_t *)kvf_store_base(agent->store) + pd_offset,
+            pd_size, KVF_UCX_MEM_REMOTE_WRITE, &agent->pd_host_mem);
+    }
     if (status != KVF_OK) {
         return status;
     }
@@ -867,6 +882,7 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
     kvf_ctl_client_params_t params;
     kvf_agent_t *agent;
     kvf_status_t status;
+    char err[512];
 
     agent = calloc(1, sizeof(*agent));
     if (agent == NULL) {
@@ -879,6 +895,13 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
     } else if (gethostname(agent->name, sizeof(agent->name) - 1) != 0) {
         snprintf(agent->name, sizeof(agent->name), "agent-%d", (int)getpid());
     }
+    status = kvf_auth_secret_load_opt(config->cluster_secret_file,
+                                      &agent->secret, err, sizeof(err));
+    if (status != KVF_OK) {
+        kvf_error("%s", err);
+        goto err_destroy;
+    }
+    kvf_auth_warn_if_open(&agent->secret, "controller", config->controller);
 
     status = kvf_agent_store_start(agent);
     if (status != KVF_OK) {
@@ -932,6 +955,9 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
     params.max_frame          = (uint32_t)config->max_frame;
     params.ops                = &kvf_agent_ctl_ops;
     params.arg                = agent;
+    params.secret             = &agent->secret;
+    params.tls_ca             = config->tls_ca;
+    params.tls_server_name    = config->tls_server_name;
     status                    = kvf_ctl_client_create(&params, &agent->ctl);
     if (status != KVF_OK) {
         goto err_destroy;
@@ -993,9 +1019,11 @@ void kvf_agent_destroy(kvf_agent_t *agent)
     if (agent->pd_device != NULL) {
         kvf_gpu_mem_free(agent->pd_device);
     }
+    kvf_ucx_mem_deregister(agent->pd_host_mem);
     kvf_ucx_mem_deregister(agent->pool_mem);
     kvf_ucx_ctx_destroy(agent->ucx);
     kvf_store_destroy(agent->store);
+    kvf_auth_secret_cleanup(&agent->secret);
     free(agent);
 }
 

@@ -9,8 +9,11 @@
  */
 #include <kvfabric/kvfabric.h>
 
+#include "common/auth.h"
+#include "common/log.h"
 #include "common/time.h"
 #include "proto/frame.h"
+#include "proto/hello.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -295,27 +298,67 @@ static kvf_status_t kvf_client_dial(kvf_client_t *client, const char *path,
     return KVF_OK;
 }
 
+/* Sends @p auth, the answer to the agent's challenge, and waits for its
+ * STATUS. */
+static kvf_status_t kvf_client_auth(kvf_client_t *client, Kvf__Auth *auth,
+                                    int *fd_p, uint64_t deadline)
+{
+    const Kvf__Status *st;
+    kvf_status_t status;
+    kvf_frame_t frame;
+
+    auth->request_id = client->next_request++;
+    status = kvf_client_send(client, KVF_MSG_AUTH, &auth->base, deadline);
+    if (status != KVF_OK) {
+        return status;
+    }
+    /* a refusal arrives as STATUS{KVF_ERR_AUTH}: kvf_client_recv fails */
+    status = kvf_client_recv(client, KVF_MSG_STATUS, fd_p, deadline, &frame);
+    if (status != KVF_OK) {
+        return status;
+    }
+    st     = (const Kvf__Status *)frame.msg;
+    status = (st->status == KVF_OK) ? KVF_OK
+                                    : kvf_client_fail(client, KVF_ERR_PROTO,
+                                                      "agent answered AUTH "
+                                                      "with status %d",
+                                                      (int)st->status);
+    kvf_frame_release(&frame, NULL);
+    return status;
+}
+
 static kvf_status_t kvf_client_handshake(kvf_client_t *client, const char *name,
+                                         const kvf_auth_secret_t *secret,
                                          uint64_t deadline)
 {
     const Kvf__HelloReply *reply;
     const Kvf__PoolInfo *info;
+    uint8_t mac[KVF_AUTH_MAC_SIZE];
+    kvf_auth_session_t auth;
     kvf_frame_t frame;
     Kvf__Hello hello;
+    Kvf__Auth auth_msg;
     kvf_status_t status;
-    char name_buf[128];
+    char name_buf[128], text[256];
+    size_t nonce_len;
     int pool_fd = -1;
     void *base;
 
     snprintf(name_buf, sizeof(name_buf), "%s", name);
+    kvf_auth_session_init(&auth, secret);
+    if (kvf_auth_client_hello(&auth, &nonce_len) != KVF_OK) {
+        return kvf_client_fail(client, KVF_ERR_IO, "no random auth nonce");
+    }
     kvf__hello__init(&hello);
     hello.request_id       = client->next_request++;
     hello.protocol_version = KVF_PROTOCOL_VERSION;
     hello.kind             = KVF__PEER_KIND__PEER_ENGINE;
     hello.name             = name_buf;
+    hello.auth_nonce.data  = auth.own_nonce;
+    hello.auth_nonce.len   = nonce_len;
     status = kvf_client_send(client, KVF_MSG_HELLO, &hello.base, deadline);
     if (status != KVF_OK) {
-        return status;
+        goto err_close_fd;
     }
     /* the pool's fd may arrive with the bytes of HELLO_REPLY already */
     status = kvf_client_recv(client, KVF_MSG_HELLO_REPLY, &pool_fd, deadline,
@@ -328,11 +371,21 @@ static kvf_status_t kvf_client_handshake(kvf_client_t *client, const char *name,
     if (status != KVF_OK) {
         kvf_client_fail(client, status, "agent refused the connection: %s",
                         (reply->message != NULL) ? reply->message : "");
+    } else if (kvf_hello_client_auth(&auth, reply, name_buf, &auth_msg, mac,
+                                     text, sizeof(text)) != KVF_OK) {
+        status = kvf_client_fail(client, KVF_ERR_AUTH, "agent: %s", text);
     }
     kvf_frame_release(&frame, NULL);
     if (status != KVF_OK) {
         goto err_close_fd;
     }
+    if (auth.state == KVF_AUTH_STATE_CHALLENGED) {
+        status = kvf_client_auth(client, &auth_msg, &pool_fd, deadline);
+        if (status != KVF_OK) {
+            goto err_close_fd;
+        }
+    }
+    kvf_auth_session_cleanup(&auth);
 
     status =
         kvf_client_recv(client, KVF_MSG_POOL_INFO, &pool_fd, deadline, &frame);
@@ -367,6 +420,7 @@ static kvf_status_t kvf_client_handshake(kvf_client_t *client, const char *name,
     return KVF_OK;
 
 err_close_fd:
+    kvf_auth_session_cleanup(&auth);
     if (pool_fd >= 0) {
         close(pool_fd);
     }
@@ -376,8 +430,11 @@ err_close_fd:
 kvf_status_t kvf_client_connect(const kvf_client_params_t *params,
                                 kvf_client_t **client_p)
 {
-    const char *path = getenv("KVF_SOCKET");
-    const char *name = "engine";
+    const char *path        = getenv("KVF_SOCKET");
+    const char *name        = "engine";
+    const char *secret_file = getenv("KVF_CLUSTER_SECRET_FILE");
+    kvf_auth_secret_t secret;
+    char err[512];
     kvf_client_t *client;
     kvf_status_t status;
     uint64_t deadline;
@@ -408,13 +465,25 @@ kvf_status_t kvf_client_connect(const kvf_client_params_t *params,
             (params->name != NULL)) {
             name = params->name;
         }
+        if (params->field_mask & KVF_CLIENT_PARAM_SECRET) {
+            secret_file = params->secret_file;
+        }
     }
-    deadline = kvf_time_deadline_ns(client->timeout_ns);
-    status   = kvf_client_dial(client, path, deadline);
-    if (status == KVF_OK) {
-        status = kvf_client_handshake(client, name, deadline);
+    status = kvf_auth_secret_load_opt(secret_file, &secret, err, sizeof(err));
+    if (status != KVF_OK) {
+        kvf_client_fail(client, status, "%s", err);
+    } else {
+        deadline = kvf_time_deadline_ns(client->timeout_ns);
+        status   = kvf_client_dial(client, path, deadline);
+        if (status == KVF_OK) {
+            status = kvf_client_handshake(client, name, &secret, deadline);
+        }
+        kvf_auth_secret_cleanup(&secret);
     }
     if (status != KVF_OK) {
+        /* no client is returned to ask: the reason goes to the log handler
+         * (kvf_log_set_handler) */
+        kvf_warn("cannot connect to the agent at %s: %s", path, client->error);
         kvf_client_disconnect(client);
         return status;
     }

@@ -106,6 +106,18 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
                     "reclaimed"),
     KVF_AGENT_FIELD("log_level", KVF_CONFIG_STRING, log_level, "info", 0, 0,
                     "error, warn, info, debug or trace"),
+    {"cluster_secret_file", KVF_CONFIG_STRING,
+     offsetof(kvf_agent_config_t, cluster_secret_file), "", 0, 0, NULL,
+     KVF_CONFIG_FIELD_SECRET,
+     "file holding the cluster secret, proved to the controller and asked "
+     "of engines (empty: no authentication)"},
+    KVF_AGENT_FIELD("tls_ca", KVF_CONFIG_STRING, tls_ca, "", 0, 0,
+                    "PEM CA file: speak TLS to the controller and verify its "
+                    "certificate (empty: plain TCP)"),
+    KVF_AGENT_FIELD("tls_server_name", KVF_CONFIG_STRING, tls_server_name, "",
+                    0, 0,
+                    "host name or IP the controller's certificate must name "
+                    "(empty: the chain is checked, not the name)"),
     {"list_devices", KVF_CONFIG_BOOL,
      offsetof(kvf_agent_config_t, list_devices), "false", 0, 0, NULL,
      KVF_CONFIG_FIELD_CLI_ONLY, "list RDMA devices and exit"},

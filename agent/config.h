@@ -52,8 +52,11 @@ typedef struct kvf_agent_config {
     uint64_t pd_wait_timeout;  /* ns: default of an engine's PD wait */
     uint64_t pd_claim_timeout; /* ns: received requests nobody claims */
     char *log_level;
-    bool list_devices; /* CLI only: list RDMA devices and exit */
-    bool print_config; /* CLI only: print the effective config */
+    char *cluster_secret_file; /* empty: no authentication */
+    char *tls_ca;              /* controller's CA; empty: plain TCP */
+    char *tls_server_name;     /* name checked in its certificate */
+    bool list_devices;         /* CLI only: list RDMA devices and exit */
+    bool print_config;         /* CLI only: print the effective config */
 } kvf_agent_config_t;
 
 extern const kvf_config_schema_t kvf_agent_config_schema;

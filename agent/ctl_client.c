@@ -4,12 +4,19 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/tls.h"
 #include "common/time.h"
 #include "proto/frame.h"
+#include "proto/hello.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -17,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #define KVF_CTL_BACKOFF_MIN_NS (100ull * KVF_NSEC_PER_MSEC)
 #define KVF_CTL_HEARTBEAT_NS   (1000ull * KVF_NSEC_PER_MSEC)
@@ -26,6 +34,7 @@ typedef enum {
     KVF_CTL_STATE_IDLE,       /* waiting to reconnect */
     KVF_CTL_STATE_CONNECTING, /* TCP connect in flight */
     KVF_CTL_STATE_HELLO,      /* HELLO sent, waiting for its reply */
+    KVF_CTL_STATE_AUTH,       /* AUTH sent, waiting for its STATUS */
     KVF_CTL_STATE_REGISTER,   /* REGISTER sent */
     KVF_CTL_STATE_READY,      /* registered: heartbeats and batches flow */
     KVF_CTL_STATE_STOPPING,   /* DEREGISTER sent */
@@ -83,6 +92,9 @@ struct kvf_ctl_client {
     size_t max_batch_keys;
     const kvf_ctl_client_ops_t *ops;
     void *arg;
+    kvf_auth_session_t auth; /* the handshake of the current connection */
+    SSL_CTX *tls_ctx;        /* NULL: plain TCP */
+    char *tls_server_name;
 
     uint64_t incarnation;  /* this agent process's start, ns since epoch */
     uint64_t next_request; /* request id of the next request */
@@ -162,8 +174,16 @@ static kvf_status_t kvf_ctl_client_send(kvf_ctl_client_t *client, uint16_t type,
 static void kvf_ctl_client_send_hello(kvf_ctl_client_t *client)
 {
     Kvf__Hello hello;
+    size_t nonce_len;
 
+    kvf_auth_session_init(&client->auth, client->auth.secret);
+    if (kvf_auth_client_hello(&client->auth, &nonce_len) != KVF_OK) {
+        kvf_ctl_client_reset(client, "no auth nonce");
+        return;
+    }
     kvf__hello__init(&hello);
+    hello.auth_nonce.data  = client->auth.own_nonce;
+    hello.auth_nonce.len   = nonce_len;
     hello.request_id       = client->next_request++;
     hello.protocol_version = KVF_PROTOCOL_VERSION;
     hello.kind             = KVF__PEER_KIND__PEER_AGENT;
@@ -238,6 +258,40 @@ static void kvf_ctl_client_send_register(kvf_ctl_client_t *client)
     reg.tp_world      = client->tp_world;
     if (kvf_ctl_client_send(client, KVF_MSG_REGISTER, &reg.base) == KVF_OK) {
         client->state = KVF_CTL_STATE_REGISTER;
+        kvf_ctl_client_arm(client->deadline_ev, client->request_timeout_ns);
+    }
+}
+
+/* Checks the controller's proof and answers its challenge, or registers
+ * at once when authentication is off on both sides. */
+static void kvf_ctl_client_on_hello_reply(kvf_ctl_client_t *client,
+                                          const Kvf__HelloReply *hello)
+{
+    uint8_t mac[KVF_AUTH_MAC_SIZE];
+    char text[256];
+    Kvf__Auth auth;
+
+    if (hello->status != KVF_OK) {
+        kvf_error("controller %s refused HELLO: %s (%s)", client->controller,
+                  kvf_strerror((kvf_status_t)hello->status),
+                  (hello->message != NULL) ? hello->message : "");
+        kvf_ctl_client_reset(client, "HELLO refused");
+        return;
+    }
+    if (kvf_hello_client_auth(&client->auth, hello, client->name, &auth, mac,
+                              text, sizeof(text)) != KVF_OK) {
+        kvf_error("controller %s: %s", client->controller, text);
+        client->stats.errors++;
+        kvf_ctl_client_reset(client, "authentication failed");
+        return;
+    }
+    if (client->auth.state != KVF_AUTH_STATE_CHALLENGED) {
+        kvf_ctl_client_send_register(client);
+        return;
+    }
+    auth.request_id = client->next_request++;
+    if (kvf_ctl_client_send(client, KVF_MSG_AUTH, &auth.base) == KVF_OK) {
+        client->state = KVF_CTL_STATE_AUTH;
         kvf_ctl_client_arm(client->deadline_ev, client->request_timeout_ns);
     }
 }
@@ -516,6 +570,7 @@ static void kvf_ctl_client_on_deadline(evutil_socket_t fd, short what,
         kvf_ctl_client_reset(client, "connect timed out");
         break;
     case KVF_CTL_STATE_HELLO:
+    case KVF_CTL_STATE_AUTH:
     case KVF_CTL_STATE_REGISTER:
         kvf_ctl_client_reset(client, "no reply in time");
         break;
@@ -598,6 +653,20 @@ static void kvf_ctl_client_on_heartbeat_reply(kvf_ctl_client_t *client,
 static void kvf_ctl_client_on_status(kvf_ctl_client_t *client,
                                      const Kvf__Status *reply)
 {
+    if (client->state == KVF_CTL_STATE_AUTH) {
+        if (reply->status != KVF_OK) {
+            kvf_error("controller %s refused authentication: %s (%s)",
+                      client->controller,
+                      kvf_strerror((kvf_status_t)reply->status),
+                      (reply->message != NULL) ? reply->message : "");
+            client->stats.errors++;
+            kvf_ctl_client_reset(client, "authentication refused");
+            return;
+        }
+        client->auth.state = KVF_AUTH_STATE_DONE;
+        kvf_ctl_client_send_register(client);
+        return;
+    }
     if ((client->state == KVF_CTL_STATE_STOPPING) &&
         (reply->request_id == client->dereg_request)) {
         kvf_info("node %u deregistered from controller %s", client->node_id,
@@ -902,18 +971,9 @@ static void kvf_ctl_client_dispatch(kvf_ctl_client_t *client,
     switch (frame->type) {
     case KVF_MSG_HELLO_REPLY:
         hello = (const Kvf__HelloReply *)frame->msg;
-        if (client->state != KVF_CTL_STATE_HELLO) {
-            break;
+        if (client->state == KVF_CTL_STATE_HELLO) {
+            kvf_ctl_client_on_hello_reply(client, hello);
         }
-        if (hello->status != KVF_OK) {
-            kvf_error("controller %s refused HELLO: %s (%s)",
-                      client->controller,
-                      kvf_strerror((kvf_status_t)hello->status),
-                      (hello->message != NULL) ? hello->message : "");
-            kvf_ctl_client_reset(client, "HELLO refused");
-            break;
-        }
-        kvf_ctl_client_send_register(client);
         break;
     case KVF_MSG_REGISTER_REPLY:
         if (client->state == KVF_CTL_STATE_REGISTER) {
@@ -968,6 +1028,29 @@ static void kvf_ctl_client_on_read(struct bufferevent *bev, void *arg)
     }
 }
 
+/* Says why the TLS handshake with the controller failed. */
+static void kvf_ctl_client_tls_failed(kvf_ctl_client_t *client,
+                                      struct bufferevent *bev)
+{
+    SSL *ssl    = bufferevent_openssl_get_ssl(bev);
+    long verify = (ssl != NULL) ? SSL_get_verify_result(ssl) : X509_V_OK;
+    char why[256];
+    unsigned long e;
+
+    client->stats.errors++;
+    if (verify != X509_V_OK) {
+        kvf_error("controller %s: tls: certificate not trusted: %s",
+                  client->controller, X509_verify_cert_error_string(verify));
+        return;
+    }
+    e = bufferevent_get_openssl_error(bev);
+    if (e != 0) {
+        ERR_error_string_n(e, why, sizeof(why));
+        kvf_error("controller %s: tls handshake failed: %s", client->controller,
+                  why);
+    }
+}
+
 static void kvf_ctl_client_on_event(struct bufferevent *bev, short what,
                                     void *arg)
 {
@@ -983,6 +1066,10 @@ static void kvf_ctl_client_on_event(struct bufferevent *bev, short what,
         kvf_ctl_client_arm(client->deadline_ev, client->request_timeout_ns);
         return;
     }
+    if ((what & BEV_EVENT_ERROR) && (client->tls_ctx != NULL) &&
+        (client->state == KVF_CTL_STATE_CONNECTING)) {
+        kvf_ctl_client_tls_failed(client, bev);
+    }
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
         kvf_ctl_client_reset(client, (what & BEV_EVENT_EOF)
                                          ? "closed by controller"
@@ -992,8 +1079,23 @@ static void kvf_ctl_client_on_event(struct bufferevent *bev, short what,
 
 static void kvf_ctl_client_connect(kvf_ctl_client_t *client)
 {
-    client->bev =
-        bufferevent_socket_new(client->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    SSL *ssl;
+
+    if (client->tls_ctx != NULL) {
+        ssl = kvf_tls_client_new(client->tls_ctx, client->tls_server_name);
+        client->bev =
+            (ssl == NULL)
+                ? NULL
+                : bufferevent_openssl_socket_new(
+                      client->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
+                      BEV_OPT_CLOSE_ON_FREE); /* frees ssl with it */
+        if (client->bev != NULL) {
+            bufferevent_openssl_set_allow_dirty_shutdown(client->bev, 1);
+        }
+    } else {
+        client->bev =
+            bufferevent_socket_new(client->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    }
     if (client->bev == NULL) {
         kvf_ctl_client_reset(client, "no memory for a connection");
         return;
@@ -1076,8 +1178,19 @@ kvf_status_t kvf_ctl_client_create(const kvf_ctl_client_params_t *params,
     if (client->max_batch_keys > KVF_CTL_MAX_BATCH_KEYS) {
         client->max_batch_keys = KVF_CTL_MAX_BATCH_KEYS;
     }
-    client->ops          = params->ops;
-    client->arg          = params->arg;
+    client->ops = params->ops;
+    client->arg = params->arg;
+    kvf_auth_session_init(&client->auth, params->secret);
+    if ((params->tls_ca != NULL) && (params->tls_ca[0] != '\0')) {
+        char err[512];
+
+        if (kvf_tls_client_ctx_create(params->tls_ca, &client->tls_ctx, err,
+                                      sizeof(err)) != KVF_OK) {
+            kvf_error("%s", err);
+            free(client);
+            return KVF_ERR_CONFIG;
+        }
+    }
     client->next_request = 1;
     client->backoff_ns   = KVF_CTL_BACKOFF_MIN_NS;
     client->state        = KVF_CTL_STATE_IDLE;
@@ -1091,9 +1204,10 @@ kvf_status_t kvf_ctl_client_create(const kvf_ctl_client_params_t *params,
     client->data_address    = kvf_ctl_strdup(params->data_address);
     client->control_address = kvf_ctl_strdup(params->control_address);
     client->instance_id     = kvf_ctl_strdup(params->instance_id);
+    client->tls_server_name = kvf_ctl_strdup(params->tls_server_name);
     if ((client->controller == NULL) || (client->name == NULL) ||
         (client->data_address == NULL) || (client->control_address == NULL) ||
-        (client->instance_id == NULL)) {
+        (client->instance_id == NULL) || (client->tls_server_name == NULL)) {
         goto err_destroy;
     }
     if (params->worker_address_len > 0) {
@@ -1170,6 +1284,9 @@ void kvf_ctl_client_destroy(kvf_ctl_client_t *client)
     free(client->data_address);
     free(client->control_address);
     free(client->instance_id);
+    kvf_auth_session_cleanup(&client->auth);
+    SSL_CTX_free(client->tls_ctx);
+    free(client->tls_server_name);
     free(client);
 }
 
@@ -1187,4 +1304,43 @@ void kvf_ctl_client_get_stats(const kvf_ctl_client_t *client,
                               kvf_ctl_client_stats_t *stats_p)
 {
     *stats_p = client->stats;
+}
+
+void kvf_ctl_client_feed(kvf_ctl_client_t *client, int state, const void *data,
+                         size_t len)
+{
+    static const kvf_ctl_state_t states[] = {
+        KVF_CTL_STATE_HELLO, KVF_CTL_STATE_AUTH, KVF_CTL_STATE_REGISTER,
+        KVF_CTL_STATE_READY, KVF_CTL_STATE_STOPPING};
+    struct bufferevent *bev;
+    int sv[2], rc;
+
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        return;
+    }
+    if (client->bev != NULL) {
+        bufferevent_free(client->bev);
+    }
+    client->bev =
+        bufferevent_socket_new(client->base, sv[0], BEV_OPT_CLOSE_ON_FREE);
+    if (client->bev == NULL) {
+        close(sv[0]);
+        close(sv[1]);
+        return;
+    }
+    bufferevent_setcb(client->bev, kvf_ctl_client_on_read, NULL,
+                      kvf_ctl_client_on_event, client);
+    bev           = client->bev;
+    client->state = states[(unsigned)state % 5u];
+    if (client->state == KVF_CTL_STATE_HELLO) {
+        kvf_ctl_client_send_hello(client); /* draws the auth nonce */
+    }
+    /* a socket bufferevent freezes the end of its input: only it reads */
+    evbuffer_unfreeze(bufferevent_get_input(bev), 0);
+    rc = evbuffer_add(bufferevent_get_input(bev), data, len);
+    evbuffer_freeze(bufferevent_get_input(bev), 0);
+    if (rc == 0) {
+        kvf_ctl_client_on_read(bev, client); /* may reset the connection */
+    }
+    close(sv[1]);
 }

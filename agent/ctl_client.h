@@ -15,6 +15,7 @@
 #ifndef KVF_AGENT_CTL_CLIENT_H
 #define KVF_AGENT_CTL_CLIENT_H
 
+#include "common/auth.h"
 #include "proto/msg.h"
 
 #include <kvfabric/keys.h>
@@ -81,7 +82,11 @@ typedef struct kvf_ctl_client_params {
     uint64_t flush_ns; /* ADMIT/EVICT coalescing window */
     uint32_t max_frame;
     const kvf_ctl_client_ops_t *ops;
-    void *arg; /* passed to ops */
+    void *arg;                       /* passed to ops */
+    const kvf_auth_secret_t *secret; /* borrowed; NULL/empty: no auth */
+    const char *tls_ca;              /* PEM CA file; NULL/empty: plain TCP */
+    const char *tls_server_name;     /* checked in the controller's
+                                        certificate; NULL/empty: chain only */
 } kvf_ctl_client_params_t;
 
 typedef struct kvf_ctl_client_stats {
@@ -97,9 +102,16 @@ typedef struct kvf_ctl_client_stats {
 } kvf_ctl_client_stats_t;
 
 /* Creates the client and starts connecting. Strings and the worker address
- * are copied. KVF_ERR_INVALID for a bad controller address. */
+ * are copied. KVF_ERR_INVALID for a bad controller address, KVF_ERR_CONFIG
+ * for a tls_ca that cannot be loaded. */
 kvf_status_t kvf_ctl_client_create(const kvf_ctl_client_params_t *params,
                                    kvf_ctl_client_t **client_p);
+
+/* Puts the client in a connection state (0 HELLO sent, 1 AUTH sent, 2
+ * REGISTER sent, 3 ready, 4 DEREGISTER sent) on a fresh socket and
+ * handles @p len bytes as the controller's replies (fuzzing, tests). */
+void kvf_ctl_client_feed(kvf_ctl_client_t *client, int state, const void *data,
+                         size_t len);
 
 /* Closes the connection without deregistering; NULL is a no-op. */
 void kvf_ctl_client_destroy(kvf_ctl_client_t *client);

@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "common/time.h"
 #include "proto/frame.h"
+#include "proto/hello.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -69,6 +70,8 @@ struct kvf_engine_conn {
     kvf_engine_lease_t *leases;
     uint32_t num_leases;
     bool hello_done;
+    kvf_auth_session_t auth; /* the pool is mapped only once it is done */
+    uint64_t accepted_ns;
     char name[64];
 };
 
@@ -88,6 +91,7 @@ struct kvf_engine_server {
     uint32_t max_connections;
     kvf_engine_conn_t *conns;
     kvf_engine_server_stats_t stats;
+    const kvf_auth_secret_t *secret; /* borrowed; may be NULL */
 };
 
 static void kvf_engine_lease_destroy(kvf_engine_lease_t *lease)
@@ -121,6 +125,9 @@ static void kvf_engine_push_unlink(kvf_engine_push_t *push)
         }
     }
 }
+
+static kvf_engine_conn_t *kvf_engine_conn_create(kvf_engine_server_t *server,
+                                                 evutil_socket_t fd);
 
 static void kvf_engine_conn_close(kvf_engine_conn_t *conn)
 {
@@ -166,6 +173,11 @@ static void kvf_engine_conn_close(kvf_engine_conn_t *conn)
     }
     bufferevent_free(conn->bev);
     server->stats.active--;
+    if (kvf_auth_session_is_abandoned(&conn->auth)) {
+        server->stats.auth_failures++; /* the engine refused our proof */
+        kvf_warn("engine %s: closed during the auth challenge", conn->name);
+    }
+    kvf_auth_session_cleanup(&conn->auth);
     free(conn);
 }
 
@@ -200,45 +212,96 @@ static kvf_status_t kvf_engine_conn_status(kvf_engine_conn_t *conn,
     return kvf_engine_conn_send(conn, KVF_MSG_STATUS, &st.base);
 }
 
-/* HELLO_REPLY and POOL_INFO go out in one sendmsg() carrying the pool's
- * fd: nothing else was written on this connection yet, so the order with
- * the bufferevent's later output holds. */
-static kvf_status_t kvf_engine_conn_hello(kvf_engine_conn_t *conn,
-                                          const Kvf__Hello *hello)
+/* Writes @p len bytes of frames straight to the socket, with @p fd as
+ * SCM_RIGHTS when >= 0. Only while the bufferevent's output is empty (the
+ * handshake, before any other reply), so the order on the wire holds. */
+static kvf_status_t kvf_engine_conn_sendmsg(kvf_engine_conn_t *conn,
+                                            const uint8_t *buf, size_t len,
+                                            int fd)
 {
-    kvf_engine_server_t *server = conn->server;
     char control[CMSG_SPACE(sizeof(int))];
-    char version_msg[96], node[128];
-    Kvf__HelloReply reply;
-    Kvf__PoolInfo info;
-    uint8_t buf[1024];
-    size_t len1 = 0, len2 = 0;
     struct cmsghdr *cmsg;
     struct msghdr mh;
     struct iovec iov;
-    int fd = kvf_store_fd(server->store);
     ssize_t n;
 
-    snprintf(conn->name, sizeof(conn->name), "%s",
-             (hello->name != NULL) ? hello->name : "");
-    kvf__hello_reply__init(&reply);
-    reply.request_id       = hello->request_id;
-    reply.protocol_version = KVF_PROTOCOL_VERSION;
-    snprintf(node, sizeof(node), "%s", server->node_name);
-    reply.name = node;
-    if ((hello->protocol_version != KVF_PROTOCOL_VERSION) ||
-        (hello->kind != KVF__PEER_KIND__PEER_ENGINE)) {
-        snprintf(version_msg, sizeof(version_msg),
-                 "agent speaks protocol %u to engines; got version %u kind %d",
-                 KVF_PROTOCOL_VERSION, hello->protocol_version,
-                 (int)hello->kind);
-        reply.status  = KVF_ERR_VERSION;
-        reply.message = version_msg;
-        kvf_engine_conn_send(conn, KVF_MSG_HELLO_REPLY, &reply.base);
-        return KVF_ERR_VERSION;
+    iov.iov_base = (void *)(uintptr_t)buf;
+    iov.iov_len  = len;
+    memset(&mh, 0, sizeof(mh));
+    memset(control, 0, sizeof(control));
+    mh.msg_iov    = &iov;
+    mh.msg_iovlen = 1;
+    if (fd >= 0) {
+        mh.msg_control    = control;
+        mh.msg_controllen = sizeof(control);
+        cmsg              = CMSG_FIRSTHDR(&mh);
+        cmsg->cmsg_level  = SOL_SOCKET;
+        cmsg->cmsg_type   = SCM_RIGHTS;
+        cmsg->cmsg_len    = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cmsg), &fd, sizeof(fd));
     }
+    n = sendmsg(bufferevent_getfd(conn->bev), &mh, MSG_NOSIGNAL);
+    if (n != (ssize_t)len) {
+        kvf_warn("engine %s: cannot send the handshake: %s", conn->name,
+                 (n < 0) ? strerror(errno) : "short write");
+        return KVF_ERR_IO;
+    }
+    return KVF_OK;
+}
+
+/* Sends one handshake frame at once (a refusal must reach the engine
+ * before the connection closes). */
+static kvf_status_t kvf_engine_conn_send_now(kvf_engine_conn_t *conn,
+                                             uint16_t type,
+                                             const ProtobufCMessage *msg)
+{
+    uint8_t buf[1024];
+    size_t len = 0;
+
+    if (kvf_frame_pack(buf, sizeof(buf), type, KVF_FRAME_FLAG_REPLY, msg,
+                       conn->server->max_frame, &len) != KVF_OK) {
+        return KVF_ERR_TOO_BIG;
+    }
+    return kvf_engine_conn_sendmsg(conn, buf, len, -1);
+}
+
+/* Counts and refuses an engine that failed the handshake. */
+static kvf_status_t kvf_engine_conn_auth_failed(kvf_engine_conn_t *conn,
+                                                uint64_t request_id,
+                                                const char *text)
+{
+    Kvf__Status st;
+    char buf[256];
+
+    conn->server->stats.auth_failures++;
+    kvf_warn("engine %s: authentication refused: %s",
+             (conn->name[0] != '\0') ? conn->name : "(before hello)", text);
+    snprintf(buf, sizeof(buf), "%s", text);
+    kvf__status__init(&st);
+    st.request_id = request_id;
+    st.status     = KVF_ERR_AUTH;
+    st.message    = buf;
+    kvf_engine_conn_send_now(conn, KVF_MSG_STATUS, &st.base);
+    return KVF_ERR_AUTH;
+}
+
+/* The engine is admitted: @p first (HELLO_REPLY, or the STATUS answering
+ * AUTH) and POOL_INFO go out in one sendmsg() carrying the pool's fd. */
+static kvf_status_t kvf_engine_conn_admit(kvf_engine_conn_t *conn,
+                                          uint16_t type,
+                                          const ProtobufCMessage *first,
+                                          uint64_t request_id)
+{
+    kvf_engine_server_t *server = conn->server;
+    Kvf__PoolInfo info;
+    uint8_t buf[1024];
+    size_t len1 = 0, len2 = 0;
+    char node[128];
+    kvf_status_t status;
+
+    snprintf(node, sizeof(node), "%s", server->node_name);
     kvf__pool_info__init(&info);
-    info.request_id      = hello->request_id;
+    info.request_id      = request_id;
     info.pool_size       = kvf_store_size(server->store);
     info.max_chunk_bytes = kvf_store_max_chunk(server->store);
     info.node_name       = node;
@@ -247,38 +310,88 @@ static kvf_status_t kvf_engine_conn_hello(kvf_engine_conn_t *conn,
 
         kvf_pd_region_info(server->pd, &info.pd_offset, &info.pd_size,
                            &push_ns);
-        info.pd_push_timeout_ms = push_ns / 1000000u;
+        info.pd_push_timeout_ms = push_ns / KVF_NSEC_PER_MSEC;
     }
-    if ((kvf_frame_pack(buf, sizeof(buf), KVF_MSG_HELLO_REPLY,
-                        KVF_FRAME_FLAG_REPLY, &reply.base, server->max_frame,
-                        &len1) != KVF_OK) ||
+    if ((kvf_frame_pack(buf, sizeof(buf), type, KVF_FRAME_FLAG_REPLY, first,
+                        server->max_frame, &len1) != KVF_OK) ||
         (kvf_frame_pack(buf + len1, sizeof(buf) - len1, KVF_MSG_POOL_INFO,
                         KVF_FRAME_FLAG_REPLY, &info.base, server->max_frame,
                         &len2) != KVF_OK)) {
         return KVF_ERR_TOO_BIG;
     }
-    iov.iov_base = buf;
-    iov.iov_len  = len1 + len2;
-    memset(&mh, 0, sizeof(mh));
-    memset(control, 0, sizeof(control));
-    mh.msg_iov        = &iov;
-    mh.msg_iovlen     = 1;
-    mh.msg_control    = control;
-    mh.msg_controllen = sizeof(control);
-    cmsg              = CMSG_FIRSTHDR(&mh);
-    cmsg->cmsg_level  = SOL_SOCKET;
-    cmsg->cmsg_type   = SCM_RIGHTS;
-    cmsg->cmsg_len    = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cmsg), &fd, sizeof(fd));
-    n = sendmsg(bufferevent_getfd(conn->bev), &mh, MSG_NOSIGNAL);
-    if (n != (ssize_t)(len1 + len2)) {
-        kvf_warn("engine %s: cannot hand over the pool: %s", conn->name,
-                 (n < 0) ? strerror(errno) : "short write");
-        return KVF_ERR_IO;
+    status = kvf_engine_conn_sendmsg(conn, buf, len1 + len2,
+                                     kvf_store_fd(server->store));
+    if (status == KVF_OK) {
+        kvf_info("engine %s connected", conn->name);
     }
+    return status;
+}
+
+static kvf_status_t kvf_engine_conn_hello(kvf_engine_conn_t *conn,
+                                          const Kvf__Hello *hello)
+{
+    kvf_engine_server_t *server = conn->server;
+    uint8_t mac[KVF_AUTH_MAC_SIZE];
+    char text[192], node[128];
+    Kvf__HelloReply reply;
+
+    snprintf(conn->name, sizeof(conn->name), "%s",
+             (hello->name != NULL) ? hello->name : "");
     conn->hello_done = true;
-    kvf_info("engine %s connected", conn->name);
-    return KVF_OK;
+    kvf__hello_reply__init(&reply);
+    reply.request_id       = hello->request_id;
+    reply.protocol_version = KVF_PROTOCOL_VERSION;
+    snprintf(node, sizeof(node), "%s", server->node_name);
+    reply.name = node;
+    if ((hello->protocol_version != KVF_PROTOCOL_VERSION) ||
+        (hello->kind != KVF__PEER_KIND__PEER_ENGINE)) {
+        snprintf(text, sizeof(text),
+                 "agent speaks protocol %u to engines; got version %u kind %d",
+                 KVF_PROTOCOL_VERSION, hello->protocol_version,
+                 (int)hello->kind);
+        reply.status  = KVF_ERR_VERSION;
+        reply.message = text;
+        kvf_engine_conn_send_now(conn, KVF_MSG_HELLO_REPLY, &reply.base);
+        return KVF_ERR_VERSION;
+    }
+    if (kvf_hello_server_auth(&conn->auth, hello, &reply, mac, text,
+                              sizeof(text)) != KVF_OK) {
+        conn->server->stats.auth_failures++;
+        kvf_warn("engine %s: authentication refused: %s", conn->name, text);
+        kvf_engine_conn_send_now(conn, KVF_MSG_HELLO_REPLY, &reply.base);
+        return KVF_ERR_AUTH;
+    }
+    if (conn->auth.state == KVF_AUTH_STATE_CHALLENGED) {
+        /* the pool is handed over only after AUTH */
+        return kvf_engine_conn_send_now(conn, KVF_MSG_HELLO_REPLY, &reply.base);
+    }
+    return kvf_engine_conn_admit(conn, KVF_MSG_HELLO_REPLY, &reply.base,
+                                 hello->request_id);
+}
+
+/* Frames before the engine proved the secret: AUTH only. */
+static kvf_status_t kvf_engine_conn_auth(kvf_engine_conn_t *conn,
+                                         const kvf_frame_t *frame)
+{
+    const Kvf__Auth *auth = (const Kvf__Auth *)frame->msg;
+    char text[160], ok[] = "authenticated";
+    Kvf__Status st;
+
+    if (frame->type != KVF_MSG_AUTH) {
+        kvf_auth_session_refuse(&conn->auth);
+        return kvf_engine_conn_auth_failed(conn, 0, "a request before AUTH");
+    }
+    if (kvf_auth_server_finish(&conn->auth, auth->auth_mac.data,
+                               auth->auth_mac.len, text,
+                               sizeof(text)) != KVF_OK) {
+        return kvf_engine_conn_auth_failed(conn, auth->request_id, text);
+    }
+    kvf__status__init(&st);
+    st.request_id = auth->request_id;
+    st.status     = KVF_OK;
+    st.message    = ok;
+    return kvf_engine_conn_admit(conn, KVF_MSG_STATUS, &st.base,
+                                 auth->request_id);
 }
 
 static bool kvf_engine_keys_ok(const ProtobufCBinaryData *keys)
@@ -947,6 +1060,9 @@ static kvf_status_t kvf_engine_conn_dispatch(kvf_engine_conn_t *conn,
         }
         return kvf_engine_conn_hello(conn, (const Kvf__Hello *)frame->msg);
     }
+    if (!kvf_auth_session_is_done(&conn->auth)) {
+        return kvf_engine_conn_auth(conn, frame);
+    }
     conn->server->stats.requests++;
     switch (frame->type) {
     case KVF_MSG_ENGINE_ALLOC:
@@ -1024,7 +1140,6 @@ static void kvf_engine_server_on_accept(struct evconnlistener *listener,
                                         void *arg)
 {
     kvf_engine_server_t *server = arg;
-    kvf_engine_conn_t *conn;
 
     if (server->stats.active >= server->max_connections) {
         kvf_warn("engine socket %s: %u connections open; refusing another",
@@ -1032,23 +1147,34 @@ static void kvf_engine_server_on_accept(struct evconnlistener *listener,
         evutil_closesocket(fd);
         return;
     }
+    kvf_engine_conn_create(server, fd);
+}
+
+/* A connection on @p fd (which it now owns); NULL (fd closed) on failure. */
+static kvf_engine_conn_t *kvf_engine_conn_create(kvf_engine_server_t *server,
+                                                 evutil_socket_t fd)
+{
+    kvf_engine_conn_t *conn;
+
     conn = calloc(1, sizeof(*conn));
     if (conn == NULL) {
         evutil_closesocket(fd);
-        return;
+        return NULL;
     }
-    conn->server = server;
+    conn->server      = server;
+    conn->accepted_ns = kvf_time_now_ns();
+    kvf_auth_session_init(&conn->auth, server->secret);
     if (kvf_store_owner_create(server->store, &conn->owner) != KVF_OK) {
         evutil_closesocket(fd);
         free(conn);
-        return;
+        return NULL;
     }
     conn->bev = bufferevent_socket_new(server->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (conn->bev == NULL) {
         kvf_store_owner_destroy(server->store, conn->owner);
         evutil_closesocket(fd);
         free(conn);
-        return;
+        return NULL;
     }
     bufferevent_setcb(conn->bev, kvf_engine_conn_on_read, NULL,
                       kvf_engine_conn_on_event, conn);
@@ -1060,6 +1186,7 @@ static void kvf_engine_server_on_accept(struct evconnlistener *listener,
     server->conns = conn;
     server->stats.connections++;
     server->stats.active++;
+    return conn;
 }
 
 /* Creates the socket's directory (and its parents) when missing, so the
@@ -1136,6 +1263,7 @@ kvf_status_t kvf_engine_server_create(const kvf_engine_server_params_t *params,
     server->lease_ns          = (params->lease_ns > 0) ? params->lease_ns
                                                        : 10 * (uint64_t)KVF_NSEC_PER_SEC;
     server->max_frame         = params->max_frame;
+    server->secret            = params->secret;
     server->max_connections =
         (params->max_connections > 0) ? params->max_connections : 1024;
     snprintf(server->path, sizeof(server->path), "%s", params->path);
@@ -1193,4 +1321,58 @@ void kvf_engine_server_get_stats(const kvf_engine_server_t *server,
                                  kvf_engine_server_stats_t *stats_p)
 {
     *stats_p = server->stats;
+}
+
+void kvf_engine_server_feed(kvf_engine_server_t *server, const void *data,
+                            size_t len)
+{
+    kvf_engine_conn_t *conn, *c;
+    int sv[2];
+
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        return;
+    }
+    conn = kvf_engine_conn_create(server, sv[0]); /* sv[0] is conn's now */
+    if (conn != NULL) {
+        struct evbuffer *in = bufferevent_get_input(conn->bev);
+        int rc;
+
+        /* a socket bufferevent freezes the end of its input: only it reads */
+        evbuffer_unfreeze(in, 0);
+        rc = evbuffer_add(in, data, len);
+        evbuffer_freeze(in, 0);
+        if (rc == 0) {
+            kvf_engine_conn_on_read(conn->bev, conn); /* may close conn */
+        }
+        for (c = server->conns; c != NULL; c = c->next) {
+            if (c == conn) {
+                kvf_engine_conn_close(conn);
+                break;
+            }
+        }
+    }
+    close(sv[1]);
+}
+
+void kvf_engine_server_expire_handshakes(kvf_engine_server_t *server,
+                                         uint64_t now_ns)
+{
+    kvf_engine_conn_t *conn, *next;
+
+    if ((server == NULL) || !kvf_auth_secret_is_set(server->secret)) {
+        return;
+    }
+    for (conn = server->conns; conn != NULL; conn = next) {
+        next = conn->next;
+        if (kvf_auth_session_is_done(&conn->auth) ||
+            (now_ns - conn->accepted_ns < KVF_ENGINE_HANDSHAKE_NS)) {
+            continue;
+        }
+        kvf_auth_session_refuse(&conn->auth); /* counted once, here */
+        conn->server->stats.auth_failures++;
+        kvf_warn("engine %s: not authenticated within %llu s; closing",
+                 (conn->name[0] != '\0') ? conn->name : "(before hello)",
+                 (unsigned long long)(KVF_ENGINE_HANDSHAKE_NS / 1000000000ull));
+        kvf_engine_conn_close(conn);
+    }
 }

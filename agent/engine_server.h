@@ -17,6 +17,7 @@
 #include "agent/pd.h"
 #include "agent/peer.h"
 #include "agent/store.h"
+#include "common/auth.h"
 
 #include <kvfabric/status.h>
 
@@ -41,6 +42,7 @@ typedef struct kvf_engine_server_params {
     const char *node_name;      /* told to engines */
     uint32_t max_frame;
     uint32_t max_connections;
+    const kvf_auth_secret_t *secret; /* borrowed; NULL/empty: no auth */
 } kvf_engine_server_params_t;
 
 typedef struct kvf_engine_server_stats {
@@ -48,6 +50,7 @@ typedef struct kvf_engine_server_stats {
     uint64_t active;      /* open now */
     uint64_t requests;
     uint64_t protocol_errors;
+    uint64_t auth_failures; /* connections refused by the handshake */
     uint64_t lookups;
     uint64_t lookup_keys;
     uint64_t local_hit_keys;
@@ -70,6 +73,18 @@ void kvf_engine_server_destroy(kvf_engine_server_t *server);
 /* Ends every prefetch lease whose time is up (its pins are dropped);
  * returns how many. Call it from a timer. */
 uint64_t kvf_engine_server_expire_leases(kvf_engine_server_t *server,
+                                         uint64_t now_ns);
+
+/* Serves @p len bytes as if one new engine connection had sent them, then
+ * closes it; replies go to a socket nobody reads (fuzzing, tests). */
+void kvf_engine_server_feed(kvf_engine_server_t *server, const void *data,
+                            size_t len);
+
+/* With a secret, closes the connections that have not authenticated
+ * within KVF_ENGINE_HANDSHAKE_NS of @p now_ns (counted in auth_failures).
+ * NULL is a no-op. */
+#define KVF_ENGINE_HANDSHAKE_NS (10ull * 1000000000ull)
+void kvf_engine_server_expire_handshakes(kvf_engine_server_t *server,
                                          uint64_t now_ns);
 
 void kvf_engine_server_get_stats(const kvf_engine_server_t *server,

@@ -2,6 +2,7 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "common/auth.h"
 
+#include "common/config.h"
 #include "common/log.h"
 
 #include <openssl/crypto.h>
@@ -37,10 +38,20 @@ kvf_status_t kvf_auth_secret_load(const char *path, kvf_auth_secret_t *secret,
                  strerror(errno));
         return KVF_ERR_CONFIG;
     }
-    if ((fstat(fd, &st) == 0) && (st.st_mode & (S_IRWXG | S_IRWXO))) {
-        kvf_warn("cluster secret file %s is readable by group or others "
+    if (fstat(fd, &st) != 0) {
+        snprintf(err, err_len, "cluster secret file %s: %s", path,
+                 strerror(errno));
+        close(fd);
+        return KVF_ERR_CONFIG;
+    }
+    if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+        /* as ssh refuses a private key others can read */
+        snprintf(err, err_len,
+                 "cluster secret file %s is accessible by group or others "
                  "(mode %04o); chmod 600 it",
                  path, (unsigned)(st.st_mode & 07777));
+        close(fd);
+        return KVF_ERR_CONFIG;
     }
     /* read one byte more than allowed to detect an oversized file */
     while (len <= sizeof(secret->key) - 1) {
@@ -147,4 +158,210 @@ bool kvf_auth_verify(const kvf_auth_secret_t *secret, kvf_auth_side_t side,
     ok = (CRYPTO_memcmp(expect, mac, KVF_AUTH_MAC_SIZE) == 0);
     OPENSSL_cleanse(expect, sizeof(expect));
     return ok;
+}
+
+bool kvf_auth_secret_is_set(const kvf_auth_secret_t *secret)
+{
+    return (secret != NULL) && (secret->len > 0);
+}
+
+kvf_status_t kvf_auth_secret_load_opt(const char *path,
+                                      kvf_auth_secret_t *secret, char *err,
+                                      size_t err_len)
+{
+    if ((path == NULL) || (path[0] == '\0')) {
+        memset(secret, 0, sizeof(*secret));
+        return KVF_OK;
+    }
+    return kvf_auth_secret_load(path, secret, err, err_len);
+}
+
+static bool kvf_auth_host_is_loopback(const char *hostport)
+{
+    char host[256];
+    uint16_t port;
+
+    if (kvf_config_parse_hostport(hostport, host, sizeof(host), &port) !=
+        KVF_OK) {
+        return false;
+    }
+    return (strncmp(host, "127.", 4) == 0) || (strcmp(host, "::1") == 0) ||
+           (strcmp(host, "localhost") == 0);
+}
+
+void kvf_auth_warn_if_open(const kvf_auth_secret_t *secret, const char *what,
+                           const char *hostport)
+{
+    static bool is_warned;
+
+    if (is_warned || kvf_auth_secret_is_set(secret) || (hostport == NULL) ||
+        (hostport[0] == '\0') || kvf_auth_host_is_loopback(hostport)) {
+        return;
+    }
+    is_warned = true;
+    kvf_warn("%s %s is not a loopback address and no cluster_secret_file is "
+             "configured: control connections are not authenticated "
+             "(docs/security.md)",
+             what, hostport);
+}
+
+void kvf_auth_session_init(kvf_auth_session_t *session,
+                           const kvf_auth_secret_t *secret)
+{
+    memset(session, 0, sizeof(*session));
+    session->secret = secret;
+    session->state  = KVF_AUTH_STATE_START;
+}
+
+void kvf_auth_session_cleanup(kvf_auth_session_t *session)
+{
+    OPENSSL_cleanse(session, sizeof(*session));
+}
+
+bool kvf_auth_session_is_done(const kvf_auth_session_t *session)
+{
+    return session->state == KVF_AUTH_STATE_DONE;
+}
+
+bool kvf_auth_session_is_abandoned(const kvf_auth_session_t *session)
+{
+    return session->state == KVF_AUTH_STATE_CHALLENGED;
+}
+
+kvf_status_t kvf_auth_session_refuse(kvf_auth_session_t *session)
+{
+    session->state = KVF_AUTH_STATE_FAILED;
+    return KVF_ERR_AUTH;
+}
+
+kvf_status_t kvf_auth_client_hello(kvf_auth_session_t *session, size_t *len_p)
+{
+    kvf_status_t status;
+
+    *len_p = 0;
+    if (!kvf_auth_secret_is_set(session->secret)) {
+        return KVF_OK;
+    }
+    status = kvf_auth_nonce(session->own_nonce);
+    if (status == KVF_OK) {
+        *len_p = KVF_AUTH_NONCE_SIZE;
+    }
+    return status;
+}
+
+kvf_status_t kvf_auth_server_hello(kvf_auth_session_t *session,
+                                   const char *client_name,
+                                   const uint8_t *nonce, size_t len,
+                                   const char *server_name, uint8_t *mac,
+                                   char *err, size_t err_len)
+{
+    bool has_secret = kvf_auth_secret_is_set(session->secret);
+
+    if (session->state != KVF_AUTH_STATE_START) {
+        snprintf(err, err_len, "HELLO sent twice");
+        return kvf_auth_session_refuse(session);
+    }
+    if (!has_secret && (len == 0)) {
+        session->state = KVF_AUTH_STATE_DONE; /* auth off on both sides */
+        return KVF_OK;
+    }
+    if (!has_secret) {
+        snprintf(err, err_len,
+                 "the client sent an auth challenge but this server has no "
+                 "cluster_secret_file configured");
+        return kvf_auth_session_refuse(session);
+    }
+    if (len == 0) {
+        snprintf(err, err_len,
+                 "this server requires the cluster secret: configure "
+                 "cluster_secret_file (env KVF_CLUSTER_SECRET_FILE)");
+        return kvf_auth_session_refuse(session);
+    }
+    if ((len != KVF_AUTH_NONCE_SIZE) || (nonce == NULL)) {
+        snprintf(err, err_len, "auth nonce of %zu bytes (want %d)", len,
+                 KVF_AUTH_NONCE_SIZE);
+        return kvf_auth_session_refuse(session);
+    }
+    if ((client_name == NULL) || (strlen(client_name) >= 256)) {
+        snprintf(err, err_len, "client name missing or too long");
+        return kvf_auth_session_refuse(session);
+    }
+    memcpy(session->peer_nonce, nonce, KVF_AUTH_NONCE_SIZE);
+    snprintf(session->peer_name, sizeof(session->peer_name), "%s", client_name);
+    if ((kvf_auth_nonce(session->own_nonce) != KVF_OK) ||
+        (kvf_auth_mac(session->secret, KVF_AUTH_SIDE_SERVER,
+                      session->peer_nonce, session->own_nonce, server_name,
+                      mac) != KVF_OK)) {
+        snprintf(err, err_len, "server cannot compute its auth challenge");
+        return kvf_auth_session_refuse(session);
+    }
+    session->state = KVF_AUTH_STATE_CHALLENGED;
+    return KVF_OK;
+}
+
+kvf_status_t kvf_auth_client_reply(kvf_auth_session_t *session,
+                                   const uint8_t *nonce, size_t nonce_len,
+                                   const uint8_t *server_mac, size_t mac_len,
+                                   const char *server_name,
+                                   const char *client_name, uint8_t *mac,
+                                   char *err, size_t err_len)
+{
+    bool has_secret = kvf_auth_secret_is_set(session->secret);
+
+    if (session->state != KVF_AUTH_STATE_START) {
+        snprintf(err, err_len, "unexpected HELLO_REPLY");
+        return KVF_ERR_AUTH;
+    }
+    if (!has_secret && (nonce_len == 0) && (mac_len == 0)) {
+        session->state = KVF_AUTH_STATE_DONE;
+        return KVF_OK;
+    }
+    if (!has_secret) {
+        snprintf(err, err_len,
+                 "the server requires the cluster secret: configure "
+                 "cluster_secret_file (env KVF_CLUSTER_SECRET_FILE)");
+        return KVF_ERR_AUTH;
+    }
+    if ((nonce_len == 0) && (mac_len == 0)) {
+        snprintf(err, err_len,
+                 "the server did not authenticate (no cluster_secret_file "
+                 "configured there?)");
+        return KVF_ERR_AUTH;
+    }
+    if ((nonce == NULL) || (nonce_len != KVF_AUTH_NONCE_SIZE) ||
+        (server_name == NULL) ||
+        !kvf_auth_verify(session->secret, KVF_AUTH_SIDE_SERVER,
+                         session->own_nonce, nonce, server_name, server_mac,
+                         mac_len)) {
+        snprintf(err, err_len,
+                 "the server failed the cluster-secret challenge (a "
+                 "different secret?)");
+        return KVF_ERR_AUTH;
+    }
+    memcpy(session->peer_nonce, nonce, KVF_AUTH_NONCE_SIZE);
+    if (kvf_auth_mac(session->secret, KVF_AUTH_SIDE_CLIENT, session->peer_nonce,
+                     session->own_nonce, client_name, mac) != KVF_OK) {
+        snprintf(err, err_len, "client name missing or too long");
+        return KVF_ERR_AUTH;
+    }
+    session->state = KVF_AUTH_STATE_CHALLENGED;
+    return KVF_OK;
+}
+
+kvf_status_t kvf_auth_server_finish(kvf_auth_session_t *session,
+                                    const uint8_t *mac, size_t mac_len,
+                                    char *err, size_t err_len)
+{
+    if (session->state != KVF_AUTH_STATE_CHALLENGED) {
+        snprintf(err, err_len, "AUTH without a challenge");
+        return kvf_auth_session_refuse(session);
+    }
+    if (!kvf_auth_verify(session->secret, KVF_AUTH_SIDE_CLIENT,
+                         session->own_nonce, session->peer_nonce,
+                         session->peer_name, mac, mac_len)) {
+        snprintf(err, err_len, "wrong cluster secret");
+        return kvf_auth_session_refuse(session);
+    }
+    session->state = KVF_AUTH_STATE_DONE;
+    return KVF_OK;
 }

@@ -680,10 +680,14 @@ static kvf_status_t kvf_config_load_env(const kvf_config_schema_t *schema,
 }
 
 /* Finds "--config FILE" / "--config=FILE" before the first positional. */
-static kvf_status_t kvf_config_find_file(int argc, const char *const *argv,
+/* Finds "--config FILE" among the flags, stepping over the values of
+ * other flags as kvf_config_load_flags() will ("--listen X --config F"). */
+static kvf_status_t kvf_config_find_file(const kvf_config_schema_t *schema,
+                                         int argc, const char *const *argv,
                                          const char **path_p,
                                          kvf_config_error_t *err)
 {
+    const kvf_config_field_t *field;
     int i;
 
     *path_p = getenv("KVF_CONFIG");
@@ -699,6 +703,12 @@ static kvf_status_t kvf_config_find_file(int argc, const char *const *argv,
             *path_p = argv[++i];
         } else if (strncmp(argv[i], "--config=", 9) == 0) {
             *path_p = argv[i] + 9;
+        } else if ((strncmp(argv[i], "--", 2) == 0) &&
+                   (strchr(argv[i], '=') == NULL)) {
+            field = kvf_config_find(schema, argv[i] + 2, strlen(argv[i] + 2));
+            if ((field != NULL) && (field->type != KVF_CONFIG_BOOL)) {
+                i++; /* its value, whatever it looks like */
+            }
         }
     }
     if ((*path_p != NULL) && (**path_p == '\0')) {
@@ -785,7 +795,7 @@ kvf_status_t kvf_config_load(const kvf_config_schema_t *schema, void *cfg,
     if (status != KVF_OK) {
         return KVF_ERR_CONFIG;
     }
-    status = kvf_config_find_file(argc, argv, &path, err);
+    status = kvf_config_find_file(schema, argc, argv, &path, err);
     if (status != KVF_OK) {
         return status;
     }

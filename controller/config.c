@@ -38,6 +38,19 @@ static const kvf_config_field_t kvf_controller_config_fields[] = {
                  1ull << 32, 0, "registry sizing hint (it grows as needed)"),
     KVF_CC_FIELD("purge_slice", KVF_CONFIG_UINT, purge_slice, "65536", 1024, 0,
                  0, "table entries scanned per purge step (bounds stalls)"),
+    KVF_CC_FIELD("cluster_secret_file", KVF_CONFIG_STRING, cluster_secret_file,
+                 "", 0, 0, KVF_CONFIG_FIELD_SECRET,
+                 "file holding the cluster secret; every connection must "
+                 "prove it (empty: no authentication)"),
+    KVF_CC_FIELD("tls_cert", KVF_CONFIG_STRING, tls_cert, "", 0, 0, 0,
+                 "PEM certificate (chain) of the control port; with tls_key, "
+                 "agents and kvfctl must speak TLS (empty: plain TCP)"),
+    KVF_CC_FIELD("tls_key", KVF_CONFIG_STRING, tls_key, "", 0, 0, 0,
+                 "PEM private key of tls_cert"),
+    KVF_CC_FIELD("handshake_timeout", KVF_CONFIG_DURATION, handshake_timeout_ns,
+                 "10s", 1000000ull, 3600000000000ull, 0,
+                 "with a secret or TLS: a connection that has not "
+                 "authenticated by then is closed"),
 };
 
 const kvf_config_schema_t kvf_controller_config_schema = {

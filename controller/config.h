@@ -13,18 +13,22 @@
 #include <stdint.h>
 
 typedef struct kvf_controller_config {
-    char *listen;                /* HOST:PORT of the frame protocol */
-    char *http;                  /* HOST:PORT of HTTP; empty: off */
-    char *port_file;             /* write bound addresses here */
-    uint64_t lease_ns;           /* node lease */
-    uint64_t heartbeat_ns;       /* interval told to agents */
-    uint64_t recovery_window_ns; /* longest "recovering" after start */
-    uint64_t forget_dead_ns;     /* dead nodes listed this long */
-    uint64_t max_frame;          /* bytes */
-    uint64_t max_output;         /* per-connection output cap, bytes */
-    uint64_t max_batch;          /* keys per LOOKUP */
-    uint64_t initial_keys;       /* registry sizing hint */
-    uint64_t purge_slice;        /* table entries purged per timer tick */
+    char *listen;                  /* HOST:PORT of the frame protocol */
+    char *http;                    /* HOST:PORT of HTTP; empty: off */
+    char *port_file;               /* write bound addresses here */
+    uint64_t lease_ns;             /* node lease */
+    uint64_t heartbeat_ns;         /* interval told to agents */
+    uint64_t recovery_window_ns;   /* longest "recovering" after start */
+    uint64_t forget_dead_ns;       /* dead nodes listed this long */
+    uint64_t max_frame;            /* bytes */
+    uint64_t max_output;           /* per-connection output cap, bytes */
+    uint64_t max_batch;            /* keys per LOOKUP */
+    uint64_t initial_keys;         /* registry sizing hint */
+    uint64_t purge_slice;          /* table entries purged per timer tick */
+    char *cluster_secret_file;     /* empty: no authentication */
+    char *tls_cert;                /* PEM chain; with tls_key: TLS on */
+    char *tls_key;                 /* PEM private key */
+    uint64_t handshake_timeout_ns; /* HELLO/AUTH (and TLS) must end by then */
 } kvf_controller_config_t;
 
 extern const kvf_config_schema_t kvf_controller_config_schema;

@@ -4,8 +4,12 @@
 
 #include "common/config.h"
 #include "common/time.h"
+#include "common/tls.h"
 
 #include <event2/buffer.h>
+
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -22,6 +26,8 @@
 
 struct kvf_ctlconn {
     int fd;
+    SSL_CTX *tls_ctx; /* NULL: plain TCP */
+    SSL *ssl;
     int timeout_ms;
     uint64_t next_id;
     struct evbuffer *in;
@@ -48,6 +54,42 @@ static kvf_status_t kvf_ctlconn_wait(kvf_ctlconn_t *conn, short events,
     }
 }
 
+/* Maps a TLS result to what the plain socket calls return (errno set). */
+static int kvf_ctlconn_tls_result(int n)
+{
+    if (n > 0) {
+        return n;
+    }
+    switch (-n) {
+    case SSL_ERROR_WANT_READ:
+    case SSL_ERROR_WANT_WRITE:
+        errno = EAGAIN;
+        return -1;
+    case SSL_ERROR_ZERO_RETURN:
+        return 0;
+    default:
+        errno = ECONNRESET;
+        return -1;
+    }
+}
+
+/* evbuffer_write / evbuffer_read, through TLS when it is on. */
+static int kvf_ctlconn_write(kvf_ctlconn_t *conn)
+{
+    if (conn->ssl == NULL) {
+        return evbuffer_write(conn->out, conn->fd);
+    }
+    return kvf_ctlconn_tls_result(kvf_tls_write_some(conn->ssl, conn->out));
+}
+
+static int kvf_ctlconn_read(kvf_ctlconn_t *conn)
+{
+    if (conn->ssl == NULL) {
+        return evbuffer_read(conn->in, conn->fd, 1 << 20);
+    }
+    return kvf_ctlconn_tls_result(kvf_tls_read_some(conn->ssl, conn->in));
+}
+
 kvf_status_t kvf_ctlconn_flush(kvf_ctlconn_t *conn)
 {
     uint64_t deadline =
@@ -55,7 +97,7 @@ kvf_status_t kvf_ctlconn_flush(kvf_ctlconn_t *conn)
     kvf_status_t status;
 
     while (evbuffer_get_length(conn->out) > 0) {
-        int n = evbuffer_write(conn->out, conn->fd);
+        int n = kvf_ctlconn_write(conn);
 
         if (n > 0) {
             continue;
@@ -118,7 +160,7 @@ kvf_status_t kvf_ctlconn_recv(kvf_ctlconn_t *conn, kvf_frame_t *frame_p)
         if (status != KVF_INPROGRESS) {
             return status;
         }
-        n = evbuffer_read(conn->in, conn->fd, 1 << 20);
+        n = kvf_ctlconn_read(conn);
         if (n > 0) {
             continue;
         }
@@ -137,7 +179,7 @@ kvf_status_t kvf_ctlconn_recv(kvf_ctlconn_t *conn, kvf_frame_t *frame_p)
 
 kvf_status_t kvf_ctlconn_read_some(kvf_ctlconn_t *conn)
 {
-    int n = evbuffer_read(conn->in, conn->fd, 1 << 20);
+    int n = kvf_ctlconn_read(conn);
 
     if (n > 0) {
         return KVF_OK;
@@ -235,16 +277,171 @@ static kvf_status_t kvf_ctlconn_connect(kvf_ctlconn_t *conn,
     return KVF_OK;
 }
 
-kvf_status_t kvf_ctlconn_create(const char *hostport, int kind,
-                                const char *name, uint32_t version,
-                                int timeout_ms, kvf_ctlconn_t **conn_p,
-                                char *err, size_t err_len)
+/* Receives the reply to a handshake step; @p err says why it failed. */
+static kvf_status_t kvf_ctlconn_handshake_recv(kvf_ctlconn_t *conn,
+                                               const char *hostport,
+                                               uint16_t type, const char *what,
+                                               kvf_frame_t *frame_p, char *err,
+                                               size_t err_len)
 {
-    kvf_ctlconn_t *conn;
+    kvf_status_t status = kvf_ctlconn_recv(conn, frame_p);
+
+    if (status != KVF_OK) {
+        snprintf(err, err_len, "controller %s: no %s reply: %s", hostport, what,
+                 kvf_strerror(status));
+        return status;
+    }
+    if (frame_p->type == KVF_MSG_STATUS) {
+        const Kvf__Status *st = (const Kvf__Status *)frame_p->msg;
+
+        status = (st->status != KVF_OK) ? (kvf_status_t)st->status : KVF_OK;
+        if ((type == KVF_MSG_STATUS) && (status == KVF_OK)) {
+            return KVF_OK;
+        }
+        snprintf(err, err_len, "controller %s: %s", hostport, st->message);
+        kvf_frame_release(frame_p, NULL);
+        return (status != KVF_OK) ? status : KVF_ERR_PROTO;
+    }
+    if (frame_p->type != type) {
+        snprintf(err, err_len, "controller %s: unexpected %s to %s", hostport,
+                 kvf_msg_type_name(frame_p->type), what);
+        kvf_frame_release(frame_p, NULL);
+        return KVF_ERR_PROTO;
+    }
+    return KVF_OK;
+}
+
+/* HELLO, and AUTH when the controller challenged us. */
+static kvf_status_t kvf_ctlconn_handshake(kvf_ctlconn_t *conn,
+                                          const kvf_ctlconn_params_t *params,
+                                          char *err, size_t err_len)
+{
+    const char *hostport = params->hostport;
+    uint8_t mac[KVF_AUTH_MAC_SIZE];
+    const Kvf__HelloReply *rep;
+    kvf_auth_session_t auth;
     kvf_status_t status;
     kvf_frame_t frame;
     Kvf__Hello hello;
-    char name_buf[128];
+    Kvf__Auth msg;
+    char name_buf[128], text[256];
+    size_t nonce_len;
+
+    kvf_auth_session_init(&auth, params->secret);
+    status = kvf_auth_client_hello(&auth, &nonce_len);
+    if (status != KVF_OK) {
+        snprintf(err, err_len, "cannot draw an auth nonce");
+        goto out;
+    }
+    kvf__hello__init(&hello);
+    snprintf(name_buf, sizeof(name_buf), "%s",
+             (params->name != NULL) ? params->name : "");
+    hello.request_id       = kvf_ctlconn_next_id(conn);
+    hello.protocol_version = params->version;
+    hello.kind             = (Kvf__PeerKind)params->kind;
+    hello.name             = name_buf;
+    hello.auth_nonce.data  = auth.own_nonce;
+    hello.auth_nonce.len   = nonce_len;
+    status                 = kvf_ctlconn_send(conn, KVF_MSG_HELLO, &hello.base);
+    if (status != KVF_OK) {
+        snprintf(err, err_len, "controller %s: cannot send HELLO: %s", hostport,
+                 kvf_strerror(status));
+        goto out;
+    }
+    status = kvf_ctlconn_handshake_recv(conn, hostport, KVF_MSG_HELLO_REPLY,
+                                        "HELLO", &frame, err, err_len);
+    if (status != KVF_OK) {
+        goto out;
+    }
+    rep = (const Kvf__HelloReply *)frame.msg;
+    if (rep->status != KVF_OK) {
+        snprintf(err, err_len, "controller %s: %s", hostport, rep->message);
+        status = (kvf_status_t)rep->status;
+    } else {
+        status = kvf_hello_client_auth(&auth, rep, name_buf, &msg, mac, text,
+                                       sizeof(text));
+        if (status != KVF_OK) {
+            snprintf(err, err_len, "controller %s: %s", hostport, text);
+        }
+    }
+    kvf_frame_release(&frame, NULL);
+    if ((status != KVF_OK) || (auth.state != KVF_AUTH_STATE_CHALLENGED)) {
+        goto out;
+    }
+    msg.request_id = kvf_ctlconn_next_id(conn);
+    status         = kvf_ctlconn_send(conn, KVF_MSG_AUTH, &msg.base);
+    if (status != KVF_OK) {
+        snprintf(err, err_len, "controller %s: cannot send AUTH: %s", hostport,
+                 kvf_strerror(status));
+        goto out;
+    }
+    status = kvf_ctlconn_handshake_recv(conn, hostport, KVF_MSG_STATUS, "AUTH",
+                                        &frame, err, err_len);
+    if (status == KVF_OK) {
+        kvf_frame_release(&frame, NULL);
+    }
+out:
+    kvf_auth_session_cleanup(&auth);
+    return status;
+}
+
+/* TLS client handshake on the connected socket, bounded by the timeout. */
+static kvf_status_t kvf_ctlconn_tls_start(kvf_ctlconn_t *conn,
+                                          const kvf_ctlconn_params_t *params,
+                                          char *err, size_t err_len)
+{
+    uint64_t deadline =
+        kvf_time_deadline_ns((uint64_t)conn->timeout_ms * KVF_NSEC_PER_MSEC);
+    kvf_status_t status;
+    char why[256];
+    long verify;
+    int rc;
+
+    status =
+        kvf_tls_client_ctx_create(params->tls_ca, &conn->tls_ctx, err, err_len);
+    if (status != KVF_OK) {
+        return status;
+    }
+    conn->ssl = kvf_tls_client_new(conn->tls_ctx, params->tls_server_name);
+    if ((conn->ssl == NULL) || (SSL_set_fd(conn->ssl, conn->fd) != 1)) {
+        snprintf(err, err_len, "tls: bad server name '%s' or no memory",
+                 (params->tls_server_name != NULL) ? params->tls_server_name
+                                                   : "");
+        return KVF_ERR_CONFIG;
+    }
+    while ((rc = SSL_connect(conn->ssl)) != 1) {
+        int e = SSL_get_error(conn->ssl, rc);
+
+        if ((e == SSL_ERROR_WANT_READ) || (e == SSL_ERROR_WANT_WRITE)) {
+            status = kvf_ctlconn_wait(
+                conn, (e == SSL_ERROR_WANT_READ) ? POLLIN : POLLOUT, deadline);
+            if (status != KVF_OK) {
+                snprintf(err, err_len, "controller %s: tls handshake: %s",
+                         params->hostport, kvf_strerror(status));
+                return status;
+            }
+            continue;
+        }
+        verify = SSL_get_verify_result(conn->ssl);
+        if (verify != X509_V_OK) {
+            snprintf(err, err_len,
+                     "controller %s: tls: certificate not trusted: %s",
+                     params->hostport, X509_verify_cert_error_string(verify));
+            kvf_tls_error(why, sizeof(why));
+            return KVF_ERR_AUTH;
+        }
+        snprintf(err, err_len, "controller %s: tls handshake failed: %s",
+                 params->hostport, kvf_tls_error(why, sizeof(why)));
+        return KVF_ERR_IO;
+    }
+    return KVF_OK;
+}
+
+kvf_status_t kvf_ctlconn_open(const kvf_ctlconn_params_t *params,
+                              kvf_ctlconn_t **conn_p, char *err, size_t err_len)
+{
+    kvf_ctlconn_t *conn;
+    kvf_status_t status;
 
     conn = calloc(1, sizeof(*conn));
     if (conn == NULL) {
@@ -252,7 +449,7 @@ kvf_status_t kvf_ctlconn_create(const char *hostport, int kind,
         return KVF_ERR_NO_MEMORY;
     }
     conn->fd         = -1;
-    conn->timeout_ms = timeout_ms;
+    conn->timeout_ms = params->timeout_ms;
     conn->in         = evbuffer_new();
     conn->out        = evbuffer_new();
     if ((conn->in == NULL) || (conn->out == NULL)) {
@@ -260,39 +457,21 @@ kvf_status_t kvf_ctlconn_create(const char *hostport, int kind,
         status = KVF_ERR_NO_MEMORY;
         goto err_destroy;
     }
-    status = kvf_ctlconn_connect(conn, hostport, err, err_len);
+    status = kvf_ctlconn_connect(conn, params->hostport, err, err_len);
     if (status != KVF_OK) {
         goto err_destroy;
     }
-    if (version == 0) {
-        *conn_p = conn; /* tests: no HELLO */
-        return KVF_OK;
+    if ((params->tls_ca != NULL) && (params->tls_ca[0] != '\0')) {
+        status = kvf_ctlconn_tls_start(conn, params, err, err_len);
+        if (status != KVF_OK) {
+            goto err_destroy;
+        }
     }
-    kvf__hello__init(&hello);
-    snprintf(name_buf, sizeof(name_buf), "%s", (name != NULL) ? name : "");
-    hello.request_id       = kvf_ctlconn_next_id(conn);
-    hello.protocol_version = version;
-    hello.kind             = (Kvf__PeerKind)kind;
-    hello.name             = name_buf;
-    status = kvf_ctlconn_call(conn, KVF_MSG_HELLO, &hello.base, &frame);
-    if (status != KVF_OK) {
-        snprintf(err, err_len, "controller %s: no HELLO reply: %s", hostport,
-                 kvf_strerror(status));
-        goto err_destroy;
-    }
-    if (frame.type != KVF_MSG_HELLO_REPLY) {
-        snprintf(err, err_len, "controller %s: unexpected %s to HELLO",
-                 hostport, kvf_msg_type_name(frame.type));
-        status = KVF_ERR_PROTO;
-    } else if (((Kvf__HelloReply *)frame.msg)->status != KVF_OK) {
-        Kvf__HelloReply *rep = (Kvf__HelloReply *)frame.msg;
-
-        snprintf(err, err_len, "controller %s: %s", hostport, rep->message);
-        status = (kvf_status_t)rep->status;
-    }
-    kvf_frame_release(&frame, NULL);
-    if (status != KVF_OK) {
-        goto err_destroy;
+    if (params->version != 0) { /* 0: tests, no HELLO */
+        status = kvf_ctlconn_handshake(conn, params, err, err_len);
+        if (status != KVF_OK) {
+            goto err_destroy;
+        }
     }
     *conn_p = conn;
     return KVF_OK;
@@ -302,11 +481,29 @@ err_destroy:
     return status;
 }
 
+kvf_status_t kvf_ctlconn_create(const char *hostport, int kind,
+                                const char *name, uint32_t version,
+                                int timeout_ms, kvf_ctlconn_t **conn_p,
+                                char *err, size_t err_len)
+{
+    const kvf_ctlconn_params_t params = {
+        .hostport   = hostport,
+        .kind       = kind,
+        .name       = name,
+        .version    = version,
+        .timeout_ms = timeout_ms,
+    };
+
+    return kvf_ctlconn_open(&params, conn_p, err, err_len);
+}
+
 void kvf_ctlconn_destroy(kvf_ctlconn_t *conn)
 {
     if (conn == NULL) {
         return;
     }
+    SSL_free(conn->ssl);
+    SSL_CTX_free(conn->tls_ctx);
     if (conn->fd >= 0) {
         close(conn->fd);
     }

@@ -11,7 +11,9 @@
 #ifndef KVF_CONTROLLER_CTLCONN_H
 #define KVF_CONTROLLER_CTLCONN_H
 
+#include "common/auth.h"
 #include "proto/frame.h"
+#include "proto/hello.h"
 
 #include <kvfabric/status.h>
 
@@ -31,6 +33,31 @@ kvf_status_t kvf_ctlconn_create(const char *hostport, int kind,
                                 const char *name, uint32_t version,
                                 int timeout_ms, kvf_ctlconn_t **conn_p,
                                 char *err, size_t err_len);
+
+/* What kvf_ctlconn_open() needs. */
+typedef struct kvf_ctlconn_params {
+    const char *hostport;
+    int kind;         /* Kvf__PeerKind */
+    const char *name; /* told in HELLO */
+    uint32_t version; /* KVF_PROTOCOL_VERSION; 0 skips HELLO (tests) */
+    int timeout_ms;   /* each wait */
+    const kvf_auth_secret_t *secret; /* borrowed; NULL/empty: no auth */
+    const char *tls_ca;              /* PEM CA file; NULL/empty: plain TCP */
+    const char *tls_server_name;     /* checked in the certificate; NULL/empty:
+                                        the chain only */
+} kvf_ctlconn_params_t;
+
+/*
+ * As kvf_ctlconn_create(), and with a cluster secret it answers the
+ * controller's challenge (docs/protocol.md "Handshake"): KVF_ERR_AUTH with
+ * the reason in @p err when either side fails to prove the secret or only
+ * one side has one. With @p params->tls_ca it speaks TLS and verifies the
+ * controller's certificate first (KVF_ERR_AUTH when it does not verify,
+ * KVF_ERR_IO when the TLS handshake fails otherwise).
+ */
+kvf_status_t kvf_ctlconn_open(const kvf_ctlconn_params_t *params,
+                              kvf_ctlconn_t **conn_p, char *err,
+                              size_t err_len);
 
 void kvf_ctlconn_destroy(kvf_ctlconn_t *conn);
 

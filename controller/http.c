@@ -136,13 +136,13 @@ static void kvf_http_on_stats(struct evhttp_request *req, void *arg)
         ",\"keys\":%" PRIu64 ",\"admits\":%" PRIu64 ",\"evicts\":%" PRIu64
         ",\"lookups\":%" PRIu64 ",\"lookup_hit_chunks\":%" PRIu64
         ",\"lookup_miss_chunks\":%" PRIu64 ",\"purge_backlog\":%" PRIu64
-        ",\"protocol_errors\":%" PRIu64 ",\"connections\":%" PRIu64
-        ",\"table_bytes\":%" PRIu64 "}\n",
+        ",\"protocol_errors\":%" PRIu64 ",\"auth_failures\":%" PRIu64
+        ",\"connections\":%" PRIu64 ",\"table_bytes\":%" PRIu64 "}\n",
         kvf_server_recovering(server) ? "true" : "false", alive, draining, dead,
         rs.keys, server->ctr.admits, server->ctr.evicts, server->ctr.lookups,
         server->ctr.lookup_hit_chunks, server->ctr.lookup_miss_chunks,
-        rs.purge_backlog, server->ctr.protocol_errors, server->num_conns,
-        rs.table_bytes);
+        rs.purge_backlog, server->ctr.protocol_errors,
+        server->ctr.auth_failures, server->num_conns, rs.table_bytes);
     kvf_http_reply(req, b, "application/json");
     evbuffer_free(b);
 }
@@ -186,6 +186,12 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
         "kvf_controller_purge_backlog %" PRIu64 "\n"
         "# TYPE kvf_controller_protocol_errors_total counter\n"
         "kvf_controller_protocol_errors_total %" PRIu64 "\n"
+        "# TYPE kvf_controller_auth_failures_total counter\n"
+        "kvf_controller_auth_failures_total %" PRIu64 "\n"
+        "# TYPE kvf_controller_tls_failures_total counter\n"
+        "kvf_controller_tls_failures_total %" PRIu64 "\n"
+        "# TYPE kvf_controller_handshake_timeouts_total counter\n"
+        "kvf_controller_handshake_timeouts_total %" PRIu64 "\n"
         "# TYPE kvf_controller_stale_rejects_total counter\n"
         "kvf_controller_stale_rejects_total %" PRIu64 "\n"
         "# TYPE kvf_controller_seq_gaps_total counter\n"
@@ -200,6 +206,7 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
         alive, draining, dead, rs.keys, kvf_server_recovering(server) ? 1 : 0,
         c->admits, c->evicts, c->lookups, c->lookup_hit_chunks,
         c->lookup_miss_chunks, rs.purge_backlog, c->protocol_errors,
+        c->auth_failures, c->tls_failures, c->handshake_timeouts,
         c->stale_rejects, c->seq_gaps, c->backpressure, server->num_conns,
         rs.table_bytes);
     for (i = 0; i < KVF_SERVER_LAT_BUCKETS; i++) {

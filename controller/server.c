@@ -6,10 +6,14 @@
 #include "common/log.h"
 #include "common/time.h"
 #include "proto/frame.h"
+#include "proto/hello.h"
+#include "common/tls.h"
 
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/listener.h>
+
+#include <openssl/ssl.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -44,6 +48,10 @@ struct kvf_conn {
     kvf_conn_t *next;
     uint64_t id;
     bool is_hello_done;
+    kvf_auth_session_t auth; /* the cluster-secret handshake */
+    SSL *ssl;                /* NULL: plain TCP */
+    bool is_tls_up;          /* the TLS handshake completed */
+    uint64_t accepted_ms;
     bool is_closing;   /* flush the output, then free */
     bool is_throttled; /* reading paused: output over max_output */
     int kind;          /* Kvf__PeerKind */
@@ -51,6 +59,7 @@ struct kvf_conn {
 };
 
 static void kvf_conn_process(kvf_conn_t *conn);
+static void kvf_conn_on_read(evutil_socket_t fd, short what, void *arg);
 
 static bool kvf_conn_is_retriable(int err)
 {
@@ -82,8 +91,44 @@ static void kvf_conn_destroy(kvf_conn_t *conn)
     if (conn->in != NULL) {
         evbuffer_free(conn->in);
     }
+    SSL_free(conn->ssl);
     evutil_closesocket(conn->fd);
+    if (kvf_auth_session_is_abandoned(&conn->auth)) {
+        server->ctr.auth_failures++; /* the client refused our proof */
+        kvf_warn("conn %" PRIu64 " %s: closed during the auth challenge",
+                 conn->id, conn->peer);
+    }
+    kvf_auth_session_cleanup(&conn->auth);
     free(conn);
+}
+
+/* As kvf_conn_flush, through TLS: SSL_write may also need to read (a
+ * handshake in progress); then the read event resumes it. */
+static bool kvf_conn_tls_flush(kvf_conn_t *conn)
+{
+    char why[160];
+
+    while (evbuffer_get_length(conn->out) > 0) {
+        int n = kvf_tls_write_some(conn->ssl, conn->out);
+
+        if (n > 0) {
+            continue;
+        }
+        switch (-n) {
+        case SSL_ERROR_WANT_WRITE:
+            if (!event_pending(conn->ev_write, EV_WRITE, NULL)) {
+                event_add(conn->ev_write, NULL);
+            }
+            return true;
+        case SSL_ERROR_WANT_READ:
+            return true;
+        default:
+            kvf_debug("conn %" PRIu64 " %s: tls write: %s", conn->id,
+                      conn->peer, kvf_tls_error(why, sizeof(why)));
+            return false;
+        }
+    }
+    return true;
 }
 
 /* Writes what is queued; leaves the rest to the write event. Returns
@@ -92,6 +137,9 @@ static bool kvf_conn_flush(kvf_conn_t *conn)
 {
     if (evbuffer_get_length(conn->out) == 0) {
         return true;
+    }
+    if (conn->ssl != NULL) {
+        return kvf_conn_tls_flush(conn);
     }
     if (evbuffer_write(conn->out, conn->fd) < 0) {
         int err = EVUTIL_SOCKET_ERROR();
@@ -121,6 +169,10 @@ static void kvf_conn_on_write(evutil_socket_t fd, short what, void *arg)
         return; /* the event stays added */
     }
     event_del(conn->ev_write);
+    if ((conn->ssl != NULL) && !conn->is_closing && !conn->is_throttled) {
+        kvf_conn_on_read(fd, EV_READ, conn); /* a read that wanted to write */
+        return;
+    }
     if (conn->is_closing) {
         kvf_debug("conn %" PRIu64 " %s: closed after error", conn->id,
                   conn->peer);
@@ -130,6 +182,11 @@ static void kvf_conn_on_write(evutil_socket_t fd, short what, void *arg)
     if (conn->is_throttled) {
         conn->is_throttled = false;
         event_add(conn->ev_read, NULL);
+        if (conn->ssl != NULL) {
+            /* TLS may hold decrypted bytes the socket will not signal */
+            kvf_conn_on_read(fd, EV_READ, conn);
+            return;
+        }
         kvf_conn_process(conn); /* frames may already be buffered */
     }
 }
@@ -229,11 +286,20 @@ static void kvf_server_purge_kick(kvf_server_t *server)
 
 /* ---- handlers -------------------------------------------------------- */
 
+/* Counts a peer the handshake refused; the caller answers and closes. */
+static void kvf_conn_auth_failed(kvf_conn_t *conn, const char *text)
+{
+    conn->server->ctr.auth_failures++;
+    kvf_warn("conn %" PRIu64 " %s: authentication refused: %s", conn->id,
+             conn->peer, text);
+}
+
 static kvf_status_t kvf_server_on_hello(kvf_conn_t *conn, Kvf__Hello *hello)
 {
     Kvf__HelloReply rep;
     char text[160];
     char name[] = "kvf-controller";
+    uint8_t mac[KVF_AUTH_MAC_SIZE];
 
     kvf__hello_reply__init(&rep);
     rep.request_id       = hello->request_id;
@@ -256,12 +322,35 @@ static kvf_status_t kvf_server_on_hello(kvf_conn_t *conn, Kvf__Hello *hello)
         kvf_conn_send(conn, KVF_MSG_HELLO_REPLY, &rep.base);
         return KVF_ERR_PROTO;
     }
+    if (kvf_hello_server_auth(&conn->auth, hello, &rep, mac, text,
+                              sizeof(text)) != KVF_OK) {
+        kvf_conn_auth_failed(conn, text);
+        kvf_conn_send(conn, KVF_MSG_HELLO_REPLY, &rep.base);
+        return KVF_ERR_PROTO;
+    }
     conn->is_hello_done = true;
     conn->kind          = hello->kind;
     rep.status          = KVF_OK;
     text[0]             = '\0';
     rep.message         = text;
     return kvf_conn_send(conn, KVF_MSG_HELLO_REPLY, &rep.base);
+}
+
+/* The client's answer to the challenge: nothing else is served before. */
+static kvf_status_t kvf_server_on_auth(kvf_conn_t *conn, Kvf__Auth *auth)
+{
+    char text[160];
+
+    if (kvf_auth_server_finish(&conn->auth, auth->auth_mac.data,
+                               auth->auth_mac.len, text,
+                               sizeof(text)) != KVF_OK) {
+        kvf_conn_auth_failed(conn, text);
+        kvf_conn_send_status(conn, auth->request_id, KVF_ERR_AUTH, text);
+        return KVF_ERR_PROTO;
+    }
+    kvf_debug("conn %" PRIu64 " %s: authenticated", conn->id, conn->peer);
+    return kvf_conn_send_status(conn, auth->request_id, KVF_OK,
+                                "authenticated");
 }
 
 static void kvf_server_push_pins(kvf_server_t *server, kvf_node_t *node)
@@ -956,6 +1045,16 @@ static kvf_status_t kvf_server_dispatch(kvf_conn_t *conn, kvf_frame_t *frame)
                         "expected HELLO as the first frame");
         return KVF_ERR_PROTO;
     }
+    if (frame->type == KVF_MSG_AUTH) {
+        return kvf_server_on_auth(conn, (Kvf__Auth *)msg);
+    }
+    if (!kvf_auth_session_is_done(&conn->auth)) {
+        kvf_auth_session_refuse(&conn->auth);
+        kvf_conn_auth_failed(conn, "a request before AUTH");
+        kvf_conn_send_status(conn, 0, KVF_ERR_AUTH,
+                             "authenticate first: AUTH follows HELLO_REPLY");
+        return KVF_ERR_PROTO;
+    }
     switch (frame->type) {
     case KVF_MSG_REGISTER:
         return kvf_server_on_register(conn, (Kvf__Register *)msg);
@@ -1028,6 +1127,17 @@ static void kvf_server_arena_free(void *data, void *ptr)
     free(ptr);
 }
 
+/* Until a peer proved the secret it may send small frames only, so an
+ * unauthenticated client cannot make the controller buffer 16 MiB. */
+static uint32_t kvf_conn_max_frame(const kvf_conn_t *conn)
+{
+    if (kvf_auth_secret_is_set(&conn->server->secret) &&
+        !kvf_auth_session_is_done(&conn->auth)) {
+        return KVF_AUTH_FRAME_MAX;
+    }
+    return (uint32_t)conn->server->cfg->max_frame;
+}
+
 /* Decodes and answers every whole frame buffered, then writes the replies.
  * May destroy @p conn. */
 static void kvf_conn_process(kvf_conn_t *conn)
@@ -1052,8 +1162,8 @@ static void kvf_conn_process(kvf_conn_t *conn)
         }
         t0                 = kvf_time_now_ns();
         server->arena_used = 0;
-        status = kvf_frame_decode(conn->in, (uint32_t)server->cfg->max_frame,
-                                  &alloc, &frame);
+        status = kvf_frame_decode(conn->in, kvf_conn_max_frame(conn), &alloc,
+                                  &frame);
         if (status == KVF_INPROGRESS) {
             break;
         }
@@ -1078,11 +1188,71 @@ static void kvf_conn_process(kvf_conn_t *conn)
     }
 }
 
+/* Reads what TLS has decrypted into conn->in. Returns false when the
+ * connection closed or failed (the caller destroys it). */
+static bool kvf_conn_tls_read(kvf_conn_t *conn)
+{
+    char why[160];
+    int n, i;
+
+    /* 256 KiB per turn, as the plain path: a fast sender cannot keep the
+     * loop here; what TLS already decrypted is read on the next turn */
+    for (i = 0;; i++) {
+        if (i == 4) {
+            if (SSL_pending(conn->ssl) > 0) {
+                event_active(conn->ev_read, EV_READ, 0);
+            }
+            return true;
+        }
+        n               = kvf_tls_read_some(conn->ssl, conn->in);
+        conn->is_tls_up = conn->is_tls_up || SSL_is_init_finished(conn->ssl);
+        if (n > 0) {
+            continue;
+        }
+        switch (-n) {
+        case SSL_ERROR_WANT_READ:
+            return true;
+        case SSL_ERROR_WANT_WRITE:
+            if (!event_pending(conn->ev_write, EV_WRITE, NULL)) {
+                event_add(conn->ev_write, NULL);
+            }
+            return true;
+        case SSL_ERROR_ZERO_RETURN:
+            kvf_debug("conn %" PRIu64 " %s: closed by peer", conn->id,
+                      conn->peer);
+            return false;
+        default:
+            if (conn->is_tls_up) { /* e.g. closed without close_notify */
+                kvf_debug("conn %" PRIu64 " %s: tls: %s", conn->id, conn->peer,
+                          kvf_tls_error(why, sizeof(why)));
+                return false;
+            }
+            /* a plain-TCP client, a certificate the client refused */
+            conn->server->ctr.tls_failures++;
+            kvf_info("conn %" PRIu64 " %s: tls handshake failed: %s", conn->id,
+                     conn->peer, kvf_tls_error(why, sizeof(why)));
+            return false;
+        }
+    }
+}
+
 static void kvf_conn_on_read(evutil_socket_t fd, short what, void *arg)
 {
     kvf_conn_t *conn = arg;
     struct evbuffer_iovec vec;
     ssize_t n = -1;
+
+    if (conn->ssl != NULL) {
+        if (conn->is_throttled) {
+            return; /* a pending-data wakeup while reading is paused */
+        }
+        if (!kvf_conn_tls_read(conn)) {
+            kvf_conn_destroy(conn);
+            return;
+        }
+        kvf_conn_process(conn);
+        return;
+    }
 
     if (evbuffer_reserve_space(conn->in, 256 << 10, &vec, 1) == 1) {
         n = recv(fd, vec.iov_base, vec.iov_len, 0);
@@ -1110,20 +1280,20 @@ static void kvf_conn_on_read(evutil_socket_t fd, short what, void *arg)
     kvf_conn_process(conn);
 }
 
-static void kvf_server_on_accept(struct evconnlistener *lst, evutil_socket_t fd,
-                                 struct sockaddr *sa, int salen, void *arg)
+/* A connection on @p fd (which it now owns), linked into the server;
+ * NULL (fd closed) when it cannot be set up. */
+static kvf_conn_t *kvf_conn_create(kvf_server_t *server, evutil_socket_t fd)
 {
-    kvf_server_t *server = arg;
     kvf_conn_t *conn;
-    int one = 1;
 
     conn = calloc(1, sizeof(*conn));
     if (conn == NULL) {
         evutil_closesocket(fd);
-        return;
+        return NULL;
     }
-    conn->fd       = fd; /* fd now belongs to conn */
-    conn->server   = server;
+    conn->fd     = fd; /* fd now belongs to conn */
+    conn->server = server;
+    kvf_auth_session_init(&conn->auth, &server->secret);
     conn->in       = evbuffer_new();
     conn->out      = evbuffer_new();
     conn->ev_read  = event_new(server->base, fd, EV_READ | EV_PERSIST,
@@ -1140,10 +1310,34 @@ static void kvf_server_on_accept(struct evconnlistener *lst, evutil_socket_t fd,
         (conn->ev_write == NULL) || (evutil_make_socket_nonblocking(fd) != 0)) {
         kvf_warn("conn: cannot set up an accepted connection");
         kvf_conn_destroy(conn);
+        return NULL;
+    }
+    conn->id          = ++server->ctr.connections_total;
+    conn->accepted_ms = kvf_time_now_ms();
+    return conn;
+}
+
+static void kvf_server_on_accept(struct evconnlistener *lst, evutil_socket_t fd,
+                                 struct sockaddr *sa, int salen, void *arg)
+{
+    kvf_server_t *server = arg;
+    kvf_conn_t *conn;
+    int one = 1;
+
+    conn = kvf_conn_create(server, fd);
+    if (conn == NULL) {
         return;
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    conn->id = ++server->ctr.connections_total;
+    if (server->tls != NULL) {
+        conn->ssl = SSL_new(server->tls);
+        if ((conn->ssl == NULL) || (SSL_set_fd(conn->ssl, fd) != 1)) {
+            kvf_warn("conn %" PRIu64 ": no memory for TLS", conn->id);
+            kvf_conn_destroy(conn);
+            return;
+        }
+        SSL_set_accept_state(conn->ssl);
+    }
     if (sa->sa_family == AF_INET) {
         const struct sockaddr_in *sin = (const struct sockaddr_in *)sa;
         char host[INET_ADDRSTRLEN];
@@ -1168,10 +1362,40 @@ static void kvf_server_on_purge(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* With a secret or TLS, a connection that has not authenticated within
+ * handshake_timeout is closed: an unauthenticated peer cannot hold
+ * connections (and file descriptors) for ever. */
+static void kvf_server_expire_handshakes(kvf_server_t *server)
+{
+    uint64_t now = kvf_time_now_ms();
+    kvf_conn_t *conn, *next;
+
+    if (!kvf_auth_secret_is_set(&server->secret) && (server->tls == NULL)) {
+        return;
+    }
+    for (conn = server->conns; conn != NULL; conn = next) {
+        next = conn->next;
+        if (conn->is_hello_done && kvf_auth_session_is_done(&conn->auth)) {
+            continue;
+        }
+        if ((now - conn->accepted_ms) * KVF_NSEC_PER_MSEC <
+            server->cfg->handshake_timeout_ns) {
+            continue;
+        }
+        server->ctr.handshake_timeouts++;
+        kvf_warn("conn %" PRIu64 " %s: not authenticated within the "
+                 "handshake timeout; closing",
+                 conn->id, conn->peer);
+        kvf_auth_session_refuse(&conn->auth); /* counted here, not twice */
+        kvf_conn_destroy(conn);
+    }
+}
+
 static void kvf_server_on_tick(evutil_socket_t fd, short what, void *arg)
 {
     kvf_server_t *server = arg;
 
+    kvf_server_expire_handshakes(server);
     if (kvf_node_table_expire(server->nodes, kvf_time_now_ms(),
                               server->cfg->lease_ns / KVF_NSEC_PER_MSEC,
                               server->cfg->forget_dead_ns / KVF_NSEC_PER_MSEC) >
@@ -1222,7 +1446,8 @@ static kvf_status_t kvf_server_bind(kvf_server_t *server)
                 &len);
     snprintf(server->listen_addr, sizeof(server->listen_addr), "%s:%u", host,
              ntohs(sin->sin_port));
-    kvf_info("listening on %s", server->listen_addr);
+    kvf_info("listening on %s%s", server->listen_addr,
+             (server->tls != NULL) ? " (TLS)" : "");
     return KVF_OK;
 }
 
@@ -1256,6 +1481,7 @@ kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
     kvf_status_t status;
     struct timeval tick;
     uint64_t tick_ms;
+    char text[512];
 
     server = calloc(1, sizeof(*server));
     if (server == NULL) {
@@ -1265,6 +1491,22 @@ kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
     server->base          = base;
     server->start_ms      = kvf_time_now_ms();
     server->is_recovering = cfg->recovery_window_ns > 0;
+    status = kvf_auth_secret_load_opt(cfg->cluster_secret_file, &server->secret,
+                                      text, sizeof(text));
+    if (status != KVF_OK) {
+        kvf_error("%s", text);
+        goto err_free;
+    }
+    kvf_auth_warn_if_open(&server->secret, "listen address", cfg->listen);
+    if (((cfg->tls_cert != NULL) && (cfg->tls_cert[0] != '\0')) ||
+        ((cfg->tls_key != NULL) && (cfg->tls_key[0] != '\0'))) {
+        status = kvf_tls_server_ctx_create(cfg->tls_cert, cfg->tls_key,
+                                           &server->tls, text, sizeof(text));
+        if (status != KVF_OK) {
+            kvf_error("%s", text);
+            goto err_free;
+        }
+    }
     status = kvf_registry_create(cfg->initial_keys, (uint32_t)cfg->max_batch,
                                  &server->reg);
     if (status != KVF_OK) {
@@ -1353,6 +1595,8 @@ void kvf_server_destroy(kvf_server_t *server)
     free(server->pins[1].keys);
     kvf_node_table_destroy(server->nodes);
     kvf_registry_destroy(server->reg);
+    kvf_auth_secret_cleanup(&server->secret);
+    SSL_CTX_free(server->tls);
     free(server);
 }
 
@@ -1363,4 +1607,32 @@ kvf_status_t kvf_server_run(kvf_server_t *server)
         return KVF_ERR_IO;
     }
     return KVF_OK;
+}
+
+void kvf_server_feed(kvf_server_t *server, const void *data, size_t len)
+{
+    kvf_conn_t *conn;
+    uint64_t id;
+    int sv[2];
+
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        return;
+    }
+    conn = kvf_conn_create(server, sv[0]); /* sv[0] now belongs to conn */
+    if (conn == NULL) {
+        close(sv[1]);
+        return;
+    }
+    id = conn->id;
+    snprintf(conn->peer, sizeof(conn->peer), "feed");
+    if (evbuffer_add(conn->in, data, len) == 0) {
+        kvf_conn_process(conn); /* may destroy conn */
+    }
+    for (conn = server->conns; conn != NULL; conn = conn->next) {
+        if (conn->id == id) {
+            kvf_conn_destroy(conn);
+            break;
+        }
+    }
+    evutil_closesocket(sv[1]);
 }

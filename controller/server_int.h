@@ -4,6 +4,7 @@
 #ifndef KVF_CONTROLLER_SERVER_INT_H
 #define KVF_CONTROLLER_SERVER_INT_H
 
+#include "common/auth.h"
 #include "controller/node.h"
 #include "controller/registry.h"
 #include "controller/server.h"
@@ -12,6 +13,7 @@
 #include <stdint.h>
 
 struct evconnlistener;
+struct ssl_ctx_st;
 struct evhttp;
 struct event;
 
@@ -26,6 +28,9 @@ typedef struct kvf_server_counters {
     uint64_t lookup_hit_chunks;
     uint64_t lookup_miss_chunks;
     uint64_t protocol_errors;
+    uint64_t auth_failures;      /* connections refused by the handshake */
+    uint64_t tls_failures;       /* TLS handshakes that failed */
+    uint64_t handshake_timeouts; /* closed before authenticating in time */
     uint64_t stale_rejects;
     uint64_t seq_gaps;
     uint64_t backpressure;
@@ -73,6 +78,8 @@ struct kvf_server {
     /* lookup scratch (max_batch keys) */
     uint16_t *slots;
     uint8_t *holders;
+    kvf_auth_secret_t secret; /* empty: authentication off */
+    struct ssl_ctx_st *tls;   /* NULL: plain TCP */
     char listen_addr[300];
     char http_addr[300];
 };
@@ -80,6 +87,12 @@ struct kvf_server {
 /* Starts HTTP on cfg->http (no-op when empty). */
 kvf_status_t kvf_server_http_start(kvf_server_t *server);
 void kvf_server_http_stop(kvf_server_t *server);
+
+/*
+ * Serves @p len bytes as if one new connection had sent them, then closes
+ * that connection; replies go to a socket nobody reads (fuzzing, tests).
+ */
+void kvf_server_feed(kvf_server_t *server, const void *data, size_t len);
 
 /* Recomputes and returns the recovering flag. */
 bool kvf_server_recovering(kvf_server_t *server);

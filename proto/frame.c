@@ -15,6 +15,7 @@ static const kvf_msg_desc_t kvf_msg_descs[KVF_MSG_TYPE_MAX] = {
     [KVF_MSG_HELLO]           = {"HELLO", &kvf__hello__descriptor},
     [KVF_MSG_HELLO_REPLY]     = {"HELLO_REPLY", &kvf__hello_reply__descriptor},
     [KVF_MSG_STATUS]          = {"STATUS", &kvf__status__descriptor},
+    [KVF_MSG_AUTH]            = {"AUTH", &kvf__auth__descriptor},
     [KVF_MSG_REGISTER]        = {"REGISTER", &kvf__register__descriptor},
     [KVF_MSG_REGISTER_REPLY]  = {"REGISTER_REPLY",
                                  &kvf__register_reply__descriptor},

@@ -40,6 +40,7 @@ typedef enum {
     KVF_MSG_HELLO           = 1,
     KVF_MSG_HELLO_REPLY     = 2,
     KVF_MSG_STATUS          = 3,
+    KVF_MSG_AUTH            = 4, /* reply STATUS */
     KVF_MSG_REGISTER        = 10,
     KVF_MSG_REGISTER_REPLY  = 11,
     KVF_MSG_HEARTBEAT       = 12,

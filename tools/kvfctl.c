@@ -8,13 +8,15 @@
  *          drain NODE|clear [NODE]
  *
  * Exit 0 on success, 1 with one line "kvfctl: reason" on an error, 2 on a
- * usage error.
+ * usage error. The cluster secret comes from the file named by
+ * KVF_CLUSTER_SECRET_FILE, never from the command line.
  */
 #include "controller/ctlconn.h"
 
 #include <kvfabric/keys.h>
 
 #include <inttypes.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +49,10 @@ static void kvf_ctl_usage(FILE *out)
             "  drain NODE       ask a node to drain (NODE: id or name)\n"
             "  clear [NODE]     ask one node (or all) to drop their cache\n"
             "the controller address also comes from KVF_CONTROLLER "
-            "(default 127.0.0.1:7400)\n");
+            "(default 127.0.0.1:7400); a cluster secret from the file named\n"
+            "by KVF_CLUSTER_SECRET_FILE (environment only); TLS to the\n"
+            "controller with KVF_TLS_CA (its CA file) and optionally\n"
+            "KVF_TLS_SERVER_NAME (the name its certificate must carry)\n");
 }
 
 static void kvf_ctl_json_str(const char *s)
@@ -462,12 +467,15 @@ static int kvf_ctl_admin(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
 int main(int argc, char **argv)
 {
     kvf_ctl_opts_t opts = {.controller = "127.0.0.1:7400", .timeout_ms = 5000};
+    kvf_ctlconn_params_t params;
+    kvf_auth_secret_t secret;
     char *words[256];
     int nwords = 0, i, rc;
     kvf_ctlconn_t *conn;
     const char *cmd;
-    char err[256];
+    char err[512];
 
+    signal(SIGPIPE, SIG_IGN); /* a closed controller is an error, not death */
     if (getenv("KVF_CONTROLLER") != NULL) {
         opts.controller = getenv("KVF_CONTROLLER");
     }
@@ -515,9 +523,23 @@ int main(int argc, char **argv)
         kvf_ctl_usage(stderr);
         return 2;
     }
-    if (kvf_ctlconn_create(opts.controller, KVF__PEER_KIND__PEER_ADMIN,
-                           "kvfctl", KVF_PROTOCOL_VERSION, opts.timeout_ms,
-                           &conn, err, sizeof(err)) != KVF_OK) {
+    if (kvf_auth_secret_load_opt(getenv("KVF_CLUSTER_SECRET_FILE"), &secret,
+                                 err, sizeof(err)) != KVF_OK) {
+        fprintf(stderr, "kvfctl: %s\n", err);
+        return 1;
+    }
+    memset(&params, 0, sizeof(params));
+    params.hostport        = opts.controller;
+    params.kind            = KVF__PEER_KIND__PEER_ADMIN;
+    params.name            = "kvfctl";
+    params.version         = KVF_PROTOCOL_VERSION;
+    params.timeout_ms      = opts.timeout_ms;
+    params.secret          = &secret;
+    params.tls_ca          = getenv("KVF_TLS_CA");
+    params.tls_server_name = getenv("KVF_TLS_SERVER_NAME");
+    rc = (kvf_ctlconn_open(&params, &conn, err, sizeof(err)) == KVF_OK) ? 0 : 1;
+    kvf_auth_secret_cleanup(&secret);
+    if (rc != 0) {
         fprintf(stderr, "kvfctl: %s\n", err);
         return 1;
     }

@@ -333,7 +333,11 @@ typedef enum {
 /**
  * Registers [addr, addr+len) once with every transport and packs its rkey.
  *
- * @param [in] access  KVF_UCX_MEM_REMOTE_* bits (local access always)
+ * @param [in] access  KVF_UCX_MEM_REMOTE_* bits (local access always).
+ *                     Grant the least a region needs (docs/security.md):
+ *                     a serving pool REMOTE_READ only, a PD receive region
+ *                     REMOTE_WRITE only. UCX passes them to its transports;
+ *                     TCP and shared memory do not enforce them.
  * @return KVF_OK; KVF_ERR_INVALID (NULL/0 length/unknown bits);
  *         KVF_ERR_TRANSPORT; KVF_ERR_NO_MEMORY
  *

@@ -52,7 +52,8 @@ typedef struct kvf_client_params {
     const char *socket_path; /**< agent socket; default from KVF_SOCKET */
     uint64_t timeout_ns;     /**< default per-call timeout (default 5 s) */
     const char *name;        /**< engine name in the agent's logs */
-    const char *secret_file; /**< cluster secret, when the agent needs one */
+    const char *secret_file; /**< file holding the cluster secret (chmod 600);
+                                  default from KVF_CLUSTER_SECRET_FILE */
 } kvf_client_params_t;
 
 /** A slot in the shared pool. */
@@ -86,8 +87,17 @@ typedef struct kvf_client_stats {
  *
  * @param [in]  params    connection parameters (may be NULL: defaults)
  * @param [out] client_p  the connection, on success
+ * The cluster secret comes from the file @p params->secret_file names
+ * (KVF_CLIENT_PARAM_SECRET) or else from the environment variable
+ * KVF_CLUSTER_SECRET_FILE; without either the client proves nothing, which
+ * an agent configured with a secret refuses. On failure the reason is
+ * logged once through kvf_log_set_handler() (component "client").
+ *
  * @return KVF_OK; KVF_ERR_IO (no agent at the socket), KVF_ERR_VERSION,
- *         KVF_ERR_AUTH, KVF_ERR_TIMEOUT
+ *         KVF_ERR_AUTH (the agent or this side failed the cluster-secret
+ *         challenge, or only one side has a secret), KVF_ERR_CONFIG (the
+ *         secret file is unreadable, too short, or accessible by group or
+ *         others), KVF_ERR_TIMEOUT
  *
  * thread: thread-safe. ownership: free with kvf_client_disconnect().
  */

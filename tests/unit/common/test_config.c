@@ -378,3 +378,18 @@ Test(config, help_lists_every_flag)
               NULL);
     free(buf);
 }
+
+Test(config, config_file_after_other_flags)
+{
+    const char *path   = kvf_test_write_temp("pool_size: 8M\nworkers: 3\n");
+    const char *argv[] = {"prog",           "--name",   "--config", "--verbose",
+                          "--pool-size=2M", "--config", path,       NULL};
+
+    cr_assert_not_null(path);
+    cr_assert_eq(load_args(7, argv, NULL), KVF_OK, "%s", g_err.msg);
+    unlink(path);
+    cr_assert_str_eq(g_cfg.name, "--config", "a flag's value is a value");
+    cr_assert(g_cfg.verbose);
+    cr_assert_eq(g_cfg.workers, 3, "the file was read");
+    cr_assert_eq(g_cfg.pool_size, 2u << 20, "flags still win");
+}

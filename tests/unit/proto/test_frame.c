@@ -141,7 +141,7 @@ Test(frame, unknown_type_and_flags_rejected)
     cr_assert_eq(kvf_frame_decode(g_buf, KVF_FRAME_MAX_DEFAULT, NULL, &frame),
                  KVF_ERR_PROTO);
     evbuffer_drain(g_buf, evbuffer_get_length(g_buf));
-    put_hdr(hdr, 0, 4 /* unassigned */, 0);
+    put_hdr(hdr, 0, 5 /* unassigned */, 0);
     evbuffer_add(g_buf, hdr, sizeof(hdr));
     cr_assert_eq(kvf_frame_decode(g_buf, KVF_FRAME_MAX_DEFAULT, NULL, &frame),
                  KVF_ERR_PROTO);
@@ -250,7 +250,8 @@ Test(frame, encode_checks_type_matches_message)
 Test(frame, type_names)
 {
     cr_assert_str_eq(kvf_msg_type_name(KVF_MSG_LOOKUP_REPLY), "LOOKUP_REPLY");
-    cr_assert_str_eq(kvf_msg_type_name(4), "UNKNOWN");
+    cr_assert_str_eq(kvf_msg_type_name(KVF_MSG_AUTH), "AUTH");
+    cr_assert_str_eq(kvf_msg_type_name(5), "UNKNOWN");
     cr_assert_str_eq(kvf_msg_type_name(60000), "UNKNOWN");
 }
 
