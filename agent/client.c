@@ -481,9 +481,11 @@ kvf_status_t kvf_client_connect(const kvf_client_params_t *params,
         kvf_auth_secret_cleanup(&secret);
     }
     if (status != KVF_OK) {
-        /* no client is returned to ask: the reason goes to the log handler
-         * (kvf_log_set_handler) */
-        kvf_warn("cannot connect to the agent at %s: %s", path, client->error);
+        /* no client is returned to ask: the reason goes to the log at
+         * debug level (KVF_LOG_LEVEL=debug); the library prints nothing
+         * by default, and callers retrying while an agent starts stay
+         * quiet */
+        kvf_debug("cannot connect to the agent at %s: %s", path, client->error);
         kvf_client_disconnect(client);
         return status;
     }
