@@ -14,6 +14,7 @@
 #include <kvfabric/kvfabric.h>
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -53,9 +54,10 @@ uint64_t kvf_bench_pid_rss(pid_t pid);
 
 /* Best of three ucx_perftest ucp_am_bw runs (error mode on, the agents'
  * TCP tuning) for @p transport and @p size: GB/s, 0 when ucx_perftest is
- * missing. */
+ * missing. Busy-polling both sides (the best figure), or with @p is_sleep
+ * both sides waiting on events the way the agents do (-E sleep). */
 double kvf_bench_perftest_am_bw(const char *transport, uint64_t size,
-                                uint64_t iters);
+                                uint64_t iters, bool is_sleep);
 
 /*
  * The start of a two-agent benchmark: --help (returns -1: print done),

@@ -161,7 +161,7 @@ kvf_client_t *kvf_bench_connect(const char *sock, uint64_t wait_ns)
 }
 
 double kvf_bench_perftest_am_bw(const char *transport, uint64_t size,
-                                uint64_t iters)
+                                uint64_t iters, bool is_sleep)
 {
     char cmd[1024], line[512];
     double best   = 0.0, mbps;
@@ -177,11 +177,13 @@ double kvf_bench_perftest_am_bw(const char *transport, uint64_t size,
         snprintf(cmd, sizeof(cmd),
                  "export UCX_TLS=%s UCX_TCP_TX_SEG_SIZE=256K "
                  "UCX_TCP_RX_SEG_SIZE=256K; "
-                 "(timeout 60 ucx_perftest -p %u >/dev/null 2>&1 &); "
+                 "(timeout 60 ucx_perftest -p %u -E %s >/dev/null 2>&1 &); "
                  "sleep 0.5; timeout 60 ucx_perftest 127.0.0.1 -p %u -t "
-                 "ucp_am_bw -s %" PRIu64 " -n %" PRIu64 " -e 2>/dev/null",
-                 transport, port, port, size,
-                 (iters > 100) ? iters : (uint64_t)100);
+                 "ucp_am_bw -s %" PRIu64 " -n %" PRIu64 " -e -E %s "
+                 "2>/dev/null",
+                 transport, port, is_sleep ? "sleep" : "poll", port, size,
+                 (iters > 100) ? iters : (uint64_t)100,
+                 is_sleep ? "sleep" : "poll");
         f = popen(cmd, "r");
         if (f == NULL) {
             return best;
