@@ -51,8 +51,10 @@ typedef struct kvf_pd_batch {
     bool is_final;
     uint64_t *lengths;
     uint64_t *offsets;   /* region offsets, once reserved */
-    uint64_t *checksums; /* from PD_DONE */
-    uint8_t *state;      /* per chunk: 0 waiting, 1 receiving, 2 landed */
+    uint64_t *checksums; /* from PD_ALLOC or PD_DONE */
+    uint8_t *state;      /* per chunk: 0 waiting, 1 receiving, 2 verified */
+    bool is_bad;         /* a chunk failed its checksum as it landed */
+    uint32_t bad;        /* which one */
 } kvf_pd_batch_t;
 
 typedef enum {
@@ -534,6 +536,12 @@ static void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
                            "a push carries 1..65536 chunks", NULL);
         return;
     }
+    if ((m->n_checksums != 0) && (m->n_checksums != m->n_lengths)) {
+        kvf_pd_reply_alloc(pd, ep, m->request_id, m->ticket, KVF_ERR_INVALID,
+                           "PD_ALLOC carries one checksum per chunk or none",
+                           NULL);
+        return;
+    }
     for (i = 0; i < m->n_lengths; i++) {
         if (m->lengths[i] == 0) {
             kvf_pd_reply_alloc(pd, ep, m->request_id, m->ticket,
@@ -610,9 +618,13 @@ static void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
         batch->lengths = malloc(m->n_lengths * sizeof(uint64_t));
         batch->offsets = calloc(m->n_lengths, sizeof(uint64_t));
         batch->state   = calloc(m->n_lengths, 1);
+        if (m->n_checksums > 0) {
+            batch->checksums = malloc(m->n_lengths * sizeof(uint64_t));
+        }
     }
     if ((batch == NULL) || (batch->lengths == NULL) ||
-        (batch->offsets == NULL) || (batch->state == NULL)) {
+        (batch->offsets == NULL) || (batch->state == NULL) ||
+        ((m->n_checksums > 0) && (batch->checksums == NULL))) {
         if (batch != NULL) {
             kvf_pd_batch_free(batch);
         }
@@ -621,6 +633,10 @@ static void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
         return;
     }
     memcpy(batch->lengths, m->lengths, m->n_lengths * sizeof(uint64_t));
+    if (m->n_checksums > 0) {
+        memcpy(batch->checksums, m->checksums,
+               m->n_checksums * sizeof(uint64_t));
+    }
     batch->num      = (uint32_t)m->n_lengths;
     batch->id       = ++pd->next_batch;
     batch->ticket   = m->ticket;
@@ -663,7 +679,14 @@ static kvf_status_t kvf_pd_batch_verify(kvf_pd_t *pd, kvf_pd_batch_t *batch,
     const uint8_t *bytes;
     uint32_t i;
 
+    if (batch->is_bad) {
+        *bad_p = batch->bad;
+        return KVF_ERR_CHECKSUM;
+    }
     for (i = 0; i < batch->num; i++) {
+        if (batch->state[i] == 2) {
+            continue; /* verified as it landed */
+        }
         bytes = pd->region_base + batch->offsets[i];
         if (pd->region_is_device) {
             if ((batch->lengths[i] > pd->bounce_len) ||
@@ -790,15 +813,27 @@ static void kvf_pd_on_done(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdDone *m)
         kvf_pd_req_abort(pd, batch->req, KVF_ERR_PROTO, false, "bad PD_DONE");
         return;
     }
-    batch->checksums = malloc(batch->num * sizeof(uint64_t));
-    if (batch->checksums == NULL) {
-        kvf_pd_reply_done(pd, ep, m->request_id, m->ticket, KVF_ERR_NO_MEMORY,
-                          "decoder out of memory");
-        kvf_pd_req_abort(pd, batch->req, KVF_ERR_NO_MEMORY, false,
-                         "decoder out of memory");
-        return;
+    if (batch->checksums != NULL) {
+        /* PD_ALLOC named them: the chunks are checked against those */
+        if (memcmp(batch->checksums, m->checksums,
+                   batch->num * sizeof(uint64_t)) != 0) {
+            kvf_pd_reply_done(pd, ep, m->request_id, m->ticket, KVF_ERR_INVALID,
+                              "PD_DONE checksums differ from PD_ALLOC's");
+            kvf_pd_req_abort(pd, batch->req, KVF_ERR_PROTO, false,
+                             "bad PD_DONE");
+            return;
+        }
+    } else {
+        batch->checksums = malloc(batch->num * sizeof(uint64_t));
+        if (batch->checksums == NULL) {
+            kvf_pd_reply_done(pd, ep, m->request_id, m->ticket,
+                              KVF_ERR_NO_MEMORY, "decoder out of memory");
+            kvf_pd_req_abort(pd, batch->req, KVF_ERR_NO_MEMORY, false,
+                             "decoder out of memory");
+            return;
+        }
+        memcpy(batch->checksums, m->checksums, batch->num * sizeof(uint64_t));
     }
-    memcpy(batch->checksums, m->checksums, batch->num * sizeof(uint64_t));
     batch->is_done  = true;
     batch->is_final = m->final;
     kvf_pd_batch_try_complete(pd, batch);
@@ -890,6 +925,7 @@ static void kvf_pd_on_data_recv(kvf_status_t status, void *arg)
     kvf_pd_recv_t *recv   = arg;
     kvf_pd_t *pd          = recv->pd;
     kvf_pd_batch_t *batch = recv->batch;
+    uint32_t index        = recv->index;
 
     free(recv);
     batch->inflight--;
@@ -904,6 +940,20 @@ static void kvf_pd_on_data_recv(kvf_status_t status, void *arg)
     }
     if (status == KVF_OK) {
         batch->landed++;
+        /* with the checksums from PD_ALLOC, check this chunk now, while
+         * the next ones are still on the wire (host region only: a device
+         * region is checked through its bounce buffer at PD_DONE) */
+        if ((batch->checksums != NULL) && !pd->region_is_device &&
+            !batch->is_bad) {
+            if (kvf_chunk_checksum(pd->region_base + batch->offsets[index],
+                                   batch->lengths[index]) ==
+                batch->checksums[index]) {
+                batch->state[index] = 2;
+            } else {
+                batch->is_bad = true;
+                batch->bad    = index;
+            }
+        }
     } else {
         batch->is_failed = true;
     }
@@ -1327,13 +1377,15 @@ static void kvf_pd_push_send_alloc(kvf_pd_push_t *push)
         return;
     }
     kvf__pd_alloc__init(&m);
-    m.request_id = push->request_id;
-    m.ticket     = push->ticket;
-    m.n_lengths  = push->num;
-    m.lengths    = push->lengths;
-    m.final      = push->is_final;
-    push->state  = KVF_PD_PUSH_ALLOC;
-    status       = kvf_pd_send(pd, push->ep, KVF_MSG_PD_ALLOC, &m.base, push);
+    m.request_id  = push->request_id;
+    m.ticket      = push->ticket;
+    m.n_lengths   = push->num;
+    m.lengths     = push->lengths;
+    m.n_checksums = push->num;
+    m.checksums   = push->checksums;
+    m.final       = push->is_final;
+    push->state   = KVF_PD_PUSH_ALLOC;
+    status        = kvf_pd_send(pd, push->ep, KVF_MSG_PD_ALLOC, &m.base, push);
     if (status != KVF_OK) {
         kvf_pd_push_finish(push, status, "cannot send PD_ALLOC to %s: %s",
                            push->decoder, kvf_strerror(status));

@@ -655,3 +655,38 @@ Test(pd, demo_engine_pair_moves_requests_byte_exact)
               "%s", kvf_test_proc_log(&decoder));
     cr_assert(metric_becomes(&g_d, REGION_USED, 0, 2000));
 }
+
+/* A chunk whose bytes do not match the checksum the engine gave: the
+ * decoder refuses it (as it lands), the push fails, the decode engine
+ * never sees a byte of it, and the slots go back. */
+Test(pd, damaged_chunk_fails_the_push_and_is_never_handed_out)
+{
+    kvf_client_t *pc, *dc;
+    kvf_slot_t slots[3], got[3];
+    uint64_t sums[3];
+    uint32_t i, num = 0;
+
+    start_pair(NULL);
+    pc = connect_to(&g_p);
+    dc = connect_to(&g_d);
+    cr_assert_eq(kvf_client_alloc(pc, CHUNK, 3, slots), KVF_OK);
+    for (i = 0; i < 3; i++) {
+        uint8_t *p = (uint8_t *)kvf_client_pool_base(pc) + slots[i].offset;
+
+        fill(p, 90, i);
+        sums[i] = kvf_chunk_checksum(p, CHUNK);
+    }
+    sums[1] ^= 1; /* chunk 1 is not what its checksum says */
+    cr_assert_eq(kvf_pd_push(pc, 90, "it-decode", slots, sums, 3, true),
+                 KVF_ERR_CHECKSUM, "%s", kvf_client_last_error(pc));
+    cr_assert(strstr(kvf_client_last_error(pc), "chunk 1") != NULL, "%s",
+              kvf_client_last_error(pc));
+    cr_assert_eq(kvf_client_release(pc, slots, 3), KVF_OK);
+    cr_assert_eq(kvf_pd_wait(dc, 90, 1000000000ull, got, 3, &num),
+                 KVF_ERR_CANCELED, "%s", kvf_client_last_error(dc));
+    cr_assert_eq(num, 0);
+    cr_assert(metric_becomes(&g_d, REGION_USED, 0, 2000));
+    cr_assert_eq(metric(&g_d, "kvf_agent_pd_checksum_failures_total"), 1);
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
