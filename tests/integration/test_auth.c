@@ -6,6 +6,7 @@
  * secret, with none, or skipping AUTH are refused before any state
  * changes, and counted on the refusing side.
  */
+#include "common/log.h"
 #include "tests/helpers/proc.h"
 #include "tests/helpers/test_helpers.h"
 #include "tests/integration/controller_harness.h"
@@ -16,6 +17,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -347,7 +349,7 @@ Test(auth, agent_engine_and_kvfctl_with_a_secret)
     char key_text[KVF_KEY_STR_SIZE], sock2[160], http2[64];
     kvf_slot_t slot;
     uint64_t sum;
-    int i;
+    int i, level;
 
     kvf_th_ctl_start(&g_ctl, args);
     snprintf(g_http, sizeof(g_http), "127.0.0.1:%u", kvf_test_free_port());
@@ -367,13 +369,16 @@ Test(auth, agent_engine_and_kvfctl_with_a_secret)
     cr_assert_eq(kvf_client_commit(c, &key, &slot, &sum, 1), KVF_OK);
     kvf_client_disconnect(c);
 
-    /* without the secret, or with another, no pool is handed over */
+    /* without the secret, or with another, no pool is handed over; the
+     * library says why at debug level only (it prints nothing by default) */
+    level = atomic_exchange(&kvf_log_level_current, KVF_LOG_DEBUG);
     kvf_test_log_capture_start();
     cr_assert_eq(engine_connect(0, NULL, &c), KVF_ERR_AUTH);
     cr_assert_null(c);
     cr_assert_eq(engine_connect(KVF_CLIENT_PARAM_SECRET, g_secret_b, &c),
                  KVF_ERR_AUTH);
     kvf_test_log_capture_stop();
+    atomic_store(&kvf_log_level_current, level);
     cr_assert(kvf_test_log_contains("requires the cluster secret"), "%s",
               kvf_test_log_text());
     cr_assert(kvf_test_log_contains("failed the cluster-secret challenge"),
