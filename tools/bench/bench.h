@@ -70,6 +70,33 @@ int kvf_bench_begin(const char *bench, const kvf_config_schema_t *schema,
                     void *opts, int argc, char **argv,
                     const char *const *transport, char *dir, size_t dir_len);
 
+/* A controller and two agents on loopback, for the two-agent benchmarks. */
+typedef struct kvf_bench_pair {
+    char dir[64]; /* sockets and logs (kvf_bench_begin makes it) */
+    char ctl_addr[64];
+    pid_t pids[3];
+    int npids;
+    char sock[2][128];
+} kvf_bench_pair_t;
+
+/* The smallest power of two (at least 4 KiB) holding @p bytes: the
+ * agents' max_chunk for chunks of that size. */
+uint64_t kvf_bench_chunk_class(uint64_t bytes);
+
+/*
+ * Starts kvf-controller and two kvf-agents named @p names with sockets in
+ * @p pair->dir, no HTTP, @p pool bytes of pool, chunks up to @p max_chunk,
+ * UCX over @p transport, plus each agent's @p extra flags (NULL-terminated
+ * list, or NULL). Logs go to DIR/NAME.log.
+ */
+void kvf_bench_pair_start(kvf_bench_pair_t *pair, const char *transport,
+                          uint64_t pool, uint64_t max_chunk,
+                          const char *const names[2],
+                          const char *const *const extra[2]);
+
+/* SIGTERM and reap what kvf_bench_pair_start started. */
+void kvf_bench_pair_stop(kvf_bench_pair_t *pair);
+
 /* Removes @p dir (when made) after a successful run; returns @p rc, or 1
  * when the removal failed. Logs of a failed run stay for a look. */
 int kvf_bench_end(const char *dir, int rc);

@@ -66,59 +66,20 @@ static const kvf_config_schema_t kvf_bench_p2p_schema = {
 
 typedef struct kvf_bench_p2p {
     kvf_bench_p2p_opts_t o;
-    char dir[64];
-    char ctl_addr[64];
-    pid_t pids[3];
-    int npids;
-    char sock[2][128];
+    kvf_bench_pair_t pair;
 } kvf_bench_p2p_t;
 
-static void kvf_bench_p2p_stop(kvf_bench_p2p_t *b)
+static void kvf_bench_p2p_start(kvf_bench_p2p_t *b)
 {
-    kvf_bench_stop_all(b->pids, &b->npids);
-}
+    static const char *const names[2] = {"bench-a", "bench-b"};
+    static const char *const flags[]  = {"--fetch-timeout", "60s", NULL};
+    const char *const *const extra[2] = {flags, flags};
+    uint64_t chunk_pow2               = kvf_bench_chunk_class(b->o.chunk_size);
+    uint64_t pool_size                = chunk_pow2 * (b->o.chunks + 8);
 
-static int kvf_bench_p2p_start(kvf_bench_p2p_t *b)
-{
-    char ctl_bin[PATH_MAX + 64], agent_bin[PATH_MAX + 64], log[128];
-    char pool[32], maxc[32], name[32];
-    uint64_t chunk_pow2 = 4096, pool_size;
-    uint16_t port       = kvf_bench_free_port();
-    int i;
-
-    while (chunk_pow2 < b->o.chunk_size) {
-        chunk_pow2 <<= 1;
-    }
-    pool_size = chunk_pow2 * (b->o.chunks + 8);
-    pool_size = pool_size + pool_size / 4; /* below the eviction mark */
-    snprintf(pool, sizeof(pool), "%" PRIu64, pool_size);
-    snprintf(maxc, sizeof(maxc), "%" PRIu64, chunk_pow2);
-    kvf_bench_sibling_path("controller/kvf-controller", ctl_bin,
-                           sizeof(ctl_bin));
-    kvf_bench_sibling_path("agent/kvf-agent", agent_bin, sizeof(agent_bin));
-    snprintf(b->ctl_addr, sizeof(b->ctl_addr), "127.0.0.1:%u", port);
-    snprintf(log, sizeof(log), "%s/controller.log", b->dir);
-    {
-        const char *argv[]  = {ctl_bin,  "--listen", b->ctl_addr,
-                               "--http", "",         "--recovery-window",
-                               "0",      NULL};
-        b->pids[b->npids++] = kvf_bench_spawn(argv, log);
-    }
-    for (i = 0; i < 2; i++) {
-        snprintf(name, sizeof(name), "bench-%c", 'a' + i);
-        snprintf(b->sock[i], sizeof(b->sock[i]), "%s/%s.sock", b->dir, name);
-        snprintf(log, sizeof(log), "%s/%s.log", b->dir, name);
-        {
-            const char *argv[] = {
-                agent_bin,      "--controller",    b->ctl_addr, "--name",
-                name,           "--socket",        b->sock[i],  "--listen",
-                "127.0.0.1:0",  "--http",          "",          "--pool-size",
-                pool,           "--max-chunk",     maxc,        "--transports",
-                b->o.transport, "--fetch-timeout", "60s",       NULL};
-            b->pids[b->npids++] = kvf_bench_spawn(argv, log);
-        }
-    }
-    return 0;
+    pool_size += pool_size / 4; /* below the eviction mark */
+    kvf_bench_pair_start(&b->pair, b->o.transport, pool_size, chunk_pow2, names,
+                         extra);
 }
 
 static void kvf_bench_p2p_fill(const kvf_key_t *key, uint8_t *p, uint64_t len)
@@ -151,8 +112,8 @@ int kvf_bench_p2p_main(int argc, char **argv)
 
     memset(&b, 0, sizeof(b));
     rc = kvf_bench_begin("p2p", &kvf_bench_p2p_schema, &b.o, argc, argv,
-                         (const char *const *)&b.o.transport, b.dir,
-                         sizeof(b.dir));
+                         (const char *const *)&b.o.transport, b.pair.dir,
+                         sizeof(b.pair.dir));
     if (rc != 0) {
         rc = (rc < 0) ? 0 : rc;
         goto out;
@@ -176,11 +137,11 @@ int kvf_bench_p2p_main(int argc, char **argv)
     kvf_key_chain(0xb3, tokens, b.o.chunks * 16, 16, false, keys, b.o.chunks,
                   &got);
     kvf_bench_p2p_start(&b);
-    a = kvf_bench_connect(b.sock[0], 20 * KVF_NSEC_PER_SEC);
-    c = kvf_bench_connect(b.sock[1], 20 * KVF_NSEC_PER_SEC);
+    a = kvf_bench_connect(b.pair.sock[0], 20 * KVF_NSEC_PER_SEC);
+    c = kvf_bench_connect(b.pair.sock[1], 20 * KVF_NSEC_PER_SEC);
     if ((a == NULL) || (c == NULL)) {
         fprintf(stderr, "kvf-bench p2p: agents did not start (logs in %s)\n",
-                b.dir);
+                b.pair.dir);
         goto out;
     }
     /* store on A */
@@ -261,7 +222,7 @@ int kvf_bench_p2p_main(int argc, char **argv)
     kvf_client_disconnect(a);
     kvf_client_disconnect(c);
     a = c = NULL;
-    kvf_bench_p2p_stop(&b);
+    kvf_bench_pair_stop(&b.pair);
     if (!b.o.no_perftest) {
         ceiling       = kvf_bench_perftest_am_bw(b.o.transport, b.o.chunk_size,
                                                  b.o.chunks, false);
@@ -293,8 +254,8 @@ int kvf_bench_p2p_main(int argc, char **argv)
 out:
     kvf_client_disconnect(a);
     kvf_client_disconnect(c);
-    kvf_bench_p2p_stop(&b);
-    rc = kvf_bench_end(b.dir, rc);
+    kvf_bench_pair_stop(&b.pair);
+    rc = kvf_bench_end(b.pair.dir, rc);
     free(keys);
     free(slots);
     free(sums);

@@ -59,74 +59,27 @@ static const kvf_config_schema_t kvf_bench_pd_schema = {
 
 typedef struct kvf_bench_pd {
     kvf_bench_pd_opts_t o;
-    char dir[64];
-    char ctl_addr[64];
-    pid_t pids[3];
-    int npids;
-    char sock[2][128];
+    kvf_bench_pair_t pair;
 } kvf_bench_pd_t;
 
 static void kvf_bench_pd_start(kvf_bench_pd_t *b)
 {
-    static const char *const roles[2] = {"prefill", "decode"};
-    char ctl_bin[PATH_MAX + 64], agent_bin[PATH_MAX + 64], log[128];
-    char pool[32], maxc[32], region[32], name[32];
-    uint64_t chunk_pow2 = 4096, request_bytes;
-    uint16_t port       = kvf_bench_free_port();
-    int i;
+    static const char *const names[2] = {"bench-prefill", "bench-decode"};
+    uint64_t chunk_pow2               = kvf_bench_chunk_class(b->o.chunk_size);
+    uint64_t request_bytes            = chunk_pow2 * b->o.chunks_per_request;
+    char region[32];
+    const char *const prefill[] = {"--role", "prefill", "--pd-push-timeout",
+                                   "60s", NULL};
+    const char *const decode[]  = {
+         "--role", "decode", "--pd-buffer-size", region, "--pd-push-timeout",
+         "60s",    NULL};
+    const char *const *const extra[2] = {prefill, decode};
 
-    while (chunk_pow2 < b->o.chunk_size) {
-        chunk_pow2 <<= 1;
-    }
-    request_bytes = chunk_pow2 * b->o.chunks_per_request;
     /* the prefill pool holds one request's chunks; the region two */
-    snprintf(pool, sizeof(pool), "%" PRIu64,
-             request_bytes + request_bytes / 2 + chunk_pow2);
     snprintf(region, sizeof(region), "%" PRIu64, 2 * request_bytes);
-    snprintf(maxc, sizeof(maxc), "%" PRIu64, chunk_pow2);
-    kvf_bench_sibling_path("controller/kvf-controller", ctl_bin,
-                           sizeof(ctl_bin));
-    kvf_bench_sibling_path("agent/kvf-agent", agent_bin, sizeof(agent_bin));
-    snprintf(b->ctl_addr, sizeof(b->ctl_addr), "127.0.0.1:%u", port);
-    snprintf(log, sizeof(log), "%s/controller.log", b->dir);
-    {
-        const char *argv[]  = {ctl_bin,  "--listen", b->ctl_addr,
-                               "--http", "",         "--recovery-window",
-                               "0",      NULL};
-        b->pids[b->npids++] = kvf_bench_spawn(argv, log);
-    }
-    for (i = 0; i < 2; i++) {
-        snprintf(name, sizeof(name), "bench-%s", roles[i]);
-        snprintf(b->sock[i], sizeof(b->sock[i]), "%s/%s.sock", b->dir, name);
-        snprintf(log, sizeof(log), "%s/%s.log", b->dir, name);
-        {
-            const char *argv[]  = {agent_bin,
-                                   "--controller",
-                                   b->ctl_addr,
-                                   "--name",
-                                   name,
-                                   "--role",
-                                   roles[i],
-                                   "--socket",
-                                   b->sock[i],
-                                   "--listen",
-                                   "127.0.0.1:0",
-                                   "--http",
-                                   "",
-                                   "--pool-size",
-                                   pool,
-                                   "--max-chunk",
-                                   maxc,
-                                   "--pd-buffer-size",
-                                   region,
-                                   "--pd-push-timeout",
-                                   "60s",
-                                   "--transports",
-                                   b->o.transport,
-                                   NULL};
-            b->pids[b->npids++] = kvf_bench_spawn(argv, log);
-        }
-    }
+    kvf_bench_pair_start(&b->pair, b->o.transport,
+                         request_bytes + request_bytes / 2 + chunk_pow2,
+                         chunk_pow2, names, extra);
 }
 
 static void kvf_bench_pd_fill(uint64_t req, uint64_t index, uint8_t *p,
@@ -223,8 +176,8 @@ int kvf_bench_pd_main(int argc, char **argv)
 
     memset(&b, 0, sizeof(b));
     rc = kvf_bench_begin("pd", &kvf_bench_pd_schema, &b.o, argc, argv,
-                         (const char *const *)&b.o.transport, b.dir,
-                         sizeof(b.dir));
+                         (const char *const *)&b.o.transport, b.pair.dir,
+                         sizeof(b.pair.dir));
     if (rc != 0) {
         rc = (rc < 0) ? 0 : rc;
         goto out;
@@ -235,11 +188,11 @@ int kvf_bench_pd_main(int argc, char **argv)
         goto out;
     }
     kvf_bench_pd_start(&b);
-    pc = kvf_bench_connect(b.sock[0], 20 * KVF_NSEC_PER_SEC);
-    dc = kvf_bench_connect(b.sock[1], 20 * KVF_NSEC_PER_SEC);
+    pc = kvf_bench_connect(b.pair.sock[0], 20 * KVF_NSEC_PER_SEC);
+    dc = kvf_bench_connect(b.pair.sock[1], 20 * KVF_NSEC_PER_SEC);
     if ((pc == NULL) || (dc == NULL)) {
         fprintf(stderr, "kvf-bench pd: agents did not start (logs in %s)\n",
-                b.dir);
+                b.pair.dir);
         goto out;
     }
     {
@@ -262,7 +215,7 @@ int kvf_bench_pd_main(int argc, char **argv)
     kvf_client_disconnect(pc);
     kvf_client_disconnect(dc);
     pc = dc = NULL;
-    kvf_bench_stop_all(b.pids, &b.npids);
+    kvf_bench_pair_stop(&b.pair);
     if (!b.o.no_perftest) {
         ceiling = kvf_bench_perftest_am_bw(
             b.o.transport, b.o.chunk_size,
@@ -289,8 +242,8 @@ int kvf_bench_pd_main(int argc, char **argv)
 out:
     kvf_client_disconnect(pc);
     kvf_client_disconnect(dc);
-    kvf_bench_stop_all(b.pids, &b.npids);
-    rc = kvf_bench_end(b.dir, rc);
+    kvf_bench_pair_stop(&b.pair);
+    rc = kvf_bench_end(b.pair.dir, rc);
     free(lat);
     kvf_config_cleanup(&kvf_bench_pd_schema, &b.o);
     return rc;

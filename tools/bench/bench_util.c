@@ -249,3 +249,74 @@ int kvf_bench_end(const char *dir, int rc)
     }
     return rc;
 }
+
+uint64_t kvf_bench_chunk_class(uint64_t bytes)
+{
+    uint64_t pow2 = 4096;
+
+    while (pow2 < bytes) {
+        pow2 <<= 1;
+    }
+    return pow2;
+}
+
+void kvf_bench_pair_start(kvf_bench_pair_t *pair, const char *transport,
+                          uint64_t pool, uint64_t max_chunk,
+                          const char *const names[2],
+                          const char *const *const extra[2])
+{
+    char ctl_bin[PATH_MAX + 64], agent_bin[PATH_MAX + 64], log[192];
+    char pool_arg[32], maxc_arg[32];
+    const char *argv[48];
+    uint16_t port = kvf_bench_free_port();
+    int i, n, k;
+
+    snprintf(pool_arg, sizeof(pool_arg), "%" PRIu64, pool);
+    snprintf(maxc_arg, sizeof(maxc_arg), "%" PRIu64, max_chunk);
+    kvf_bench_sibling_path("controller/kvf-controller", ctl_bin,
+                           sizeof(ctl_bin));
+    kvf_bench_sibling_path("agent/kvf-agent", agent_bin, sizeof(agent_bin));
+    snprintf(pair->ctl_addr, sizeof(pair->ctl_addr), "127.0.0.1:%u", port);
+    snprintf(log, sizeof(log), "%s/controller.log", pair->dir);
+    {
+        const char *cargv[]       = {ctl_bin,  "--listen", pair->ctl_addr,
+                                     "--http", "",         "--recovery-window",
+                                     "0",      NULL};
+        pair->pids[pair->npids++] = kvf_bench_spawn(cargv, log);
+    }
+    for (i = 0; i < 2; i++) {
+        snprintf(pair->sock[i], sizeof(pair->sock[i]), "%s/%s.sock", pair->dir,
+                 names[i]);
+        snprintf(log, sizeof(log), "%s/%s.log", pair->dir, names[i]);
+        n         = 0;
+        argv[n++] = agent_bin;
+        argv[n++] = "--controller";
+        argv[n++] = pair->ctl_addr;
+        argv[n++] = "--name";
+        argv[n++] = names[i];
+        argv[n++] = "--socket";
+        argv[n++] = pair->sock[i];
+        argv[n++] = "--listen";
+        argv[n++] = "127.0.0.1:0";
+        argv[n++] = "--http";
+        argv[n++] = "";
+        argv[n++] = "--pool-size";
+        argv[n++] = pool_arg;
+        argv[n++] = "--max-chunk";
+        argv[n++] = maxc_arg;
+        argv[n++] = "--transports";
+        argv[n++] = transport;
+        for (k = 0; (extra[i] != NULL) && (extra[i][k] != NULL) &&
+                    (n < (int)(sizeof(argv) / sizeof(argv[0])) - 1);
+             k++) {
+            argv[n++] = extra[i][k];
+        }
+        argv[n]                   = NULL;
+        pair->pids[pair->npids++] = kvf_bench_spawn(argv, log);
+    }
+}
+
+void kvf_bench_pair_stop(kvf_bench_pair_t *pair)
+{
+    kvf_bench_stop_all(pair->pids, &pair->npids);
+}
