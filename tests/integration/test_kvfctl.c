@@ -160,3 +160,23 @@ Test(kvfctl, bench_controller_smoke)
     cr_assert_not_null(strstr(g_out, "\"miss_keys\":0"), "%s", g_out);
     cr_assert_not_null(strstr(g_out, "\"rss_bytes_per_key\":"), "%s", g_out);
 }
+
+/* The two-agent benchmarks start their cluster, move bytes, verify them
+ * and print their JSON line (no perftest: that is the benchmark's job). */
+Test(kvfctl, bench_p2p_and_pd_smoke)
+{
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "%s p2p --chunk-size 64K --chunks 16 --batch 4 "
+                            "--no-perftest 2>/dev/null",
+                            kvf_th_build_path("tools/kvf-bench")),
+                 0, "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "{\"bench\":\"p2p\""), "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"verified\":true"), "%s", g_out);
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "%s pd --chunk-size 64K --requests 4 "
+                            "--chunks-per-request 2 --no-perftest 2>/dev/null",
+                            kvf_th_build_path("tools/kvf-bench")),
+                 0, "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "{\"bench\":\"pd\""), "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"verified\":true"), "%s", g_out);
+}

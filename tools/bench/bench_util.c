@@ -271,7 +271,10 @@ void kvf_bench_pair_start(kvf_bench_pair_t *pair, const char *transport,
     uint16_t port = kvf_bench_free_port();
     int i, n, k;
 
-    snprintf(pool_arg, sizeof(pool_arg), "%" PRIu64, pool);
+    /* the agents refuse pools under 1 MiB: small benchmark shapes get a
+     * little room to spare */
+    snprintf(pool_arg, sizeof(pool_arg), "%" PRIu64,
+             (pool > (4ull << 20)) ? pool : (uint64_t)(4u << 20));
     snprintf(maxc_arg, sizeof(maxc_arg), "%" PRIu64, max_chunk);
     kvf_bench_sibling_path("controller/kvf-controller", ctl_bin,
                            sizeof(ctl_bin));
