@@ -173,10 +173,12 @@ Test(kvfctl, bench_p2p_and_pd_smoke)
     cr_assert_not_null(strstr(g_out, "{\"bench\":\"p2p\""), "%s", g_out);
     cr_assert_not_null(strstr(g_out, "\"verified\":true"), "%s", g_out);
     cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
-                            "%s pd --chunk-size 64K --requests 4 "
-                            "--chunks-per-request 2 --no-perftest 2>/dev/null",
+                            "%s pd --chunk-size 64K --requests 6 "
+                            "--chunks-per-request 2 --inflight 2 "
+                            "--no-perftest 2>/dev/null",
                             kvf_th_build_path("tools/kvf-bench")),
                  0, "%s", g_out);
     cr_assert_not_null(strstr(g_out, "{\"bench\":\"pd\""), "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"inflight\":2,"), "%s", g_out);
     cr_assert_not_null(strstr(g_out, "\"verified\":true"), "%s", g_out);
 }

@@ -20,6 +20,7 @@
 
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@ typedef struct kvf_bench_pd_opts {
     uint64_t chunk_size;
     uint64_t requests;
     uint64_t chunks_per_request;
+    uint64_t inflight;
     bool no_perftest;
 } kvf_bench_pd_opts_t;
 
@@ -49,6 +51,10 @@ static const kvf_config_field_t kvf_bench_pd_fields[] = {
     KVF_BENCH_PD_FIELD("chunks_per_request", KVF_CONFIG_UINT,
                        chunks_per_request, "8", 1, 4096,
                        "chunks per request, pushed in one call"),
+    KVF_BENCH_PD_FIELD("inflight", KVF_CONFIG_UINT, inflight, "1", 1, 64,
+                       "requests in flight at once, each from its own "
+                       "prefill and decode connection (GB/s is then over "
+                       "the wall time)"),
     KVF_BENCH_PD_FIELD("no_perftest", KVF_CONFIG_BOOL, no_perftest, "false", 0,
                        0, "skip the ucx_perftest ceiling"),
 };
@@ -66,7 +72,8 @@ static void kvf_bench_pd_start(kvf_bench_pd_t *b)
 {
     static const char *const names[2] = {"bench-prefill", "bench-decode"};
     uint64_t chunk_pow2               = kvf_bench_chunk_class(b->o.chunk_size);
-    uint64_t request_bytes            = chunk_pow2 * b->o.chunks_per_request;
+    uint64_t request_bytes =
+        chunk_pow2 * b->o.chunks_per_request * b->o.inflight;
     char region[32];
     const char *const prefill[] = {"--role", "prefill", "--pd-push-timeout",
                                    "60s", NULL};
@@ -75,7 +82,8 @@ static void kvf_bench_pd_start(kvf_bench_pd_t *b)
          "60s",    NULL};
     const char *const *const extra[2] = {prefill, decode};
 
-    /* the prefill pool holds one request's chunks; the region two */
+    /* the prefill pool holds the chunks of the requests in flight; the
+     * region twice that */
     snprintf(region, sizeof(region), "%" PRIu64, 2 * request_bytes);
     kvf_bench_pair_start(&b->pair, b->o.transport,
                          request_bytes + request_bytes / 2 + chunk_pow2,
@@ -97,9 +105,9 @@ static void kvf_bench_pd_fill(uint64_t req, uint64_t index, uint8_t *p,
 
 /* Pushes every request, waits for it at the decoder, checks its bytes. */
 static int kvf_bench_pd_run(kvf_bench_pd_t *b, kvf_client_t *pc,
-                            kvf_client_t *dc, uint64_t *lat,
-                            uint64_t *total_ns_p, uint64_t *bytes_p,
-                            bool *verified_p)
+                            kvf_client_t *dc, uint64_t first, uint64_t step,
+                            uint64_t *lat, uint64_t *total_ns_p,
+                            uint64_t *bytes_p, bool *verified_p)
 {
     uint32_t k        = (uint32_t)b->o.chunks_per_request, num, i;
     uint64_t len      = b->o.chunk_size, r, t0;
@@ -115,7 +123,7 @@ static int kvf_bench_pd_run(kvf_bench_pd_t *b, kvf_client_t *pc,
                 kvf_client_last_error(pc));
         goto out;
     }
-    for (r = 0; r < b->o.requests; r++) {
+    for (r = first; r < b->o.requests; r += step) {
         /* the prefill engine's KV for this request */
         for (i = 0; i < k; i++) {
             uint8_t *p = (uint8_t *)kvf_client_pool_base(pc) + slots[i].offset;
@@ -165,11 +173,79 @@ out:
     return rc;
 }
 
+/* One of --inflight engines: its own prefill and decode connections,
+ * requests first, first + inflight, ... */
+typedef struct kvf_bench_pd_lane {
+    kvf_bench_pd_t *b;
+    uint64_t first;
+    uint64_t *lat;
+    uint64_t total_ns;
+    uint64_t bytes;
+    bool verified;
+    int rc;
+    pthread_t thread;
+} kvf_bench_pd_lane_t;
+
+static void *kvf_bench_pd_lane_run(void *arg)
+{
+    kvf_bench_pd_lane_t *lane = arg;
+    kvf_bench_pd_t *b         = lane->b;
+    kvf_client_t *pc, *dc;
+
+    lane->rc       = 1;
+    lane->verified = true;
+    pc             = kvf_bench_connect(b->pair.sock[0], 20 * KVF_NSEC_PER_SEC);
+    dc             = kvf_bench_connect(b->pair.sock[1], 20 * KVF_NSEC_PER_SEC);
+    if ((pc != NULL) && (dc != NULL)) {
+        lane->rc =
+            kvf_bench_pd_run(b, pc, dc, lane->first, b->o.inflight, lane->lat,
+                             &lane->total_ns, &lane->bytes, &lane->verified);
+    }
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+    return NULL;
+}
+
+/* Runs the lanes; the wall time of the whole run goes to @p wall_ns_p. */
+static int kvf_bench_pd_lanes(kvf_bench_pd_t *b, uint64_t *lat,
+                              uint64_t *total_ns_p, uint64_t *bytes_p,
+                              bool *verified_p, uint64_t *wall_ns_p)
+{
+    kvf_bench_pd_lane_t *lanes = calloc(b->o.inflight, sizeof(*lanes));
+    uint64_t t0 = kvf_time_now_ns(), i, started = 0;
+    int rc = 0;
+
+    if (lanes == NULL) {
+        return 1;
+    }
+    for (i = 0; i < b->o.inflight; i++) {
+        lanes[i].b     = b;
+        lanes[i].first = i;
+        lanes[i].lat   = lat;
+        if (pthread_create(&lanes[i].thread, NULL, kvf_bench_pd_lane_run,
+                           &lanes[i]) != 0) {
+            rc = 1;
+            break;
+        }
+        started++;
+    }
+    for (i = 0; i < started; i++) {
+        pthread_join(lanes[i].thread, NULL);
+        rc |= lanes[i].rc;
+        *total_ns_p += lanes[i].total_ns;
+        *bytes_p += lanes[i].bytes;
+        *verified_p = *verified_p && lanes[i].verified;
+    }
+    *wall_ns_p = kvf_time_now_ns() - t0;
+    free(lanes);
+    return rc;
+}
+
 int kvf_bench_pd_main(int argc, char **argv)
 {
     kvf_client_t *pc = NULL, *dc = NULL;
     kvf_bench_pd_t b;
-    uint64_t *lat = NULL, total_ns = 0, bytes = 0;
+    uint64_t *lat = NULL, total_ns = 0, bytes = 0, wall_ns = 0;
     bool verified = true;
     double gbps, ceiling = 0.0, ceiling_sleep = 0.0;
     int rc = 1;
@@ -209,8 +285,15 @@ int kvf_bench_pd_main(int argc, char **argv)
             usleep(10000);
         }
     }
-    if (kvf_bench_pd_run(&b, pc, dc, lat, &total_ns, &bytes, &verified) != 0) {
+    if ((b.o.inflight == 1) ? kvf_bench_pd_run(&b, pc, dc, 0, 1, lat, &total_ns,
+                                               &bytes, &verified)
+                            : kvf_bench_pd_lanes(&b, lat, &total_ns, &bytes,
+                                                 &verified, &wall_ns)) {
+        fprintf(stderr, "kvf-bench pd: failed (logs in %s)\n", b.pair.dir);
         goto out;
+    }
+    if (b.o.inflight > 1) {
+        total_ns = wall_ns; /* requests overlap: bytes over the wall time */
     }
     kvf_client_disconnect(pc);
     kvf_client_disconnect(dc);
@@ -228,11 +311,13 @@ int kvf_bench_pd_main(int argc, char **argv)
     printf(
         "{\"bench\":\"pd\",\"transport\":\"%s\",\"chunk_size\":%" PRIu64
         ",\"requests\":%" PRIu64 ",\"chunks_per_request\":%" PRIu64
+        ",\"inflight\":%" PRIu64
         ",\"GBps\":%.2f,\"p50_us\":%.0f,\"p99_us\":%.0f,\"verified\":%s"
         ",\"perftest_am_bw_GBps\":%.2f,\"pct_of_perftest\":%.0f"
         ",\"perftest_am_bw_sleep_GBps\":%.2f,\"pct_of_perftest_sleep\":%.0f}\n",
         b.o.transport, b.o.chunk_size, b.o.requests, b.o.chunks_per_request,
-        gbps, (double)kvf_bench_percentile(lat, b.o.requests, 50) / 1000.0,
+        b.o.inflight, gbps,
+        (double)kvf_bench_percentile(lat, b.o.requests, 50) / 1000.0,
         (double)kvf_bench_percentile(lat, b.o.requests, 99) / 1000.0,
         verified ? "true" : "false", ceiling,
         (ceiling > 0) ? 100.0 * gbps / ceiling : 0.0, ceiling_sleep,
