@@ -141,6 +141,11 @@ python3 "$(dirname "$0")/demo-report.py" \
     "phase 3: PD pair=$work/phase3-prefill.json+$work/phase3-decode.json"
 
 if [ -x "$kvfctl_bin" ]; then
+    # the node table shows what agents last reported (one heartbeat a
+    # second): let the decoder report its released receive region first
+    wait_for "demo-decode to report its receive region empty" 10 \
+        bash -c "\"$kvfctl_bin\" --controller 127.0.0.1:$ctl_port --json nodes |
+                 python3 -c 'import json,sys; n=[x for x in json.load(sys.stdin)[\"nodes\"] if x[\"name\"]==\"demo-decode\"]; sys.exit(0 if n and n[0][\"pd_used\"]==0 else 1)'" || true
     say "kvfctl nodes"
     "$kvfctl_bin" --controller "127.0.0.1:$ctl_port" nodes
     say "kvfctl stats"
