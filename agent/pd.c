@@ -32,10 +32,19 @@ enum {
 /* ---------------------------------------------------------- structures */
 
 typedef struct kvf_pd_req kvf_pd_req_t;
+typedef struct kvf_pd_batch kvf_pd_batch_t;
+
+/* Where a chunk being received lands: the batch and its index (one per
+ * chunk, made with the batch: nothing is allocated per chunk). */
+typedef struct kvf_pd_recv {
+    kvf_pd_t *pd;
+    kvf_pd_batch_t *batch;
+    uint32_t index;
+} kvf_pd_recv_t;
 
 /* One push as the decoder sees it: a reservation of slots, then their
- * data, then PD_DONE. */
-typedef struct kvf_pd_batch {
+ * data, then PD_DONE. The batch outlives every receive into it. */
+struct kvf_pd_batch {
     struct kvf_pd_batch *next_queued; /* pd->queue, while waiting for room */
     kvf_pd_req_t *req;                /* NULL once its request went */
     uint64_t id;
@@ -50,12 +59,13 @@ typedef struct kvf_pd_batch {
     bool is_failed; /* a chunk could not be received */
     bool is_final;
     uint64_t *lengths;
-    uint64_t *offsets;   /* region offsets, once reserved */
-    uint64_t *checksums; /* from PD_ALLOC or PD_DONE */
-    uint8_t *state;      /* per chunk: 0 waiting, 1 receiving, 2 verified */
-    bool is_bad;         /* a chunk failed its checksum as it landed */
-    uint32_t bad;        /* which one */
-} kvf_pd_batch_t;
+    uint64_t *offsets;    /* region offsets, once reserved */
+    uint64_t *checksums;  /* from PD_ALLOC or PD_DONE */
+    uint8_t *state;       /* per chunk: 0 waiting, 1 receiving, 2 verified */
+    kvf_pd_recv_t *recvs; /* per chunk: the receive completion's argument */
+    bool is_bad;          /* a chunk failed its checksum as it landed */
+    uint32_t bad;         /* which one */
+};
 
 typedef enum {
     KVF_PD_REQ_WAITING = 0, /* an engine waits; nothing pushed yet */
@@ -275,6 +285,7 @@ static void kvf_pd_batch_free(kvf_pd_batch_t *batch)
     free(batch->offsets);
     free(batch->checksums);
     free(batch->state);
+    free(batch->recvs);
     free(batch);
 }
 
@@ -618,12 +629,14 @@ static void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
         batch->lengths = malloc(m->n_lengths * sizeof(uint64_t));
         batch->offsets = calloc(m->n_lengths, sizeof(uint64_t));
         batch->state   = calloc(m->n_lengths, 1);
+        batch->recvs   = calloc(m->n_lengths, sizeof(kvf_pd_recv_t));
         if (m->n_checksums > 0) {
             batch->checksums = malloc(m->n_lengths * sizeof(uint64_t));
         }
     }
     if ((batch == NULL) || (batch->lengths == NULL) ||
         (batch->offsets == NULL) || (batch->state == NULL) ||
+        (batch->recvs == NULL) ||
         ((m->n_checksums > 0) && (batch->checksums == NULL))) {
         if (batch != NULL) {
             kvf_pd_batch_free(batch);
@@ -857,13 +870,6 @@ static void kvf_pd_on_abort(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
 
 static void kvf_pd_on_data_recv(kvf_status_t status, void *arg);
 
-/* Where a chunk being received lands: the batch and its index. */
-typedef struct kvf_pd_recv {
-    kvf_pd_t *pd;
-    kvf_pd_batch_t *batch;
-    uint32_t index;
-} kvf_pd_recv_t;
-
 static kvf_status_t kvf_pd_on_data(void *arg, const void *header,
                                    size_t header_len,
                                    const kvf_ucx_am_msg_t *msg)
@@ -897,17 +903,13 @@ static kvf_status_t kvf_pd_on_data(void *arg, const void *header,
                   (unsigned long long)m->request_id);
         goto out;
     }
-    recv = malloc(sizeof(*recv));
-    if (recv == NULL) {
-        goto out;
-    }
+    recv        = &batch->recvs[m->index];
     recv->pd    = pd;
     recv->batch = batch;
     recv->index = m->index;
     if (kvf_ucx_am_recv_data(msg, pd->region_base + batch->offsets[m->index],
                              m->length, pd->region_mem, pd->push_timeout_ns,
                              kvf_pd_on_data_recv, recv) != KVF_OK) {
-        free(recv);
         batch->is_failed = true;
         goto out;
     }
@@ -927,7 +929,6 @@ static void kvf_pd_on_data_recv(kvf_status_t status, void *arg)
     kvf_pd_batch_t *batch = recv->batch;
     uint32_t index        = recv->index;
 
-    free(recv);
     batch->inflight--;
     if (batch->req == NULL) {
         /* its request went meanwhile: the slots go once nothing writes */
