@@ -441,6 +441,35 @@ static kvf_status_t kvf_ucx_rma_check(kvf_ucx_ep_t *ep, size_t len,
     return KVF_OK;
 }
 
+/* What a put and a get share: the range check against the rkey, an
+ * operation slot, and the request parameters (with the local memory
+ * handle when there is one). */
+static kvf_status_t kvf_ucx_rma_begin(kvf_ucx_ep_t *ep, kvf_ucx_op_type_t type,
+                                      size_t len, const kvf_ucx_mem_t *mem,
+                                      uint64_t remote_addr,
+                                      const kvf_ucx_rkey_t *rkey,
+                                      uint64_t timeout_ns, kvf_ucx_op_cb_t cb,
+                                      void *arg, ucp_request_param_t *param,
+                                      kvf_ucx_op_t **op_p)
+{
+    kvf_status_t status;
+
+    status = kvf_ucx_rma_check(ep, len, remote_addr, rkey);
+    if (status != KVF_OK) {
+        return status;
+    }
+    status = kvf_ucx_op_alloc(ep->worker, ep, type, timeout_ns, cb, arg, op_p);
+    if (status != KVF_OK) {
+        return status;
+    }
+    kvf_ucx_op_param_init(*op_p, param);
+    if (mem != NULL) {
+        param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        param->memh = mem->memh;
+    }
+    return KVF_OK;
+}
+
 kvf_status_t kvf_ucx_put(kvf_ucx_ep_t *ep, const void *src, size_t len,
                          const kvf_ucx_mem_t *mem, uint64_t remote_addr,
                          const kvf_ucx_rkey_t *rkey, uint64_t timeout_ns,
@@ -450,19 +479,10 @@ kvf_status_t kvf_ucx_put(kvf_ucx_ep_t *ep, const void *src, size_t len,
     kvf_ucx_op_t *op;
     kvf_status_t status;
 
-    status = kvf_ucx_rma_check(ep, len, remote_addr, rkey);
+    status = kvf_ucx_rma_begin(ep, KVF_UCX_OP_PUT, len, mem, remote_addr, rkey,
+                               timeout_ns, cb, arg, &param, &op);
     if (status != KVF_OK) {
         return status;
-    }
-    status = kvf_ucx_op_alloc(ep->worker, ep, KVF_UCX_OP_PUT, timeout_ns, cb,
-                              arg, &op);
-    if (status != KVF_OK) {
-        return status;
-    }
-    kvf_ucx_op_param_init(op, &param);
-    if (mem != NULL) {
-        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        param.memh = mem->memh;
     }
     return kvf_ucx_op_start(
         op, ucp_put_nbx(ep->ucp_ep, src, len, remote_addr, rkey->ucp, &param),
@@ -478,19 +498,10 @@ kvf_status_t kvf_ucx_get(kvf_ucx_ep_t *ep, void *dest, size_t len,
     kvf_ucx_op_t *op;
     kvf_status_t status;
 
-    status = kvf_ucx_rma_check(ep, len, remote_addr, rkey);
+    status = kvf_ucx_rma_begin(ep, KVF_UCX_OP_GET, len, mem, remote_addr, rkey,
+                               timeout_ns, cb, arg, &param, &op);
     if (status != KVF_OK) {
         return status;
-    }
-    status = kvf_ucx_op_alloc(ep->worker, ep, KVF_UCX_OP_GET, timeout_ns, cb,
-                              arg, &op);
-    if (status != KVF_OK) {
-        return status;
-    }
-    kvf_ucx_op_param_init(op, &param);
-    if (mem != NULL) {
-        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        param.memh = mem->memh;
     }
     return kvf_ucx_op_start(
         op, ucp_get_nbx(ep->ucp_ep, dest, len, remote_addr, rkey->ucp, &param),
