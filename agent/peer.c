@@ -357,8 +357,9 @@ static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
     }
 }
 
-/* The traffic row of node @p node_id, made on first use; its name is
- * (re)taken from @p name when one is given. */
+/* The traffic row of node @p node_id, made (and named from @p name, when
+ * one is given) on first use: a per-chunk call is a short scan, no string
+ * work. */
 static kvf_peer_link_stats_t *kvf_peer_link(kvf_peer_t *peer, uint32_t node_id,
                                             const char *name)
 {
@@ -368,26 +369,22 @@ static kvf_peer_link_stats_t *kvf_peer_link(kvf_peer_t *peer, uint32_t node_id,
 
     for (i = 0; i < peer->num_links; i++) {
         if (peer->links[i].node_id == node_id) {
-            link = &peer->links[i];
-            break;
+            return &peer->links[i]; /* named when it was made */
         }
     }
-    if (link == NULL) {
-        if (peer->num_links == KVF_PEER_LINKS_MAX) {
-            link = &peer->links[KVF_PEER_LINKS_MAX - 1];
-            if (link->node_id != UINT32_MAX) {
-                link->node_id = UINT32_MAX;
-                snprintf(link->name, sizeof(link->name), "other");
-            }
-            return link;
+    if (peer->num_links == KVF_PEER_LINKS_MAX) {
+        link = &peer->links[KVF_PEER_LINKS_MAX - 1];
+        if (link->node_id != UINT32_MAX) {
+            link->node_id = UINT32_MAX;
+            snprintf(link->name, sizeof(link->name), "other");
         }
-        link = &peer->links[peer->num_links++];
-        memset(link, 0, sizeof(*link));
-        link->node_id = node_id;
-        snprintf(link->name, sizeof(link->name), "node-%" PRIu32, node_id);
+        return link;
     }
-    if ((name != NULL) && (name[0] != '\0') &&
-        (strncmp(link->name, name, sizeof(link->name) - 1) != 0)) {
+    link = &peer->links[peer->num_links++];
+    memset(link, 0, sizeof(*link));
+    link->node_id = node_id;
+    snprintf(link->name, sizeof(link->name), "node-%" PRIu32, node_id);
+    if ((name != NULL) && (name[0] != '\0')) {
         for (k = 0; (k < sizeof(link->name) - 1) && (name[k] != '\0'); k++) {
             link->name[k] =
                 (isalnum((unsigned char)name[k]) || (name[k] == '.') ||
