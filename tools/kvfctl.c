@@ -11,7 +11,7 @@
  * usage error. The cluster secret comes from the file named by
  * KVF_CLUSTER_SECRET_FILE, never from the command line.
  */
-#include "controller/ctlconn.h"
+#include "client/ctlconn.h"
 
 #include <kvfabric/keys.h>
 

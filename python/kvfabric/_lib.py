@@ -5,7 +5,7 @@
 The library is found, in order, through:
 
 1. ``KVF_LIB``: a path to libkvfabric.so;
-2. ``KVF_BUILD_ROOT``: a meson build directory (``agent/libkvfabric.so``);
+2. ``KVF_BUILD_ROOT``: a meson build directory (``client/libkvfabric.so``);
 3. the source tree this package sits in: ``build/release``, then
    ``build/asan`` (an ASan build needs the ASan runtime preloaded, see
    python/README.md);
@@ -214,10 +214,10 @@ def _candidates():
         return
     root = os.environ.get("KVF_BUILD_ROOT")
     if root:
-        yield os.path.join(root, "agent", "libkvfabric.so")
+        yield os.path.join(root, "client", "libkvfabric.so")
     src = pathlib.Path(__file__).resolve().parents[2]
     for b in ("release", "asan"):
-        yield str(src / "build" / b / "agent" / "libkvfabric.so")
+        yield str(src / "build" / b / "client" / "libkvfabric.so")
     found = ctypes.util.find_library("kvfabric")
     if found:
         yield found

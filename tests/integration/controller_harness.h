@@ -8,7 +8,7 @@
 #ifndef KVF_TESTS_CONTROLLER_HARNESS_H
 #define KVF_TESTS_CONTROLLER_HARNESS_H
 
-#include "controller/ctlconn.h"
+#include "client/ctlconn.h"
 
 #include <kvfabric/keys.h>
 

@@ -22,7 +22,7 @@
 #include "tools/bench/bench.h"
 
 #include "common/time.h"
-#include "controller/ctlconn.h"
+#include "client/ctlconn.h"
 
 #include <kvfabric/kvfabric.h>
 

@@ -8,8 +8,8 @@
  * thread: one thread per connection. Ownership: the caller owns the
  * connection and each frame received (kvf_frame_release()).
  */
-#ifndef KVF_CONTROLLER_CTLCONN_H
-#define KVF_CONTROLLER_CTLCONN_H
+#ifndef KVF_CLIENT_CTLCONN_H
+#define KVF_CLIENT_CTLCONN_H
 
 #include "common/auth.h"
 #include "proto/frame.h"
@@ -104,4 +104,4 @@ kvf_status_t kvf_ctlconn_call(kvf_ctlconn_t *conn, uint16_t type,
 /* The socket (tests). */
 int kvf_ctlconn_fd(const kvf_ctlconn_t *conn);
 
-#endif /* KVF_CONTROLLER_CTLCONN_H */
+#endif /* KVF_CLIENT_CTLCONN_H */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Copyright (c) 2026 The kvfabric authors */
-#include "controller/ctlconn.h"
+#include "client/ctlconn.h"
 
 #include "common/config.h"
 #include "common/time.h"
