@@ -2,7 +2,6 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "common/auth.h"
 
-#include "common/config.h"
 #include "common/log.h"
 
 #include <openssl/crypto.h>
@@ -176,17 +175,18 @@ kvf_status_t kvf_auth_secret_load_opt(const char *path,
     return kvf_auth_secret_load(path, secret, err, err_len);
 }
 
+/* "127.0.0.1:7000", "[::1]:7000", "localhost:7000": the host part only,
+ * without the config parser (libkvfabric links auth.c, not config.c) */
 static bool kvf_auth_host_is_loopback(const char *hostport)
 {
-    char host[256];
-    uint16_t port;
+    const char *colon = strrchr(hostport, ':');
+    size_t len        = (colon != NULL) ? (size_t)(colon - hostport) : 0;
 
-    if (kvf_config_parse_hostport(hostport, host, sizeof(host), &port) !=
-        KVF_OK) {
-        return false;
+    if ((len >= 2) && (hostport[0] == '[') && (hostport[len - 1] == ']')) {
+        return (len == 5) && (strncmp(hostport, "[::1]", 5) == 0);
     }
-    return (strncmp(host, "127.", 4) == 0) || (strcmp(host, "::1") == 0) ||
-           (strcmp(host, "localhost") == 0);
+    return (strncmp(hostport, "127.", 4) == 0) ||
+           ((len == 9) && (strncmp(hostport, "localhost", 9) == 0));
 }
 
 void kvf_auth_warn_if_open(const kvf_auth_secret_t *secret, const char *what,

@@ -2,8 +2,6 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "proto/frame.h"
 
-#include <event2/buffer.h>
-
 #include <string.h>
 
 typedef struct kvf_msg_desc {
@@ -123,10 +121,11 @@ static void kvf_frame_put_hdr(uint8_t *p, uint32_t length, uint16_t type,
     p[7] = (uint8_t)(flags >> 8);
 }
 
-/* Validates a header; KVF_OK when the frame may be read. */
-static kvf_status_t kvf_frame_check_hdr(const uint8_t *hdr, uint32_t max_frame,
-                                        kvf_frame_t *frame)
+kvf_status_t kvf_frame_check_hdr(const void *data, uint32_t max_frame,
+                                 kvf_frame_t *frame)
 {
+    const uint8_t *hdr = data;
+
     frame->length = kvf_frame_get_le32(hdr);
     frame->type   = kvf_frame_get_le16(hdr + 4);
     frame->flags  = kvf_frame_get_le16(hdr + 6);
@@ -174,45 +173,6 @@ kvf_status_t kvf_frame_decode_buf(const void *data, size_t len,
     *consumed_p = KVF_FRAME_HDR_SIZE + (size_t)frame.length;
     status =
         kvf_frame_unpack_payload(bytes + KVF_FRAME_HDR_SIZE, alloc, &frame);
-    if (status != KVF_OK) {
-        return status;
-    }
-    *frame_p = frame;
-    return KVF_OK;
-}
-
-kvf_status_t kvf_frame_decode(struct evbuffer *in, uint32_t max_frame,
-                              ProtobufCAllocator *alloc, kvf_frame_t *frame_p)
-{
-    uint8_t hdr[KVF_FRAME_HDR_SIZE];
-    const uint8_t *payload;
-    kvf_frame_t frame;
-    kvf_status_t status;
-    size_t avail = evbuffer_get_length(in);
-
-    if (avail < KVF_FRAME_HDR_SIZE) {
-        return KVF_INPROGRESS;
-    }
-    /* peek the header only: nothing is copied or made contiguous until the
-     * declared length has been checked */
-    if (evbuffer_copyout(in, hdr, sizeof(hdr)) != (ev_ssize_t)sizeof(hdr)) {
-        return KVF_ERR_IO;
-    }
-    status = kvf_frame_check_hdr(hdr, max_frame, &frame);
-    if (status != KVF_OK) {
-        return status;
-    }
-    if (avail - KVF_FRAME_HDR_SIZE < frame.length) {
-        return KVF_INPROGRESS;
-    }
-    payload =
-        evbuffer_pullup(in, (ev_ssize_t)(KVF_FRAME_HDR_SIZE + frame.length));
-    if (payload == NULL) {
-        return KVF_ERR_NO_MEMORY;
-    }
-    status =
-        kvf_frame_unpack_payload(payload + KVF_FRAME_HDR_SIZE, alloc, &frame);
-    evbuffer_drain(in, KVF_FRAME_HDR_SIZE + frame.length);
     if (status != KVF_OK) {
         return status;
     }
@@ -269,35 +229,5 @@ kvf_status_t kvf_frame_pack(void *buf, size_t buf_len, uint16_t type,
     kvf_frame_put_hdr(bytes, (uint32_t)payload, type, flags);
     protobuf_c_message_pack(msg, bytes + KVF_FRAME_HDR_SIZE);
     *len_p = KVF_FRAME_HDR_SIZE + payload;
-    return KVF_OK;
-}
-
-kvf_status_t kvf_frame_encode(struct evbuffer *out, uint16_t type,
-                              uint16_t flags, const ProtobufCMessage *msg,
-                              uint32_t max_frame)
-{
-    struct evbuffer_iovec vec;
-    kvf_status_t status;
-    size_t payload, total;
-
-    if (msg == NULL) {
-        return KVF_ERR_INVALID;
-    }
-    payload = protobuf_c_message_get_packed_size(msg);
-    status  = kvf_frame_check_msg(type, flags, msg, payload, max_frame);
-    if (status != KVF_OK) {
-        return status;
-    }
-    total = KVF_FRAME_HDR_SIZE + payload;
-    /* pack straight into the output buffer's free space: no bounce copy */
-    if (evbuffer_reserve_space(out, (ev_ssize_t)total, &vec, 1) != 1) {
-        return KVF_ERR_NO_MEMORY;
-    }
-    kvf_frame_put_hdr(vec.iov_base, (uint32_t)payload, type, flags);
-    protobuf_c_message_pack(msg, (uint8_t *)vec.iov_base + KVF_FRAME_HDR_SIZE);
-    vec.iov_len = total;
-    if (evbuffer_commit_space(out, &vec, 1) != 0) {
-        return KVF_ERR_NO_MEMORY;
-    }
     return KVF_OK;
 }

@@ -118,7 +118,16 @@ kvf_status_t kvf_frame_decode_buf(const void *data, size_t len,
                                   uint32_t max_frame, ProtobufCAllocator *alloc,
                                   kvf_frame_t *frame_p, size_t *consumed_p);
 
-/* As kvf_frame_decode_buf(), reading from and draining @p in. */
+/*
+ * Reads the KVF_FRAME_HDR_SIZE bytes of a header at @p hdr into @p frame
+ * (msg NULL): KVF_OK when a payload of frame->length bytes may follow,
+ * KVF_ERR_TOO_BIG, KVF_ERR_PROTO (unknown type or flags).
+ */
+kvf_status_t kvf_frame_check_hdr(const void *hdr, uint32_t max_frame,
+                                 kvf_frame_t *frame);
+
+/* As kvf_frame_decode_buf(), reading from and draining @p in
+ * (proto/frame_ev.c: libevent, not in libkvfabric). */
 kvf_status_t kvf_frame_decode(struct evbuffer *in, uint32_t max_frame,
                               ProtobufCAllocator *alloc, kvf_frame_t *frame_p);
 
@@ -126,7 +135,7 @@ kvf_status_t kvf_frame_decode(struct evbuffer *in, uint32_t max_frame,
 void kvf_frame_release(kvf_frame_t *frame, ProtobufCAllocator *alloc);
 
 /*
- * Appends @p msg as a frame of @p type to @p out. @p msg must be of the
+ * Appends @p msg as a frame of @p type to @p out (proto/frame_ev.c). @p msg must be of the
  * type's message. KVF_ERR_TOO_BIG when the payload is over @p max_frame,
  * KVF_ERR_INVALID for a type/message mismatch, KVF_ERR_NO_MEMORY.
  */
