@@ -41,7 +41,7 @@ optional-deps:
 
 $(ASAN_DIR)/build.ninja: | deps
 	@tools/meson-setup.sh $(ASAN_DIR) -Db_sanitize=address,undefined \
-	    -Db_lundef=false -Dtests=enabled
+	    -Db_lundef=false -Dtests=enabled -Dwerror=true
 
 $(REL_DIR)/build.ninja: | deps
 	@tools/meson-setup.sh $(REL_DIR) --buildtype=release -Dtests=disabled

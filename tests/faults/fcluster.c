@@ -201,7 +201,7 @@ static void kvf_fc_hosts_down(kvf_fc_t *fc)
 
 int kvf_fc_link(kvf_fc_t *fc, int i, bool is_up)
 {
-    char host[8], out[4096];
+    char host[12], out[4096]; /* an int's digits and sign */
     const char *args[] = {"link", fc->tag, host, is_up ? "up" : "down", NULL};
 
     snprintf(host, sizeof(host), "%d", i + 1);
@@ -214,7 +214,7 @@ int kvf_fc_link(kvf_fc_t *fc, int i, bool is_up)
 
 int kvf_fc_netem(kvf_fc_t *fc, int i, const char *spec)
 {
-    char host[8], out[4096];
+    char host[12], out[4096]; /* an int's digits and sign */
     const char *args[] = {"netem", fc->tag, host, spec, NULL};
 
     snprintf(host, sizeof(host), "%d", i + 1);
