@@ -3,7 +3,8 @@
 /*
  * A blocking connection to kvf-controller: connect, HELLO, then frames out
  * and replies in, each wait bounded by a timeout. Used by kvfctl, kvf-bench
- * and the tests (and it is the reference for the agent's controller client).
+ * and the tests. The framing, deadlines and HELLO + AUTH are proto/conn.c's
+ * (shared with libkvfabric); this adds TCP name resolution and TLS.
  *
  * thread: one thread per connection. Ownership: the caller owns the
  * connection and each frame received (kvf_frame_release()).
@@ -103,5 +104,8 @@ kvf_status_t kvf_ctlconn_call(kvf_ctlconn_t *conn, uint16_t type,
 
 /* The socket (tests). */
 int kvf_ctlconn_fd(const kvf_ctlconn_t *conn);
+
+/* One line: why the last send/receive failed (names the controller). */
+const char *kvf_ctlconn_last_error(const kvf_ctlconn_t *conn);
 
 #endif /* KVF_CLIENT_CTLCONN_H */
