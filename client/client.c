@@ -12,43 +12,52 @@
 #include "common/auth.h"
 #include "common/log.h"
 #include "common/time.h"
+#include "proto/conn.h"
 #include "proto/frame.h"
-#include "proto/hello.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #define KVF_CLIENT_DEFAULT_TIMEOUT_NS (5ull * KVF_NSEC_PER_SEC)
 #define KVF_CLIENT_DEFAULT_SOCKET     "/run/kvfabric/agent.sock"
 #define KVF_CLIENT_MAX_FRAME          (16u << 20)
+/* reconnect backoff: bounded well under a second, so an engine's calls
+ * succeed again soon after a restarted agent is up */
+#define KVF_CLIENT_BACKOFF_MIN_NS (10ull * KVF_NSEC_PER_MSEC)
+#define KVF_CLIENT_BACKOFF_MAX_NS (250ull * KVF_NSEC_PER_MSEC)
 
 struct kvf_client {
-    int fd;
+    kvf_conn_t *conn; /* NULL: lost; the next call reconnects */
     uint64_t timeout_ns;
     uint64_t next_request;
     void *pool_base;
     uint64_t pool_size;
+    uint64_t map_size; /* bytes mapped at pool_base (>= pool_size) */
     uint64_t max_chunk_bytes;
     uint64_t pd_offset; /* PD receive region in the mapping (decoders) */
     uint64_t pd_size;
     uint64_t pd_push_timeout_ns; /* the agent's deadline of one push */
+    uint64_t retry_at_ns;        /* no reconnect attempt before this */
+    uint64_t backoff_ns;         /* 0 after a success */
+    uint64_t reconnects;         /* connections made after the first */
+    kvf_auth_secret_t secret;    /* kept for reconnecting */
     char node_name[128];
-    uint8_t *rx; /* receive buffer: bytes [0, rx_len) not yet decoded */
-    size_t rx_len;
-    size_t rx_cap;
-    uint8_t *tx;
-    size_t tx_cap;
-    char error[256];
+    char path[108];
+    char name[128];
+    char peer[160]; /* "agent at PATH": every error names it */
+    char lost[256]; /* why the connection was lost, while it is */
+    char error[640];
 };
+
+/* why the last kvf_client_connect() of this thread failed: there is no
+ * client to ask (kvf_client_last_error(NULL)) */
+static _Thread_local char kvf_client_connect_error[640];
 
 static kvf_status_t kvf_client_fail(kvf_client_t *client, kvf_status_t status,
                                     const char *fmt, ...) KVF_PRINTF(3, 4);
@@ -66,334 +75,85 @@ static kvf_status_t kvf_client_fail(kvf_client_t *client, kvf_status_t status,
 
 const char *kvf_client_last_error(const kvf_client_t *client)
 {
-    return (client == NULL) ? "no client" : client->error;
+    return (client == NULL) ? kvf_client_connect_error : client->error;
 }
 
-/* Waits until @p fd is ready for @p events or the deadline passes. */
-static kvf_status_t kvf_client_wait_fd(kvf_client_t *client, short events,
-                                       uint64_t deadline)
+uint64_t kvf_client_reconnects(const kvf_client_t *client)
 {
-    struct pollfd pfd = {.fd = client->fd, .events = events};
-    int rc;
-
-    for (;;) {
-        rc = poll(&pfd, 1, kvf_time_left_ms(deadline));
-        if (rc > 0) {
-            return KVF_OK;
-        }
-        if (rc == 0) {
-            return kvf_client_fail(client, KVF_ERR_TIMEOUT,
-                                   "agent did not answer in time");
-        }
-        if (errno != EINTR) {
-            return kvf_client_fail(client, KVF_ERR_IO, "poll: %s",
-                                   strerror(errno));
-        }
-    }
+    return client->reconnects;
 }
 
-static kvf_status_t kvf_client_send(kvf_client_t *client, uint16_t type,
-                                    const ProtobufCMessage *msg,
-                                    uint64_t deadline)
+/* Maps the agent's pool. After a reconnect the new pool goes at the old
+ * address when it fits, so pointers the engine derived from
+ * kvf_client_pool_base() stay valid (they now see the new pool). */
+static kvf_status_t kvf_client_map_pool(kvf_client_t *client, int pool_fd,
+                                        uint64_t size)
 {
-    size_t need = kvf_frame_size(msg), len = 0, off = 0;
-    kvf_status_t status;
-    ssize_t n;
-
-    if (need > client->tx_cap) {
-        uint8_t *grown = realloc(client->tx, need);
-        if (grown == NULL) {
-            return kvf_client_fail(client, KVF_ERR_NO_MEMORY,
-                                   "no memory for a %zu-byte request", need);
-        }
-        client->tx     = grown;
-        client->tx_cap = need;
-    }
-    status = kvf_frame_pack(client->tx, client->tx_cap, type, 0, msg,
-                            KVF_CLIENT_MAX_FRAME, &len);
-    if (status != KVF_OK) {
-        return kvf_client_fail(client, status, "request too large (%zu bytes)",
-                               need);
-    }
-    while (off < len) {
-        n = send(client->fd, client->tx + off, len - off, MSG_NOSIGNAL);
-        if (n > 0) {
-            off += (size_t)n;
-            continue;
-        }
-        if ((n < 0) && (errno == EINTR)) {
-            continue;
-        }
-        if ((n < 0) && ((errno == EAGAIN) || (errno == EWOULDBLOCK))) {
-            status = kvf_client_wait_fd(client, POLLOUT, deadline);
-            if (status != KVF_OK) {
-                return status;
-            }
-            continue;
-        }
-        return kvf_client_fail(client, KVF_ERR_CLOSED,
-                               "agent connection lost: %s", strerror(errno));
-    }
-    return KVF_OK;
-}
-
-/* Reads bytes into rx, taking one passed fd if @p fd_p is given. */
-static kvf_status_t kvf_client_read_some(kvf_client_t *client, int *fd_p,
-                                         uint64_t deadline)
-{
-    char control[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr *cmsg;
-    struct msghdr mh;
-    struct iovec iov;
-    kvf_status_t status;
-    ssize_t n;
-
-    if (client->rx_cap - client->rx_len < 4096) {
-        size_t cap = (client->rx_cap == 0) ? 65536 : client->rx_cap * 2;
-        uint8_t *grown;
-
-        if (cap > KVF_CLIENT_MAX_FRAME + KVF_FRAME_HDR_SIZE + 4096) {
-            return kvf_client_fail(client, KVF_ERR_PROTO,
-                                   "agent sent an oversized frame");
-        }
-        grown = realloc(client->rx, cap);
-        if (grown == NULL) {
-            return kvf_client_fail(client, KVF_ERR_NO_MEMORY,
-                                   "no memory for a reply");
-        }
-        client->rx     = grown;
-        client->rx_cap = cap;
-    }
-    for (;;) {
-        iov.iov_base = client->rx + client->rx_len;
-        iov.iov_len  = client->rx_cap - client->rx_len;
-        memset(&mh, 0, sizeof(mh));
-        mh.msg_iov        = &iov;
-        mh.msg_iovlen     = 1;
-        mh.msg_control    = control;
-        mh.msg_controllen = sizeof(control);
-        n                 = recvmsg(client->fd, &mh, MSG_CMSG_CLOEXEC);
-        if (n > 0) {
-            break;
-        }
-        if (n == 0) {
-            return kvf_client_fail(client, KVF_ERR_CLOSED,
-                                   "agent closed the connection");
-        }
-        if (errno == EINTR) {
-            continue;
-        }
-        if ((errno != EAGAIN) && (errno != EWOULDBLOCK)) {
-            return kvf_client_fail(client, KVF_ERR_CLOSED,
-                                   "agent connection lost: %s",
-                                   strerror(errno));
-        }
-        status = kvf_client_wait_fd(client, POLLIN, deadline);
-        if (status != KVF_OK) {
-            return status;
-        }
-    }
-    client->rx_len += (size_t)n;
-    for (cmsg = CMSG_FIRSTHDR(&mh); cmsg != NULL;
-         cmsg = CMSG_NXTHDR(&mh, cmsg)) {
-        if ((cmsg->cmsg_level == SOL_SOCKET) &&
-            (cmsg->cmsg_type == SCM_RIGHTS) &&
-            (cmsg->cmsg_len >= CMSG_LEN(sizeof(int)))) {
-            int fd;
-
-            memcpy(&fd, CMSG_DATA(cmsg), sizeof(fd));
-            if ((fd_p != NULL) && (*fd_p < 0)) {
-                *fd_p = fd;
-            } else {
-                close(fd); /* unexpected: never leak it */
-            }
-        }
-    }
-    return KVF_OK;
-}
-
-/* Receives the next frame of @p type; the caller releases it. */
-static kvf_status_t kvf_client_recv(kvf_client_t *client, uint16_t type,
-                                    int *fd_p, uint64_t deadline,
-                                    kvf_frame_t *frame_p)
-{
-    kvf_frame_t frame;
-    kvf_status_t status;
-    size_t used = 0;
-
-    for (;;) {
-        status =
-            kvf_frame_decode_buf(client->rx, client->rx_len,
-                                 KVF_CLIENT_MAX_FRAME, NULL, &frame, &used);
-        if (status == KVF_OK) {
-            memmove(client->rx, client->rx + used, client->rx_len - used);
-            client->rx_len -= used;
-            if (frame.type == type) {
-                *frame_p = frame;
-                return KVF_OK;
-            }
-            if (frame.type == KVF_MSG_STATUS) {
-                const Kvf__Status *st = (const Kvf__Status *)frame.msg;
-                status                = kvf_client_fail(
-                                   client,
-                    (st->status < 0) ? (kvf_status_t)st->status : KVF_ERR_PROTO,
-                                   "agent: %s", (st->message != NULL) ? st->message : "");
-                kvf_frame_release(&frame, NULL);
-                return status;
-            }
-            kvf_frame_release(&frame, NULL);
-            return kvf_client_fail(
-                client, KVF_ERR_PROTO, "agent sent %s, expected %s",
-                kvf_msg_type_name(frame.type), kvf_msg_type_name(type));
-        }
-        if (status != KVF_INPROGRESS) {
-            return kvf_client_fail(client, KVF_ERR_PROTO,
-                                   "bad frame from the agent: %s",
-                                   kvf_strerror(status));
-        }
-        status = kvf_client_read_some(client, fd_p, deadline);
-        if (status != KVF_OK) {
-            return status;
-        }
-    }
-}
-
-static kvf_status_t kvf_client_dial(kvf_client_t *client, const char *path,
-                                    uint64_t deadline)
-{
-    struct sockaddr_un sun;
-    kvf_status_t status;
-    socklen_t len;
-    int err = 0;
-
-    if (strlen(path) >= sizeof(sun.sun_path)) {
-        return kvf_client_fail(client, KVF_ERR_INVALID,
-                               "socket path too long: %s", path);
-    }
-    client->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (client->fd < 0) {
-        return kvf_client_fail(client, KVF_ERR_IO, "socket: %s",
-                               strerror(errno));
-    }
-    memset(&sun, 0, sizeof(sun));
-    sun.sun_family = AF_UNIX;
-    memcpy(sun.sun_path, path, strlen(path));
-    if (connect(client->fd, (struct sockaddr *)&sun, sizeof(sun)) == 0) {
-        return KVF_OK;
-    }
-    if (errno != EAGAIN && errno != EINPROGRESS) {
-        return kvf_client_fail(client, KVF_ERR_IO, "no kvf-agent at %s: %s",
-                               path, strerror(errno));
-    }
-    status = kvf_client_wait_fd(client, POLLOUT, deadline);
-    if (status != KVF_OK) {
-        return status;
-    }
-    len = sizeof(err);
-    if ((getsockopt(client->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) ||
-        (err != 0)) {
-        return kvf_client_fail(client, KVF_ERR_IO, "no kvf-agent at %s: %s",
-                               path, strerror(err));
-    }
-    return KVF_OK;
-}
-
-/* Sends @p auth, the answer to the agent's challenge, and waits for its
- * STATUS. */
-static kvf_status_t kvf_client_auth(kvf_client_t *client, Kvf__Auth *auth,
-                                    int *fd_p, uint64_t deadline)
-{
-    const Kvf__Status *st;
-    kvf_status_t status;
-    kvf_frame_t frame;
-
-    auth->request_id = client->next_request++;
-    status = kvf_client_send(client, KVF_MSG_AUTH, &auth->base, deadline);
-    if (status != KVF_OK) {
-        return status;
-    }
-    /* a refusal arrives as STATUS{KVF_ERR_AUTH}: kvf_client_recv fails */
-    status = kvf_client_recv(client, KVF_MSG_STATUS, fd_p, deadline, &frame);
-    if (status != KVF_OK) {
-        return status;
-    }
-    st     = (const Kvf__Status *)frame.msg;
-    status = (st->status == KVF_OK) ? KVF_OK
-                                    : kvf_client_fail(client, KVF_ERR_PROTO,
-                                                      "agent answered AUTH "
-                                                      "with status %d",
-                                                      (int)st->status);
-    kvf_frame_release(&frame, NULL);
-    return status;
-}
-
-static kvf_status_t kvf_client_handshake(kvf_client_t *client, const char *name,
-                                         const kvf_auth_secret_t *secret,
-                                         uint64_t deadline)
-{
-    const Kvf__HelloReply *reply;
-    const Kvf__PoolInfo *info;
-    uint8_t mac[KVF_AUTH_MAC_SIZE];
-    kvf_auth_session_t auth;
-    kvf_frame_t frame;
-    Kvf__Hello hello;
-    Kvf__Auth auth_msg;
-    kvf_status_t status;
-    char name_buf[128], text[256];
-    size_t nonce_len;
-    int pool_fd = -1;
     void *base;
 
-    snprintf(name_buf, sizeof(name_buf), "%s", name);
-    kvf_auth_session_init(&auth, secret);
-    if (kvf_auth_client_hello(&auth, &nonce_len) != KVF_OK) {
-        return kvf_client_fail(client, KVF_ERR_IO, "no random auth nonce");
-    }
-    kvf__hello__init(&hello);
-    hello.request_id       = client->next_request++;
-    hello.protocol_version = KVF_PROTOCOL_VERSION;
-    hello.kind             = KVF__PEER_KIND__PEER_ENGINE;
-    hello.name             = name_buf;
-    hello.auth_nonce.data  = auth.own_nonce;
-    hello.auth_nonce.len   = nonce_len;
-    status = kvf_client_send(client, KVF_MSG_HELLO, &hello.base, deadline);
-    if (status != KVF_OK) {
-        goto err_close_fd;
-    }
-    /* the pool's fd may arrive with the bytes of HELLO_REPLY already */
-    status = kvf_client_recv(client, KVF_MSG_HELLO_REPLY, &pool_fd, deadline,
-                             &frame);
-    if (status != KVF_OK) {
-        goto err_close_fd;
-    }
-    reply  = (const Kvf__HelloReply *)frame.msg;
-    status = (kvf_status_t)reply->status;
-    if (status != KVF_OK) {
-        kvf_client_fail(client, status, "agent refused the connection: %s",
-                        (reply->message != NULL) ? reply->message : "");
-    } else if (kvf_hello_client_auth(&auth, reply, name_buf, &auth_msg, mac,
-                                     text, sizeof(text)) != KVF_OK) {
-        status = kvf_client_fail(client, KVF_ERR_AUTH, "agent: %s", text);
-    }
-    kvf_frame_release(&frame, NULL);
-    if (status != KVF_OK) {
-        goto err_close_fd;
-    }
-    if (auth.state == KVF_AUTH_STATE_CHALLENGED) {
-        status = kvf_client_auth(client, &auth_msg, &pool_fd, deadline);
-        if (status != KVF_OK) {
-            goto err_close_fd;
+    if ((client->pool_base != NULL) && (size <= client->map_size)) {
+        base = mmap(client->pool_base, size, PROT_READ | PROT_WRITE,
+                    MAP_SHARED | MAP_FIXED, pool_fd, 0);
+    } else {
+        base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, pool_fd, 0);
+        if ((base != MAP_FAILED) && (client->pool_base != NULL)) {
+            munmap(client->pool_base, client->map_size);
+        }
+        if (base != MAP_FAILED) {
+            client->map_size = size;
         }
     }
-    kvf_auth_session_cleanup(&auth);
+    if (base == MAP_FAILED) {
+        return kvf_client_fail(client, KVF_ERR_IO,
+                               "cannot map the pool of the %s: %s",
+                               client->peer, strerror(errno));
+    }
+    client->pool_base = base;
+    client->pool_size = size;
+    return KVF_OK;
+}
 
-    status =
-        kvf_client_recv(client, KVF_MSG_POOL_INFO, &pool_fd, deadline, &frame);
+/* Connects, HELLO (+ AUTH), receives the pool and maps it. */
+static kvf_status_t kvf_client_open(kvf_client_t *client, uint64_t deadline)
+{
+    const kvf_conn_params_t cp = {
+        .peer      = client->peer,
+        .max_frame = KVF_CLIENT_MAX_FRAME,
+    };
+    const kvf_conn_hello_params_t hp = {
+        .version = KVF_PROTOCOL_VERSION,
+        .kind    = KVF__PEER_KIND__PEER_ENGINE,
+        .name    = client->name,
+        .secret  = &client->secret,
+    };
+    const Kvf__PoolInfo *info;
+    kvf_conn_t *conn;
+    kvf_status_t status;
+    kvf_frame_t frame;
+    uint64_t pool_size;
+    int fd, pool_fd = -1;
+
+    status = kvf_conn_dial_unix(client->path, deadline, &fd, client->error,
+                                sizeof(client->error));
     if (status != KVF_OK) {
-        goto err_close_fd;
+        return status;
+    }
+    status = kvf_conn_create(fd, &cp, &conn); /* fd now belongs to conn */
+    if (status != KVF_OK) {
+        return kvf_client_fail(client, status, "no memory for a connection");
+    }
+    /* the pool's fd may arrive with the bytes of HELLO_REPLY already */
+    status = kvf_conn_hello(conn, &hp, deadline, &pool_fd);
+    if (status == KVF_OK) {
+        status = kvf_conn_expect(conn, KVF_MSG_POOL_INFO, deadline, &pool_fd,
+                                 &frame);
+    }
+    if (status != KVF_OK) {
+        kvf_client_fail(client, status, "%s", kvf_conn_last_error(conn));
+        goto err_destroy;
     }
     info                    = (const Kvf__PoolInfo *)frame.msg;
-    client->pool_size       = info->pool_size;
+    pool_size               = info->pool_size;
     client->max_chunk_bytes = info->max_chunk_bytes;
     client->pd_offset       = info->pd_offset;
     client->pd_size         = info->pd_size;
@@ -402,29 +162,75 @@ static kvf_status_t kvf_client_handshake(kvf_client_t *client, const char *name,
     snprintf(client->node_name, sizeof(client->node_name), "%s",
              (info->node_name != NULL) ? info->node_name : "");
     kvf_frame_release(&frame, NULL);
-    if ((pool_fd < 0) || (client->pool_size == 0)) {
-        status =
-            kvf_client_fail(client, KVF_ERR_PROTO, "agent sent no pool to map");
-        goto err_close_fd;
+    if ((pool_fd < 0) || (pool_size == 0)) {
+        status = kvf_client_fail(client, KVF_ERR_PROTO,
+                                 "%s sent no pool to map", client->peer);
+        goto err_destroy;
     }
-    base = mmap(NULL, client->pool_size, PROT_READ | PROT_WRITE, MAP_SHARED,
-                pool_fd, 0);
-    if (base == MAP_FAILED) {
-        status =
-            kvf_client_fail(client, KVF_ERR_IO,
-                            "cannot map the agent's pool: %s", strerror(errno));
-        goto err_close_fd;
+    status = kvf_client_map_pool(client, pool_fd, pool_size);
+    if (status != KVF_OK) {
+        goto err_destroy;
     }
     close(pool_fd); /* the mapping keeps the memory alive */
-    client->pool_base = base;
+    client->conn = conn;
     return KVF_OK;
 
-err_close_fd:
-    kvf_auth_session_cleanup(&auth);
+err_destroy:
     if (pool_fd >= 0) {
         close(pool_fd);
     }
+    kvf_conn_destroy(conn);
     return status;
+}
+
+/* The connection broke under a call: drop it (the agent releases what it
+ * granted us) and fail the call; the next call reconnects. */
+static kvf_status_t kvf_client_lose(kvf_client_t *client, kvf_status_t status)
+{
+    snprintf(client->lost, sizeof(client->lost), "%.250s",
+             kvf_conn_last_error(client->conn));
+    kvf_conn_destroy(client->conn);
+    client->conn        = NULL;
+    client->retry_at_ns = 0; /* the first attempt at once */
+    client->backoff_ns  = 0;
+    return kvf_client_fail(client, status,
+                           "%s; the call failed, the next one reconnects",
+                           client->lost);
+}
+
+/* A connection for the next call: reconnects after a loss, at most once per
+ * backoff period (10 ms doubling to 250 ms). */
+static kvf_status_t kvf_client_ensure(kvf_client_t *client)
+{
+    uint64_t now = kvf_time_now_ns();
+    kvf_status_t status;
+
+    if (client->conn != NULL) {
+        return KVF_OK;
+    }
+    if (now < client->retry_at_ns) {
+        return kvf_client_fail(
+            client, KVF_ERR_CLOSED,
+            "%s: not connected (%s); retrying in %" PRIu64 " ms", client->peer,
+            client->lost,
+            (uint64_t)((client->retry_at_ns - now) / KVF_NSEC_PER_MSEC));
+    }
+    status = kvf_client_open(client, kvf_time_deadline_ns(client->timeout_ns));
+    if (status == KVF_OK) {
+        client->reconnects++;
+        client->backoff_ns = 0;
+        kvf_debug("reconnected to the %s", client->peer);
+        return KVF_OK;
+    }
+    client->backoff_ns = (client->backoff_ns == 0) ? KVF_CLIENT_BACKOFF_MIN_NS
+                                                   : client->backoff_ns * 2;
+    if (client->backoff_ns > KVF_CLIENT_BACKOFF_MAX_NS) {
+        client->backoff_ns = KVF_CLIENT_BACKOFF_MAX_NS;
+    }
+    client->retry_at_ns = now + client->backoff_ns;
+    snprintf(client->lost, sizeof(client->lost), "%.250s", client->error);
+    return kvf_client_fail(client, KVF_ERR_CLOSED, "%s: cannot reconnect: %s",
+                           client->peer, client->lost);
 }
 
 kvf_status_t kvf_client_connect(const kvf_client_params_t *params,
@@ -433,20 +239,18 @@ kvf_status_t kvf_client_connect(const kvf_client_params_t *params,
     const char *path        = getenv("KVF_SOCKET");
     const char *name        = "engine";
     const char *secret_file = getenv("KVF_CLUSTER_SECRET_FILE");
-    kvf_auth_secret_t secret;
-    char err[512];
     kvf_client_t *client;
     kvf_status_t status;
-    uint64_t deadline;
 
     if (client_p == NULL) {
         return KVF_ERR_INVALID;
     }
     client = calloc(1, sizeof(*client));
     if (client == NULL) {
+        snprintf(kvf_client_connect_error, sizeof(kvf_client_connect_error),
+                 "no memory for a client");
         return KVF_ERR_NO_MEMORY;
     }
-    client->fd           = -1;
     client->timeout_ns   = KVF_CLIENT_DEFAULT_TIMEOUT_NS;
     client->next_request = 1;
     if (path == NULL) {
@@ -469,28 +273,35 @@ kvf_status_t kvf_client_connect(const kvf_client_params_t *params,
             secret_file = params->secret_file;
         }
     }
-    status = kvf_auth_secret_load_opt(secret_file, &secret, err, sizeof(err));
-    if (status != KVF_OK) {
-        kvf_client_fail(client, status, "%s", err);
-    } else {
-        deadline = kvf_time_deadline_ns(client->timeout_ns);
-        status   = kvf_client_dial(client, path, deadline);
-        if (status == KVF_OK) {
-            status = kvf_client_handshake(client, name, &secret, deadline);
-        }
-        kvf_auth_secret_cleanup(&secret);
+    snprintf(client->name, sizeof(client->name), "%s", name);
+    snprintf(client->peer, sizeof(client->peer), "agent at %s", path);
+    if (strlen(path) >= sizeof(client->path)) {
+        status = kvf_client_fail(client, KVF_ERR_INVALID,
+                                 "socket path too long: %s", path);
+        goto err_free;
     }
+    snprintf(client->path, sizeof(client->path), "%s", path);
+    status = kvf_auth_secret_load_opt(secret_file, &client->secret,
+                                      client->error, sizeof(client->error));
     if (status != KVF_OK) {
-        /* no client is returned to ask: the reason goes to the log at
-         * debug level (KVF_LOG_LEVEL=debug); the library prints nothing
-         * by default, and callers retrying while an agent starts stay
-         * quiet */
-        kvf_debug("cannot connect to the agent at %s: %s", path, client->error);
-        kvf_client_disconnect(client);
-        return status;
+        goto err_free;
+    }
+    status = kvf_client_open(client, kvf_time_deadline_ns(client->timeout_ns));
+    if (status != KVF_OK) {
+        goto err_free;
     }
     *client_p = client;
     return KVF_OK;
+
+err_free:
+    /* no client is returned to ask: kvf_client_last_error(NULL) says why,
+     * and the log at debug level (the library prints nothing by default,
+     * and callers retrying while an agent starts stay quiet) */
+    snprintf(kvf_client_connect_error, sizeof(kvf_client_connect_error), "%s",
+             client->error);
+    kvf_debug("cannot connect to the agent at %s: %s", path, client->error);
+    kvf_client_disconnect(client);
+    return status;
 }
 
 void kvf_client_disconnect(kvf_client_t *client)
@@ -499,13 +310,11 @@ void kvf_client_disconnect(kvf_client_t *client)
         return;
     }
     if (client->pool_base != NULL) {
-        munmap(client->pool_base, client->pool_size);
+        munmap(client->pool_base, client->map_size);
     }
-    if (client->fd >= 0) {
-        close(client->fd); /* the agent releases this connection's grants */
-    }
-    free(client->rx);
-    free(client->tx);
+    /* closing the socket makes the agent release this connection's grants */
+    kvf_conn_destroy(client->conn);
+    kvf_auth_secret_cleanup(&client->secret);
     free(client);
 }
 
@@ -577,21 +386,35 @@ static kvf_status_t kvf_client_take_slots(kvf_client_t *client,
 }
 
 /* One request and its reply, under one deadline @p timeout_ns away. The
- * caller releases @p frame_p on success. */
+ * caller releases @p frame_p on success. A lost connection fails the call
+ * with KVF_ERR_CLOSED; the next call reconnects. */
 static kvf_status_t kvf_client_call_timeout(kvf_client_t *client, uint16_t type,
                                             const ProtobufCMessage *msg,
                                             uint16_t reply_type,
                                             uint64_t timeout_ns,
                                             kvf_frame_t *frame_p)
 {
-    uint64_t deadline = kvf_time_deadline_ns(timeout_ns);
+    uint64_t deadline;
     kvf_status_t status;
 
-    status = kvf_client_send(client, type, msg, deadline);
+    status = kvf_client_ensure(client);
     if (status != KVF_OK) {
         return status;
     }
-    return kvf_client_recv(client, reply_type, NULL, deadline, frame_p);
+    deadline = kvf_time_deadline_ns(timeout_ns);
+    status   = kvf_conn_send(client->conn, type, msg, deadline);
+    if (status == KVF_OK) {
+        status =
+            kvf_conn_expect(client->conn, reply_type, deadline, NULL, frame_p);
+    }
+    if (status == KVF_ERR_CLOSED) {
+        return kvf_client_lose(client, status);
+    }
+    if (status != KVF_OK) {
+        return kvf_client_fail(client, status, "%s",
+                               kvf_conn_last_error(client->conn));
+    }
+    return KVF_OK;
 }
 
 /* As kvf_client_call_timeout, under the connection's default timeout. */

@@ -116,9 +116,26 @@ KVF_API uint64_t kvf_client_pool_size(const kvf_client_t *client);
 
 /**
  * One line saying why the last call on @p client failed (the library prints
- * nothing itself). Valid until the next call on @p client.
+ * nothing itself): the agent's socket path, the agent's own refusal reason,
+ * the secret file. With @p client NULL: why the calling thread's last
+ * kvf_client_connect() failed. Valid until the next call on @p client (on
+ * this thread, for NULL).
  */
 KVF_API const char *kvf_client_last_error(const kvf_client_t *client);
+
+/**
+ * How many times @p client reconnected to its agent. A call that finds the
+ * connection broken (agent restarted) fails with KVF_ERR_CLOSED and drops
+ * it, releasing what the old agent granted; the next call reconnects
+ * (HELLO, AUTH, the new agent's pool), at most once per backoff period (10
+ * ms doubling to 250 ms) while the agent is away, each such call failing
+ * with KVF_ERR_CLOSED. The new pool is mapped at the same address when it
+ * is not larger, so kvf_client_pool_base() is unchanged; slots and leases
+ * of the old agent are gone (look up again).
+ *
+ * thread: as the other calls on @p client.
+ */
+KVF_API uint64_t kvf_client_reconnects(const kvf_client_t *client);
 
 /**
  * Grants @p num slots of @p chunk_bytes each for writing.

@@ -6,6 +6,7 @@
  * engine can get it wrong (bad checksum, foreign offsets, full pool, crash
  * with grants held) gives a clear error and leaves the cache intact.
  */
+#include "common/time.h"
 #include "tests/helpers/proc.h"
 #include "tests/helpers/test_helpers.h"
 
@@ -306,6 +307,64 @@ Test(client, no_agent_is_a_clear_error)
     agent_start("4M"); /* the suite's teardown stops an agent */
     cr_assert_eq(kvf_client_connect(&p, &c), KVF_ERR_IO);
     cr_assert_null(c);
+    /* the reason, with the path, for the engine's log (#17 item 3) */
+    cr_assert_not_null(
+        strstr(kvf_client_last_error(NULL), "/tmp/kvf-no-agent-here.sock"),
+        "%s", kvf_client_last_error(NULL));
+}
+
+/* The agent restarts under a connected engine: the call in flight fails
+ * with KVF_ERR_CLOSED naming the agent, calls while it is away fail fast,
+ * and calls succeed again within a second of the new agent being up, on
+ * the same pool address, with no help from the engine. */
+Test(client, reconnects_after_the_agent_restarts)
+{
+    kvf_client_stats_t stats;
+    kvf_lookup_result_t res;
+    kvf_key_t keys[2];
+    uint64_t sums[2], up, t0;
+    kvf_client_t *c;
+    kvf_status_t st = KVF_ERR_CLOSED;
+    void *base;
+
+    agent_start("16M");
+    c    = connect_client();
+    base = kvf_client_pool_base(c);
+    make_keys(keys, 2, 41);
+    store_chunks(c, keys, 2, sums);
+
+    cr_assert_eq(kvf_test_proc_stop(&g_agent, 10000), 0, "%s",
+                 kvf_test_proc_log(&g_agent));
+    cr_assert_eq(kvf_client_stats(c, &stats), KVF_ERR_CLOSED);
+    cr_assert_not_null(strstr(kvf_client_last_error(c), g_sock), "%s",
+                       kvf_client_last_error(c));
+    t0 = kvf_time_now_ms();
+    cr_assert_eq(kvf_client_stats(c, &stats), KVF_ERR_CLOSED);
+    cr_assert_not_null(strstr(kvf_client_last_error(c), "reconnect"), "%s",
+                       kvf_client_last_error(c));
+    cr_assert_lt(kvf_time_now_ms() - t0, 1000, "no agent: fails fast");
+
+    agent_start("16M");
+    up = kvf_time_now_ms();
+    while (kvf_time_now_ms() - up < 1000) {
+        st = kvf_client_stats(c, &stats);
+        if (st == KVF_OK) {
+            break;
+        }
+        cr_assert_eq(st, KVF_ERR_CLOSED, "%s", kvf_client_last_error(c));
+        usleep(5000);
+    }
+    cr_assert_eq(st, KVF_OK, "not back within 1 s: %s",
+                 kvf_client_last_error(c));
+    cr_assert_eq(kvf_client_reconnects(c), 1);
+    cr_assert_eq(kvf_client_pool_base(c), base, "same pool address");
+    /* the new agent's cache is empty; storing and finding work again */
+    cr_assert_eq(kvf_client_lookup(c, keys, 2, false, &res), KVF_OK);
+    cr_assert_eq(res.hit_chunks, 0);
+    store_chunks(c, keys, 2, sums);
+    cr_assert_eq(kvf_client_lookup(c, keys, 2, false, &res), KVF_OK);
+    cr_assert_eq(res.hit_chunks, 2);
+    kvf_client_disconnect(c);
 }
 
 Test(client, demo_engine_reuses_prefixes_and_reads_back_right_bytes)
