@@ -178,6 +178,7 @@ _PROTOS = {
     "kvf_client_pool_base": (c_void_p, [c_void_p]),
     "kvf_client_pool_size": (c_u64, [c_void_p]),
     "kvf_client_last_error": (c_char_p, [c_void_p]),
+    "kvf_client_reconnects": (c_u64, [c_void_p]),
     "kvf_client_alloc": (c_int, [c_void_p, c_u64, c_u32, P(SlotStruct)]),
     "kvf_client_commit": (c_int, [c_void_p, P(KeyStruct), P(SlotStruct),
                                   P(c_u64), c_u32]),

@@ -61,6 +61,12 @@ def _slots_to_c(slots: Sequence[Slot]):
     return arr
 
 
+def _connect_error() -> str:
+    """kvf_client_last_error(NULL): why this thread's connect failed."""
+    s = _lib.lib.kvf_client_last_error(None)
+    return s.decode(errors="replace") if s else ""
+
+
 class Client:
     """A connection to the local agent (kvf_client_connect()).
 
@@ -91,7 +97,7 @@ class Client:
         self._h = None
         h = ctypes.c_void_p()
         check(_lib.lib.kvf_client_connect(ctypes.byref(p), ctypes.byref(h)),
-              "kvf_client_connect")
+              "kvf_client_connect", _connect_error)
         self._h = h
         self._base = _lib.lib.kvf_client_pool_base(h)
         self._size = _lib.lib.kvf_client_pool_size(h)
@@ -157,6 +163,12 @@ class Client:
             return ""
         s = _lib.lib.kvf_client_last_error(self._h)
         return s.decode(errors="replace") if s else ""
+
+    @property
+    def reconnects(self) -> int:
+        """kvf_client_reconnects(): how often the client reconnected to a
+        restarted agent (calls then fail with ERR_CLOSED until it is up)."""
+        return _lib.lib.kvf_client_reconnects(self._handle())
 
     def _check(self, status: int, call: str) -> None:
         check(status, call, self.last_error)

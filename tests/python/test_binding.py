@@ -123,6 +123,8 @@ def test_status_codes_become_exceptions_with_text():
     with pytest.raises(kvf.KvfError) as e:
         kvf.Client("/nonexistent/kvf.sock", timeout=0.5)
     assert e.value.status == -4 and e.value.call == "kvf_client_connect"
+    # the reason an operator needs, in the exception text (#17 item 3)
+    assert "/nonexistent/kvf.sock" in str(e.value), str(e.value)
     with pytest.raises(kvf.KvfError):
         kvf.Key.parse("not a key")
 
