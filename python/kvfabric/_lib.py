@@ -9,7 +9,9 @@ The library is found, in order, through:
 3. the source tree this package sits in: ``build/release``, then
    ``build/asan`` (an ASan build needs the ASan runtime preloaded, see
    python/README.md);
-4. the system (``ctypes.util.find_library("kvfabric")``).
+4. an installed kvfabric (``meson install``): ``pkg-config --variable=libdir
+   kvfabric``;
+5. the system (``ctypes.util.find_library("kvfabric")``).
 
 Everything here mirrors the C headers one to one; the Pythonic layer is in
 ``client.py``, ``keys.py`` and ``layout.py``.
@@ -18,6 +20,7 @@ import ctypes
 import ctypes.util
 import os
 import pathlib
+import subprocess
 
 c_u8 = ctypes.c_uint8
 c_u32 = ctypes.c_uint32
@@ -208,6 +211,17 @@ _PD_PROTOS = {
 }
 
 
+def _pkg_config_libdir():
+    """The libdir of an installed kvfabric.pc (meson install), or None."""
+    try:
+        out = subprocess.run(["pkg-config", "--variable=libdir", "kvfabric"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    libdir = out.stdout.strip()
+    return libdir if out.returncode == 0 and libdir else None
+
+
 def _candidates():
     env = os.environ.get("KVF_LIB")
     if env:
@@ -219,6 +233,9 @@ def _candidates():
     src = pathlib.Path(__file__).resolve().parents[2]
     for b in ("release", "asan"):
         yield str(src / "build" / b / "client" / "libkvfabric.so")
+    libdir = _pkg_config_libdir()
+    if libdir:
+        yield os.path.join(libdir, "libkvfabric.so")
     found = ctypes.util.find_library("kvfabric")
     if found:
         yield found
