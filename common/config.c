@@ -2,6 +2,8 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "common/config.h"
 
+#include "common/byteorder.h"
+
 #include <yaml.h>
 
 #include <ctype.h>
@@ -146,7 +148,7 @@ kvf_status_t kvf_config_parse_size(const char *text, uint64_t *bytes_p)
     if (status != KVF_OK) {
         return status;
     }
-    for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+    for (i = 0; i < KVF_ARRAY_SIZE(units); i++) {
         if (strcasecmp(unit, units[i].unit) == 0) {
             return kvf_config_scale(value, units[i].mult, bytes_p);
         }
@@ -181,7 +183,7 @@ kvf_status_t kvf_config_parse_duration(const char *text, uint64_t *ns_p)
         *ns_p = 0; /* "0" needs no unit */
         return KVF_OK;
     }
-    for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+    for (i = 0; i < KVF_ARRAY_SIZE(units); i++) {
         if (strcmp(unit, units[i].unit) == 0) {
             return kvf_config_scale(value, units[i].mult, ns_p);
         }

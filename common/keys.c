@@ -2,6 +2,8 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include <kvfabric/keys.h>
 
+#include "common/byteorder.h"
+
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 #if defined(__x86_64__) && __has_include(<xxh_x86dispatch.h>)
@@ -188,38 +190,18 @@ bool kvf_key_equal(const kvf_key_t *a, const kvf_key_t *b)
     return (a->ns == b->ns) && (a->hi == b->hi) && (a->lo == b->lo);
 }
 
-static void kvf_key_put_le64(uint8_t *buf, uint64_t value)
-{
-    int i;
-
-    for (i = 0; i < 8; i++) {
-        buf[i] = (uint8_t)(value >> (8 * i));
-    }
-}
-
-static uint64_t kvf_key_get_le64(const uint8_t *buf)
-{
-    uint64_t value = 0;
-    int i;
-
-    for (i = 7; i >= 0; i--) {
-        value = (value << 8) | buf[i];
-    }
-    return value;
-}
-
 void kvf_key_pack(const kvf_key_t *key, uint8_t *buf)
 {
-    kvf_key_put_le64(buf, key->ns);
-    kvf_key_put_le64(buf + 8, key->hi);
-    kvf_key_put_le64(buf + 16, key->lo);
+    kvf_le64_put(buf, key->ns);
+    kvf_le64_put(buf + 8, key->hi);
+    kvf_le64_put(buf + 16, key->lo);
 }
 
 void kvf_key_unpack(const uint8_t *buf, kvf_key_t *key_p)
 {
-    key_p->ns = kvf_key_get_le64(buf);
-    key_p->hi = kvf_key_get_le64(buf + 8);
-    key_p->lo = kvf_key_get_le64(buf + 16);
+    key_p->ns = kvf_le64_get(buf);
+    key_p->hi = kvf_le64_get(buf + 8);
+    key_p->lo = kvf_le64_get(buf + 16);
 }
 
 char *kvf_key_format(const kvf_key_t *key, char *buf)

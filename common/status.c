@@ -2,6 +2,8 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include <kvfabric/status.h>
 
+#include "common/byteorder.h"
+
 #include <stddef.h>
 
 typedef struct kvf_status_desc {
@@ -39,8 +41,7 @@ static const kvf_status_desc_t *kvf_status_desc_find(kvf_status_t status)
 {
     size_t i;
 
-    for (i = 0; i < sizeof(kvf_status_descs) / sizeof(kvf_status_descs[0]);
-         i++) {
+    for (i = 0; i < KVF_ARRAY_SIZE(kvf_status_descs); i++) {
         if (kvf_status_descs[i].status == status) {
             return &kvf_status_descs[i];
         }

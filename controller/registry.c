@@ -2,6 +2,7 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "controller/registry.h"
 
+#include "common/byteorder.h"
 #include "common/log.h"
 
 #include <inttypes.h>
@@ -73,29 +74,11 @@ _Static_assert(sizeof(kvf_registry_entry_t) == 32, "registry entry size");
 
 static bool kvf_registry_dying_free(kvf_registry_t *reg, size_t bytes);
 
-static inline uint64_t kvf_registry_load_le64(const uint8_t *p)
-{
-#if defined(__BYTE_ORDER__) && (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
-    uint64_t v;
-
-    memcpy(&v, p, sizeof(v));
-    return v;
-#else
-    uint64_t v = 0;
-    int i;
-
-    for (i = 7; i >= 0; i--) {
-        v = (v << 8) | p[i];
-    }
-    return v;
-#endif
-}
-
 static inline void kvf_registry_key_load(const uint8_t *p, kvf_key_t *key)
 {
-    key->ns = kvf_registry_load_le64(p);
-    key->hi = kvf_registry_load_le64(p + 8);
-    key->lo = kvf_registry_load_le64(p + 16);
+    key->ns = kvf_le64_get(p);
+    key->hi = kvf_le64_get(p + 8);
+    key->lo = kvf_le64_get(p + 16);
 }
 
 static inline uint64_t kvf_registry_hash(const kvf_key_t *key)

@@ -2,6 +2,8 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "proto/frame.h"
 
+#include "common/byteorder.h"
+
 #include <string.h>
 
 typedef struct kvf_msg_desc {
@@ -97,28 +99,12 @@ const char *kvf_msg_role_name(int role)
     }
 }
 
-static uint32_t kvf_frame_get_le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-           ((uint32_t)p[3] << 24);
-}
-
-static uint16_t kvf_frame_get_le16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
-
 static void kvf_frame_put_hdr(uint8_t *p, uint32_t length, uint16_t type,
                               uint16_t flags)
 {
-    p[0] = (uint8_t)length;
-    p[1] = (uint8_t)(length >> 8);
-    p[2] = (uint8_t)(length >> 16);
-    p[3] = (uint8_t)(length >> 24);
-    p[4] = (uint8_t)type;
-    p[5] = (uint8_t)(type >> 8);
-    p[6] = (uint8_t)flags;
-    p[7] = (uint8_t)(flags >> 8);
+    kvf_le32_put(p, length);
+    kvf_le16_put(p + 4, type);
+    kvf_le16_put(p + 6, flags);
 }
 
 kvf_status_t kvf_frame_check_hdr(const void *data, uint32_t max_frame,
@@ -126,9 +112,9 @@ kvf_status_t kvf_frame_check_hdr(const void *data, uint32_t max_frame,
 {
     const uint8_t *hdr = data;
 
-    frame->length = kvf_frame_get_le32(hdr);
-    frame->type   = kvf_frame_get_le16(hdr + 4);
-    frame->flags  = kvf_frame_get_le16(hdr + 6);
+    frame->length = kvf_le32_get(hdr);
+    frame->type   = kvf_le16_get(hdr + 4);
+    frame->flags  = kvf_le16_get(hdr + 6);
     frame->msg    = NULL;
     if (frame->length > max_frame) {
         return KVF_ERR_TOO_BIG;

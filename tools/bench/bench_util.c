@@ -2,6 +2,7 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "tools/bench/bench.h"
 
+#include "common/byteorder.h"
 #include "common/config.h"
 #include "common/time.h"
 
@@ -310,7 +311,7 @@ void kvf_bench_pair_start(kvf_bench_pair_t *pair, const char *transport,
         argv[n++] = "--transports";
         argv[n++] = transport;
         for (k = 0; (extra[i] != NULL) && (extra[i][k] != NULL) &&
-                    (n < (int)(sizeof(argv) / sizeof(argv[0])) - 1);
+                    (n < (int)(KVF_ARRAY_SIZE(argv)) - 1);
              k++) {
             argv[n++] = extra[i][k];
         }

@@ -2,6 +2,8 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "tools/bench/bench.h"
 
+#include "common/byteorder.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -31,7 +33,7 @@ static void kvf_bench_usage(FILE *out)
 
     fprintf(out, "usage: kvf-bench BENCHMARK [options]  (BENCHMARK --help "
                  "for its options)\n\nbenchmarks:\n");
-    for (i = 0; i < sizeof(kvf_bench_cmds) / sizeof(kvf_bench_cmds[0]); i++) {
+    for (i = 0; i < KVF_ARRAY_SIZE(kvf_bench_cmds); i++) {
         fprintf(out, "  %-11s %s\n", kvf_bench_cmds[i].name,
                 kvf_bench_cmds[i].help);
     }
@@ -46,7 +48,7 @@ int main(int argc, char **argv)
         kvf_bench_usage((argc < 2) ? stderr : stdout);
         return (argc < 2) ? 2 : 0;
     }
-    for (i = 0; i < sizeof(kvf_bench_cmds) / sizeof(kvf_bench_cmds[0]); i++) {
+    for (i = 0; i < KVF_ARRAY_SIZE(kvf_bench_cmds); i++) {
         if (strcmp(argv[1], kvf_bench_cmds[i].name) == 0) {
             return kvf_bench_cmds[i].main(argc - 1, argv + 1);
         }
