@@ -119,9 +119,14 @@ def test_c_engine_built_with_pkg_config(prefix, one_agent, tmp_path):
 
 def test_pip_installed_package_finds_the_library(prefix, one_agent, tmp_path):
     target = tmp_path / "site"
+    # from a copy: setuptools writes build/ and *.egg-info beside the source
+    src = tmp_path / "python"
+    shutil.copytree(SRC / "python", src,
+                    ignore=shutil.ignore_patterns("__pycache__", "build",
+                                                  "*.egg-info"))
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
                         "--no-deps", "--no-build-isolation", "--no-index",
-                        "--target", str(target), str(SRC / "python")],
+                        "--target", str(target), str(src)],
                        capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (target / "kvfabric" / "_lib.py").exists()
