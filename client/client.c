@@ -211,8 +211,8 @@ static kvf_status_t kvf_client_ensure(kvf_client_t *client)
     if (now < client->retry_at_ns) {
         return kvf_client_fail(
             client, KVF_ERR_CLOSED,
-            "%s: not connected (%s); retrying in %" PRIu64 " ms", client->peer,
-            client->lost,
+            "%s: not connected (%s); reconnecting in %" PRIu64 " ms",
+            client->peer, client->lost,
             (uint64_t)((client->retry_at_ns - now) / KVF_NSEC_PER_MSEC));
     }
     status = kvf_client_open(client, kvf_time_deadline_ns(client->timeout_ns));
@@ -403,6 +403,17 @@ static kvf_status_t kvf_client_call_timeout(kvf_client_t *client, uint16_t type,
     }
     deadline = kvf_time_deadline_ns(timeout_ns);
     status   = kvf_conn_send(client->conn, type, msg, deadline);
+    if (status == KVF_ERR_CLOSED) {
+        /* the connection died while idle (the agent restarted): the old
+         * agent cannot have served a request it did not wholly receive,
+         * so reconnect and send it once more */
+        kvf_client_lose(client, status);
+        status = kvf_client_ensure(client);
+        if (status != KVF_OK) {
+            return status;
+        }
+        status = kvf_conn_send(client->conn, type, msg, deadline);
+    }
     if (status == KVF_OK) {
         status =
             kvf_conn_expect(client->conn, reply_type, deadline, NULL, frame_p);

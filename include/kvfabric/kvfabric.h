@@ -124,9 +124,10 @@ KVF_API uint64_t kvf_client_pool_size(const kvf_client_t *client);
 KVF_API const char *kvf_client_last_error(const kvf_client_t *client);
 
 /**
- * How many times @p client reconnected to its agent. A call that finds the
- * connection broken (agent restarted) fails with KVF_ERR_CLOSED and drops
- * it, releasing what the old agent granted; the next call reconnects
+ * How many times @p client reconnected to its agent. A call whose request
+ * cannot be sent (the agent restarted while the engine was idle) reconnects
+ * and sends it again; a call whose reply is lost (the agent went away while
+ * serving it) fails with KVF_ERR_CLOSED, and the next call reconnects
  * (HELLO, AUTH, the new agent's pool), at most once per backoff period (10
  * ms doubling to 250 ms) while the agent is away, each such call failing
  * with KVF_ERR_CLOSED. The new pool is mapped at the same address when it

@@ -364,6 +364,15 @@ Test(client, reconnects_after_the_agent_restarts)
     store_chunks(c, keys, 2, sums);
     cr_assert_eq(kvf_client_lookup(c, keys, 2, false, &res), KVF_OK);
     cr_assert_eq(res.hit_chunks, 2);
+
+    /* restarted while the engine was idle: the first call after the new
+     * agent is up already succeeds (it was never sent to the old one) */
+    cr_assert_eq(kvf_test_proc_stop(&g_agent, 10000), 0, "%s",
+                 kvf_test_proc_log(&g_agent));
+    agent_start("16M");
+    cr_assert_eq(kvf_client_stats(c, &stats), KVF_OK, "%s",
+                 kvf_client_last_error(c));
+    cr_assert_eq(kvf_client_reconnects(c), 2);
     kvf_client_disconnect(c);
 }
 
