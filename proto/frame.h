@@ -135,9 +135,9 @@ kvf_status_t kvf_frame_decode(struct evbuffer *in, uint32_t max_frame,
 void kvf_frame_release(kvf_frame_t *frame, ProtobufCAllocator *alloc);
 
 /*
- * Appends @p msg as a frame of @p type to @p out (proto/frame_ev.c). @p msg must be of the
- * type's message. KVF_ERR_TOO_BIG when the payload is over @p max_frame,
- * KVF_ERR_INVALID for a type/message mismatch, KVF_ERR_NO_MEMORY.
+ * Appends @p msg as a frame of @p type to @p out (proto/frame_ev.c). @p msg
+ * must be of the type's message. KVF_ERR_TOO_BIG when the payload is over @p
+ * max_frame, KVF_ERR_INVALID for a type/message mismatch, KVF_ERR_NO_MEMORY.
  */
 kvf_status_t kvf_frame_encode(struct evbuffer *out, uint16_t type,
                               uint16_t flags, const ProtobufCMessage *msg,
