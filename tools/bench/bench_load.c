@@ -12,7 +12,7 @@
  *   kvf-bench load-controller [--agents 200] [--seconds 5] [--threads 4]
  *                             [--batch 64] [--controller HOST:PORT]
  *     starts a controller (unless given one); each simulated agent is a
- *     controller connection (controller/ctlconn.c) that registers, then
+ *     controller connection (client/ctlconn.c) that registers, then
  *     heartbeats once a second and sends ADMIT, LOOKUP and EVICT batches;
  *     the agents are spread over T threads. At the end NODE_INFO must list
  *     every simulated agent alive.
