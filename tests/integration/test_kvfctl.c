@@ -182,3 +182,39 @@ Test(kvfctl, bench_p2p_and_pd_smoke)
     cr_assert_not_null(strstr(g_out, "\"inflight\":2,"), "%s", g_out);
     cr_assert_not_null(strstr(g_out, "\"verified\":true"), "%s", g_out);
 }
+
+/* kvf-bench gpu runs the CPU path of every layout by name (and the alias
+ * of the older vLLM CPU layout); an unknown name is a usage error. */
+Test(kvfctl, bench_gpu_every_layout)
+{
+    /* the stable names of include/kvfabric/gpu.h, spelled out */
+    static const char *const names[] = {
+        "vllm",           "kv",         "sglang",         "mla",
+        "vllm_hnd",       "flashinfer", "flashinfer_hnd", "vllm_cpu",
+        "vllm_packed_nhd"};
+    char want[96];
+    size_t l;
+
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "%s gpu --path cpu --layout all --layers 2 "
+                            "--tokens 40 --iters 1 2>/dev/null",
+                            kvf_th_build_path("tools/kvf-bench")),
+                 0, "%s", g_out);
+    for (l = 0; l < sizeof(names) / sizeof(names[0]); l++) {
+        snprintf(want, sizeof(want),
+                 "\"op\":\"pack\",\"path\":\"cpu\","
+                 "\"layout\":\"%s\"",
+                 names[l]);
+        cr_assert_not_null(strstr(g_out, want), "%s in %s", want, g_out);
+    }
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "%s gpu --path cpu --layout vllm-cpu-split "
+                            "--layers 1 --tokens 8 --iters 1 2>/dev/null",
+                            kvf_th_build_path("tools/kvf-bench")),
+                 0, "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"layout\":\"vllm_hnd\""), "%s", g_out);
+    cr_assert_neq(kvf_th_run(g_out, sizeof(g_out),
+                             "%s gpu --path cpu --layout nhd 2>&1",
+                             kvf_th_build_path("tools/kvf-bench")),
+                  0, "%s", g_out);
+}
