@@ -37,15 +37,22 @@ typedef struct kvf_gpu_vec16 {
 /* Lane @p _lane of @p _nlanes copies every @p _nlanes-th _type unit of
  * @p _np pieces of @p _piece bytes, piece p at _dst + p * _dstride and
  * _src + p * _sstride: the units of all pieces are numbered together, so a
- * warp stays busy when a piece (one head) is shorter than 32 units. */
+ * warp stays busy when a piece (one head) is shorter than 32 units. The
+ * (piece, unit) pair advances by subtraction: one division per lane. */
 #define KVF_GPU_PIECES_COPY_AS(_type, _dst, _dstride, _src, _sstride, _piece, \
                                _np, _lane, _nlanes) \
     do { \
-        uint64_t per_ = (_piece) / sizeof(_type), n_ = per_ * (_np), i_; \
-        for (i_ = (_lane); i_ < n_; i_ += (_nlanes)) { \
-            uint64_t p_ = i_ / per_, j_ = i_ - p_ * per_; \
+        uint64_t per_ = (_piece) / sizeof(_type), p_, j_; \
+        p_            = (_lane) / per_; \
+        j_            = (_lane)-p_ * per_; \
+        while (p_ < (_np)) { \
             ((_type *)(void *)((_dst) + p_ * (_dstride)))[j_] = \
                 ((const _type *)(const void *)((_src) + p_ * (_sstride)))[j_]; \
+            j_ += (_nlanes); \
+            while (j_ >= per_) { \
+                j_ -= per_; \
+                p_++; \
+            } \
         } \
     } while (0)
 
