@@ -183,6 +183,41 @@ Test(kvfctl, bench_p2p_and_pd_smoke)
     cr_assert_not_null(strstr(g_out, "\"verified\":true"), "%s", g_out);
 }
 
+/* Both agents' CPU time per chunk is printed; pd --layers N pushes every
+ * chunk as N layer-group pieces (N pushes per request, the last final) and
+ * still checks every byte. */
+Test(kvfctl, bench_agent_cpu_and_pd_layers)
+{
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "%s p2p --chunk-size 64K --chunks 8 --batch 4 "
+                            "--no-perftest 2>/dev/null",
+                            kvf_th_build_path("tools/kvf-bench")),
+                 0, "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"holder_cpu_us_per_chunk\":"), "%s",
+                       g_out);
+    cr_assert_not_null(strstr(g_out, "\"requester_cpu_us_per_chunk\":"), "%s",
+                       g_out);
+    cr_assert_null(strstr(g_out, "cpu_us_per_chunk\":0.0"), "%s", g_out);
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "%s pd --chunk-size 64K --requests 3 "
+                            "--chunks-per-request 2 --layers 4 "
+                            "--no-perftest 2>/dev/null",
+                            kvf_th_build_path("tools/kvf-bench")),
+                 0, "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"layers\":4,"), "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"verified\":true"), "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"prefill_cpu_us_per_chunk\":"), "%s",
+                       g_out);
+    cr_assert_not_null(strstr(g_out, "\"decode_cpu_us_per_chunk\":"), "%s",
+                       g_out);
+    /* 64 KiB does not split into 32 pieces of 4 KiB or more */
+    cr_assert_neq(kvf_th_run(g_out, sizeof(g_out),
+                             "%s pd --chunk-size 64K --layers 32 "
+                             "--no-perftest 2>&1",
+                             kvf_th_build_path("tools/kvf-bench")),
+                  0, "%s", g_out);
+}
+
 /* kvf-bench gpu runs the CPU path of every layout by name (and the alias
  * of the older vLLM CPU layout); an unknown name is a usage error. */
 Test(kvfctl, bench_gpu_every_layout)

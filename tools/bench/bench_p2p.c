@@ -8,7 +8,8 @@
  * UCX into its pool, verifying every checksum), checks every byte, and
  * prints one JSON line. In the same run it measures ucx_perftest's
  * ucp_am_bw for the same transport and size (the ceiling; -e, the error
- * mode agents use) when ucx_perftest is installed.
+ * mode agents use) when ucx_perftest is installed, and both agents' CPU
+ * time per chunk over the transfer window (all their threads).
  */
 #include "tools/bench/bench.h"
 
@@ -103,6 +104,7 @@ int kvf_bench_p2p_main(int argc, char **argv)
     kvf_slot_t *slots = NULL;
     uint64_t *sums = NULL, *lat = NULL, total_ns = 0, bytes = 0;
     uint64_t wall0 = 0, wall1 = 0, verify_ns = 0, tv = 0;
+    uint64_t cpu0[2] = {0, 0}, cpu_ns[2] = {0, 0};
     uint8_t *expect  = NULL;
     uint32_t *tokens = NULL;
     bool *missing = NULL, verified = true;
@@ -182,6 +184,11 @@ int kvf_bench_p2p_main(int argc, char **argv)
     }
     /* fetch through B, batch by batch; with --prefetch the lookup starts
      * every transfer first and the retrieves join them */
+    /* the agents' CPU time over the transfer window (pids: controller,
+     * A the holder, B the requester) */
+    for (k = 0; k < 2; k++) {
+        cpu0[k] = kvf_bench_pid_cpu_ns(b.pair.pids[1 + k]);
+    }
     wall0 = kvf_time_now_ns();
     if (b.o.prefetch && (kvf_client_lookup(c, keys, (uint32_t)b.o.chunks, true,
                                            &res) != KVF_OK)) {
@@ -219,6 +226,9 @@ int kvf_bench_p2p_main(int argc, char **argv)
         kvf_client_release(c, slots, n);
         wall1 = kvf_time_now_ns() - verify_ns;
     }
+    for (k = 0; k < 2; k++) {
+        cpu_ns[k] = kvf_bench_pid_cpu_ns(b.pair.pids[1 + k]) - cpu0[k];
+    }
     kvf_client_disconnect(a);
     kvf_client_disconnect(c);
     a = c = NULL;
@@ -235,20 +245,23 @@ int kvf_bench_p2p_main(int argc, char **argv)
         total_ns = wall1 - wall0;
     }
     gbps = (total_ns == 0) ? 0.0 : (double)bytes / (double)total_ns;
-    printf(
-        "{\"bench\":\"p2p\",\"mode\":\"%s\",\"transport\":\"%s\","
-        "\"chunk_size\":%" PRIu64 ",\"chunks\":%" PRIu64 ",\"batch\":%" PRIu64
-        ",\"GBps\":%.2f"
-        ",\"p50_us\":%.0f,\"p99_us\":%.0f,\"verified\":%s"
-        ",\"perftest_am_bw_GBps\":%.2f,\"pct_of_perftest\":%.0f"
-        ",\"perftest_am_bw_sleep_GBps\":%.2f,\"pct_of_perftest_sleep\":%.0f}\n",
-        b.o.prefetch ? "prefetch" : "retrieve", b.o.transport, b.o.chunk_size,
-        b.o.chunks, b.o.batch, gbps,
-        (double)kvf_bench_percentile(lat, nb, 50) / 1000.0,
-        (double)kvf_bench_percentile(lat, nb, 99) / 1000.0,
-        verified ? "true" : "false", ceiling,
-        (ceiling > 0) ? 100.0 * gbps / ceiling : 0.0, ceiling_sleep,
-        (ceiling_sleep > 0) ? 100.0 * gbps / ceiling_sleep : 0.0);
+    printf("{\"bench\":\"p2p\",\"mode\":\"%s\",\"transport\":\"%s\","
+           "\"chunk_size\":%" PRIu64 ",\"chunks\":%" PRIu64
+           ",\"batch\":%" PRIu64 ",\"GBps\":%.2f"
+           ",\"p50_us\":%.0f,\"p99_us\":%.0f,\"verified\":%s"
+           ",\"perftest_am_bw_GBps\":%.2f,\"pct_of_perftest\":%.0f"
+           ",\"perftest_am_bw_sleep_GBps\":%.2f,\"pct_of_perftest_sleep\":%.0f"
+           ",\"holder_cpu_us_per_chunk\":%.1f"
+           ",\"requester_cpu_us_per_chunk\":%.1f}\n",
+           b.o.prefetch ? "prefetch" : "retrieve", b.o.transport,
+           b.o.chunk_size, b.o.chunks, b.o.batch, gbps,
+           (double)kvf_bench_percentile(lat, nb, 50) / 1000.0,
+           (double)kvf_bench_percentile(lat, nb, 99) / 1000.0,
+           verified ? "true" : "false", ceiling,
+           (ceiling > 0) ? 100.0 * gbps / ceiling : 0.0, ceiling_sleep,
+           (ceiling_sleep > 0) ? 100.0 * gbps / ceiling_sleep : 0.0,
+           (double)cpu_ns[0] / 1000.0 / (double)b.o.chunks,
+           (double)cpu_ns[1] / 1000.0 / (double)b.o.chunks);
     rc = verified ? 0 : 3;
 
 out:
