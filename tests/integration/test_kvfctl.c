@@ -218,6 +218,26 @@ Test(kvfctl, bench_agent_cpu_and_pd_layers)
                   0, "%s", g_out);
 }
 
+/* --peers where the peers' environment cannot be made (here: a venv path
+ * under /dev/null) still prints our figures, plus null peer figures with
+ * the reason; no package index is needed for this. */
+Test(kvfctl, bench_peers_say_why_they_cannot_run)
+{
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "KVF_BENCH_PEERS_VENV=/dev/null/venv %s pd "
+                            "--chunk-size 64K --requests 2 "
+                            "--chunks-per-request 2 --no-perftest --peers "
+                            "2>/dev/null",
+                            kvf_th_build_path("tools/kvf-bench")),
+                 0, "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"verified\":true"), "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"mooncake_te_GBps\":null,"
+                                     "\"mooncake_te_reason\":\""),
+                       "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"nixl_GBps\":null,\"nixl_reason\":\""),
+                       "%s", g_out);
+}
+
 /* kvf-bench gpu runs the CPU path of every layout by name (and the alias
  * of the older vLLM CPU layout); an unknown name is a usage error. */
 Test(kvfctl, bench_gpu_every_layout)

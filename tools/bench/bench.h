@@ -80,6 +80,19 @@ uint64_t kvf_bench_pid_cpu_ns(pid_t pid);
 int kvf_bench_stat_cpu_ticks(const char *stat, uint64_t *ticks_p);
 
 /*
+ * Runs the other engines of tools/bench/peers.py (Mooncake Transfer
+ * Engine, NIXL) on loopback with the same chunk @p size, @p count and
+ * @p batch per call, @p op "read" (p2p) or "write" (pd), in the
+ * environment tools/bench/setup-peers.sh makes ($KVF_BENCH_PEERS_VENV, else
+ * build/peers-venv of the source tree; installed on first use). Writes
+ * JSON fields to append to the caller's line, each starting with a comma:
+ * "mooncake_te_GBps", "_p50_us", "_p99_us", "_verified", the same for
+ * "nixl", or "<peer>_GBps":null with "<peer>_reason" when it cannot run.
+ */
+void kvf_bench_peers_run(const char *op, uint64_t size, uint64_t count,
+                         uint64_t batch, char *json, size_t len);
+
+/*
  * The start of a two-agent benchmark: --help (returns -1: print done),
  * options into @p opts (1 on a bad one), the transport (*@p transport,
  * read after loading; 2 when the agents cannot use it) and a fresh

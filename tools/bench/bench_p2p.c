@@ -35,6 +35,7 @@ typedef struct kvf_bench_p2p_opts {
     uint64_t chunks;
     uint64_t batch;
     bool no_perftest;
+    bool peers;
     bool prefetch;
 } kvf_bench_p2p_opts_t;
 
@@ -59,6 +60,11 @@ static const kvf_config_field_t kvf_bench_p2p_fields[] = {
                         "is then over the wall time from the lookup"),
     KVF_BENCH_P2P_FIELD("no_perftest", KVF_CONFIG_BOOL, no_perftest, "false", 0,
                         0, "skip the ucx_perftest ceiling"),
+    KVF_BENCH_P2P_FIELD("peers", KVF_CONFIG_BOOL, peers, "false", 0, 0,
+                        "also run Mooncake Transfer Engine and NIXL on the "
+                        "same loopback, size and batches "
+                        "(tools/bench/peers.py; installs them into "
+                        "build/peers-venv on first use)"),
 };
 
 static const kvf_config_schema_t kvf_bench_p2p_schema = {
@@ -110,7 +116,8 @@ int kvf_bench_p2p_main(int argc, char **argv)
     bool *missing = NULL, verified = true;
     size_t got, i, nb = 0, k;
     double gbps, ceiling = 0.0, ceiling_sleep = 0.0;
-    int rc = 1;
+    char peers[2048] = "";
+    int rc           = 1;
 
     memset(&b, 0, sizeof(b));
     rc = kvf_bench_begin("p2p", &kvf_bench_p2p_schema, &b.o, argc, argv,
@@ -239,6 +246,10 @@ int kvf_bench_p2p_main(int argc, char **argv)
         ceiling_sleep = kvf_bench_perftest_am_bw(b.o.transport, b.o.chunk_size,
                                                  b.o.chunks, true);
     }
+    if (b.o.peers) {
+        kvf_bench_peers_run("read", b.o.chunk_size, b.o.chunks, b.o.batch,
+                            peers, sizeof(peers));
+    }
     if (b.o.prefetch) {
         /* wall time from the lookup to the last retrieve, less the time
          * this client spent checking bytes */
@@ -252,7 +263,7 @@ int kvf_bench_p2p_main(int argc, char **argv)
            ",\"perftest_am_bw_GBps\":%.2f,\"pct_of_perftest\":%.0f"
            ",\"perftest_am_bw_sleep_GBps\":%.2f,\"pct_of_perftest_sleep\":%.0f"
            ",\"holder_cpu_us_per_chunk\":%.1f"
-           ",\"requester_cpu_us_per_chunk\":%.1f}\n",
+           ",\"requester_cpu_us_per_chunk\":%.1f%s}\n",
            b.o.prefetch ? "prefetch" : "retrieve", b.o.transport,
            b.o.chunk_size, b.o.chunks, b.o.batch, gbps,
            (double)kvf_bench_percentile(lat, nb, 50) / 1000.0,
@@ -261,7 +272,7 @@ int kvf_bench_p2p_main(int argc, char **argv)
            (ceiling > 0) ? 100.0 * gbps / ceiling : 0.0, ceiling_sleep,
            (ceiling_sleep > 0) ? 100.0 * gbps / ceiling_sleep : 0.0,
            (double)cpu_ns[0] / 1000.0 / (double)b.o.chunks,
-           (double)cpu_ns[1] / 1000.0 / (double)b.o.chunks);
+           (double)cpu_ns[1] / 1000.0 / (double)b.o.chunks, peers);
     rc = verified ? 0 : 3;
 
 out:

@@ -34,6 +34,7 @@ typedef struct kvf_bench_pd_opts {
     uint64_t inflight;
     uint64_t layers;
     bool no_perftest;
+    bool peers;
 } kvf_bench_pd_opts_t;
 
 #define KVF_BENCH_PD_FIELD(_n, _t, _m, _d, _min, _max, _h) \
@@ -63,6 +64,10 @@ static const kvf_config_field_t kvf_bench_pd_fields[] = {
                        "saving layer by layer pushes"),
     KVF_BENCH_PD_FIELD("no_perftest", KVF_CONFIG_BOOL, no_perftest, "false", 0,
                        0, "skip the ucx_perftest ceiling"),
+    KVF_BENCH_PD_FIELD("peers", KVF_CONFIG_BOOL, peers, "false", 0, 0,
+                       "also run Mooncake Transfer Engine and NIXL on the same "
+                       "loopback, size and batches (tools/bench/peers.py; "
+                       "installs them into build/peers-venv on first use)"),
 };
 
 static const kvf_config_schema_t kvf_bench_pd_schema = {
@@ -264,7 +269,8 @@ int kvf_bench_pd_main(int argc, char **argv)
     int i;
     bool verified = true;
     double gbps, ceiling = 0.0, ceiling_sleep = 0.0;
-    int rc = 1;
+    char peers[2048] = "";
+    int rc           = 1;
 
     memset(&b, 0, sizeof(b));
     rc = kvf_bench_begin("pd", &kvf_bench_pd_schema, &b.o, argc, argv,
@@ -343,6 +349,10 @@ int kvf_bench_pd_main(int argc, char **argv)
     }
     gbps   = (total_ns == 0) ? 0.0 : (double)bytes / (double)total_ns;
     chunks = b.o.requests * b.o.chunks_per_request * b.o.layers; /* pieces */
+    if (b.o.peers) { /* one call per push: K pieces of one layer group */
+        kvf_bench_peers_run("write", b.o.chunk_size / b.o.layers, chunks,
+                            b.o.chunks_per_request, peers, sizeof(peers));
+    }
     printf("{\"bench\":\"pd\",\"transport\":\"%s\",\"chunk_size\":%" PRIu64
            ",\"requests\":%" PRIu64 ",\"chunks_per_request\":%" PRIu64
            ",\"inflight\":%" PRIu64 ",\"layers\":%" PRIu64
@@ -350,7 +360,7 @@ int kvf_bench_pd_main(int argc, char **argv)
            ",\"perftest_am_bw_GBps\":%.2f,\"pct_of_perftest\":%.0f"
            ",\"perftest_am_bw_sleep_GBps\":%.2f,\"pct_of_perftest_sleep\":%.0f"
            ",\"prefill_cpu_us_per_chunk\":%.1f"
-           ",\"decode_cpu_us_per_chunk\":%.1f}\n",
+           ",\"decode_cpu_us_per_chunk\":%.1f%s}\n",
            b.o.transport, b.o.chunk_size, b.o.requests, b.o.chunks_per_request,
            b.o.inflight, b.o.layers, gbps,
            (double)kvf_bench_percentile(lat, b.o.requests, 50) / 1000.0,
@@ -359,7 +369,7 @@ int kvf_bench_pd_main(int argc, char **argv)
            (ceiling > 0) ? 100.0 * gbps / ceiling : 0.0, ceiling_sleep,
            (ceiling_sleep > 0) ? 100.0 * gbps / ceiling_sleep : 0.0,
            (double)cpu_ns[0] / 1000.0 / (double)chunks,
-           (double)cpu_ns[1] / 1000.0 / (double)chunks);
+           (double)cpu_ns[1] / 1000.0 / (double)chunks, peers);
     rc = verified ? 0 : 3;
 
 out:

@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -316,6 +317,106 @@ uint64_t kvf_bench_pid_cpu_ns(pid_t pid)
     fclose(f);
     hz = sysconf(_SC_CLK_TCK);
     return (hz > 0) ? ticks * (KVF_NSEC_PER_SEC / (uint64_t)hz) : 0;
+}
+
+/* Where tools/bench/peers.py lives: the source tree this binary was built
+ * from (meson passes it to kvf-bench; other users of this file do not run
+ * the peers). */
+#ifndef KVF_SOURCE_ROOT
+#define KVF_SOURCE_ROOT "."
+#endif
+
+/* Appends @p fmt to @p buf at *@p off, never past @p len. */
+static void kvf_bench_appendf(char *buf, size_t len, size_t *off,
+                              const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void kvf_bench_appendf(char *buf, size_t len, size_t *off,
+                              const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    if (*off >= len) {
+        return;
+    }
+    va_start(ap, fmt);
+    n = vsnprintf(buf + *off, len - *off, fmt, ap);
+    va_end(ap);
+    if (n > 0) {
+        *off += ((size_t)n < len - *off) ? (size_t)n : len - *off - 1;
+    }
+}
+
+/* Both peers failed for @p why: null figures and the reason. */
+static void kvf_bench_peers_fail(char *json, size_t len, const char *why)
+{
+    size_t off = 0;
+
+    kvf_bench_appendf(json, len, &off,
+                      ",\"mooncake_te_GBps\":null,\"mooncake_te_reason\":"
+                      "\"%s\",\"nixl_GBps\":null,\"nixl_reason\":\"%s\"",
+                      why, why);
+}
+
+void kvf_bench_peers_run(const char *op, uint64_t size, uint64_t count,
+                         uint64_t batch, char *json, size_t len)
+{
+    const char *venv = getenv("KVF_BENCH_PEERS_VENV");
+    char cmd[PATH_MAX * 3], python[PATH_MAX], line[4096];
+    size_t n, off = 0;
+    FILE *f;
+
+    json[0] = '\0';
+    if (venv == NULL) {
+        venv = KVF_SOURCE_ROOT "/build/peers-venv";
+    }
+    /* the environment: made once, then only checked (tools/bench) */
+    snprintf(cmd, sizeof(cmd),
+             "cd '%s' && tools/bench/setup-peers.sh '%s' 2>/dev/null",
+             KVF_SOURCE_ROOT, venv);
+    fprintf(stderr, "kvf-bench: peers: %s\n", cmd);
+    f         = popen(cmd, "r");
+    python[0] = '\0';
+    if (f != NULL) {
+        if (fgets(python, sizeof(python), f) == NULL) {
+            python[0] = '\0';
+        }
+        if (pclose(f) != 0) {
+            python[0] = '\0';
+        }
+    }
+    n         = strcspn(python, "\n");
+    python[n] = '\0';
+    if (n == 0) {
+        kvf_bench_peers_fail(json, len,
+                             "tools/bench/setup-peers.sh could not make the "
+                             "environment (package index unreachable?)");
+        return;
+    }
+    snprintf(cmd, sizeof(cmd),
+             "cd '%s' && '%s' tools/bench/peers.py --size %" PRIu64
+             " --count %" PRIu64 " --batch %" PRIu64 " --op %s 2>/dev/null",
+             KVF_SOURCE_ROOT, python, size, count, batch, op);
+    fprintf(stderr, "kvf-bench: peers: %s\n", cmd);
+    f = popen(cmd, "r");
+    if (f == NULL) {
+        kvf_bench_peers_fail(json, len, "popen failed");
+        return;
+    }
+    /* the last line that is one JSON object: spliced into ours */
+    while (fgets(line, sizeof(line), f) != NULL) {
+        n       = strcspn(line, "\n");
+        line[n] = '\0';
+        if ((n > 2) && (line[0] == '{') && (line[n - 1] == '}')) {
+            off         = 0;
+            line[n - 1] = '\0';
+            kvf_bench_appendf(json, len, &off, ",%s", line + 1);
+        }
+    }
+    if ((pclose(f) != 0) || (off == 0)) {
+        kvf_bench_peers_fail(json, len, "tools/bench/peers.py failed");
+    }
 }
 
 int kvf_bench_begin(const char *bench, const kvf_config_schema_t *schema,
