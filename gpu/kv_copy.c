@@ -37,16 +37,61 @@ static size_t kvf_gpu_dtype_size(kvf_gpu_dtype_t dtype)
     return 0;
 }
 
+/* Indexed by kvf_gpu_layout_t: the names gpu.h documents. */
+static const char *const kvf_gpu_layout_names[KVF_GPU_LAYOUT_COUNT] = {
+    [KVF_GPU_LAYOUT_VLLM]            = "vllm",
+    [KVF_GPU_LAYOUT_KV]              = "kv",
+    [KVF_GPU_LAYOUT_SGLANG]          = "sglang",
+    [KVF_GPU_LAYOUT_MLA]             = "mla",
+    [KVF_GPU_LAYOUT_VLLM_HND]        = "vllm_hnd",
+    [KVF_GPU_LAYOUT_FLASHINFER]      = "flashinfer",
+    [KVF_GPU_LAYOUT_FLASHINFER_HND]  = "flashinfer_hnd",
+    [KVF_GPU_LAYOUT_VLLM_CPU]        = "vllm_cpu",
+    [KVF_GPU_LAYOUT_VLLM_PACKED_NHD] = "vllm_packed_nhd",
+};
+
 static bool kvf_gpu_layout_is_known(kvf_gpu_layout_t layout)
 {
-    switch (layout) {
-    case KVF_GPU_LAYOUT_VLLM:
-    case KVF_GPU_LAYOUT_KV:
-    case KVF_GPU_LAYOUT_SGLANG:
-    case KVF_GPU_LAYOUT_MLA:
-        return true;
+    return ((unsigned)layout < KVF_GPU_LAYOUT_COUNT);
+}
+
+const char *kvf_gpu_layout_name(kvf_gpu_layout_t layout)
+{
+    return kvf_gpu_layout_is_known(layout) ? kvf_gpu_layout_names[layout]
+                                           : NULL;
+}
+
+/* Equal up to '-' versus '_'. */
+static bool kvf_gpu_layout_name_eq(const char *a, const char *b)
+{
+    for (; (*a != '\0') && (*b != '\0'); a++, b++) {
+        if ((*a != *b) && !((*a == '-') && (*b == '_')) &&
+            !((*a == '_') && (*b == '-'))) {
+            return false;
+        }
     }
-    return false;
+    return *a == *b;
+}
+
+kvf_status_t kvf_gpu_layout_from_name(const char *name,
+                                      kvf_gpu_layout_t *layout_p)
+{
+    unsigned i;
+
+    if ((name == NULL) || (layout_p == NULL)) {
+        return KVF_ERR_INVALID;
+    }
+    if (kvf_gpu_layout_name_eq(name, "vllm_cpu_split")) {
+        *layout_p = KVF_GPU_LAYOUT_VLLM_CPU_SPLIT;
+        return KVF_OK;
+    }
+    for (i = 0; i < KVF_GPU_LAYOUT_COUNT; i++) {
+        if (kvf_gpu_layout_name_eq(name, kvf_gpu_layout_names[i])) {
+            *layout_p = (kvf_gpu_layout_t)i;
+            return KVF_OK;
+        }
+    }
+    return KVF_ERR_INVALID;
 }
 
 static bool kvf_gpu_layout_has_v_table(kvf_gpu_layout_t layout)
@@ -171,6 +216,69 @@ kvf_status_t kvf_gpu_kv_chunk_bytes(const kvf_gpu_kv_layout_t *layout,
     return KVF_OK;
 }
 
+/*
+ * The strides of plan_t for a checked layout (E element size, D = head_dim *
+ * E one head's vector, R = heads * D a row, S block_size, N slots); returns
+ * the offset of V's piece 0 of slot 0 from K's in one-tensor layouts.
+ */
+static uint64_t kvf_gpu_kv_plan_set_strides(kvf_gpu_kv_plan_t *plan,
+                                            const kvf_gpu_kv_layout_t *layout)
+{
+    uint64_t r = plan->row_bytes, s = layout->block_size, n = plan->num_slots;
+    uint64_t d        = layout->head_dim * kvf_gpu_dtype_size(layout->dtype);
+    uint64_t v_offset = 0;
+
+    plan->block_size   = s;
+    plan->block_stride = s * r; /* NHD: token t of block b at (b*S + t)*R */
+    plan->token_stride = r;
+    plan->head_stride  = d;
+    switch (layout->layout) {
+    case KVF_GPU_LAYOUT_VLLM: /* [2][blocks][S][heads][dim] */
+        v_offset = n * r;
+        break;
+    case KVF_GPU_LAYOUT_KV:
+    case KVF_GPU_LAYOUT_SGLANG:
+    case KVF_GPU_LAYOUT_MLA:
+        break;
+    case KVF_GPU_LAYOUT_VLLM_HND: /* [2][blocks][heads][S][dim] */
+        v_offset           = n * r;
+        plan->token_stride = d;
+        plan->head_stride  = s * d;
+        break;
+    case KVF_GPU_LAYOUT_FLASHINFER: /* [blocks][2][S][heads][dim] */
+        v_offset           = s * r;
+        plan->block_stride = 2 * s * r;
+        break;
+    case KVF_GPU_LAYOUT_FLASHINFER_HND: /* [blocks][2][heads][S][dim] */
+        v_offset           = s * r;
+        plan->block_stride = 2 * s * r;
+        plan->token_stride = d;
+        plan->head_stride  = s * d;
+        break;
+    case KVF_GPU_LAYOUT_VLLM_CPU: /* [blocks][heads][S][2*dim] */
+        v_offset           = d;
+        plan->block_stride = 2 * s * r;
+        plan->token_stride = 2 * d;
+        plan->head_stride  = 2 * s * d;
+        break;
+    case KVF_GPU_LAYOUT_VLLM_PACKED_NHD: /* [blocks][S][heads][2*dim] */
+        v_offset           = d;
+        plan->block_stride = 2 * s * r;
+        plan->token_stride = 2 * r;
+        plan->head_stride  = 2 * d;
+        break;
+    }
+    /* heads back to back (or one head): the row is one contiguous piece */
+    if ((plan->head_stride == d) || (r == d)) {
+        plan->num_pieces  = 1;
+        plan->piece_bytes = r;
+    } else {
+        plan->num_pieces  = (uint32_t)(r / d);
+        plan->piece_bytes = d;
+    }
+    return v_offset;
+}
+
 /* Slots are not read here: on the CUDA path they live in device memory. */
 kvf_status_t kvf_gpu_kv_plan_init(const kvf_gpu_kv_copy_params_t *params,
                                   kvf_gpu_kv_plan_t *plan)
@@ -178,7 +286,7 @@ kvf_status_t kvf_gpu_kv_plan_init(const kvf_gpu_kv_copy_params_t *params,
     const kvf_gpu_kv_layout_t *layout;
     kvf_status_t status;
     size_t row, chunk_bytes;
-    uint64_t begin, end, layer_bytes;
+    uint64_t begin, end, v_offset;
     uint32_t l;
 
     if (params == NULL) {
@@ -268,7 +376,7 @@ kvf_status_t kvf_gpu_kv_plan_init(const kvf_gpu_kv_copy_params_t *params,
     plan->chunk        = params->chunk;
     plan->num_layers   = layout->num_layers;
     plan->num_kv       = (layout->layout == KVF_GPU_LAYOUT_MLA) ? 1 : 2;
-    layer_bytes        = plan->num_slots * row;
+    v_offset           = kvf_gpu_kv_plan_set_strides(plan, layout);
     memset(plan->base, 0, sizeof(plan->base));
     for (l = plan->layer_begin; l < plan->layer_begin + plan->layer_count;
          l++) {
@@ -277,22 +385,14 @@ kvf_status_t kvf_gpu_kv_plan_init(const kvf_gpu_kv_copy_params_t *params,
             kvf_error("kv copy: k_layers[%u] is NULL", l);
             return KVF_ERR_INVALID;
         }
-        switch (layout->layout) {
-        case KVF_GPU_LAYOUT_VLLM:
-            /* [2][blocks][block_size][heads][dim]: V follows all of K */
-            plan->base[1][l] = plan->base[0][l] + layer_bytes;
-            break;
-        case KVF_GPU_LAYOUT_KV:
-        case KVF_GPU_LAYOUT_SGLANG:
+        if (kvf_gpu_layout_has_v_table(layout->layout)) {
             plan->base[1][l] = params->v_layers[l];
             if (plan->base[1][l] == NULL) {
                 kvf_error("kv copy: v_layers[%u] is NULL", l);
                 return KVF_ERR_INVALID;
             }
-            break;
-        case KVF_GPU_LAYOUT_MLA:
-            plan->base[1][l] = NULL;
-            break;
+        } else if (plan->num_kv == 2) {
+            plan->base[1][l] = plan->base[0][l] + v_offset;
         }
     }
     return KVF_OK;
@@ -372,14 +472,16 @@ static inline void kvf_gpu_row_prefetch(const uint8_t *p, uint64_t len)
     }
 }
 
-/* One row copy per token; chunk rows are walked in order, and pack
- * prefetches the source row two tokens ahead while the current one moves. */
+/* One row copy per token and piece; chunk rows are walked in order, and
+ * pack prefetches the source row two tokens ahead while the current one
+ * moves. */
 static void kvf_gpu_kv_copy_cpu_run(const kvf_gpu_kv_plan_t *plan,
                                     kvf_gpu_dir_t dir)
 {
-    uint64_t t, row = plan->row_bytes;
-    uint32_t kv, l;
-    uint8_t *chunk_row, *paged_row;
+    uint64_t t, row = plan->row_bytes, piece = plan->piece_bytes;
+    uint64_t hstride = plan->head_stride;
+    uint32_t kv, l, p, np = plan->num_pieces;
+    uint8_t *chunk_row, *paged_row, *next_row;
     int64_t slot, next;
     bool stream;
 
@@ -397,16 +499,27 @@ static void kvf_gpu_kv_copy_cpu_run(const kvf_gpu_kv_plan_t *plan,
                 if (slot < 0) {
                     continue;
                 }
-                paged_row = plan->base[kv][l] + (uint64_t)slot * row;
+                paged_row =
+                    KVF_GPU_KV_PLAN_SLOT_ADDR(plan, plan->base[kv][l], slot);
                 if (dir == KVF_GPU_DIR_PACK) {
                     next = (t + 2 < plan->num_tokens) ? plan->slots[t + 2] : -1;
                     if (next >= 0) {
-                        kvf_gpu_row_prefetch(
-                            plan->base[kv][l] + (uint64_t)next * row, row);
+                        next_row = KVF_GPU_KV_PLAN_SLOT_ADDR(
+                            plan, plan->base[kv][l], next);
+                        for (p = 0; p < np; p++) {
+                            kvf_gpu_row_prefetch(next_row + p * hstride, piece);
+                        }
                     }
-                    kvf_gpu_row_copy(chunk_row, paged_row, row, stream);
+                    for (p = 0; p < np; p++) {
+                        kvf_gpu_row_copy(chunk_row + p * piece,
+                                         paged_row + p * hstride, piece,
+                                         stream);
+                    }
                 } else {
-                    kvf_gpu_row_copy(paged_row, chunk_row, row, stream);
+                    for (p = 0; p < np; p++) {
+                        kvf_gpu_row_copy(paged_row + p * hstride,
+                                         chunk_row + p * piece, piece, stream);
+                    }
                 }
             }
         }

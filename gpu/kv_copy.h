@@ -26,11 +26,23 @@ typedef enum {
 } kvf_gpu_dir_t;
 
 /* Every address the copy needs, resolved per layout. Passed by value as the
- * kernel parameter (about 4 KiB; CUDA >= 12.1 allows 32 KiB on sm_70+). */
+ * kernel parameter (about 4 KiB; CUDA >= 12.1 allows 32 KiB on sm_70+).
+ *
+ * A token's K (or V) row of one layer is num_pieces pieces of piece_bytes,
+ * piece p at base[kv][l] + block * block_stride + offset * token_stride +
+ * p * head_stride (slot = block * block_size + offset); in the chunk the
+ * pieces are back to back. NHD layouts have one piece (the whole row), HND
+ * and packed layouts one per head. */
 typedef struct kvf_gpu_kv_plan {
     uint64_t num_tokens;   /* tokens to copy */
     uint64_t num_slots;    /* cache capacity: num_blocks * block_size */
     uint64_t row_bytes;    /* one token, one layer, one of K/V */
+    uint64_t block_size;   /* tokens per block */
+    uint64_t block_stride; /* bytes from one block to the next */
+    uint64_t token_stride; /* bytes from one token of a block to the next */
+    uint64_t head_stride;  /* bytes from one piece of a token to the next */
+    uint64_t piece_bytes;  /* contiguous bytes of one piece */
+    uint32_t num_pieces;   /* pieces per row: 1, or num_kv_heads */
     uint64_t chunk_tokens; /* T of the chunk */
     uint64_t chunk_offset; /* chunk position of the first token */
     const int64_t *slots;  /* slot_mapping + token_begin */
@@ -39,8 +51,14 @@ typedef struct kvf_gpu_kv_plan {
     uint32_t layer_begin; /* first layer copied */
     uint32_t layer_count; /* layers copied (the kernel's grid y) */
     uint32_t num_kv;      /* 2 (K and V) or 1 (MLA) */
-    uint8_t *base[2][KVF_GPU_MAX_LAYERS]; /* [K/V][layer] slot 0 address */
+    uint8_t *base[2][KVF_GPU_MAX_LAYERS]; /* [K/V][layer] piece 0 of slot 0 */
 } kvf_gpu_kv_plan_t;
+
+/* Address of piece 0 of @p slot (in range) in @p base. */
+#define KVF_GPU_KV_PLAN_SLOT_ADDR(_plan, _base, _slot) \
+    ((_base) + \
+     ((uint64_t)(_slot) / (_plan)->block_size) * (_plan)->block_stride + \
+     ((uint64_t)(_slot) % (_plan)->block_size) * (_plan)->token_stride)
 
 /* Checks everything the host can see (logging the first problem) and
  * resolves every address into @p plan; the slots themselves are not read.

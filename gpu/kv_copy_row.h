@@ -34,21 +34,46 @@ typedef struct kvf_gpu_vec16 {
         } \
     } while (0)
 
+/* Lane @p _lane of @p _nlanes copies every @p _nlanes-th _type unit of
+ * @p _np pieces of @p _piece bytes, piece p at _dst + p * _dstride and
+ * _src + p * _sstride: the units of all pieces are numbered together, so a
+ * warp stays busy when a piece (one head) is shorter than 32 units. The
+ * (piece, unit) pair advances by subtraction: one division per lane. */
+#define KVF_GPU_PIECES_COPY_AS(_type, _dst, _dstride, _src, _sstride, _piece, \
+                               _np, _lane, _nlanes) \
+    do { \
+        uint64_t per_ = (_piece) / sizeof(_type), p_, j_; \
+        p_            = (_lane) / per_; \
+        j_            = (_lane)-p_ * per_; \
+        while (p_ < (_np)) { \
+            ((_type *)(void *)((_dst) + p_ * (_dstride)))[j_] = \
+                ((const _type *)(const void *)((_src) + p_ * (_sstride)))[j_]; \
+            j_ += (_nlanes); \
+            while (j_ >= per_) { \
+                j_ -= per_; \
+                p_++; \
+            } \
+        } \
+    } while (0)
+
 /*
  * One lane's share of token @p t of layer @p l, K (kv 0) or V (kv 1): the
  * widest unit (16, 8, 4, 2, 1 bytes) dividing both row addresses and the row
- * size. Slots outside 0..num_slots-1 (-1 holes, and bad slots the host
- * could not check on the device) copy nothing.
+ * size (for rows in pieces: every piece address and the piece size). Slots
+ * outside 0..num_slots-1 (-1 holes, and bad slots the host could not check
+ * on the device) copy nothing.
  */
 KVF_GPU_HOST_DEVICE void kvf_gpu_kv_copy_token(const kvf_gpu_kv_plan_t *plan,
                                                kvf_gpu_dir_t dir, uint64_t t,
                                                uint32_t l, uint32_t kv,
                                                unsigned lane, unsigned nlanes)
 {
-    uint64_t row = plan->row_bytes;
+    uint64_t row = plan->row_bytes, piece = plan->piece_bytes;
+    uint64_t dstride, sstride;
     uint8_t *chunk_row, *paged_row, *dst;
     const uint8_t *src;
     uintptr_t align;
+    uint32_t np = plan->num_pieces;
     int64_t slot;
 
     slot = plan->slots[t];
@@ -59,25 +84,50 @@ KVF_GPU_HOST_DEVICE void kvf_gpu_kv_copy_token(const kvf_gpu_kv_plan_t *plan,
                 (((uint64_t)kv * plan->num_layers + l) * plan->chunk_tokens +
                  plan->chunk_offset + t) *
                     row;
-    paged_row = plan->base[kv][l] + (uint64_t)slot * row;
+    paged_row = KVF_GPU_KV_PLAN_SLOT_ADDR(plan, plan->base[kv][l], slot);
     if (dir == KVF_GPU_DIR_PACK) {
-        dst = chunk_row;
-        src = paged_row;
+        dst     = chunk_row;
+        src     = paged_row;
+        dstride = piece;
+        sstride = plan->head_stride;
     } else {
-        dst = paged_row;
-        src = chunk_row;
+        dst     = paged_row;
+        src     = chunk_row;
+        dstride = plan->head_stride;
+        sstride = piece;
     }
-    align = (uintptr_t)dst | (uintptr_t)src | (uintptr_t)row;
+    if (np == 1) {
+        align = (uintptr_t)dst | (uintptr_t)src | (uintptr_t)row;
+        if ((align & 15) == 0) {
+            KVF_GPU_ROW_COPY_AS(kvf_gpu_vec16_t, dst, src, row, lane, nlanes);
+        } else if ((align & 7) == 0) {
+            KVF_GPU_ROW_COPY_AS(uint64_t, dst, src, row, lane, nlanes);
+        } else if ((align & 3) == 0) {
+            KVF_GPU_ROW_COPY_AS(uint32_t, dst, src, row, lane, nlanes);
+        } else if ((align & 1) == 0) {
+            KVF_GPU_ROW_COPY_AS(uint16_t, dst, src, row, lane, nlanes);
+        } else {
+            KVF_GPU_ROW_COPY_AS(uint8_t, dst, src, row, lane, nlanes);
+        }
+        return;
+    }
+    align = (uintptr_t)dst | (uintptr_t)src | (uintptr_t)piece |
+            (uintptr_t)plan->head_stride;
     if ((align & 15) == 0) {
-        KVF_GPU_ROW_COPY_AS(kvf_gpu_vec16_t, dst, src, row, lane, nlanes);
+        KVF_GPU_PIECES_COPY_AS(kvf_gpu_vec16_t, dst, dstride, src, sstride,
+                               piece, np, lane, nlanes);
     } else if ((align & 7) == 0) {
-        KVF_GPU_ROW_COPY_AS(uint64_t, dst, src, row, lane, nlanes);
+        KVF_GPU_PIECES_COPY_AS(uint64_t, dst, dstride, src, sstride, piece, np,
+                               lane, nlanes);
     } else if ((align & 3) == 0) {
-        KVF_GPU_ROW_COPY_AS(uint32_t, dst, src, row, lane, nlanes);
+        KVF_GPU_PIECES_COPY_AS(uint32_t, dst, dstride, src, sstride, piece, np,
+                               lane, nlanes);
     } else if ((align & 1) == 0) {
-        KVF_GPU_ROW_COPY_AS(uint16_t, dst, src, row, lane, nlanes);
+        KVF_GPU_PIECES_COPY_AS(uint16_t, dst, dstride, src, sstride, piece, np,
+                               lane, nlanes);
     } else {
-        KVF_GPU_ROW_COPY_AS(uint8_t, dst, src, row, lane, nlanes);
+        KVF_GPU_PIECES_COPY_AS(uint8_t, dst, dstride, src, sstride, piece, np,
+                               lane, nlanes);
     }
 }
 

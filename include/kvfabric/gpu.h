@@ -46,22 +46,69 @@ typedef enum {
     KVF_GPU_DTYPE_FP8  = 3, /**< 1 byte (e4m3 or e5m2, copied as bytes) */
 } kvf_gpu_dtype_t;
 
-/** How an engine lays out the paged KV cache of one layer. */
+/**
+ * How an engine lays out the paged KV cache of one layer. Shapes are the
+ * physical order in memory, outermost first (C order, no padding); `E` is
+ * the element size. Every layout holds the same bytes per layer
+ * (`2 * num_blocks * block_size * num_kv_heads * head_dim * E`, half for
+ * MLA); they differ only in where one (token, head) vector of K or V lives.
+ * "NHD" puts a block's tokens before heads, "HND" heads before tokens.
+ * kvf_gpu_layout_name() gives each a stable lowercase name (the one
+ * `kvf-bench gpu --layout` and the Python helpers use).
+ */
 typedef enum {
-    /** vLLM flash-attention: one tensor per layer
-     * `[2][num_blocks][block_size][num_kv_heads][head_dim]`; k_layers only. */
+    /** "vllm": vLLM flash-attention (NHD), also Triton/FlexAttention: one
+     * tensor per layer `[2][num_blocks][block_size][num_kv_heads][head_dim]`;
+     * k_layers only. */
     KVF_GPU_LAYOUT_VLLM = 0,
-    /** separate K and V tensors per layer, each
+    /** "kv": separate K and V tensors per layer, each
      * `[num_blocks][block_size][num_kv_heads][head_dim]`. */
     KVF_GPU_LAYOUT_KV = 1,
-    /** SGLang: per-layer K and V buffers `[num_slots][num_kv_heads][head_dim]`;
-     * set block_size 1 and num_blocks to the slot count. */
+    /** "sglang": SGLang per-layer K and V buffers
+     * `[num_slots][num_kv_heads][head_dim]`; set block_size 1 and num_blocks
+     * to the slot count. */
     KVF_GPU_LAYOUT_SGLANG = 2,
-    /** MLA latent: one vector per token, per layer
+    /** "mla": MLA latent, one vector per token, per layer
      * `[num_blocks][block_size][head_dim]` (head_dim = latent dim,
      * num_kv_heads 1); k_layers only, chunk `[1][L][T][latent]`. */
     KVF_GPU_LAYOUT_MLA = 3,
+    /** "vllm_hnd": vLLM flash-attention with the HND stride order
+     * (`VLLM_KV_CACHE_LAYOUT=HND`): `[2][num_blocks][num_kv_heads]
+     * [block_size][head_dim]`; k_layers only. Also the CPU attention backend
+     * of vLLM releases whose get_kv_cache_shape() is
+     * `(2, num_blocks, num_kv_heads, block_size, head_size)`
+     * (::KVF_GPU_LAYOUT_VLLM_CPU_SPLIT). */
+    KVF_GPU_LAYOUT_VLLM_HND = 4,
+    /** "flashinfer": vLLM FlashInfer backend (NHD): one tensor per layer
+     * `[num_blocks][2][block_size][num_kv_heads][head_dim]`; k_layers
+     * only. */
+    KVF_GPU_LAYOUT_FLASHINFER = 5,
+    /** "flashinfer_hnd": FlashInfer with the HND stride order:
+     * `[num_blocks][2][num_kv_heads][block_size][head_dim]`; k_layers
+     * only. */
+    KVF_GPU_LAYOUT_FLASHINFER_HND = 6,
+    /** "vllm_cpu": K and V packed in the last dimension, HND:
+     * `[num_blocks][num_kv_heads][block_size][2 * head_dim]`, K in the
+     * first half (`[..., :head_dim]`), V in the second; k_layers only.
+     * vLLM CPU attention backend whose get_kv_cache_shape() is
+     * `(num_blocks, num_kv_heads, block_size, 2 * head_size)` with the
+     * identity stride order. */
+    KVF_GPU_LAYOUT_VLLM_CPU = 7,
+    /** "vllm_packed_nhd": the same logical shape as ::KVF_GPU_LAYOUT_VLLM_CPU
+     * laid out with the NHD stride order (block, token, head, K|V, dim):
+     * `[num_blocks][block_size][num_kv_heads][2 * head_dim]`, K in the first
+     * half of the last dimension; k_layers only. */
+    KVF_GPU_LAYOUT_VLLM_PACKED_NHD = 8,
+    /** "vllm_cpu_split": another name of ::KVF_GPU_LAYOUT_VLLM_HND, the
+     * layout of vLLM's CPU backend `(2, num_blocks, num_kv_heads,
+     * block_size, head_size)`. */
+    KVF_GPU_LAYOUT_VLLM_CPU_SPLIT = KVF_GPU_LAYOUT_VLLM_HND,
 } kvf_gpu_layout_t;
+
+/** Number of distinct layouts: values 0 .. KVF_GPU_LAYOUT_COUNT - 1. */
+enum {
+    KVF_GPU_LAYOUT_COUNT = 9
+};
 
 /** kvf_gpu_kv_layout_t::field_mask bits. */
 enum {
@@ -129,6 +176,31 @@ typedef struct kvf_gpu_kv_copy_params {
     uint32_t layer_begin;        /**< first layer to copy (default 0) */
     uint32_t layer_count;        /**< layers to copy (default: the rest) */
 } kvf_gpu_kv_copy_params_t;
+
+/**
+ * The stable lowercase name of a layout ("vllm", "vllm_hnd", ...; see
+ * ::kvf_gpu_layout_t), for logs, tools and language bindings.
+ *
+ * @param [in] layout  a layout value
+ * @return a static string, or NULL for a value outside the enum
+ *
+ * thread: thread-safe. ownership: the string is static.
+ */
+KVF_API const char *kvf_gpu_layout_name(kvf_gpu_layout_t layout);
+
+/**
+ * The layout of a name from kvf_gpu_layout_name(), or an alias
+ * ("vllm_cpu_split"); '-' and '_' are interchangeable.
+ *
+ * @param [in] name       the name
+ * @param [out] layout_p  the layout, written only on success
+ * @return ::KVF_OK; ::KVF_ERR_INVALID for NULL or an unknown name (not
+ *         logged: callers list the names themselves)
+ *
+ * thread: thread-safe. ownership: nothing is kept.
+ */
+KVF_API kvf_status_t kvf_gpu_layout_from_name(const char *name,
+                                              kvf_gpu_layout_t *layout_p);
 
 /**
  * Bytes of one token's row for one layer and one of K/V

@@ -134,23 +134,23 @@ static void run_both(kv_case_t *c, size_t shift, const char *what)
 typedef struct kv_cuda_param {
     kvf_gpu_layout_t layout;
     kvf_gpu_dtype_t dtype;
-    char name[16];
+    char name[32];
 } kv_cuda_param_t;
 
 ParameterizedTestParameters(kv_copy_cuda, kernel_matches_cpu)
 {
-    static kv_cuda_param_t params[16];
-    static const char *const lnames[] = {"vllm", "kv", "sglang", "mla"};
+    static kv_cuda_param_t params[KVF_GPU_LAYOUT_COUNT * 4];
     static const char *const dnames[] = {"fp16", "bf16", "fp32", "fp8"};
     size_t i;
 
-    for (i = 0; i < 16; i++) {
+    for (i = 0; i < KVF_GPU_LAYOUT_COUNT * 4; i++) {
         params[i].layout = (kvf_gpu_layout_t)(i / 4);
         params[i].dtype  = (kvf_gpu_dtype_t)(i % 4);
-        snprintf(params[i].name, sizeof(params[i].name), "%s/%s", lnames[i / 4],
-                 dnames[i % 4]);
+        snprintf(params[i].name, sizeof(params[i].name), "%s/%s",
+                 kvf_gpu_layout_name(params[i].layout), dnames[i % 4]);
     }
-    return cr_make_param_array(kv_cuda_param_t, params, 16);
+    return cr_make_param_array(kv_cuda_param_t, params,
+                               KVF_GPU_LAYOUT_COUNT * 4);
 }
 
 ParameterizedTest(kv_cuda_param_t *p, kv_copy_cuda, kernel_matches_cpu)
@@ -187,12 +187,13 @@ Test(kv_copy_cuda, llama_shape_vector_path)
     int kind;
 
     require_device();
-    for (kind = 0; kind < 4; kind++) {
+    for (kind = 0; kind < KVF_GPU_LAYOUT_COUNT; kind++) {
         cr_assert_eq(kv_case_create_shape(&c, 4242 + kind,
                                           (kvf_gpu_layout_t)kind,
                                           KVF_GPU_DTYPE_BF16, &shape),
                      0);
-        snprintf(what, sizeof(what), "llama layout %d", kind);
+        snprintf(what, sizeof(what), "llama %s",
+                 kvf_gpu_layout_name((kvf_gpu_layout_t)kind));
         run_both(&c, 0, what);
         kv_case_destroy(&c);
     }

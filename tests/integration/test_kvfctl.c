@@ -182,3 +182,94 @@ Test(kvfctl, bench_p2p_and_pd_smoke)
     cr_assert_not_null(strstr(g_out, "\"inflight\":2,"), "%s", g_out);
     cr_assert_not_null(strstr(g_out, "\"verified\":true"), "%s", g_out);
 }
+
+/* Both agents' CPU time per chunk is printed; pd --layers N pushes every
+ * chunk as N layer-group pieces (N pushes per request, the last final) and
+ * still checks every byte. */
+Test(kvfctl, bench_agent_cpu_and_pd_layers)
+{
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "%s p2p --chunk-size 64K --chunks 8 --batch 4 "
+                            "--no-perftest 2>/dev/null",
+                            kvf_th_build_path("tools/kvf-bench")),
+                 0, "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"holder_cpu_us_per_chunk\":"), "%s",
+                       g_out);
+    cr_assert_not_null(strstr(g_out, "\"requester_cpu_us_per_chunk\":"), "%s",
+                       g_out);
+    cr_assert_null(strstr(g_out, "cpu_us_per_chunk\":0.0"), "%s", g_out);
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "%s pd --chunk-size 64K --requests 3 "
+                            "--chunks-per-request 2 --layers 4 "
+                            "--no-perftest 2>/dev/null",
+                            kvf_th_build_path("tools/kvf-bench")),
+                 0, "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"layers\":4,"), "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"verified\":true"), "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"prefill_cpu_us_per_chunk\":"), "%s",
+                       g_out);
+    cr_assert_not_null(strstr(g_out, "\"decode_cpu_us_per_chunk\":"), "%s",
+                       g_out);
+    /* 64 KiB does not split into 32 pieces of 4 KiB or more */
+    cr_assert_neq(kvf_th_run(g_out, sizeof(g_out),
+                             "%s pd --chunk-size 64K --layers 32 "
+                             "--no-perftest 2>&1",
+                             kvf_th_build_path("tools/kvf-bench")),
+                  0, "%s", g_out);
+}
+
+/* --peers where the peers' environment cannot be made (here: a venv path
+ * under /dev/null) still prints our figures, plus null peer figures with
+ * the reason; no package index is needed for this. */
+Test(kvfctl, bench_peers_say_why_they_cannot_run)
+{
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "KVF_BENCH_PEERS_VENV=/dev/null/venv %s pd "
+                            "--chunk-size 64K --requests 2 "
+                            "--chunks-per-request 2 --no-perftest --peers "
+                            "2>/dev/null",
+                            kvf_th_build_path("tools/kvf-bench")),
+                 0, "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"verified\":true"), "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"mooncake_te_GBps\":null,"
+                                     "\"mooncake_te_reason\":\""),
+                       "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"nixl_GBps\":null,\"nixl_reason\":\""),
+                       "%s", g_out);
+}
+
+/* kvf-bench gpu runs the CPU path of every layout by name (and the alias
+ * of the older vLLM CPU layout); an unknown name is a usage error. */
+Test(kvfctl, bench_gpu_every_layout)
+{
+    /* the stable names of include/kvfabric/gpu.h, spelled out */
+    static const char *const names[] = {
+        "vllm",           "kv",         "sglang",         "mla",
+        "vllm_hnd",       "flashinfer", "flashinfer_hnd", "vllm_cpu",
+        "vllm_packed_nhd"};
+    char want[96];
+    size_t l;
+
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "%s gpu --path cpu --layout all --layers 2 "
+                            "--tokens 40 --iters 1 2>/dev/null",
+                            kvf_th_build_path("tools/kvf-bench")),
+                 0, "%s", g_out);
+    for (l = 0; l < sizeof(names) / sizeof(names[0]); l++) {
+        snprintf(want, sizeof(want),
+                 "\"op\":\"pack\",\"path\":\"cpu\","
+                 "\"layout\":\"%s\"",
+                 names[l]);
+        cr_assert_not_null(strstr(g_out, want), "%s in %s", want, g_out);
+    }
+    cr_assert_eq(kvf_th_run(g_out, sizeof(g_out),
+                            "%s gpu --path cpu --layout vllm-cpu-split "
+                            "--layers 1 --tokens 8 --iters 1 2>/dev/null",
+                            kvf_th_build_path("tools/kvf-bench")),
+                 0, "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "\"layout\":\"vllm_hnd\""), "%s", g_out);
+    cr_assert_neq(kvf_th_run(g_out, sizeof(g_out),
+                             "%s gpu --path cpu --layout nhd 2>&1",
+                             kvf_th_build_path("tools/kvf-bench")),
+                  0, "%s", g_out);
+}

@@ -53,11 +53,44 @@ kvf_client_t *kvf_bench_connect(const char *sock, uint64_t wait_ns);
 uint64_t kvf_bench_pid_rss(pid_t pid);
 
 /* Best of three ucx_perftest ucp_am_bw runs (error mode on, the agents'
- * TCP tuning) for @p transport and @p size: GB/s, 0 when ucx_perftest is
- * missing. Busy-polling both sides (the best figure), or with @p is_sleep
- * both sides waiting on events the way the agents do (-E sleep). */
+ * TCP tuning) for @p transport and @p size: GB/s (1e9 B/s), 0 when
+ * ucx_perftest is missing. Busy-polling both sides (the best figure), or
+ * with @p is_sleep both sides waiting on events the way the agents do
+ * (-E sleep). Prints the command line (kvf_bench_perftest_cmd) to stderr. */
 double kvf_bench_perftest_am_bw(const char *transport, uint64_t size,
                                 uint64_t iters, bool is_sleep);
+
+/* The shell command of one ucx_perftest ceiling run: "SERVER & CLIENT"
+ * (what docs/performance.md quotes). */
+void kvf_bench_perftest_cmd(char *buf, size_t len, const char *transport,
+                            uint16_t port, uint64_t size, uint64_t iters,
+                            bool is_sleep);
+
+/* GB/s (1e9 B/s) of a ucx_perftest "Final:" line, whose "MB/s" are MiB/s;
+ * -1 for any other line. */
+double kvf_bench_perftest_final_gbps(const char *line);
+
+/* On-CPU time of every thread of process @p pid so far, in ns
+ * (/proc/PID/task/TID/schedstat; /proc/PID/stat ticks where schedstat is
+ * missing); 0 when the process is gone. */
+uint64_t kvf_bench_pid_cpu_ns(pid_t pid);
+
+/* utime + stime (clock ticks) from a /proc/PID/stat line into *ticks_p;
+ * -1 when the line does not parse. */
+int kvf_bench_stat_cpu_ticks(const char *stat, uint64_t *ticks_p);
+
+/*
+ * Runs the other engines of tools/bench/peers.py (Mooncake Transfer
+ * Engine, NIXL) on loopback with the same chunk @p size, @p count and
+ * @p batch per call, @p op "read" (p2p) or "write" (pd), in the
+ * environment tools/bench/setup-peers.sh makes ($KVF_BENCH_PEERS_VENV, else
+ * build/peers-venv of the source tree; installed on first use). Writes
+ * JSON fields to append to the caller's line, each starting with a comma:
+ * "mooncake_te_GBps", "_p50_us", "_p99_us", "_verified", the same for
+ * "nixl", or "<peer>_GBps":null with "<peer>_reason" when it cannot run.
+ */
+void kvf_bench_peers_run(const char *op, uint64_t size, uint64_t count,
+                         uint64_t batch, char *json, size_t len);
 
 /*
  * The start of a two-agent benchmark: --help (returns -1: print done),

@@ -32,7 +32,7 @@ typedef enum {
 } kvf_bench_gpu_op_t;
 
 typedef struct kvf_bench_gpu_opts {
-    const char *layout; /* vllm|kv|sglang|mla|all */
+    const char *layout; /* a kvf_gpu_layout_name(), or all */
     const char *path;   /* cpu|cuda|all */
     const char *dtype;
     uint32_t layers, heads, head_dim, block_size;
@@ -52,10 +52,8 @@ typedef struct kvf_bench_gpu_case {
     void *chunk, *chunk2; /* chunk2: the plain-copy baseline's source */
 } kvf_bench_gpu_case_t;
 
-static const char *const kvf_bench_gpu_layouts[] = {"vllm", "kv", "sglang",
-                                                    "mla"};
-static const char *const kvf_bench_gpu_dtypes[]  = {"fp16", "bf16", "fp32",
-                                                    "fp8"};
+static const char *const kvf_bench_gpu_dtypes[] = {"fp16", "bf16", "fp32",
+                                                   "fp8"};
 
 static int kvf_bench_gpu_lookup(const char *const *names, int n,
                                 const char *name)
@@ -72,8 +70,10 @@ static int kvf_bench_gpu_lookup(const char *const *names, int n,
 
 static void kvf_bench_gpu_usage(FILE *out)
 {
+    int l;
+
     fprintf(out,
-            "usage: kvf-bench gpu [--layout vllm|kv|sglang|mla|all] "
+            "usage: kvf-bench gpu [--layout NAME|all] "
             "[--path cpu|cuda|all]\n"
             "         [--dtype fp16|bf16|fp32|fp8] [--layers N] [--heads N] "
             "[--head-dim N]\n"
@@ -84,7 +84,11 @@ static void kvf_bench_gpu_usage(FILE *out)
             "256-token chunks, block_size 16, cache of 2 chunks' blocks, "
             "random block order,\n"
             "20 iterations, both paths. Exit 77 when only the cuda path was "
-            "asked for and\nthere is no CUDA device.\n");
+            "asked for and\nthere is no CUDA device.\nlayouts:");
+    for (l = 0; l < KVF_GPU_LAYOUT_COUNT; l++) {
+        fprintf(out, " %s", kvf_gpu_layout_name((kvf_gpu_layout_t)l));
+    }
+    fprintf(out, " (vllm_cpu_split = vllm_hnd)\n");
 }
 
 static uint64_t kvf_bench_gpu_rand(uint64_t *state)
@@ -140,6 +144,7 @@ static int kvf_bench_gpu_case_create(kvf_bench_gpu_case_t *c,
     uint64_t st = o->seed, nslots, b, t, *perm;
     size_t row;
     uint32_t l;
+    bool has_v;
 
     memset(c, 0, sizeof(*c));
     c->on_device = on_device;
@@ -175,11 +180,12 @@ static int kvf_bench_gpu_case_create(kvf_bench_gpu_case_t *c,
                 nslots, o->tokens);
         return -1;
     }
-    c->k_bytes = nslots * row * ((layout == KVF_GPU_LAYOUT_VLLM) ? 2 : 1);
-    c->v_bytes =
-        ((layout == KVF_GPU_LAYOUT_KV) || (layout == KVF_GPU_LAYOUT_SGLANG))
-            ? nslots * row
-            : 0;
+    /* K and V in one tensor per layer except split K/V (kv, sglang) and
+     * K-only MLA */
+    has_v = (layout == KVF_GPU_LAYOUT_KV) || (layout == KVF_GPU_LAYOUT_SGLANG);
+    c->k_bytes =
+        nslots * row * ((has_v || (layout == KVF_GPU_LAYOUT_MLA)) ? 1 : 2);
+    c->v_bytes = has_v ? nslots * row : 0;
     for (l = 0; l < o->layers; l++) {
         c->k_tab[l] = kvf_bench_gpu_alloc(on_device, c->k_bytes);
         if (c->k_tab[l] == NULL) {
@@ -306,7 +312,8 @@ static int kvf_bench_gpu_run(const kvf_bench_gpu_opts_t *o, int layout,
     int op;
 
     fprintf(stderr, "kvf-bench gpu: %s %s %s ...\n", on_device ? "cuda" : "cpu",
-            kvf_bench_gpu_layouts[layout], kvf_bench_gpu_dtypes[dtype]);
+            kvf_gpu_layout_name((kvf_gpu_layout_t)layout),
+            kvf_bench_gpu_dtypes[dtype]);
     if (kvf_bench_gpu_case_create(&c, o, layout, dtype, on_device) != 0) {
         return -1;
     }
@@ -326,10 +333,11 @@ static int kvf_bench_gpu_run(const kvf_bench_gpu_opts_t *o, int layout,
                ",\"block_size\":%u,\"bytes\":%zu,\"iters\":%u,"
                "\"GBps\":%.2f,\"memcpy_GBps\":%.2f}\n",
                ops[op], on_device ? "cuda" : "cpu",
-               kvf_bench_gpu_layouts[layout], kvf_bench_gpu_dtypes[dtype],
-               c.layout.num_layers, c.layout.num_kv_heads, c.layout.head_dim,
-               o->tokens, c.layout.block_size, c.chunk_bytes, o->iters,
-               gbps[op], gbps[KVF_BENCH_GPU_OP_COPY]);
+               kvf_gpu_layout_name((kvf_gpu_layout_t)layout),
+               kvf_bench_gpu_dtypes[dtype], c.layout.num_layers,
+               c.layout.num_kv_heads, c.layout.head_dim, o->tokens,
+               c.layout.block_size, c.chunk_bytes, o->iters, gbps[op],
+               gbps[KVF_BENCH_GPU_OP_COPY]);
     }
     fflush(stdout);
     kvf_bench_gpu_case_destroy(&c);
@@ -383,6 +391,7 @@ int kvf_bench_gpu_main(int argc, char **argv)
         .iters      = 20,
     };
     const char *reason;
+    kvf_gpu_layout_t one;
     int opt, idx, layout, dtype, l, ran = 0, failed = 0, lo, hi;
     uint64_t v;
     bool want_cpu, want_cuda;
@@ -450,10 +459,12 @@ int kvf_bench_gpu_main(int argc, char **argv)
         o.cache_blocks = 2 * ((o.tokens + o.block_size - 1) / o.block_size);
     }
     dtype = kvf_bench_gpu_lookup(kvf_bench_gpu_dtypes, 4, o.dtype);
-    lo = hi = kvf_bench_gpu_lookup(kvf_bench_gpu_layouts, 4, o.layout);
-    if (strcmp(o.layout, "all") == 0) {
+    lo = hi = -1;
+    if (kvf_gpu_layout_from_name(o.layout, &one) == KVF_OK) {
+        lo = hi = (int)one;
+    } else if (strcmp(o.layout, "all") == 0) {
         lo = 0;
-        hi = 3;
+        hi = KVF_GPU_LAYOUT_COUNT - 1;
     }
     want_cpu  = (strcmp(o.path, "cpu") == 0) || (strcmp(o.path, "all") == 0);
     want_cuda = (strcmp(o.path, "cuda") == 0) || (strcmp(o.path, "all") == 0);

@@ -8,7 +8,8 @@
  * UCX into its pool, verifying every checksum), checks every byte, and
  * prints one JSON line. In the same run it measures ucx_perftest's
  * ucp_am_bw for the same transport and size (the ceiling; -e, the error
- * mode agents use) when ucx_perftest is installed.
+ * mode agents use) when ucx_perftest is installed, and both agents' CPU
+ * time per chunk over the transfer window (all their threads).
  */
 #include "tools/bench/bench.h"
 
@@ -34,6 +35,7 @@ typedef struct kvf_bench_p2p_opts {
     uint64_t chunks;
     uint64_t batch;
     bool no_perftest;
+    bool peers;
     bool prefetch;
 } kvf_bench_p2p_opts_t;
 
@@ -58,6 +60,11 @@ static const kvf_config_field_t kvf_bench_p2p_fields[] = {
                         "is then over the wall time from the lookup"),
     KVF_BENCH_P2P_FIELD("no_perftest", KVF_CONFIG_BOOL, no_perftest, "false", 0,
                         0, "skip the ucx_perftest ceiling"),
+    KVF_BENCH_P2P_FIELD("peers", KVF_CONFIG_BOOL, peers, "false", 0, 0,
+                        "also run Mooncake Transfer Engine and NIXL on the "
+                        "same loopback, size and batches "
+                        "(tools/bench/peers.py; installs them into "
+                        "build/peers-venv on first use)"),
 };
 
 static const kvf_config_schema_t kvf_bench_p2p_schema = {
@@ -103,12 +110,14 @@ int kvf_bench_p2p_main(int argc, char **argv)
     kvf_slot_t *slots = NULL;
     uint64_t *sums = NULL, *lat = NULL, total_ns = 0, bytes = 0;
     uint64_t wall0 = 0, wall1 = 0, verify_ns = 0, tv = 0;
+    uint64_t cpu0[2] = {0, 0}, cpu_ns[2] = {0, 0};
     uint8_t *expect  = NULL;
     uint32_t *tokens = NULL;
     bool *missing = NULL, verified = true;
     size_t got, i, nb = 0, k;
     double gbps, ceiling = 0.0, ceiling_sleep = 0.0;
-    int rc = 1;
+    char peers[2048] = "";
+    int rc           = 1;
 
     memset(&b, 0, sizeof(b));
     rc = kvf_bench_begin("p2p", &kvf_bench_p2p_schema, &b.o, argc, argv,
@@ -182,6 +191,11 @@ int kvf_bench_p2p_main(int argc, char **argv)
     }
     /* fetch through B, batch by batch; with --prefetch the lookup starts
      * every transfer first and the retrieves join them */
+    /* the agents' CPU time over the transfer window (pids: controller,
+     * A the holder, B the requester) */
+    for (k = 0; k < 2; k++) {
+        cpu0[k] = kvf_bench_pid_cpu_ns(b.pair.pids[1 + k]);
+    }
     wall0 = kvf_time_now_ns();
     if (b.o.prefetch && (kvf_client_lookup(c, keys, (uint32_t)b.o.chunks, true,
                                            &res) != KVF_OK)) {
@@ -219,6 +233,9 @@ int kvf_bench_p2p_main(int argc, char **argv)
         kvf_client_release(c, slots, n);
         wall1 = kvf_time_now_ns() - verify_ns;
     }
+    for (k = 0; k < 2; k++) {
+        cpu_ns[k] = kvf_bench_pid_cpu_ns(b.pair.pids[1 + k]) - cpu0[k];
+    }
     kvf_client_disconnect(a);
     kvf_client_disconnect(c);
     a = c = NULL;
@@ -229,26 +246,33 @@ int kvf_bench_p2p_main(int argc, char **argv)
         ceiling_sleep = kvf_bench_perftest_am_bw(b.o.transport, b.o.chunk_size,
                                                  b.o.chunks, true);
     }
+    if (b.o.peers) {
+        kvf_bench_peers_run("read", b.o.chunk_size, b.o.chunks, b.o.batch,
+                            peers, sizeof(peers));
+    }
     if (b.o.prefetch) {
         /* wall time from the lookup to the last retrieve, less the time
          * this client spent checking bytes */
         total_ns = wall1 - wall0;
     }
     gbps = (total_ns == 0) ? 0.0 : (double)bytes / (double)total_ns;
-    printf(
-        "{\"bench\":\"p2p\",\"mode\":\"%s\",\"transport\":\"%s\","
-        "\"chunk_size\":%" PRIu64 ",\"chunks\":%" PRIu64 ",\"batch\":%" PRIu64
-        ",\"GBps\":%.2f"
-        ",\"p50_us\":%.0f,\"p99_us\":%.0f,\"verified\":%s"
-        ",\"perftest_am_bw_GBps\":%.2f,\"pct_of_perftest\":%.0f"
-        ",\"perftest_am_bw_sleep_GBps\":%.2f,\"pct_of_perftest_sleep\":%.0f}\n",
-        b.o.prefetch ? "prefetch" : "retrieve", b.o.transport, b.o.chunk_size,
-        b.o.chunks, b.o.batch, gbps,
-        (double)kvf_bench_percentile(lat, nb, 50) / 1000.0,
-        (double)kvf_bench_percentile(lat, nb, 99) / 1000.0,
-        verified ? "true" : "false", ceiling,
-        (ceiling > 0) ? 100.0 * gbps / ceiling : 0.0, ceiling_sleep,
-        (ceiling_sleep > 0) ? 100.0 * gbps / ceiling_sleep : 0.0);
+    printf("{\"bench\":\"p2p\",\"mode\":\"%s\",\"transport\":\"%s\","
+           "\"chunk_size\":%" PRIu64 ",\"chunks\":%" PRIu64
+           ",\"batch\":%" PRIu64 ",\"GBps\":%.2f"
+           ",\"p50_us\":%.0f,\"p99_us\":%.0f,\"verified\":%s"
+           ",\"perftest_am_bw_GBps\":%.2f,\"pct_of_perftest\":%.0f"
+           ",\"perftest_am_bw_sleep_GBps\":%.2f,\"pct_of_perftest_sleep\":%.0f"
+           ",\"holder_cpu_us_per_chunk\":%.1f"
+           ",\"requester_cpu_us_per_chunk\":%.1f%s}\n",
+           b.o.prefetch ? "prefetch" : "retrieve", b.o.transport,
+           b.o.chunk_size, b.o.chunks, b.o.batch, gbps,
+           (double)kvf_bench_percentile(lat, nb, 50) / 1000.0,
+           (double)kvf_bench_percentile(lat, nb, 99) / 1000.0,
+           verified ? "true" : "false", ceiling,
+           (ceiling > 0) ? 100.0 * gbps / ceiling : 0.0, ceiling_sleep,
+           (ceiling_sleep > 0) ? 100.0 * gbps / ceiling_sleep : 0.0,
+           (double)cpu_ns[0] / 1000.0 / (double)b.o.chunks,
+           (double)cpu_ns[1] / 1000.0 / (double)b.o.chunks, peers);
     rc = verified ? 0 : 3;
 
 out:

@@ -32,7 +32,9 @@ typedef struct kvf_bench_pd_opts {
     uint64_t requests;
     uint64_t chunks_per_request;
     uint64_t inflight;
+    uint64_t layers;
     bool no_perftest;
+    bool peers;
 } kvf_bench_pd_opts_t;
 
 #define KVF_BENCH_PD_FIELD(_n, _t, _m, _d, _min, _max, _h) \
@@ -55,8 +57,17 @@ static const kvf_config_field_t kvf_bench_pd_fields[] = {
                        "requests in flight at once, each from its own "
                        "prefill and decode connection (GB/s is then over "
                        "the wall time)"),
+    KVF_BENCH_PD_FIELD("layers", KVF_CONFIG_UINT, layers, "1", 1, 1024,
+                       "layer groups: each chunk travels as this many "
+                       "pieces of chunk_size / layers bytes, one push per "
+                       "group (K pieces, the last push final), as an engine "
+                       "saving layer by layer pushes"),
     KVF_BENCH_PD_FIELD("no_perftest", KVF_CONFIG_BOOL, no_perftest, "false", 0,
                        0, "skip the ucx_perftest ceiling"),
+    KVF_BENCH_PD_FIELD("peers", KVF_CONFIG_BOOL, peers, "false", 0, 0,
+                       "also run Mooncake Transfer Engine and NIXL on the same "
+                       "loopback, size and batches (tools/bench/peers.py; "
+                       "installs them into build/peers-venv on first use)"),
 };
 
 static const kvf_config_schema_t kvf_bench_pd_schema = {
@@ -103,14 +114,18 @@ static void kvf_bench_pd_fill(uint64_t req, uint64_t index, uint8_t *p,
     }
 }
 
-/* Pushes every request, waits for it at the decoder, checks its bytes. */
+/* Pushes every request (one push per layer group, K pieces each), waits
+ * for it at the decoder, checks its bytes. Piece g * K + i is group g of
+ * chunk i. */
 static int kvf_bench_pd_run(kvf_bench_pd_t *b, kvf_client_t *pc,
                             kvf_client_t *dc, uint64_t first, uint64_t step,
                             uint64_t *lat, uint64_t *total_ns_p,
                             uint64_t *bytes_p, bool *verified_p)
 {
-    uint32_t k        = (uint32_t)b->o.chunks_per_request, num, i;
-    uint64_t len      = b->o.chunk_size, r, t0;
+    uint32_t groups   = (uint32_t)b->o.layers, g;
+    uint32_t k        = (uint32_t)b->o.chunks_per_request * groups, num, i;
+    uint32_t per      = (uint32_t)b->o.chunks_per_request;
+    uint64_t len      = b->o.chunk_size / groups, r, t0;
     kvf_slot_t *slots = calloc(k, sizeof(*slots));
     kvf_slot_t *got   = calloc(k, sizeof(*got));
     uint64_t *sums    = calloc(k, sizeof(*sums));
@@ -132,11 +147,15 @@ static int kvf_bench_pd_run(kvf_bench_pd_t *b, kvf_client_t *pc,
             sums[i] = kvf_chunk_checksum(p, len);
         }
         t0 = kvf_time_now_ns();
-        if (kvf_pd_push(pc, r + 1, "bench-decode", slots, sums, k, true) !=
-            KVF_OK) {
-            fprintf(stderr, "kvf-bench pd: push of request %" PRIu64 ": %s\n",
-                    r + 1, kvf_client_last_error(pc));
-            goto out;
+        for (g = 0; g < groups; g++) {
+            if (kvf_pd_push(pc, r + 1, "bench-decode", slots + g * per,
+                            sums + g * per, per, g + 1 == groups) != KVF_OK) {
+                fprintf(stderr,
+                        "kvf-bench pd: push of request %" PRIu64
+                        " group %u: %s\n",
+                        r + 1, g, kvf_client_last_error(pc));
+                goto out;
+            }
         }
         lat[r] = kvf_time_now_ns() - t0;
         *total_ns_p += lat[r];
@@ -246,9 +265,12 @@ int kvf_bench_pd_main(int argc, char **argv)
     kvf_client_t *pc = NULL, *dc = NULL;
     kvf_bench_pd_t b;
     uint64_t *lat = NULL, total_ns = 0, bytes = 0, wall_ns = 0;
+    uint64_t cpu0[2] = {0, 0}, cpu_ns[2] = {0, 0}, chunks;
+    int i;
     bool verified = true;
     double gbps, ceiling = 0.0, ceiling_sleep = 0.0;
-    int rc = 1;
+    char peers[2048] = "";
+    int rc           = 1;
 
     memset(&b, 0, sizeof(b));
     rc = kvf_bench_begin("pd", &kvf_bench_pd_schema, &b.o, argc, argv,
@@ -258,7 +280,17 @@ int kvf_bench_pd_main(int argc, char **argv)
         rc = (rc < 0) ? 0 : rc;
         goto out;
     }
-    rc  = 1;
+    rc = 1;
+    if ((b.o.chunk_size % b.o.layers != 0) ||
+        (b.o.chunk_size / b.o.layers < 4096) ||
+        (b.o.chunks_per_request * b.o.layers > 65536)) {
+        fprintf(stderr,
+                "kvf-bench pd: --chunk-size %" PRIu64
+                " does not split into --layers %" PRIu64
+                " pieces of 4 KiB or more (at most 65536 a request)\n",
+                b.o.chunk_size, b.o.layers);
+        goto out;
+    }
     lat = calloc(b.o.requests, sizeof(*lat));
     if (lat == NULL) {
         goto out;
@@ -285,12 +317,20 @@ int kvf_bench_pd_main(int argc, char **argv)
             usleep(10000);
         }
     }
+    /* the agents' CPU time over the transfer window (pids: controller,
+     * prefill, decode) */
+    for (i = 0; i < 2; i++) {
+        cpu0[i] = kvf_bench_pid_cpu_ns(b.pair.pids[1 + i]);
+    }
     if ((b.o.inflight == 1) ? kvf_bench_pd_run(&b, pc, dc, 0, 1, lat, &total_ns,
                                                &bytes, &verified)
                             : kvf_bench_pd_lanes(&b, lat, &total_ns, &bytes,
                                                  &verified, &wall_ns)) {
         fprintf(stderr, "kvf-bench pd: failed (logs in %s)\n", b.pair.dir);
         goto out;
+    }
+    for (i = 0; i < 2; i++) {
+        cpu_ns[i] = kvf_bench_pid_cpu_ns(b.pair.pids[1 + i]) - cpu0[i];
     }
     if (b.o.inflight > 1) {
         total_ns = wall_ns; /* requests overlap: bytes over the wall time */
@@ -307,21 +347,29 @@ int kvf_bench_pd_main(int argc, char **argv)
             b.o.transport, b.o.chunk_size,
             b.o.requests * b.o.chunks_per_request, true);
     }
-    gbps = (total_ns == 0) ? 0.0 : (double)bytes / (double)total_ns;
-    printf(
-        "{\"bench\":\"pd\",\"transport\":\"%s\",\"chunk_size\":%" PRIu64
-        ",\"requests\":%" PRIu64 ",\"chunks_per_request\":%" PRIu64
-        ",\"inflight\":%" PRIu64
-        ",\"GBps\":%.2f,\"p50_us\":%.0f,\"p99_us\":%.0f,\"verified\":%s"
-        ",\"perftest_am_bw_GBps\":%.2f,\"pct_of_perftest\":%.0f"
-        ",\"perftest_am_bw_sleep_GBps\":%.2f,\"pct_of_perftest_sleep\":%.0f}\n",
-        b.o.transport, b.o.chunk_size, b.o.requests, b.o.chunks_per_request,
-        b.o.inflight, gbps,
-        (double)kvf_bench_percentile(lat, b.o.requests, 50) / 1000.0,
-        (double)kvf_bench_percentile(lat, b.o.requests, 99) / 1000.0,
-        verified ? "true" : "false", ceiling,
-        (ceiling > 0) ? 100.0 * gbps / ceiling : 0.0, ceiling_sleep,
-        (ceiling_sleep > 0) ? 100.0 * gbps / ceiling_sleep : 0.0);
+    gbps   = (total_ns == 0) ? 0.0 : (double)bytes / (double)total_ns;
+    chunks = b.o.requests * b.o.chunks_per_request * b.o.layers; /* pieces */
+    if (b.o.peers) { /* one call per push: K pieces of one layer group */
+        kvf_bench_peers_run("write", b.o.chunk_size / b.o.layers, chunks,
+                            b.o.chunks_per_request, peers, sizeof(peers));
+    }
+    printf("{\"bench\":\"pd\",\"transport\":\"%s\",\"chunk_size\":%" PRIu64
+           ",\"requests\":%" PRIu64 ",\"chunks_per_request\":%" PRIu64
+           ",\"inflight\":%" PRIu64 ",\"layers\":%" PRIu64
+           ",\"GBps\":%.2f,\"p50_us\":%.0f,\"p99_us\":%.0f,\"verified\":%s"
+           ",\"perftest_am_bw_GBps\":%.2f,\"pct_of_perftest\":%.0f"
+           ",\"perftest_am_bw_sleep_GBps\":%.2f,\"pct_of_perftest_sleep\":%.0f"
+           ",\"prefill_cpu_us_per_chunk\":%.1f"
+           ",\"decode_cpu_us_per_chunk\":%.1f%s}\n",
+           b.o.transport, b.o.chunk_size, b.o.requests, b.o.chunks_per_request,
+           b.o.inflight, b.o.layers, gbps,
+           (double)kvf_bench_percentile(lat, b.o.requests, 50) / 1000.0,
+           (double)kvf_bench_percentile(lat, b.o.requests, 99) / 1000.0,
+           verified ? "true" : "false", ceiling,
+           (ceiling > 0) ? 100.0 * gbps / ceiling : 0.0, ceiling_sleep,
+           (ceiling_sleep > 0) ? 100.0 * gbps / ceiling_sleep : 0.0,
+           (double)cpu_ns[0] / 1000.0 / (double)chunks,
+           (double)cpu_ns[1] / 1000.0 / (double)chunks, peers);
     rc = verified ? 0 : 3;
 
 out:

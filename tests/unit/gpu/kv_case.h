@@ -24,11 +24,11 @@ typedef struct kv_case {
     size_t elem;        /* dtype size */
     size_t row;         /* heads * dim * elem */
     size_t region;      /* bytes of one K (or V) region of one layer */
-    size_t layer_bytes; /* bytes allocated per k buffer (2 regions: vLLM) */
+    size_t layer_bytes; /* bytes per k buffer (2 regions: one-tensor kinds) */
     size_t chunk_bytes;
     uint64_t num_slots;
     uint8_t *k[KV_CASE_MAX_LAYERS];
-    uint8_t *v[KV_CASE_MAX_LAYERS]; /* KV and SGLang only */
+    uint8_t *v[KV_CASE_MAX_LAYERS]; /* kv_case_has_v_table() only */
     void *k_tab[KV_CASE_MAX_LAYERS];
     void *v_tab[KV_CASE_MAX_LAYERS];
     int64_t *slots;
@@ -66,6 +66,19 @@ static inline size_t kv_case_dtype_size(kvf_gpu_dtype_t dtype)
     return (dtype == KVF_GPU_DTYPE_FP32)  ? 4
            : (dtype == KVF_GPU_DTYPE_FP8) ? 1
                                           : 2;
+}
+
+/* Layouts with separate K and V tables (the others keep K and V in one
+ * tensor per layer, or have only K: MLA). */
+static inline int kv_case_has_v_table(kvf_gpu_layout_t kind)
+{
+    return (kind == KVF_GPU_LAYOUT_KV) || (kind == KVF_GPU_LAYOUT_SGLANG);
+}
+
+/* Layouts whose one tensor per layer holds both K and V. */
+static inline int kv_case_is_one_tensor(kvf_gpu_layout_t kind)
+{
+    return (kind != KVF_GPU_LAYOUT_MLA) && !kv_case_has_v_table(kind);
 }
 
 /* A fixed shape instead of a random one (big cases: streaming paths). */
@@ -125,7 +138,7 @@ static inline int kv_case_create_shape(kv_case_t *c, uint64_t seed,
     c->row         = heads * c->layout.head_dim * c->elem;
     c->num_slots   = c->layout.num_blocks * c->layout.block_size;
     c->region      = c->num_slots * c->row;
-    c->layer_bytes = (kind == KVF_GPU_LAYOUT_VLLM) ? 2 * c->region : c->region;
+    c->layer_bytes = kv_case_is_one_tensor(kind) ? 2 * c->region : c->region;
 
     for (l = 0; l < c->layout.num_layers; l++) {
         c->k[l] = malloc(c->layer_bytes);
@@ -134,7 +147,7 @@ static inline int kv_case_create_shape(kv_case_t *c, uint64_t seed,
         }
         kv_case_fill(&st, c->k[l], c->layer_bytes);
         c->k_tab[l] = c->k[l];
-        if ((kind == KVF_GPU_LAYOUT_KV) || (kind == KVF_GPU_LAYOUT_SGLANG)) {
+        if (kv_case_has_v_table(kind)) {
             c->v[l] = malloc(c->region);
             if (c->v[l] == NULL) {
                 return -1;

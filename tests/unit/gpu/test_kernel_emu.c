@@ -114,7 +114,7 @@ Test(kernel_emu, kernel_code_matches_cpu)
     uint64_t seed, st;
     int kind, dtype;
 
-    for (kind = 0; kind < 4; kind++) {
+    for (kind = 0; kind < KVF_GPU_LAYOUT_COUNT; kind++) {
         for (dtype = 0; dtype < 4; dtype++) {
             for (seed = 1; seed <= 12; seed++) {
                 cr_assert_eq(kv_case_create(&c, seed * 313 + kind * 7 + dtype,

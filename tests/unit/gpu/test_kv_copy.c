@@ -18,36 +18,62 @@
 
 TestSuite(kv_copy, .fini = kvf_test_check_leaks, .timeout = 60);
 
-/* Byte offset of element (h, d) of token @p slot in the K (kv 0) or V
- * (kv 1) tensor of one layer, straight from the layout's shape. */
-static uint8_t *naive_paged_elem(const kv_case_t *c, uint32_t l, uint32_t kv,
-                                 uint64_t slot, uint32_t h, uint32_t d)
+/* Byte offset of element (h, d) of token @p slot, K (kv 0) or V (kv 1), in
+ * the buffer of one layer that holds it (c->v[l] when kv_case_has_v_table()
+ * and kv 1, else c->k[l]), straight from the layout's shape. */
+static uint64_t naive_paged_off(const kv_case_t *c, uint32_t kv, uint64_t slot,
+                                uint32_t h, uint32_t d)
 {
     const kvf_gpu_kv_layout_t *lay = &c->layout;
-    uint64_t block = slot / lay->block_size, off = slot % lay->block_size;
-    uint64_t idx;
+    uint64_t nb = lay->num_blocks, bs = lay->block_size;
+    uint64_t nh = lay->num_kv_heads, hd = lay->head_dim;
+    uint64_t b = slot / bs, o = slot % bs;
+    uint64_t idx = 0;
 
     switch (lay->layout) {
     case KVF_GPU_LAYOUT_VLLM: /* [2][blocks][bs][heads][dim] */
-        idx = (((kv * lay->num_blocks + block) * lay->block_size + off) *
-                   lay->num_kv_heads +
-               h) *
-                  lay->head_dim +
-              d;
-        return c->k[l] + idx * c->elem;
+        idx = (((kv * nb + b) * bs + o) * nh + h) * hd + d;
+        break;
     case KVF_GPU_LAYOUT_KV: /* K, V each [blocks][bs][heads][dim] */
-        idx = ((block * lay->block_size + off) * lay->num_kv_heads + h) *
-                  lay->head_dim +
-              d;
-        return ((kv == 0) ? c->k[l] : c->v[l]) + idx * c->elem;
+        idx = ((b * bs + o) * nh + h) * hd + d;
+        break;
     case KVF_GPU_LAYOUT_SGLANG: /* K, V each [slots][heads][dim] */
-        idx = (slot * lay->num_kv_heads + h) * lay->head_dim + d;
-        return ((kv == 0) ? c->k[l] : c->v[l]) + idx * c->elem;
+        idx = (slot * nh + h) * hd + d;
+        break;
     case KVF_GPU_LAYOUT_MLA: /* [blocks][bs][latent] */
-        idx = (block * lay->block_size + off) * lay->head_dim + d;
-        return c->k[l] + idx * c->elem;
+        idx = (b * bs + o) * hd + d;
+        break;
+    case KVF_GPU_LAYOUT_VLLM_HND: /* [2][blocks][heads][bs][dim] */
+        idx = (((kv * nb + b) * nh + h) * bs + o) * hd + d;
+        break;
+    case KVF_GPU_LAYOUT_FLASHINFER: /* [blocks][2][bs][heads][dim] */
+        idx = (((b * 2 + kv) * bs + o) * nh + h) * hd + d;
+        break;
+    case KVF_GPU_LAYOUT_FLASHINFER_HND: /* [blocks][2][heads][bs][dim] */
+        idx = (((b * 2 + kv) * nh + h) * bs + o) * hd + d;
+        break;
+    case KVF_GPU_LAYOUT_VLLM_CPU: /* [blocks][heads][bs][2*dim], K|V */
+        idx = ((b * nh + h) * bs + o) * (2 * hd) + kv * hd + d;
+        break;
+    case KVF_GPU_LAYOUT_VLLM_PACKED_NHD: /* [blocks][bs][heads][2*dim] */
+        idx = ((b * bs + o) * nh + h) * (2 * hd) + kv * hd + d;
+        break;
     }
-    return NULL;
+    return idx * c->elem;
+}
+
+/* The buffer naive_paged_off() offsets into, from @p k or @p v tables. */
+static uint8_t *naive_paged_buf(const kv_case_t *c, uint8_t *const *k,
+                                uint8_t *const *v, uint32_t l, uint32_t kv)
+{
+    return (kv_case_has_v_table(c->layout.layout) && (kv == 1)) ? v[l] : k[l];
+}
+
+static uint8_t *naive_paged_elem(const kv_case_t *c, uint32_t l, uint32_t kv,
+                                 uint64_t slot, uint32_t h, uint32_t d)
+{
+    return naive_paged_buf(c, c->k, c->v, l, kv) +
+           naive_paged_off(c, kv, slot, h, d);
 }
 
 /* Element (kv, l, t, h, d) of a KV_2LTD chunk [2|1][L][T][heads*dim]. */
@@ -125,7 +151,7 @@ static void naive_copy(kv_case_t *c, uint8_t *chunk, bool pack)
 typedef struct kv_copy_param {
     kvf_gpu_layout_t layout;
     kvf_gpu_dtype_t dtype;
-    char name[16];
+    char name[32];
 } kv_copy_param_t;
 
 enum {
@@ -134,18 +160,18 @@ enum {
 
 ParameterizedTestParameters(kv_copy, cpu_matches_naive)
 {
-    static kv_copy_param_t params[16];
-    static const char *const lnames[] = {"vllm", "kv", "sglang", "mla"};
+    static kv_copy_param_t params[KVF_GPU_LAYOUT_COUNT * 4];
     static const char *const dnames[] = {"fp16", "bf16", "fp32", "fp8"};
     size_t i;
 
-    for (i = 0; i < 16; i++) {
+    for (i = 0; i < KVF_GPU_LAYOUT_COUNT * 4; i++) {
         params[i].layout = (kvf_gpu_layout_t)(i / 4);
         params[i].dtype  = (kvf_gpu_dtype_t)(i % 4);
-        snprintf(params[i].name, sizeof(params[i].name), "%s/%s", lnames[i / 4],
-                 dnames[i % 4]);
+        snprintf(params[i].name, sizeof(params[i].name), "%s/%s",
+                 kvf_gpu_layout_name(params[i].layout), dnames[i % 4]);
     }
-    return cr_make_param_array(kv_copy_param_t, params, 16);
+    return cr_make_param_array(kv_copy_param_t, params,
+                               KVF_GPU_LAYOUT_COUNT * 4);
 }
 
 ParameterizedTest(kv_copy_param_t *p, kv_copy, cpu_matches_naive)
@@ -269,18 +295,15 @@ Test(kv_copy, big_chunks_match_naive)
  * exactly the mapped rows; hole rows stay zero. */
 Test(kv_copy, sequence_round_trip_with_partial_last_chunk)
 {
-    static const kvf_gpu_layout_t kinds[] = {
-        KVF_GPU_LAYOUT_VLLM, KVF_GPU_LAYOUT_KV, KVF_GPU_LAYOUT_SGLANG,
-        KVF_GPU_LAYOUT_MLA};
     kv_case_t c;
     uint8_t *orig_k[KV_CASE_MAX_LAYERS], *orig_v[KV_CASE_MAX_LAYERS];
     uint64_t seed, begin, chunk_size = 5;
     uint32_t l, k;
     size_t bytes;
 
-    for (k = 0; k < 4; k++) {
+    for (k = 0; k < KVF_GPU_LAYOUT_COUNT; k++) {
         for (seed = 1; seed <= 10; seed++) {
-            cr_assert_eq(kv_case_create(&c, seed * 7 + k, kinds[k],
+            cr_assert_eq(kv_case_create(&c, seed * 7 + k, (kvf_gpu_layout_t)k,
                                         (kvf_gpu_dtype_t)(seed % 4)),
                          0);
             for (l = 0; l < c.layout.num_layers; l++) {
@@ -321,21 +344,18 @@ Test(kv_copy, sequence_round_trip_with_partial_last_chunk)
                     }
                 }
                 cr_assert_eq(kvf_gpu_kv_unpack_cpu(&p), KVF_OK);
-                /* every mapped row is back, everything else zero */
+                /* every mapped element is back, everything else zero */
                 for (l = 0; l < c.layout.num_layers; l++) {
-                    uint64_t t;
-                    uint32_t kv;
+                    uint64_t t, off;
+                    uint32_t kv, h, d;
 
                     for (kv = 0; kv < 2; kv++) {
-                        uint8_t *now = (kv == 0) ? c.k[l] : c.v[l];
-                        uint8_t *was = (kv == 0) ? orig_k[l] : orig_v[l];
-                        size_t base  = 0;
+                        uint8_t *now = naive_paged_buf(&c, c.k, c.v, l, kv);
+                        uint8_t *was =
+                            naive_paged_buf(&c, orig_k, orig_v, l, kv);
 
-                        if (c.layout.layout == KVF_GPU_LAYOUT_VLLM) {
-                            now  = c.k[l];
-                            was  = orig_k[l];
-                            base = kv * c.region;
-                        } else if (now == NULL) {
+                        if ((c.layout.layout == KVF_GPU_LAYOUT_MLA) &&
+                            (kv == 1)) {
                             continue;
                         }
                         for (t = begin; t < begin + p.num_tokens; t++) {
@@ -344,11 +364,17 @@ Test(kv_copy, sequence_round_trip_with_partial_last_chunk)
                             if (s < 0) {
                                 continue;
                             }
-                            cr_assert_eq(memcmp(now + base + s * c.row,
-                                                was + base + s * c.row, c.row),
-                                         0, "layout %u seed %lu token %lu", k,
-                                         (unsigned long)seed, (unsigned long)t);
-                            memset(now + base + s * c.row, 0, c.row);
+                            for (h = 0; h < c.layout.num_kv_heads; h++) {
+                                for (d = 0; d < c.layout.head_dim; d++) {
+                                    off = naive_paged_off(&c, kv, (uint64_t)s,
+                                                          h, d);
+                                    cr_assert_eq(
+                                        memcmp(now + off, was + off, c.elem), 0,
+                                        "layout %u seed %lu token %lu", k,
+                                        (unsigned long)seed, (unsigned long)t);
+                                    memset(now + off, 0, c.elem);
+                                }
+                            }
                         }
                     }
                     for (bytes = 0; bytes < c.layer_bytes; bytes++) {
@@ -522,8 +548,10 @@ Test(kv_copy_err, bad_layouts)
     lay.field_mask &= ~(uint64_t)KVF_GPU_KV_LAYOUT_FIELD_HEAD_DIM;
     expect_fail(&p, KVF_ERR_INVALID, "required fields missing");
     lay        = g_case.layout;
-    lay.layout = (kvf_gpu_layout_t)7;
-    expect_fail(&p, KVF_ERR_INVALID, "unknown layout 7");
+    lay.layout = (kvf_gpu_layout_t)KVF_GPU_LAYOUT_COUNT;
+    expect_fail(&p, KVF_ERR_INVALID, "unknown layout 9");
+    lay.layout = (kvf_gpu_layout_t)-1;
+    expect_fail(&p, KVF_ERR_INVALID, "unknown layout -1");
     lay       = g_case.layout;
     lay.dtype = (kvf_gpu_dtype_t)9;
     expect_fail(&p, KVF_ERR_INVALID, "unknown dtype 9");
@@ -555,6 +583,37 @@ Test(kv_copy_err, bad_layouts)
     lay.layout       = KVF_GPU_LAYOUT_MLA;
     lay.num_kv_heads = 2;
     expect_fail(&p, KVF_ERR_INVALID, "MLA needs 1");
+}
+
+/* Every layout has a distinct name that parses back; '-' works for '_';
+ * the alias of the older vLLM CPU layout; unknown names are refused. */
+Test(kv_copy_err, layout_names_round_trip)
+{
+    kvf_gpu_layout_t got;
+    const char *name;
+    int i, j;
+
+    for (i = 0; i < KVF_GPU_LAYOUT_COUNT; i++) {
+        name = kvf_gpu_layout_name((kvf_gpu_layout_t)i);
+        cr_assert_not_null(name, "layout %d", i);
+        cr_assert_eq(kvf_gpu_layout_from_name(name, &got), KVF_OK, "%s", name);
+        cr_assert_eq((int)got, i, "%s", name);
+        for (j = 0; j < i; j++) {
+            cr_assert_str_neq(name, kvf_gpu_layout_name((kvf_gpu_layout_t)j));
+        }
+    }
+    cr_assert_eq(kvf_gpu_layout_from_name("flashinfer-hnd", &got), KVF_OK);
+    cr_assert_eq(got, KVF_GPU_LAYOUT_FLASHINFER_HND);
+    cr_assert_eq(kvf_gpu_layout_from_name("vllm_cpu_split", &got), KVF_OK);
+    cr_assert_eq(got, KVF_GPU_LAYOUT_VLLM_HND);
+    got = KVF_GPU_LAYOUT_KV;
+    cr_assert_eq(kvf_gpu_layout_from_name("vllm_", &got), KVF_ERR_INVALID);
+    cr_assert_eq(kvf_gpu_layout_from_name("", &got), KVF_ERR_INVALID);
+    cr_assert_eq(kvf_gpu_layout_from_name(NULL, &got), KVF_ERR_INVALID);
+    cr_assert_eq(kvf_gpu_layout_from_name("vllm", NULL), KVF_ERR_INVALID);
+    cr_assert_eq(got, KVF_GPU_LAYOUT_KV, "written on failure");
+    cr_assert_null(kvf_gpu_layout_name((kvf_gpu_layout_t)KVF_GPU_LAYOUT_COUNT));
+    cr_assert_null(kvf_gpu_layout_name((kvf_gpu_layout_t)-1));
 }
 
 Test(kv_copy_err, sizes_helpers)
