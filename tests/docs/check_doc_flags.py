@@ -22,6 +22,14 @@ for prog in ("agent/kvf-agent", "controller/kvf-controller", "tools/kvfctl"):
     r = subprocess.run([os.path.join(build, prog), "--help"],
                        capture_output=True, text=True, env=env, timeout=60)
     helps[prog] = r.stdout + r.stderr
+# kvf-bench: each benchmark lists its own options
+bench = os.path.join(build, "tools/kvf-bench")
+r = subprocess.run([bench, "--help"], capture_output=True, text=True, env=env,
+                   timeout=60)
+for name in re.findall(r"^  ([a-z][a-z-]*) ", r.stdout + r.stderr, re.M):
+    r = subprocess.run([bench, name, "--help"], capture_output=True,
+                       text=True, env=env, timeout=60)
+    helps["kvf-bench " + name] = r.stdout + r.stderr
 flags = set(re.findall(r"--[a-z][a-z0-9-]*", "".join(helps.values())))
 commands = set(re.findall(r"^  ([a-z]+) ", helps["tools/kvfctl"], re.M))
 if not commands:
