@@ -358,6 +358,7 @@ static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
 {
     kvf_engine_server_stats_t es;
     kvf_store_stats_t st;
+    kvf_ucx_worker_stats_t ws;
     kvf_peer_stats_t ps;
 
     kvf_store_get_stats(agent->store, &st);
@@ -367,6 +368,14 @@ static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
                               "time from a fetch's start to its last chunk",
                               ps.lat_counts, ps.lat_sum_us);
     kvf_agent_metrics_links(agent, body);
+    kvf_ucx_worker_stats(agent->worker, &ws);
+    evbuffer_add_printf(
+        body,
+        "# HELP kvf_agent_am_dropped_total active messages from peers for "
+        "ids no service handles (unknown, or from a newer version)\n"
+        "# TYPE kvf_agent_am_dropped_total counter\n"
+        "kvf_agent_am_dropped_total %" PRIu64 "\n",
+        ws.am_dropped);
     evbuffer_add_printf(
         body,
         "# HELP kvf_agent_fetch_chunks_total chunks asked of peers, by "

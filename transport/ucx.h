@@ -48,8 +48,17 @@ typedef struct kvf_ucx_rkey kvf_ucx_rkey_t;
 #define KVF_UCX_PEER_NAME_MAX 128
 /** Longest packed rkey kvf_ucx_rkey_unpack accepts (ours are ~100 B). */
 #define KVF_UCX_RKEY_MAX 1024
-/** Active message ids are below this. */
+/** Active message ids our services use are below this. */
 #define KVF_UCX_AM_ID_MAX 64
+/**
+ * Active message ids a peer can put on the wire (UCX carries 16 bits).
+ * A worker registers its own dispatcher for every one of them at creation:
+ * an id without a handler (unknown, or from a newer version) is dropped and
+ * counted (kvf_ucx_worker_stats_t.am_dropped), never left to UCX (1.13
+ * leaves unregistered slots below its table's capacity uninitialised and
+ * calls through them).
+ */
+#define KVF_UCX_AM_ID_WIRE_MAX 65536u
 
 /** Largest active-message header kvf_ucx_am_send takes (it is copied). */
 #define KVF_UCX_AM_HEADER_MAX 256
@@ -151,6 +160,7 @@ typedef struct kvf_ucx_worker_stats {
     unsigned eps_cached;   /**< endpoints in the peer cache */
     uint64_t ep_failures;  /**< endpoints that failed */
     uint64_t timeouts;     /**< operations that ran past their deadline */
+    uint64_t am_dropped;   /**< active messages for ids without a handler */
 } kvf_ucx_worker_stats_t;
 
 /**

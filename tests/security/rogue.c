@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * The rogue peer. Raw ucp_am_send_nbx is used (not kvf_ucx_am_send, which
+ * only takes the ids this version knows) so that any id can be tried.
+ */
+#include "tests/security/rogue.h"
+
+#include "common/time.h"
+#include "transport/ucx.h"
+#include "transport/ucx_int.h"
+
+#include <criterion/criterion.h>
+#include <event2/event.h>
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct kvf_rogue {
+    struct event_base *base;
+    kvf_ucx_ctx_t *ctx;
+    kvf_ucx_worker_t *worker;
+    kvf_ucx_ep_t *ep;
+};
+
+typedef struct kvf_rogue_req {
+    bool done;
+    ucs_status_t status;
+} kvf_rogue_req_t;
+
+kvf_rogue_t *kvf_rogue_create(const char *address)
+{
+    kvf_ucx_ctx_params_t cp = {.field_mask = KVF_UCX_CTX_FIELD_TLS,
+                               .tls        = "tcp"};
+    kvf_ucx_ep_params_t ep  = {.field_mask = KVF_UCX_EP_FIELD_SOCKADDR,
+                               .sockaddr   = address};
+    kvf_rogue_t *rogue      = calloc(1, sizeof(*rogue));
+
+    cr_assert_not_null(rogue);
+    rogue->base = event_base_new();
+    cr_assert_not_null(rogue->base);
+    cr_assert_eq(kvf_ucx_ctx_create(&cp, &rogue->ctx), KVF_OK);
+    cr_assert_eq(
+        kvf_ucx_worker_create(rogue->ctx, rogue->base, NULL, &rogue->worker),
+        KVF_OK);
+    cr_assert_eq(kvf_ucx_ep_create(rogue->worker, &ep, &rogue->ep), KVF_OK);
+    return rogue;
+}
+
+void kvf_rogue_destroy(kvf_rogue_t *rogue)
+{
+    if (rogue == NULL) {
+        return;
+    }
+    kvf_ucx_ep_put(rogue->ep);
+    kvf_ucx_worker_destroy(rogue->worker);
+    kvf_ucx_ctx_destroy(rogue->ctx);
+    event_base_free(rogue->base);
+    free(rogue);
+}
+
+static void kvf_rogue_on_sent(void *request, ucs_status_t status,
+                              void *user_data)
+{
+    kvf_rogue_req_t *req = user_data;
+
+    req->done   = true;
+    req->status = status;
+}
+
+kvf_status_t kvf_rogue_send(kvf_rogue_t *rogue, uint16_t id, const void *header,
+                            size_t header_len, const void *data, size_t len,
+                            bool is_rndv)
+{
+    uint64_t deadline   = kvf_time_deadline_ns(5 * KVF_NSEC_PER_SEC);
+    kvf_rogue_req_t req = {.done = false, .status = UCS_OK};
+    ucp_request_param_t param;
+    ucs_status_ptr_t sp;
+
+    memset(&param, 0, sizeof(param));
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                         UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    param.cb.send   = kvf_rogue_on_sent;
+    param.user_data = &req;
+    param.flags     = UCP_AM_SEND_FLAG_REPLY |
+                  (is_rndv ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER);
+    sp = ucp_am_send_nbx(rogue->ep->ucp_ep, id, header, header_len, data, len,
+                         &param);
+    if (UCS_PTR_IS_ERR(sp)) {
+        return KVF_ERR_TRANSPORT;
+    }
+    if (sp == NULL) {
+        return KVF_OK;
+    }
+    while (!req.done && !kvf_time_expired(deadline)) {
+        ucp_worker_progress(rogue->worker->ucp);
+    }
+    if (!req.done) {
+        ucp_request_cancel(rogue->worker->ucp, sp);
+        while (!req.done) {
+            ucp_worker_progress(rogue->worker->ucp);
+        }
+    }
+    ucp_request_free(sp);
+    return (req.status == UCS_OK) ? KVF_OK : KVF_ERR_TRANSPORT;
+}
+
+void kvf_rogue_progress(kvf_rogue_t *rogue, int ms)
+{
+    uint64_t deadline = kvf_time_deadline_ns((uint64_t)ms * 1000000ull);
+
+    while (!kvf_time_expired(deadline)) {
+        ucp_worker_progress(rogue->worker->ucp);
+    }
+}

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * A rogue peer for the attack tests: a UCX endpoint to an agent's peer
+ * service built from the project's own transport library, with no cluster
+ * secret anywhere. It sends whatever active messages a test asks for, ids
+ * the project never registered included, and waits (with a deadline) until
+ * UCX is done with each.
+ *
+ * thread: the test's own, one rogue at a time.
+ */
+#ifndef KVF_TESTS_SECURITY_ROGUE_H
+#define KVF_TESTS_SECURITY_ROGUE_H
+
+#include <kvfabric/status.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kvf_rogue kvf_rogue_t;
+
+/* Connects (TCP) to the agent peer service at "HOST:PORT"; asserts. */
+kvf_rogue_t *kvf_rogue_create(const char *address);
+
+void kvf_rogue_destroy(kvf_rogue_t *rogue);
+
+/*
+ * Sends active message @p id (any 16-bit value) with @p header and
+ * @p data, eager or (@p is_rndv) rendezvous, and waits up to 5 s for UCX
+ * to complete it. Returns what the send completed with; a rendezvous
+ * message the victim dropped may complete with an error.
+ */
+kvf_status_t kvf_rogue_send(kvf_rogue_t *rogue, uint16_t id, const void *header,
+                            size_t header_len, const void *data, size_t len,
+                            bool is_rndv);
+
+/* Progresses the rogue's worker for @p ms milliseconds. */
+void kvf_rogue_progress(kvf_rogue_t *rogue, int ms);
+
+#endif /* KVF_TESTS_SECURITY_ROGUE_H */
