@@ -4,6 +4,7 @@
 
 #include "agent/ctl_client.h"
 #include "agent/engine_server.h"
+#include "agent/mesh.h"
 #include "agent/pd.h"
 #include "agent/peer.h"
 #include "agent/store.h"
@@ -38,6 +39,7 @@ struct kvf_agent {
     kvf_ucx_mem_t *pd_device_mem;
     kvf_ucx_ctx_t *ucx;
     kvf_ucx_worker_t *worker;
+    kvf_mesh_t *mesh;             /* agent-to-agent messaging on worker */
     kvf_ucx_listener_t *listener; /* peer service */
     kvf_ucx_mem_t *pool_mem;      /* the pool, registered for remote read */
     kvf_ucx_mem_t *pd_host_mem;   /* the PD region after it, remote write */
@@ -359,7 +361,9 @@ static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
     kvf_engine_server_stats_t es;
     kvf_store_stats_t st;
     kvf_ucx_worker_stats_t ws;
+    kvf_mesh_stats_t ms;
     kvf_peer_stats_t ps;
+    unsigned i;
 
     kvf_store_get_stats(agent->store, &st);
     kvf_engine_server_get_stats(agent->engines, &es);
@@ -374,8 +378,19 @@ static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
         "# HELP kvf_agent_am_dropped_total active messages from peers for "
         "ids no service handles (unknown, or from a newer version)\n"
         "# TYPE kvf_agent_am_dropped_total counter\n"
-        "kvf_agent_am_dropped_total %" PRIu64 "\n",
+        "kvf_agent_am_dropped_total %" PRIu64 "\n"
+        "# HELP kvf_agent_mesh_dropped_total messages from peers dropped "
+        "before use, by reason\n"
+        "# TYPE kvf_agent_mesh_dropped_total counter\n",
         ws.am_dropped);
+    kvf_mesh_get_stats(agent->mesh, &ms);
+    for (i = 0; i < KVF_MESH_DROP_REASONS; i++) {
+        evbuffer_add_printf(body,
+                            "kvf_agent_mesh_dropped_total{reason=\"%s\"} "
+                            "%" PRIu64 "\n",
+                            kvf_mesh_drop_name((kvf_mesh_drop_t)i),
+                            ms.dropped[i]);
+    }
     evbuffer_add_printf(
         body,
         "# HELP kvf_agent_fetch_chunks_total chunks asked of peers, by "
@@ -708,7 +723,7 @@ static kvf_status_t kvf_agent_peer_start(kvf_agent_t *agent)
 
     memset(&params, 0, sizeof(params));
     params.base       = agent->base;
-    params.worker     = agent->worker;
+    params.mesh       = agent->mesh;
     params.pool_mem   = agent->pool_mem;
     params.store      = agent->store;
     params.timeout_ns = agent->config->fetch_timeout;
@@ -789,7 +804,7 @@ static kvf_status_t kvf_agent_pd_start(kvf_agent_t *agent)
         params.region_is_device = true;
     }
     params.base             = agent->base;
-    params.worker           = agent->worker;
+    params.mesh             = agent->mesh;
     params.pool_mem         = agent->pool_mem;
     params.store            = agent->store;
     params.queue_max        = (uint32_t)config->pd_queue_max;
@@ -849,6 +864,10 @@ static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent)
     wparams.ep_err_arg = agent;
     status = kvf_ucx_worker_create(agent->ucx, agent->base, &wparams,
                                    &agent->worker);
+    if (status != KVF_OK) {
+        return status;
+    }
+    status = kvf_mesh_create(agent->worker, agent->name, &agent->mesh);
     if (status != KVF_OK) {
         return status;
     }
@@ -1024,6 +1043,7 @@ void kvf_agent_destroy(kvf_agent_t *agent)
     kvf_ucx_worker_destroy(agent->worker);
     kvf_peer_destroy(agent->peer);
     kvf_pd_destroy(agent->pd);
+    kvf_mesh_destroy(agent->mesh);
     kvf_ucx_mem_deregister(agent->pd_device_mem);
     if (agent->pd_device != NULL) {
         kvf_gpu_mem_free(agent->pd_device);

@@ -16,16 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Active-message ids (peer.c uses 1 and 2). */
-enum {
-    KVF_PD_AM_CTRL = 3, /* payload: one PD_* frame (eager) */
-    KVF_PD_AM_DATA = 4, /* header: PD_DATA frame; payload: the chunk */
-};
-
 #define KVF_PD_MAX_CHUNKS   65536u /* chunks in one push */
-#define KVF_PD_HDR_MAX      256u
+#define KVF_PD_HDR_MAX      KVF_MESH_HDR_MAX
 #define KVF_PD_DECODER_MAX  128u /* bytes of a decoder name, with the NUL */
-#define KVF_PD_NODE_CACHE   32
 #define KVF_PD_TICK_US      10000
 #define KVF_PD_MESSAGE_SIZE 256
 
@@ -143,19 +136,8 @@ typedef struct kvf_pd_open {
     char address[64];
 } kvf_pd_open_t;
 
-typedef struct kvf_pd_node {
-    char name[KVF_PD_DECODER_MAX]; /* "": unused */
-    char address[64];
-} kvf_pd_node_t;
-
-/* A control frame in flight: kept until its send completes. */
-typedef struct kvf_pd_msg {
-    kvf_pd_push_t *push; /* NULL: nobody waits for the completion */
-    size_t len;
-    uint8_t frame[];
-} kvf_pd_msg_t;
-
 struct kvf_pd {
+    kvf_mesh_t *mesh; /* node directory: decoders' addresses */
     struct event_base *base;
     kvf_ucx_worker_t *worker;
     kvf_ucx_mem_t *pool_mem;
@@ -182,7 +164,6 @@ struct kvf_pd {
     uint32_t queue_len;
     kvf_pd_push_t *pushes;
     kvf_pd_open_t *opens;
-    kvf_pd_node_t nodes[KVF_PD_NODE_CACHE];
     struct event *tick_ev;
     kvf_pd_stats_t stats;
 };
@@ -202,12 +183,10 @@ static void kvf_pd_push_maybe_complete(kvf_pd_push_t *push);
 static void kvf_pd_push_finish(kvf_pd_push_t *push, kvf_status_t status,
                                const char *fmt, ...) KVF_PRINTF(3, 4);
 
-static void kvf_pd_on_msg_sent(kvf_status_t status, void *arg)
+static void kvf_pd_on_msg_sent(kvf_status_t status, void *arg, uint64_t tag)
 {
-    kvf_pd_msg_t *m     = arg;
-    kvf_pd_push_t *push = m->push;
+    kvf_pd_push_t *push = arg;
 
-    free(m);
     if (push == NULL) {
         return;
     }
@@ -224,24 +203,12 @@ static kvf_status_t kvf_pd_send(kvf_pd_t *pd, kvf_ucx_ep_t *ep, uint16_t type,
                                 const ProtobufCMessage *msg,
                                 kvf_pd_push_t *push)
 {
-    size_t len = kvf_frame_size(msg);
-    kvf_pd_msg_t *m;
     kvf_status_t status;
 
-    m = malloc(sizeof(*m) + len);
-    if (m == NULL) {
-        return KVF_ERR_NO_MEMORY;
-    }
-    m->push = push;
-    status  = kvf_frame_pack(m->frame, len, type, 0, msg, KVF_FRAME_MAX_DEFAULT,
-                             &m->len);
-    if (status == KVF_OK) {
-        status = kvf_ucx_am_send(ep, KVF_PD_AM_CTRL, NULL, 0, m->frame, m->len,
-                                 NULL, KVF_UCX_AM_SEND_EAGER,
-                                 pd->push_timeout_ns, kvf_pd_on_msg_sent, m);
-    }
+    status =
+        kvf_mesh_send_frame(pd->mesh, ep, KVF_MESH_AM_PD_CTRL, type, msg,
+                            pd->push_timeout_ns, kvf_pd_on_msg_sent, push, 0);
     if (status != KVF_OK) {
-        free(m);
         return status;
     }
     if (push != NULL) {
@@ -877,18 +844,13 @@ static kvf_status_t kvf_pd_on_data(void *arg, const void *header,
     kvf_pd_t *pd = arg;
     const Kvf__PdData *m;
     kvf_pd_batch_t *batch;
-    kvf_pd_recv_t *recv = NULL;
+    static const uint16_t types[] = {KVF_MSG_PD_DATA};
+    kvf_pd_recv_t *recv           = NULL;
     kvf_frame_t frame;
-    size_t used      = 0;
     kvf_status_t ret = KVF_OK;
 
-    if ((kvf_frame_decode_buf(header, header_len, KVF_PD_HDR_MAX, NULL, &frame,
-                              &used) != KVF_OK)) {
-        kvf_debug("%s: bad PD_DATA header; dropped", pd->name);
-        return KVF_OK;
-    }
-    if (frame.type != KVF_MSG_PD_DATA) {
-        kvf_frame_release(&frame, NULL);
+    if (kvf_mesh_decode(pd->mesh, header, header_len, KVF_PD_HDR_MAX, types, 1,
+                        "PD_DATA header", &frame) != KVF_OK) {
         return KVF_OK;
     }
     m     = (const Kvf__PdData *)frame.msg;
@@ -899,6 +861,7 @@ static kvf_status_t kvf_pd_on_data(void *arg, const void *header,
         !batch->is_reserved || batch->is_done || (m->index >= batch->num) ||
         (batch->state[m->index] != 0) ||
         (m->length != batch->lengths[m->index]) || (msg->length != m->length)) {
+        kvf_mesh_drop(pd->mesh, KVF_MESH_DROP_UNEXPECTED);
         kvf_debug("%s: unexpected PD_DATA for request %llu; declined", pd->name,
                   (unsigned long long)m->request_id);
         goto out;
@@ -1141,17 +1104,6 @@ static void kvf_pd_open_forget(kvf_pd_t *pd, uint64_t request_id)
     }
 }
 
-static void kvf_pd_node_forget(kvf_pd_t *pd, const char *name)
-{
-    unsigned i;
-
-    for (i = 0; i < KVF_PD_NODE_CACHE; i++) {
-        if (strcmp(pd->nodes[i].name, name) == 0) {
-            pd->nodes[i].name[0] = '\0';
-        }
-    }
-}
-
 /* Tells the decoder at @p address to forget @p request_id. */
 static void kvf_pd_send_abort(kvf_pd_t *pd, const char *address,
                               uint64_t request_id, kvf_status_t reason)
@@ -1201,7 +1153,7 @@ static void kvf_pd_push_finish(kvf_pd_push_t *push, kvf_status_t status,
               (unsigned long long)push->request_id, push->decoder,
               push->message);
     if ((status == KVF_ERR_CLOSED) || (status == KVF_ERR_NOT_FOUND)) {
-        kvf_pd_node_forget(pd, push->decoder);
+        kvf_mesh_node_forget(pd->mesh, 0, push->decoder);
     }
     /* a duplicate must not disturb the request it collided with; any other
      * failure ends the request at the decoder too */
@@ -1303,7 +1255,7 @@ static void kvf_pd_push_send_data(kvf_pd_push_t *push)
                                 KVF_PD_HDR_MAX, &len);
         if (status == KVF_OK) {
             status = kvf_ucx_am_send(
-                push->ep, KVF_PD_AM_DATA, hdr, len,
+                push->ep, KVF_MESH_AM_PD_DATA, hdr, len,
                 (uint8_t *)kvf_store_base(pd->store) + push->offsets[i],
                 push->lengths[i], pd->pool_mem, KVF_UCX_AM_SEND_RNDV,
                 kvf_time_left_ns(push->deadline_ns) + 1, kvf_pd_on_data_sent,
@@ -1420,7 +1372,6 @@ static void kvf_pd_on_node(void *arg, kvf_status_t status, uint32_t node_id,
 {
     kvf_pd_push_t *push = arg;
     kvf_pd_t *pd        = push->pd;
-    unsigned i, slot = 0;
 
     push->pending_ctl--;
     if (push->state != KVF_PD_PUSH_RESOLVE) {
@@ -1438,17 +1389,7 @@ static void kvf_pd_on_node(void *arg, kvf_status_t status, uint32_t node_id,
         kvf_pd_push_maybe_complete(push);
         return;
     }
-    for (i = 0; i < KVF_PD_NODE_CACHE; i++) {
-        if (pd->nodes[i].name[0] == '\0') {
-            slot = i;
-            break;
-        }
-        slot = (unsigned)(push->ticket % KVF_PD_NODE_CACHE);
-    }
-    snprintf(pd->nodes[slot].name, sizeof(pd->nodes[slot].name), "%s",
-             push->decoder);
-    snprintf(pd->nodes[slot].address, sizeof(pd->nodes[slot].address), "%s",
-             data_address);
+    kvf_mesh_node_store(pd->mesh, node_id, push->decoder, data_address);
     kvf_pd_push_start(push, data_address);
     kvf_pd_push_maybe_complete(push);
 }
@@ -1476,6 +1417,7 @@ kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, void *engine,
 {
     kvf_pd_push_t *push;
     kvf_status_t status = KVF_OK;
+    const char *address;
     uint64_t len;
     uint32_t i, moved = 0;
 
@@ -1542,11 +1484,10 @@ kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, void *engine,
         return KVF_OK; /* completes on the next tick, never inside */
     }
     pd->pushes = push;
-    for (i = 0; i < KVF_PD_NODE_CACHE; i++) {
-        if (strcmp(pd->nodes[i].name, decoder) == 0) {
-            kvf_pd_push_start(push, pd->nodes[i].address);
-            return KVF_OK;
-        }
+    address    = kvf_mesh_node_by_name(pd->mesh, decoder);
+    if (address != NULL) {
+        kvf_pd_push_start(push, address);
+        return KVF_OK;
     }
     if ((pd->ctl == NULL) || !kvf_ctl_client_is_registered(pd->ctl)) {
         kvf_pd_push_finish(push, KVF_ERR_STATE,
@@ -1683,23 +1624,25 @@ static kvf_status_t kvf_pd_on_ctrl(void *arg, const void *header,
                                    size_t header_len,
                                    const kvf_ucx_am_msg_t *msg)
 {
-    kvf_pd_t *pd = arg;
+    static const uint16_t types[] = {KVF_MSG_PD_ALLOC, KVF_MSG_PD_ALLOC_REPLY,
+                                     KVF_MSG_PD_DONE, KVF_MSG_PD_DONE_REPLY,
+                                     KVF_MSG_PD_ABORT};
+    kvf_pd_t *pd                  = arg;
     kvf_frame_t frame;
-    size_t used         = 0;
-    kvf_status_t status = KVF_ERR_PROTO;
 
-    if (!msg->is_rndv && (msg->data != NULL)) {
-        status = kvf_frame_decode_buf(
-            msg->data, msg->length, KVF_FRAME_MAX_DEFAULT, NULL, &frame, &used);
+    if (msg->is_rndv) {
+        kvf_mesh_drop(pd->mesh, KVF_MESH_DROP_MALFORMED);
+        return KVF_OK;
     }
-    if (status != KVF_OK) {
-        kvf_debug("%s: bad PD control message (%zu bytes): %s; dropped",
-                  pd->name, msg->length, kvf_strerror(status));
+    if (kvf_mesh_decode(pd->mesh, msg->data, msg->length, KVF_FRAME_MAX_DEFAULT,
+                        types, sizeof(types) / sizeof(types[0]),
+                        "PD control message", &frame) != KVF_OK) {
         return KVF_OK;
     }
     if ((msg->reply_ep == NULL) &&
         ((frame.type == KVF_MSG_PD_ALLOC) || (frame.type == KVF_MSG_PD_DONE) ||
          (frame.type == KVF_MSG_PD_ABORT))) {
+        kvf_mesh_drop(pd->mesh, KVF_MESH_DROP_NO_REPLY_EP);
         kvf_frame_release(&frame, NULL);
         return KVF_OK;
     }
@@ -1724,9 +1667,7 @@ static kvf_status_t kvf_pd_on_ctrl(void *arg, const void *header,
         }
         break;
     default:
-        kvf_debug("%s: %s sent as a PD message; dropped", pd->name,
-                  kvf_msg_type_name(frame.type));
-        break;
+        break; /* kvf_mesh_decode let only these types through */
     }
     kvf_frame_release(&frame, NULL);
     if (pd->tick_ev != NULL) {
@@ -1746,8 +1687,13 @@ kvf_status_t kvf_pd_create(const kvf_pd_params_t *params, kvf_pd_t **pd_p)
     if (pd == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
+    if (params->mesh == NULL) {
+        free(pd);
+        return KVF_ERR_INVALID;
+    }
+    pd->mesh             = params->mesh;
     pd->base             = params->base;
-    pd->worker           = params->worker;
+    pd->worker           = kvf_mesh_worker(params->mesh);
     pd->pool_mem         = params->pool_mem;
     pd->store            = params->store;
     pd->region_base      = params->region_base;
@@ -1782,10 +1728,10 @@ kvf_status_t kvf_pd_create(const kvf_pd_params_t *params, kvf_pd_t **pd_p)
         pd->stats.region_size = kvf_pd_region_size(pd->region);
     }
     status =
-        kvf_ucx_am_set_handler(pd->worker, KVF_PD_AM_CTRL, kvf_pd_on_ctrl, pd);
+        kvf_mesh_set_handler(pd->mesh, KVF_MESH_AM_PD_CTRL, kvf_pd_on_ctrl, pd);
     if (status == KVF_OK) {
-        status = kvf_ucx_am_set_handler(pd->worker, KVF_PD_AM_DATA,
-                                        kvf_pd_on_data, pd);
+        status = kvf_mesh_set_handler(pd->mesh, KVF_MESH_AM_PD_DATA,
+                                      kvf_pd_on_data, pd);
     }
     if (status != KVF_OK) {
         goto err;

@@ -13,18 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum {
-    KVF_PEER_AM_FETCH = 1, /* requester -> holder: PEER_FETCH header */
-    KVF_PEER_AM_CHUNK = 2, /* holder -> requester: PEER_CHUNK + payload */
-};
-
 #define KVF_PEER_MAX_KEYS  65536u /* keys in one fetch */
 #define KVF_PEER_SERVE_MAX 4096u  /* chunks being sent at once */
-#define KVF_PEER_HDR_MAX   256u
+#define KVF_PEER_HDR_MAX   KVF_MESH_HDR_MAX
 
 typedef struct kvf_peer_fetch kvf_peer_fetch_t;
-
-static void kvf_peer_node_forget(kvf_peer_t *peer, uint32_t node_id);
 
 typedef enum {
     KVF_PEER_ITEM_WAIT = 0, /* asked, nothing arrived yet */
@@ -72,17 +65,8 @@ typedef struct kvf_peer_serve {
     struct kvf_peer_serve *next_free;
 } kvf_peer_serve_t;
 
-/* Peer addresses of holders, so a fetch needs no NODE_INFO round trip for
- * a node it has fetched from before. Dropped when a fetch to it fails. */
-#define KVF_PEER_NODE_CACHE 64
-
-typedef struct kvf_peer_node {
-    uint32_t node_id; /* 0: unused */
-    char data_address[64];
-} kvf_peer_node_t;
-
 struct kvf_peer {
-    kvf_peer_node_t nodes[KVF_PEER_NODE_CACHE];
+    kvf_mesh_t *mesh; /* node directory: holders' addresses */
     kvf_ucx_worker_t *worker;
     kvf_ucx_mem_t *pool_mem;
     kvf_store_t *store;
@@ -262,30 +246,21 @@ restart:
 
 /* ------------------------------------------------------- requester side */
 
-/* One PEER_FETCH message in flight: its frame is the payload, kept until
- * the send completes. */
-typedef struct kvf_peer_ask {
-    kvf_peer_fetch_t *fetch;
-    uint32_t holder;
-    size_t len;
-    uint8_t frame[];
-} kvf_peer_ask_t;
-
 #define KVF_PEER_KEYS_PER_ASK 512u
 
-static void kvf_peer_on_fetch_sent(kvf_status_t status, void *arg)
+/* A PEER_FETCH send to holder @p tag completed. */
+static void kvf_peer_on_fetch_sent(kvf_status_t status, void *arg, uint64_t tag)
 {
-    kvf_peer_ask_t *ask     = arg;
-    kvf_peer_fetch_t *fetch = ask->fetch;
+    kvf_peer_fetch_t *fetch = arg;
+    uint32_t holder         = (uint32_t)tag;
 
     fetch->inflight--;
     if (status != KVF_OK) {
         kvf_debug("%s: fetch request to node %u failed: %s", fetch->peer->name,
-                  ask->holder, kvf_strerror(status));
-        kvf_peer_node_forget(fetch->peer, ask->holder);
-        kvf_peer_fetch_miss_waiting(fetch, ask->holder);
+                  holder, kvf_strerror(status));
+        kvf_mesh_node_forget(fetch->peer->mesh, holder, NULL);
+        kvf_peer_fetch_miss_waiting(fetch, holder);
     }
-    free(ask);
     kvf_peer_fetch_maybe_free(fetch);
 }
 
@@ -298,11 +273,9 @@ static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
     uint32_t indexes[KVF_PEER_KEYS_PER_ASK];
     kvf_peer_t *peer = fetch->peer;
     kvf_ucx_ep_t *ep = NULL;
-    kvf_peer_ask_t *ask;
     Kvf__PeerFetch req;
     kvf_status_t status;
     uint32_t i = 0, n;
-    size_t len;
 
     status = kvf_ucx_ep_get(peer->worker, data_address, NULL, &ep);
     if (status != KVF_OK) {
@@ -331,21 +304,10 @@ static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
         req.indexes        = indexes;
         req.requester      = kvf_ctl_client_node_id(fetch->peer->ctl);
         req.requester_name = fetch->peer->name;
-        len                = kvf_frame_size(&req.base);
-        ask                = malloc(sizeof(*ask) + len);
-        if ((ask == NULL) ||
-            (kvf_frame_pack(ask->frame, len, KVF_MSG_PEER_FETCH, 0, &req.base,
-                            KVF_FRAME_MAX_DEFAULT, &ask->len) != KVF_OK)) {
-            free(ask);
-            break;
-        }
-        ask->fetch  = fetch;
-        ask->holder = holder;
-        status = kvf_ucx_am_send(ep, KVF_PEER_AM_FETCH, NULL, 0, ask->frame,
-                                 ask->len, NULL, KVF_UCX_AM_SEND_EAGER,
-                                 peer->timeout_ns, kvf_peer_on_fetch_sent, ask);
+        status             = kvf_mesh_send_frame(
+                        peer->mesh, ep, KVF_MESH_AM_PEER_FETCH, KVF_MSG_PEER_FETCH,
+                        &req.base, peer->timeout_ns, kvf_peer_on_fetch_sent, fetch, holder);
         if (status != KVF_OK) {
-            free(ask);
             break;
         }
         fetch->inflight++;
@@ -397,34 +359,6 @@ static kvf_peer_link_stats_t *kvf_peer_link(kvf_peer_t *peer, uint32_t node_id,
     return link;
 }
 
-static const char *kvf_peer_node_find(kvf_peer_t *peer, uint32_t node_id)
-{
-    unsigned i = node_id % KVF_PEER_NODE_CACHE;
-
-    return (peer->nodes[i].node_id == node_id) ? peer->nodes[i].data_address
-                                               : NULL;
-}
-
-static void kvf_peer_node_store(kvf_peer_t *peer, uint32_t node_id,
-                                const char *data_address)
-{
-    kvf_peer_node_t *n = &peer->nodes[node_id % KVF_PEER_NODE_CACHE];
-
-    if (strlen(data_address) < sizeof(n->data_address)) {
-        n->node_id = node_id;
-        snprintf(n->data_address, sizeof(n->data_address), "%s", data_address);
-    }
-}
-
-static void kvf_peer_node_forget(kvf_peer_t *peer, uint32_t node_id)
-{
-    kvf_peer_node_t *n = &peer->nodes[node_id % KVF_PEER_NODE_CACHE];
-
-    if (n->node_id == node_id) {
-        n->node_id = 0;
-    }
-}
-
 static void kvf_peer_on_node(void *arg, kvf_status_t status, uint32_t node_id,
                              const char *data_address, bool alive)
 {
@@ -438,7 +372,7 @@ static void kvf_peer_on_node(void *arg, kvf_status_t status, uint32_t node_id,
                       alive ? "" : ", not alive");
             kvf_peer_fetch_miss_waiting(fetch, node_id);
         } else {
-            kvf_peer_node_store(fetch->peer, node_id, data_address);
+            kvf_mesh_node_store(fetch->peer->mesh, node_id, NULL, data_address);
             kvf_peer_fetch_ask(fetch, node_id, data_address);
         }
     }
@@ -491,7 +425,7 @@ static void kvf_peer_on_lookup(void *arg, kvf_status_t status,
             }
         }
         if (!seen) {
-            const char *addr = kvf_peer_node_find(peer, holders[i]);
+            const char *addr = kvf_mesh_node_by_id(peer->mesh, holders[i]);
 
             if (addr != NULL) {
                 kvf_peer_fetch_ask(fetch, holders[i], addr);
@@ -614,21 +548,14 @@ static kvf_status_t kvf_peer_on_chunk(void *arg, const void *header,
     const Kvf__PeerChunk *chunk;
     kvf_peer_link_stats_t *link;
     kvf_peer_fetch_t *fetch;
-    kvf_peer_item_t *item = NULL;
+    static const uint16_t types[] = {KVF_MSG_PEER_CHUNK};
+    kvf_peer_item_t *item         = NULL;
     kvf_frame_t frame;
     kvf_slot_t slot;
     kvf_status_t status, ret = KVF_OK;
-    size_t used = 0;
 
-    if (kvf_frame_decode_buf(header, header_len, KVF_PEER_HDR_MAX, NULL, &frame,
-                             &used) != KVF_OK) {
-        kvf_debug("%s: bad PEER_CHUNK header; dropped", peer->name);
-        return KVF_OK;
-    }
-    if (frame.type != KVF_MSG_PEER_CHUNK) {
-        kvf_frame_release(&frame, NULL);
-        kvf_debug("%s: %s sent as PEER_CHUNK; dropped", peer->name,
-                  kvf_msg_type_name(frame.type));
+    if (kvf_mesh_decode(peer->mesh, header, header_len, KVF_PEER_HDR_MAX, types,
+                        1, "PEER_CHUNK header", &frame) != KVF_OK) {
         return KVF_OK;
     }
     chunk = (const Kvf__PeerChunk *)frame.msg;
@@ -639,6 +566,7 @@ static kvf_status_t kvf_peer_on_chunk(void *arg, const void *header,
     }
     if ((fetch == NULL) || fetch->done || (chunk->index >= fetch->num) ||
         (fetch->items[chunk->index].state != KVF_PEER_ITEM_WAIT)) {
+        kvf_mesh_drop(peer->mesh, KVF_MESH_DROP_UNEXPECTED);
         goto out; /* late or unknown: declined */
     }
     item = &fetch->items[chunk->index];
@@ -728,14 +656,14 @@ static void kvf_peer_serve_one(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
     }
     if (entry == NULL) {
         peer->stats.serve_misses++;
-        kvf_ucx_am_send(ep, KVF_PEER_AM_CHUNK, hdr, len, NULL, 0, NULL,
+        kvf_ucx_am_send(ep, KVF_MESH_AM_PEER_CHUNK, hdr, len, NULL, 0, NULL,
                         KVF_UCX_AM_SEND_EAGER, peer->timeout_ns,
                         kvf_peer_on_miss_sent, NULL);
         return;
     }
     peer->serve_free = serve->next_free;
     serve->entry     = entry;
-    if (kvf_ucx_am_send(ep, KVF_PEER_AM_CHUNK, hdr, len,
+    if (kvf_ucx_am_send(ep, KVF_MESH_AM_PEER_CHUNK, hdr, len,
                         (uint8_t *)kvf_store_base(peer->store) +
                             kvf_pool_entry_offset(entry),
                         chunk.length, peer->pool_mem, KVF_UCX_AM_SEND_RNDV,
@@ -764,37 +692,31 @@ static kvf_status_t kvf_peer_on_fetch(void *arg, const void *header,
 {
     kvf_peer_t *peer = arg;
     const Kvf__PeerFetch *req;
+    static const uint16_t types[] = {KVF_MSG_PEER_FETCH};
     kvf_peer_link_stats_t *link;
-    kvf_status_t status;
     kvf_frame_t frame;
-    size_t used = 0, n, i;
+    size_t n, i;
     kvf_key_t key;
 
     if (msg->reply_ep == NULL) {
+        kvf_mesh_drop(peer->mesh, KVF_MESH_DROP_NO_REPLY_EP);
         kvf_debug("%s: PEER_FETCH without a reply endpoint; dropped",
                   peer->name);
         return KVF_OK;
     }
-    status = KVF_ERR_PROTO;
-    if (!msg->is_rndv && (msg->data != NULL)) {
-        status = kvf_frame_decode_buf(
-            msg->data, msg->length, KVF_FRAME_MAX_DEFAULT, NULL, &frame, &used);
-    }
-    if (status != KVF_OK) {
-        kvf_debug("%s: bad PEER_FETCH (%zu bytes): %s; dropped", peer->name,
-                  msg->length, kvf_strerror(status));
-        return KVF_OK;
-    }
-    if (frame.type != KVF_MSG_PEER_FETCH) {
-        kvf_frame_release(&frame, NULL);
-        kvf_debug("%s: %s sent as PEER_FETCH; dropped", peer->name,
-                  kvf_msg_type_name(frame.type));
+    if (msg->is_rndv || (kvf_mesh_decode(peer->mesh, msg->data, msg->length,
+                                         KVF_FRAME_MAX_DEFAULT, types, 1,
+                                         "PEER_FETCH", &frame) != KVF_OK)) {
+        if (msg->is_rndv) {
+            kvf_mesh_drop(peer->mesh, KVF_MESH_DROP_MALFORMED);
+        }
         return KVF_OK;
     }
     req = (const Kvf__PeerFetch *)frame.msg;
     n   = req->keys.len / KVF_KEY_WIRE_SIZE;
     if ((req->keys.len % KVF_KEY_WIRE_SIZE != 0) || (n != req->n_indexes) ||
         (n > KVF_PEER_MAX_KEYS)) {
+        kvf_mesh_drop(peer->mesh, KVF_MESH_DROP_MALFORMED);
         kvf_debug("%s: PEER_FETCH with %zu key bytes and %zu indexes; "
                   "dropped",
                   peer->name, req->keys.len, req->n_indexes);
@@ -824,7 +746,12 @@ kvf_status_t kvf_peer_create(const kvf_peer_params_t *params,
     if (peer == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    peer->worker   = params->worker;
+    if (params->mesh == NULL) {
+        free(peer);
+        return KVF_ERR_INVALID;
+    }
+    peer->mesh     = params->mesh;
+    peer->worker   = kvf_mesh_worker(params->mesh);
     peer->pool_mem = params->pool_mem;
     peer->store    = params->store;
     peer->timeout_ns =
@@ -843,11 +770,11 @@ kvf_status_t kvf_peer_create(const kvf_peer_params_t *params,
             (i + 1 < KVF_PEER_SERVE_MAX) ? &peer->serves[i + 1] : NULL;
     }
     peer->serve_free = &peer->serves[0];
-    status           = kvf_ucx_am_set_handler(peer->worker, KVF_PEER_AM_FETCH,
-                                              kvf_peer_on_fetch, peer);
+    status           = kvf_mesh_set_handler(peer->mesh, KVF_MESH_AM_PEER_FETCH,
+                                            kvf_peer_on_fetch, peer);
     if (status == KVF_OK) {
-        status = kvf_ucx_am_set_handler(peer->worker, KVF_PEER_AM_CHUNK,
-                                        kvf_peer_on_chunk, peer);
+        status = kvf_mesh_set_handler(peer->mesh, KVF_MESH_AM_PEER_CHUNK,
+                                      kvf_peer_on_chunk, peer);
     }
     if (status != KVF_OK) {
         goto err;
