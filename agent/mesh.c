@@ -2,6 +2,7 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "agent/mesh.h"
 
+#include "common/auth.h"
 #include "common/log.h"
 
 #include <stdio.h>
@@ -23,6 +24,8 @@ struct kvf_mesh {
     kvf_mesh_stats_t stats;
     kvf_mesh_node_t nodes[KVF_MESH_NODES];
     unsigned next_node; /* the entry replaced next when all are used */
+    uint8_t random[KVF_AUTH_NONCE_SIZE]; /* DRBG output not used yet */
+    unsigned random_used;                /* bytes of it used */
     char name[128];
 };
 
@@ -149,6 +152,25 @@ kvf_status_t kvf_mesh_decode(kvf_mesh_t *mesh, const void *buf, size_t len,
               kvf_msg_type_name(frame_p->type), what);
     kvf_frame_release(frame_p, NULL);
     return KVF_ERR_PROTO;
+}
+
+uint64_t kvf_mesh_random_id(kvf_mesh_t *mesh)
+{
+    uint64_t id = 0;
+
+    while (id == 0) {
+        if ((mesh->random_used == 0) ||
+            (mesh->random_used + sizeof(id) > sizeof(mesh->random))) {
+            /* OpenSSL's DRBG, a few ids per call */
+            if (kvf_auth_nonce(mesh->random) != KVF_OK) {
+                kvf_fatal("%s: no random ids", mesh->name);
+            }
+            mesh->random_used = 0;
+        }
+        memcpy(&id, mesh->random + mesh->random_used, sizeof(id));
+        mesh->random_used += sizeof(id);
+    }
+    return id;
 }
 
 void kvf_mesh_drop(kvf_mesh_t *mesh, kvf_mesh_drop_t why)

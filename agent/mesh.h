@@ -97,6 +97,10 @@ kvf_status_t kvf_mesh_decode(kvf_mesh_t *mesh, const void *buf, size_t len,
                              unsigned num_types, const char *what,
                              kvf_frame_t *frame_p);
 
+/* An unguessable, non-zero 64-bit id (request ids, PD tickets): a peer
+ * cannot forge a reply to a request it did not see. */
+uint64_t kvf_mesh_random_id(kvf_mesh_t *mesh);
+
 /* Counts a message dropped after decoding (logged by the caller). */
 void kvf_mesh_drop(kvf_mesh_t *mesh, kvf_mesh_drop_t why);
 

@@ -141,7 +141,8 @@ static kvf_status_t kvf_pd_on_ctrl(void *arg, const void *header,
         kvf_pd_on_alloc(pd, msg->reply_ep, (const Kvf__PdAlloc *)frame.msg);
         break;
     case KVF_MSG_PD_ALLOC_REPLY:
-        kvf_pd_on_alloc_reply(pd, (const Kvf__PdAllocReply *)frame.msg);
+        kvf_pd_on_alloc_reply(pd, msg->reply_ep,
+                              (const Kvf__PdAllocReply *)frame.msg);
         break;
     case KVF_MSG_PD_DONE:
         if (pd->region != NULL) {
@@ -149,7 +150,8 @@ static kvf_status_t kvf_pd_on_ctrl(void *arg, const void *header,
         }
         break;
     case KVF_MSG_PD_DONE_REPLY:
-        kvf_pd_on_done_reply(pd, (const Kvf__PdDoneReply *)frame.msg);
+        kvf_pd_on_done_reply(pd, msg->reply_ep,
+                             (const Kvf__PdDoneReply *)frame.msg);
         break;
     case KVF_MSG_PD_ABORT:
         if (pd->region != NULL) {

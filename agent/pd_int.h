@@ -154,7 +154,6 @@ struct kvf_pd {
     uint64_t wait_timeout_ns;
     uint64_t claim_timeout_ns;
     char name[128];
-    uint64_t next_ticket;
     uint64_t next_batch;
     kvf_pd_req_t *reqs;
     kvf_pd_batch_t *queue; /* FIFO of reservations waiting for room */
@@ -177,8 +176,11 @@ kvf_status_t kvf_pd_send(kvf_pd_t *pd, kvf_ucx_ep_t *ep, uint16_t type,
                          const ProtobufCMessage *msg, kvf_pd_push_t *push);
 void kvf_pd_send_abort(kvf_pd_t *pd, const char *address, uint64_t request_id,
                        kvf_status_t reason);
-void kvf_pd_on_alloc_reply(kvf_pd_t *pd, const Kvf__PdAllocReply *m);
-void kvf_pd_on_done_reply(kvf_pd_t *pd, const Kvf__PdDoneReply *m);
+/* Replies count only from the endpoint the push went to (@p ep). */
+void kvf_pd_on_alloc_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
+                           const Kvf__PdAllocReply *m);
+void kvf_pd_on_done_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
+                          const Kvf__PdDoneReply *m);
 void kvf_pd_tick_sender(kvf_pd_t *pd, uint64_t now);
 
 /* pd_recv.c */

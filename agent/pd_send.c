@@ -255,11 +255,16 @@ static void kvf_pd_push_send_data(kvf_pd_push_t *push)
     }
 }
 
-void kvf_pd_on_alloc_reply(kvf_pd_t *pd, const Kvf__PdAllocReply *m)
+void kvf_pd_on_alloc_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
+                           const Kvf__PdAllocReply *m)
 {
     kvf_pd_push_t *push = kvf_pd_push_find(pd, m->ticket);
 
-    if ((push == NULL) || (push->state != KVF_PD_PUSH_ALLOC) ||
+    if ((push == NULL) || (push->ep != ep)) {
+        kvf_mesh_drop(pd->mesh, KVF_MESH_DROP_UNEXPECTED);
+        return; /* a ticket nobody here issued, or not from its decoder */
+    }
+    if ((push->state != KVF_PD_PUSH_ALLOC) ||
         (push->request_id != m->request_id)) {
         return; /* late: the push already gave up */
     }
@@ -282,11 +287,16 @@ void kvf_pd_on_alloc_reply(kvf_pd_t *pd, const Kvf__PdAllocReply *m)
     kvf_pd_push_maybe_complete(push);
 }
 
-void kvf_pd_on_done_reply(kvf_pd_t *pd, const Kvf__PdDoneReply *m)
+void kvf_pd_on_done_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
+                          const Kvf__PdDoneReply *m)
 {
     kvf_pd_push_t *push = kvf_pd_push_find(pd, m->ticket);
 
-    if ((push == NULL) || (push->state == KVF_PD_PUSH_FINISHED) ||
+    if ((push == NULL) || (push->ep != ep)) {
+        kvf_mesh_drop(pd->mesh, KVF_MESH_DROP_UNEXPECTED);
+        return;
+    }
+    if ((push->state == KVF_PD_PUSH_FINISHED) ||
         (push->request_id != m->request_id)) {
         return;
     }
@@ -448,7 +458,7 @@ kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, void *engine,
         goto err_free;
     }
     push->pd          = pd;
-    push->ticket      = ++pd->next_ticket;
+    push->ticket      = kvf_mesh_random_id(pd->mesh);
     push->request_id  = request_id;
     push->from        = owner;
     push->cb          = cb;

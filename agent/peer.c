@@ -30,6 +30,7 @@ typedef struct kvf_peer_item {
     kvf_peer_fetch_t *fetch;
     kvf_key_t key;
     uint32_t holder;
+    kvf_ucx_ep_t *ep;  /* where it was asked: only it may answer */
     uint64_t offset;   /* the granted slot while receiving */
     uint64_t checksum; /* as the holder announced it */
     uint8_t state;
@@ -50,6 +51,8 @@ struct kvf_peer_fetch {
     void *arg;
     kvf_store_owner_t *owner; /* grants of chunks being received */
     kvf_peer_item_t *items;
+    kvf_ucx_ep_t **eps; /* held: the endpoints asked, one per holder */
+    uint32_t num_eps;
     uint32_t num;
     uint32_t settled;
     uint32_t fetched;
@@ -73,7 +76,6 @@ struct kvf_peer {
     kvf_ctl_client_t *ctl;
     uint64_t timeout_ns;
     char name[128];
-    uint64_t next_request;
     kvf_peer_fetch_t *fetches;
     struct event *tick_ev; /* deadlines */
     kvf_peer_serve_t *serves;
@@ -88,6 +90,7 @@ static void kvf_peer_fetch_maybe_free(kvf_peer_fetch_t *fetch)
 {
     kvf_peer_t *peer = fetch->peer;
     kvf_peer_fetch_t **pp;
+    uint32_t i;
 
     if (!fetch->done || (fetch->inflight > 0) || (fetch->pending_ctl > 0)) {
         return;
@@ -99,6 +102,10 @@ static void kvf_peer_fetch_maybe_free(kvf_peer_fetch_t *fetch)
         }
     }
     kvf_store_owner_destroy(peer->store, fetch->owner);
+    for (i = 0; i < fetch->num_eps; i++) {
+        kvf_ucx_ep_put(fetch->eps[i]);
+    }
+    free(fetch->eps);
     free(fetch->items);
     free(fetch);
 }
@@ -272,7 +279,7 @@ static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
     uint8_t keys[KVF_PEER_KEYS_PER_ASK * KVF_KEY_WIRE_SIZE];
     uint32_t indexes[KVF_PEER_KEYS_PER_ASK];
     kvf_peer_t *peer = fetch->peer;
-    kvf_ucx_ep_t *ep = NULL;
+    kvf_ucx_ep_t **eps, *ep = NULL;
     Kvf__PeerFetch req;
     kvf_status_t status;
     uint32_t i = 0, n;
@@ -284,13 +291,23 @@ static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
         kvf_peer_fetch_miss_waiting(fetch, holder);
         return;
     }
+    /* the fetch keeps the endpoint: replies count only from it */
+    eps = realloc(fetch->eps, (fetch->num_eps + 1) * sizeof(*eps));
+    if (eps == NULL) {
+        kvf_ucx_ep_put(ep);
+        kvf_peer_fetch_miss_waiting(fetch, holder);
+        return;
+    }
+    fetch->eps                   = eps;
+    fetch->eps[fetch->num_eps++] = ep;
     while (i < fetch->num) {
         for (n = 0; (i < fetch->num) && (n < KVF_PEER_KEYS_PER_ASK); i++) {
             if ((fetch->items[i].holder == holder) &&
                 (fetch->items[i].state == KVF_PEER_ITEM_WAIT)) {
                 kvf_key_pack(&fetch->items[i].key,
                              keys + (size_t)n * KVF_KEY_WIRE_SIZE);
-                indexes[n++] = i;
+                fetch->items[i].ep = ep;
+                indexes[n++]       = i;
             }
         }
         if (n == 0) {
@@ -312,7 +329,6 @@ static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
         }
         fetch->inflight++;
     }
-    kvf_ucx_ep_put(ep);
     if (i < fetch->num) {
         /* a request could not be sent: what it asked for is a miss */
         kvf_peer_fetch_miss_waiting(fetch, holder);
@@ -464,7 +480,7 @@ kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
         return KVF_ERR_NO_MEMORY;
     }
     fetch->peer        = peer;
-    fetch->request_id  = ++peer->next_request;
+    fetch->request_id  = kvf_mesh_random_id(peer->mesh);
     fetch->start_ns    = kvf_time_now_ns();
     fetch->deadline_ns = kvf_time_deadline_ns(peer->timeout_ns);
     fetch->cb          = cb;
@@ -570,6 +586,18 @@ static kvf_status_t kvf_peer_on_chunk(void *arg, const void *header,
         goto out; /* late or unknown: declined */
     }
     item = &fetch->items[chunk->index];
+    if (msg->reply_ep != item->ep) {
+        /* not from the holder it was asked of */
+        kvf_mesh_drop(peer->mesh, KVF_MESH_DROP_UNEXPECTED);
+        kvf_debug("%s: PEER_CHUNK for fetch %016" PRIx64 " from %s, asked "
+                  "of node %u; dropped",
+                  peer->name, fetch->request_id,
+                  (msg->reply_ep != NULL) ? kvf_ucx_ep_peer(msg->reply_ep)
+                                          : "?",
+                  item->holder);
+        item = NULL;
+        goto out;
+    }
     if (chunk->status != KVF_OK) {
         kvf_peer_item_settle(item, false); /* the holder evicted it */
         goto out;
@@ -805,7 +833,9 @@ void kvf_peer_destroy(kvf_peer_t *peer)
     while (peer->fetches != NULL) {
         fetch         = peer->fetches;
         peer->fetches = fetch->next;
+        /* the worker freed the endpoints when it went */
         kvf_store_owner_destroy(peer->store, fetch->owner);
+        free(fetch->eps);
         free(fetch->items);
         free(fetch);
     }

@@ -13,9 +13,12 @@
 #include <criterion/criterion.h>
 #include <event2/event.h>
 
+#include <poll.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct kvf_rogue {
     struct event_base *base;
@@ -113,4 +116,71 @@ void kvf_rogue_progress(kvf_rogue_t *rogue, int ms)
     while (!kvf_time_expired(deadline)) {
         ucp_worker_progress(rogue->worker->ucp);
     }
+}
+
+static bool kvf_sec_agent_registered(const kvf_sec_agent_t *agent)
+{
+    char body[4096];
+
+    return (kvf_test_http_get(agent->http, "/healthz", body, sizeof(body)) ==
+            200) &&
+           (strstr(body, "\"registered\":true") != NULL);
+}
+
+void kvf_sec_agent_start(kvf_sec_agent_t *agent, const char *ctl_addr,
+                         const char *name, const char *const *extra)
+{
+    const char *argv[64];
+    char http[64];
+    int n = 0, k;
+
+    memset(agent, 0, sizeof(*agent));
+    snprintf(agent->name, sizeof(agent->name), "%s", name);
+    snprintf(agent->sock, sizeof(agent->sock), "/tmp/kvf-sec-%d-%s.sock",
+             (int)getpid(), name);
+    snprintf(agent->data, sizeof(agent->data), "127.0.0.1:%u",
+             kvf_test_free_port());
+    agent->http = kvf_test_free_port();
+    snprintf(http, sizeof(http), "127.0.0.1:%u", agent->http);
+    argv[n++] = kvf_test_build_path("agent/kvf-agent");
+    argv[n++] = "--controller";
+    argv[n++] = ctl_addr;
+    argv[n++] = "--name";
+    argv[n++] = agent->name;
+    argv[n++] = "--socket";
+    argv[n++] = agent->sock;
+    argv[n++] = "--http";
+    argv[n++] = http;
+    argv[n++] = "--listen";
+    argv[n++] = agent->data;
+    argv[n++] = "--pool-size";
+    argv[n++] = "32M";
+    argv[n++] = "--max-chunk";
+    argv[n++] = "1M";
+    argv[n++] = "--transports";
+    argv[n++] = "tcp";
+    for (k = 0; (extra != NULL) && (extra[k] != NULL) && (n < 63); k++) {
+        argv[n++] = extra[k];
+    }
+    argv[n] = NULL;
+    cr_assert_eq(kvf_test_proc_start(&agent->proc, argv), 0);
+    for (k = 0; (k < 2000) && !kvf_sec_agent_registered(agent); k++) {
+        poll(NULL, 0, 5);
+    }
+    cr_assert(kvf_sec_agent_registered(agent), "agent %s did not register: %s",
+              name, kvf_test_proc_log(&agent->proc));
+}
+
+long long kvf_sec_metric(const kvf_sec_agent_t *agent, const char *series)
+{
+    static char body[1 << 18];
+    char needle[256];
+    const char *p;
+
+    if (kvf_test_http_get(agent->http, "/metrics", body, sizeof(body)) != 200) {
+        return -1;
+    }
+    snprintf(needle, sizeof(needle), "\n%s ", series);
+    p = strstr(body, needle);
+    return (p == NULL) ? -1 : atoll(p + strlen(needle));
 }

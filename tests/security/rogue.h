@@ -12,6 +12,8 @@
 #ifndef KVF_TESTS_SECURITY_ROGUE_H
 #define KVF_TESTS_SECURITY_ROGUE_H
 
+#include "tests/helpers/proc.h"
+
 #include <kvfabric/status.h>
 
 #include <stdbool.h>
@@ -37,5 +39,24 @@ kvf_status_t kvf_rogue_send(kvf_rogue_t *rogue, uint16_t id, const void *header,
 
 /* Progresses the rogue's worker for @p ms milliseconds. */
 void kvf_rogue_progress(kvf_rogue_t *rogue, int ms);
+
+/* A real kvf-agent under attack (TCP on loopback, its UCX port known). */
+typedef struct kvf_sec_agent {
+    kvf_test_proc_t proc;
+    char name[32];
+    char sock[128];
+    char data[64]; /* UCX peer service HOST:PORT */
+    uint16_t http;
+} kvf_sec_agent_t;
+
+/* Starts kvf-agent @p name against the controller at @p ctl_addr with
+ * @p extra arguments (NULL-terminated, may be NULL) and waits until it
+ * registered; asserts. */
+void kvf_sec_agent_start(kvf_sec_agent_t *agent, const char *ctl_addr,
+                         const char *name, const char *const *extra);
+
+/* The value of metric line @p series ("name" or "name{labels}") in the
+ * agent's /metrics; -1 when absent. */
+long long kvf_sec_metric(const kvf_sec_agent_t *agent, const char *series);
 
 #endif /* KVF_TESTS_SECURITY_ROGUE_H */

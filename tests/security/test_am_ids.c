@@ -26,79 +26,26 @@
 #define CHUNK (64u << 10)
 
 static kvf_th_ctl_t g_ctl;
-static kvf_test_proc_t g_agent;
-static char g_sock[128];
-static char g_data[64];
-static uint16_t g_http;
-
-static bool registered(void)
-{
-    char body[4096];
-
-    return (kvf_test_http_get(g_http, "/healthz", body, sizeof(body)) == 200) &&
-           (strstr(body, "\"registered\":true") != NULL);
-}
+static kvf_sec_agent_t g_agent;
 
 static void setup(void)
 {
-    char http[64];
-    const char *argv[] = {
-        kvf_test_build_path("agent/kvf-agent"),
-        "--controller",
-        g_ctl.addr,
-        "--name",
-        "sec-victim",
-        "--socket",
-        g_sock,
-        "--http",
-        http,
-        "--listen",
-        g_data,
-        "--pool-size",
-        "16M",
-        "--max-chunk",
-        "1M",
-        "--transports",
-        "tcp",
-        NULL,
-    };
-    int k;
-
     kvf_th_ctl_start(&g_ctl, NULL);
-    argv[2] = g_ctl.addr;
-    g_http  = kvf_test_free_port();
-    snprintf(http, sizeof(http), "127.0.0.1:%u", g_http);
-    snprintf(g_data, sizeof(g_data), "127.0.0.1:%u", kvf_test_free_port());
-    snprintf(g_sock, sizeof(g_sock), "/tmp/kvf-sec-%d.sock", (int)getpid());
-    cr_assert_eq(kvf_test_proc_start(&g_agent, argv), 0);
-    for (k = 0; (k < 2000) && !registered(); k++) {
-        poll(NULL, 0, 5);
-    }
-    cr_assert(registered(), "agent did not register: %s",
-              kvf_test_proc_log(&g_agent));
+    kvf_sec_agent_start(&g_agent, g_ctl.addr, "sec-victim", NULL);
 }
 
 static void teardown(void)
 {
-    kvf_test_proc_stop(&g_agent, 10000);
+    kvf_test_proc_stop(&g_agent.proc, 10000);
     kvf_th_ctl_stop(&g_ctl);
     kvf_test_check_leaks();
 }
 
 TestSuite(am_ids, .init = setup, .fini = teardown, .timeout = 120);
 
-/* The value of metric @p name (a counter without labels), -1 if absent. */
 static long long metric(const char *name)
 {
-    static char body[1 << 17];
-    char needle[128];
-    const char *p;
-
-    cr_assert_eq(kvf_test_http_get(g_http, "/metrics", body, sizeof(body)),
-                 200);
-    snprintf(needle, sizeof(needle), "\n%s ", name);
-    p = strstr(body, needle);
-    return (p == NULL) ? -1 : atoll(p + strlen(needle));
+    return kvf_sec_metric(&g_agent, name);
 }
 
 /* A store and a retrieve of one chunk through the victim, byte for byte. */
@@ -106,7 +53,7 @@ static void serve_check(uint64_t seed)
 {
     kvf_client_params_t p = {.field_mask = KVF_CLIENT_PARAM_SOCKET |
                                            KVF_CLIENT_PARAM_TIMEOUT,
-                             .socket_path = g_sock,
+                             .socket_path = g_agent.sock,
                              .timeout_ns  = 10000000000ull};
     kvf_key_t key         = {.lo = seed, .hi = 0x5ec};
     kvf_client_t *c       = NULL;
@@ -143,7 +90,7 @@ Test(am_ids, unknown_and_future_ids_are_dropped_and_counted)
     serve_check(1);
     before = metric("kvf_agent_am_dropped_total");
 
-    rogue = kvf_rogue_create(g_data);
+    rogue = kvf_rogue_create(g_agent.data);
     /* every id below the transport's table size that no service uses:
      * 1-4 are peer and PD */
     for (id = 0; id < 64; id++) {
@@ -163,8 +110,8 @@ Test(am_ids, unknown_and_future_ids_are_dropped_and_counted)
     kvf_rogue_progress(rogue, 200);
     kvf_rogue_destroy(rogue);
 
-    cr_assert(kvf_test_proc_alive(&g_agent), "the agent died: %s",
-              kvf_test_proc_log(&g_agent));
+    cr_assert(kvf_test_proc_alive(&g_agent.proc), "the agent died: %s",
+              kvf_test_proc_log(&g_agent.proc));
     cr_assert_geq(before, 0, "no kvf_agent_am_dropped_total metric");
     for (i = 0; i < 400; i++) {
         after = metric("kvf_agent_am_dropped_total");
@@ -176,5 +123,5 @@ Test(am_ids, unknown_and_future_ids_are_dropped_and_counted)
     cr_assert_eq(after - before, (long long)sent, "dropped %lld of %u",
                  after - before, sent);
     serve_check(2);
-    cr_assert(kvf_test_proc_alive(&g_agent));
+    cr_assert(kvf_test_proc_alive(&g_agent.proc));
 }
