@@ -826,6 +826,7 @@ static void kvf_agent_on_ep_error(kvf_ucx_ep_t *ep, kvf_status_t status,
     if (agent->pd != NULL) {
         kvf_pd_ep_failed(agent->pd, ep);
     }
+    kvf_mesh_ep_failed(agent->mesh, ep);
 }
 
 static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent)
@@ -833,6 +834,7 @@ static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent)
     const kvf_agent_config_t *config = agent->config;
     kvf_ucx_worker_params_t wparams;
     kvf_ucx_ctx_params_t cparams;
+    kvf_mesh_params_t mparams;
     kvf_status_t status;
     uint64_t pd_offset = 0, pd_size;
     char host[256];
@@ -867,9 +869,21 @@ static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent)
     if (status != KVF_OK) {
         return status;
     }
-    status = kvf_mesh_create(agent->worker, agent->name, &agent->mesh);
+    memset(&mparams, 0, sizeof(mparams));
+    mparams.base   = agent->base;
+    mparams.worker = agent->worker;
+    mparams.name   = agent->name;
+    mparams.role   = (uint32_t)config->role;
+    mparams.secret = &agent->secret;
+    status         = kvf_mesh_create(&mparams, &agent->mesh);
     if (status != KVF_OK) {
         return status;
+    }
+    if (!kvf_mesh_is_secure(agent->mesh)) {
+        kvf_warn("agent %s: no cluster_secret_file: the data plane on %s is "
+                 "OPEN, any process that reaches it can read, fetch and "
+                 "push chunks (docs/security.md)",
+                 agent->name, config->listen);
     }
     status = kvf_ucx_listener_create(
         agent->worker, host, port, kvf_agent_on_peer, agent, &agent->listener);

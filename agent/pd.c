@@ -120,6 +120,9 @@ static kvf_status_t kvf_pd_on_ctrl(void *arg, const void *header,
     kvf_pd_t *pd                  = arg;
     kvf_frame_t frame;
 
+    if (!kvf_mesh_accept(pd->mesh, msg)) {
+        return KVF_OK; /* before anything is parsed */
+    }
     if (msg->is_rndv) {
         kvf_mesh_drop(pd->mesh, KVF_MESH_DROP_MALFORMED);
         return KVF_OK;

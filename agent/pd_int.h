@@ -113,8 +113,9 @@ typedef struct kvf_pd_push {
     uint64_t batch;
     uint32_t num;
     uint32_t sent;
-    uint32_t inflight;    /* UCX operations not completed */
-    uint32_t pending_ctl; /* controller requests not answered */
+    uint32_t inflight;      /* UCX operations not completed */
+    uint32_t pending_ctl;   /* controller requests not answered */
+    bool is_authenticating; /* waiting for kvf_mesh_connect's callback */
     kvf_pd_push_state_t state;
     kvf_status_t status;
     bool is_final;

@@ -7,6 +7,8 @@
  */
 #include "agent/pd_int.h"
 
+#include "agent/config.h"
+
 #include "common/log.h"
 #include "common/time.h"
 
@@ -296,6 +298,13 @@ void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAlloc *m)
     kvf_status_t status;
     size_t i;
 
+    if (kvf_mesh_peer_role(pd->mesh, ep) == KVF_AGENT_ROLE_DECODE) {
+        /* only prefill (or both) nodes push */
+        kvf_mesh_drop(pd->mesh, KVF_MESH_DROP_UNEXPECTED);
+        kvf_pd_reply_alloc(pd, ep, m->request_id, m->ticket, KVF_ERR_AUTH,
+                           "PD_ALLOC from a decode-only node", NULL);
+        return;
+    }
     if (pd->region == NULL) {
         snprintf(message, sizeof(message),
                  "node %s has no PD receive region (pd_buffer_size 0)",
@@ -642,8 +651,9 @@ kvf_status_t kvf_pd_on_data(void *arg, const void *header, size_t header_len,
     kvf_frame_t frame;
     kvf_status_t ret = KVF_OK;
 
-    if (kvf_mesh_decode(pd->mesh, header, header_len, KVF_PD_HDR_MAX, types, 1,
-                        "PD_DATA header", &frame) != KVF_OK) {
+    if (!kvf_mesh_accept(pd->mesh, msg) ||
+        (kvf_mesh_decode(pd->mesh, header, header_len, KVF_PD_HDR_MAX, types, 1,
+                         "PD_DATA header", &frame) != KVF_OK)) {
         return KVF_OK;
     }
     m     = (const Kvf__PdData *)frame.msg;

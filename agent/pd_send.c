@@ -100,6 +100,11 @@ void kvf_pd_send_abort(kvf_pd_t *pd, const char *address, uint64_t request_id,
         (kvf_ucx_ep_get(pd->worker, address, NULL, &ep) != KVF_OK)) {
         return;
     }
+    if (!kvf_mesh_is_ready(pd->mesh, ep)) {
+        /* the decoder never took anything from this endpoint */
+        kvf_ucx_ep_put(ep);
+        return;
+    }
     kvf__pd_abort__init(&m);
     m.request_id = request_id;
     m.reason     = reason;
@@ -156,7 +161,7 @@ void kvf_pd_push_maybe_complete(kvf_pd_push_t *push)
     uint32_t i;
 
     if ((push->state != KVF_PD_PUSH_FINISHED) || (push->inflight > 0) ||
-        (push->pending_ctl > 0)) {
+        (push->pending_ctl > 0) || push->is_authenticating) {
         return;
     }
     for (pp = &pd->pushes; *pp != NULL; pp = &(*pp)->next) {
@@ -311,17 +316,55 @@ void kvf_pd_on_done_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
     kvf_pd_push_maybe_complete(push);
 }
 
+static void kvf_pd_push_send_alloc(kvf_pd_push_t *push);
+
+/* The endpoint to the decoder finished its handshake. */
+static void kvf_pd_on_ready(void *arg, kvf_status_t status, kvf_ucx_ep_t *ep,
+                            uint64_t tag)
+{
+    kvf_pd_push_t *push = arg;
+
+    push->is_authenticating = false;
+    if (push->state == KVF_PD_PUSH_RESOLVE) {
+        if (status == KVF_OK) {
+            kvf_pd_push_send_alloc(push);
+        } else {
+            kvf_pd_push_finish(push, KVF_ERR_CLOSED,
+                               "decoder %s at %s did not prove the cluster "
+                               "secret: %s",
+                               push->decoder, push->address,
+                               kvf_strerror(status));
+        }
+    }
+    kvf_pd_push_maybe_complete(push);
+}
+
 static void kvf_pd_push_send_alloc(kvf_pd_push_t *push)
 {
     kvf_pd_t *pd = push->pd;
     kvf_status_t status;
     Kvf__PdAlloc m;
 
-    status = kvf_ucx_ep_get(pd->worker, push->address, NULL, &push->ep);
+    if (push->ep == NULL) {
+        status = kvf_ucx_ep_get(pd->worker, push->address, NULL, &push->ep);
+        if (status != KVF_OK) {
+            kvf_pd_push_finish(
+                push, KVF_ERR_CLOSED, "cannot connect to decoder %s at %s: %s",
+                push->decoder, push->address, kvf_strerror(status));
+            return;
+        }
+    }
+    status = kvf_mesh_connect(pd->mesh, push->ep, 0, push->decoder,
+                              kvf_pd_on_ready, push, 0);
+    if (status == KVF_INPROGRESS) {
+        push->is_authenticating = true; /* kvf_pd_on_ready goes on */
+        return;
+    }
     if (status != KVF_OK) {
         kvf_pd_push_finish(push, KVF_ERR_CLOSED,
-                           "cannot connect to decoder %s at %s: %s",
-                           push->decoder, push->address, kvf_strerror(status));
+                           "decoder %s at %s failed the cluster-secret "
+                           "handshake",
+                           push->decoder, push->address);
         return;
     }
     kvf__pd_alloc__init(&m);

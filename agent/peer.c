@@ -271,8 +271,33 @@ static void kvf_peer_on_fetch_sent(kvf_status_t status, void *arg, uint64_t tag)
     kvf_peer_fetch_maybe_free(fetch);
 }
 
+static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
+                               const char *data_address);
+
+/* The endpoint to a holder finished its handshake (tag: the holder). */
+static void kvf_peer_on_ready(void *arg, kvf_status_t status, kvf_ucx_ep_t *ep,
+                              uint64_t tag)
+{
+    kvf_peer_fetch_t *fetch = arg;
+    uint32_t holder         = (uint32_t)tag;
+
+    fetch->pending_ctl--;
+    if (!fetch->done) {
+        if (status == KVF_OK) {
+            kvf_peer_fetch_ask(fetch, holder, kvf_ucx_ep_peer(ep));
+        } else {
+            kvf_debug("%s: holder node %u not authenticated: %s",
+                      fetch->peer->name, holder, kvf_strerror(status));
+            kvf_mesh_node_forget(fetch->peer->mesh, holder, NULL);
+            kvf_peer_fetch_miss_waiting(fetch, holder);
+        }
+    }
+    kvf_peer_fetch_maybe_free(fetch);
+}
+
 /* Sends PEER_FETCH messages (up to KVF_PEER_KEYS_PER_ASK keys each) for
- * the keys that @p holder holds. */
+ * the keys that @p holder holds, once the endpoint to it is authenticated
+ * (kvf_mesh_connect). */
 static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
                                const char *data_address)
 {
@@ -289,6 +314,17 @@ static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
         kvf_debug("%s: no endpoint to node %u at %s: %s", peer->name, holder,
                   data_address, kvf_strerror(status));
         kvf_peer_fetch_miss_waiting(fetch, holder);
+        return;
+    }
+    status = kvf_mesh_connect(peer->mesh, ep, holder, NULL, kvf_peer_on_ready,
+                              fetch, holder);
+    if (status != KVF_OK) {
+        kvf_ucx_ep_put(ep);
+        if (status == KVF_INPROGRESS) {
+            fetch->pending_ctl++; /* kvf_peer_on_ready asks again */
+        } else {
+            kvf_peer_fetch_miss_waiting(fetch, holder);
+        }
         return;
     }
     /* the fetch keeps the endpoint: replies count only from it */
@@ -570,8 +606,9 @@ static kvf_status_t kvf_peer_on_chunk(void *arg, const void *header,
     kvf_slot_t slot;
     kvf_status_t status, ret = KVF_OK;
 
-    if (kvf_mesh_decode(peer->mesh, header, header_len, KVF_PEER_HDR_MAX, types,
-                        1, "PEER_CHUNK header", &frame) != KVF_OK) {
+    if (!kvf_mesh_accept(peer->mesh, msg) ||
+        (kvf_mesh_decode(peer->mesh, header, header_len, KVF_PEER_HDR_MAX,
+                         types, 1, "PEER_CHUNK header", &frame) != KVF_OK)) {
         return KVF_OK;
     }
     chunk = (const Kvf__PeerChunk *)frame.msg;
@@ -726,6 +763,9 @@ static kvf_status_t kvf_peer_on_fetch(void *arg, const void *header,
     size_t n, i;
     kvf_key_t key;
 
+    if (!kvf_mesh_accept(peer->mesh, msg)) {
+        return KVF_OK; /* before anything is parsed */
+    }
     if (msg->reply_ep == NULL) {
         kvf_mesh_drop(peer->mesh, KVF_MESH_DROP_NO_REPLY_EP);
         kvf_debug("%s: PEER_FETCH without a reply endpoint; dropped",
@@ -849,6 +889,7 @@ void kvf_peer_destroy(kvf_peer_t *peer)
 void kvf_peer_set_ctl(kvf_peer_t *peer, kvf_ctl_client_t *ctl)
 {
     peer->ctl = ctl;
+    kvf_mesh_set_ctl(peer->mesh, ctl); /* this node's id, for handshakes */
 }
 
 void kvf_peer_get_stats(const kvf_peer_t *peer, kvf_peer_stats_t *stats_p)

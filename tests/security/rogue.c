@@ -25,7 +25,18 @@ struct kvf_rogue {
     kvf_ucx_ctx_t *ctx;
     kvf_ucx_worker_t *worker;
     kvf_ucx_ep_t *ep;
+    unsigned received[KVF_UCX_AM_ID_MAX];
 };
+
+static kvf_status_t kvf_rogue_on_am(void *arg, const void *header,
+                                    size_t header_len,
+                                    const kvf_ucx_am_msg_t *msg)
+{
+    unsigned *count = arg;
+
+    (*count)++;
+    return KVF_OK; /* a rendezvous payload is declined */
+}
 
 typedef struct kvf_rogue_req {
     bool done;
@@ -39,6 +50,7 @@ kvf_rogue_t *kvf_rogue_create(const char *address)
     kvf_ucx_ep_params_t ep  = {.field_mask = KVF_UCX_EP_FIELD_SOCKADDR,
                                .sockaddr   = address};
     kvf_rogue_t *rogue      = calloc(1, sizeof(*rogue));
+    unsigned id;
 
     cr_assert_not_null(rogue);
     rogue->base = event_base_new();
@@ -47,6 +59,11 @@ kvf_rogue_t *kvf_rogue_create(const char *address)
     cr_assert_eq(
         kvf_ucx_worker_create(rogue->ctx, rogue->base, NULL, &rogue->worker),
         KVF_OK);
+    for (id = 1; id < KVF_UCX_AM_ID_MAX; id++) {
+        cr_assert_eq(kvf_ucx_am_set_handler(rogue->worker, id, kvf_rogue_on_am,
+                                            &rogue->received[id]),
+                     KVF_OK);
+    }
     cr_assert_eq(kvf_ucx_ep_create(rogue->worker, &ep, &rogue->ep), KVF_OK);
     return rogue;
 }
@@ -107,6 +124,11 @@ kvf_status_t kvf_rogue_send(kvf_rogue_t *rogue, uint16_t id, const void *header,
     }
     ucp_request_free(sp);
     return (req.status == UCS_OK) ? KVF_OK : KVF_ERR_TRANSPORT;
+}
+
+unsigned kvf_rogue_received(const kvf_rogue_t *rogue, uint16_t id)
+{
+    return (id < KVF_UCX_AM_ID_MAX) ? rogue->received[id] : 0;
 }
 
 void kvf_rogue_progress(kvf_rogue_t *rogue, int ms)

@@ -37,6 +37,9 @@ kvf_status_t kvf_rogue_send(kvf_rogue_t *rogue, uint16_t id, const void *header,
                             size_t header_len, const void *data, size_t len,
                             bool is_rndv);
 
+/* Messages the rogue received with id @p id (1..63) so far. */
+unsigned kvf_rogue_received(const kvf_rogue_t *rogue, uint16_t id);
+
 /* Progresses the rogue's worker for @p ms milliseconds. */
 void kvf_rogue_progress(kvf_rogue_t *rogue, int ms);
 

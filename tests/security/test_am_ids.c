@@ -7,6 +7,7 @@
  * ids from the future (a newer agent during a rolling upgrade). The agent
  * stays up, counts each as dropped, and keeps serving its engines.
  */
+#include "agent/mesh.h"
 #include "tests/helpers/proc.h"
 #include "tests/helpers/test_helpers.h"
 #include "tests/integration/controller_harness.h"
@@ -91,10 +92,9 @@ Test(am_ids, unknown_and_future_ids_are_dropped_and_counted)
     before = metric("kvf_agent_am_dropped_total");
 
     rogue = kvf_rogue_create(g_agent.data);
-    /* every id below the transport's table size that no service uses:
-     * 1-4 are peer and PD */
+    /* every id below the transport's table size that no service uses */
     for (id = 0; id < 64; id++) {
-        if ((id >= 1) && (id <= 4)) {
+        if ((id >= 1) && (id < KVF_MESH_AM_LAST)) {
             continue;
         }
         kvf_rogue_send(rogue, (uint16_t)id, NULL, 0, junk, sizeof(junk), false);

@@ -22,7 +22,9 @@ static void mesh_setup(void)
     cr_assert_not_null(g_base);
     cr_assert_eq(kvf_ucx_ctx_create(&cp, &g_ctx), KVF_OK);
     cr_assert_eq(kvf_ucx_worker_create(g_ctx, g_base, NULL, &g_worker), KVF_OK);
-    cr_assert_eq(kvf_mesh_create(g_worker, "t", &g_mesh), KVF_OK);
+    kvf_mesh_params_t mp = {.base = g_base, .worker = g_worker, .name = "t"};
+
+    cr_assert_eq(kvf_mesh_create(&mp, &g_mesh), KVF_OK);
 }
 
 static void mesh_teardown(void)
