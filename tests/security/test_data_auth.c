@@ -206,3 +206,36 @@ Test(data_auth, a_peer_without_the_secret_is_served_nothing)
     cr_assert_eq(kvf_sec_metric(&g_a, "kvf_agent_served_chunks_total"), 0);
     cr_assert(kvf_test_proc_alive(&g_a.proc));
 }
+
+Test(data_auth, pd_push_between_agents_with_the_secret)
+{
+    kvf_client_t *pc = connect_to(&g_a), *dc;
+    kvf_slot_t slots[KEYS];
+    uint64_t sums[KEYS];
+    uint32_t k, num = 0;
+
+    cr_assert_eq(kvf_client_alloc(pc, CHUNK, KEYS, slots), KVF_OK);
+    for (k = 0; k < KEYS; k++) {
+        uint8_t *p = (uint8_t *)kvf_client_pool_base(pc) + slots[k].offset;
+
+        memset(p, 0x70 + (int)k, CHUNK);
+        sums[k] = kvf_chunk_checksum(p, CHUNK);
+    }
+    cr_assert_eq(kvf_pd_push(pc, 42, "auth-b", slots, sums, KEYS, true), KVF_OK,
+                 "%s", kvf_client_last_error(pc));
+    kvf_client_disconnect(pc);
+
+    dc = connect_to(&g_b);
+    cr_assert_eq(kvf_pd_wait(dc, 42, 5000000000ull, slots, KEYS, &num), KVF_OK,
+                 "%s", kvf_client_last_error(dc));
+    cr_assert_eq(num, KEYS);
+    for (k = 0; k < KEYS; k++) {
+        const uint8_t *p =
+            (const uint8_t *)kvf_client_pool_base(dc) + slots[k].offset;
+
+        cr_assert_eq(p[0], 0x70 + k);
+        cr_assert_eq(p[CHUNK - 1], 0x70 + k);
+    }
+    cr_assert_eq(kvf_pd_release(dc, 42), KVF_OK);
+    kvf_client_disconnect(dc);
+}
