@@ -835,6 +835,7 @@ static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent)
     kvf_ucx_worker_params_t wparams;
     kvf_ucx_ctx_params_t cparams;
     kvf_mesh_params_t mparams;
+    char devices[512];
     kvf_status_t status;
     uint64_t pd_offset = 0, pd_size;
     char host[256];
@@ -853,6 +854,12 @@ static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent)
     if (config->net_devices[0] != '\0') {
         cparams.field_mask |= KVF_UCX_CTX_FIELD_NET_DEVICES;
         cparams.net_devices = config->net_devices;
+    } else if (kvf_ucx_net_devices_for(host, devices, sizeof(devices)) ==
+               KVF_OK) {
+        /* UCX's TCP transport listens on every device it uses: only the
+         * one the peer service listens on (RDMA devices stay) */
+        cparams.field_mask |= KVF_UCX_CTX_FIELD_NET_DEVICES;
+        cparams.net_devices = devices;
     }
     status = kvf_ucx_ctx_create(&cparams, &agent->ucx);
     if (status != KVF_OK) {

@@ -96,6 +96,21 @@ typedef struct kvf_ucx_ctx_params {
 extern const char *const kvf_ucx_ctx_default_tunings[];
 
 /**
+ * The UCX_NET_DEVICES value that keeps UCX to the network device carrying
+ * @p host (a numeric or resolvable address, e.g. a listen host): that
+ * device's name, then every RDMA device port ("eth1,mlx5_0:1"), so RDMA
+ * stays usable. UCX's TCP transport otherwise opens a listening socket on
+ * every network device, whatever address the peer service listens on.
+ *
+ * @return KVF_OK; KVF_ERR_NOT_FOUND for a wildcard host (0.0.0.0, ::) or
+ *         one no local device carries (keep UCX's default: all devices);
+ *         KVF_ERR_TOO_BIG when @p len is too small
+ *
+ * thread: any.
+ */
+kvf_status_t kvf_ucx_net_devices_for(const char *host, char *buf, size_t len);
+
+/**
  * Creates a UCP context with AM, RMA and wakeup features.
  *
  * @param [in]  params  may be NULL (UCX defaults plus our tunings)
