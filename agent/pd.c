@@ -42,7 +42,8 @@ void kvf_pd_cancel(kvf_pd_t *pd, void *engine)
 {
     kvf_pd_open_t **pp, *open;
     kvf_pd_push_t *push;
-    kvf_pd_req_t *req, *next;
+    kvf_pd_req_t *req;
+    size_t n, i;
 
     for (push = pd->pushes; push != NULL; push = push->next) {
         if (push->engine == engine) {
@@ -60,8 +61,12 @@ void kvf_pd_cancel(kvf_pd_t *pd, void *engine)
         }
         pp = &open->next;
     }
-    for (req = pd->reqs; req != NULL; req = next) {
-        next = req->next;
+    n = kvf_pd_req_ids(pd);
+    for (i = 0; i < n; i++) {
+        req = kvf_pd_req_find(pd, pd->scratch[i]);
+        if (req == NULL) {
+            continue;
+        }
         if (req->wait_engine == engine) {
             req->wait_cb     = NULL;
             req->wait_arg    = NULL;
@@ -83,7 +88,8 @@ void kvf_pd_cancel(kvf_pd_t *pd, void *engine)
 void kvf_pd_ep_failed(kvf_pd_t *pd, kvf_ucx_ep_t *ep)
 {
     kvf_pd_push_t *push, *push_next;
-    kvf_pd_req_t *req, *next;
+    kvf_pd_req_t *req;
+    size_t n, i;
 
     /* sender side: pushes to a decoder that went away fail now rather than
      * at pd_push_timeout (their UCX operations complete with errors) */
@@ -98,12 +104,14 @@ void kvf_pd_ep_failed(kvf_pd_t *pd, kvf_ucx_ep_t *ep)
         }
     }
 
-    for (req = pd->reqs; req != NULL; req = next) {
-        next = req->next;
-        if ((req->src == ep) && (req->state == KVF_PD_REQ_RECEIVING)) {
+    /* by id, once each: an abort may unlink other requests */
+    n = kvf_pd_req_ids(pd);
+    for (i = 0; i < n; i++) {
+        req = kvf_pd_req_find(pd, pd->scratch[i]);
+        if ((req != NULL) && (req->src == ep) &&
+            (req->state == KVF_PD_REQ_RECEIVING)) {
             kvf_pd_req_abort(pd, req, KVF_ERR_CLOSED, false,
                              "the prefill agent's connection failed");
-            next = pd->reqs;
         }
     }
 }
@@ -186,6 +194,7 @@ kvf_status_t kvf_pd_create(const kvf_pd_params_t *params, kvf_pd_t **pd_p)
         free(pd);
         return KVF_ERR_INVALID;
     }
+    kh_init_inplace(kvf_pd_reqs, &pd->reqs_by_id);
     pd->mesh             = params->mesh;
     pd->base             = params->base;
     pd->worker           = kvf_mesh_worker(params->mesh);
@@ -275,6 +284,8 @@ void kvf_pd_destroy(kvf_pd_t *pd)
     }
     kvf_pd_region_destroy(pd->region);
     free(pd->bounce);
+    kh_destroy_inplace(kvf_pd_reqs, &pd->reqs_by_id);
+    free(pd->scratch);
     free(pd);
 }
 

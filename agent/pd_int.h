@@ -14,6 +14,8 @@
 #include "agent/pd_region.h"
 #include "proto/frame.h"
 
+#include <ucs/datastruct/khash.h>
+
 #define KVF_PD_MAX_CHUNKS   65536u /* chunks in one push */
 #define KVF_PD_HDR_MAX      KVF_MESH_HDR_MAX
 #define KVF_PD_DECODER_MAX  128u /* bytes of a decoder name, with the NUL */
@@ -67,7 +69,8 @@ typedef enum {
 } kvf_pd_req_state_t;
 
 struct kvf_pd_req {
-    kvf_pd_req_t *next;
+    kvf_pd_req_t *next; /* pd->reqs */
+    kvf_pd_req_t *prev;
     uint64_t id;
     kvf_pd_req_state_t state;
     kvf_ucx_ep_t *src; /* held: the sender's endpoint */
@@ -135,6 +138,10 @@ typedef struct kvf_pd_open {
     char address[64];
 } kvf_pd_open_t;
 
+/* Requests by id (UCX's khash): PD_ALLOC, PD_DATA and PD_DONE find theirs
+ * in O(1), whatever a flood of requests a peer opened. */
+KHASH_MAP_INIT_INT64(kvf_pd_reqs, kvf_pd_req_t *)
+
 struct kvf_pd {
     kvf_mesh_t *mesh; /* node directory: decoders' addresses */
     struct event_base *base;
@@ -156,7 +163,10 @@ struct kvf_pd {
     uint64_t claim_timeout_ns;
     char name[128];
     uint64_t next_batch;
-    kvf_pd_req_t *reqs;
+    kvf_pd_req_t *reqs; /* every request, for the tick and teardown */
+    khash_t(kvf_pd_reqs) reqs_by_id;
+    uint64_t *scratch; /* ids of a pass over reqs that may unlink them */
+    size_t scratch_cap;
     kvf_pd_batch_t *queue; /* FIFO of reservations waiting for room */
     kvf_pd_batch_t *queue_tail;
     uint32_t queue_len;
@@ -185,6 +195,11 @@ void kvf_pd_on_done_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
 void kvf_pd_tick_sender(kvf_pd_t *pd, uint64_t now);
 
 /* pd_recv.c */
+kvf_pd_req_t *kvf_pd_req_find(kvf_pd_t *pd, uint64_t id);
+/* The ids of every request into pd->scratch (grown as needed), so a pass
+ * can act on each without restarting when an action unlinks others;
+ * returns how many, 0 also when out of memory. */
+size_t kvf_pd_req_ids(kvf_pd_t *pd);
 void kvf_pd_queue_pump(kvf_pd_t *pd);
 void kvf_pd_req_unlink(kvf_pd_t *pd, kvf_pd_req_t *req);
 void kvf_pd_req_abort(kvf_pd_t *pd, kvf_pd_req_t *req, kvf_status_t reason,

@@ -20,29 +20,56 @@
 
 /* ====================================================== decoder side == */
 
-static kvf_pd_req_t *kvf_pd_req_find(kvf_pd_t *pd, uint64_t id)
+kvf_pd_req_t *kvf_pd_req_find(kvf_pd_t *pd, uint64_t id)
 {
-    kvf_pd_req_t *req;
+    khiter_t it = kh_get(kvf_pd_reqs, &pd->reqs_by_id, id);
 
-    for (req = pd->reqs; req != NULL; req = req->next) {
-        if (req->id == id) {
-            return req;
+    return (it == kh_end(&pd->reqs_by_id)) ? NULL
+                                           : kh_value(&pd->reqs_by_id, it);
+}
+
+size_t kvf_pd_req_ids(kvf_pd_t *pd)
+{
+    size_t n = kh_size(&pd->reqs_by_id), i = 0;
+    kvf_pd_req_t *req;
+    uint64_t *ids;
+
+    if (n > pd->scratch_cap) {
+        ids = realloc(pd->scratch, n * sizeof(*ids));
+        if (ids == NULL) {
+            return 0;
         }
+        pd->scratch     = ids;
+        pd->scratch_cap = n;
     }
-    return NULL;
+    for (req = pd->reqs; (req != NULL) && (i < n); req = req->next) {
+        pd->scratch[i++] = req->id;
+    }
+    return i;
 }
 
 static kvf_pd_req_t *kvf_pd_req_create(kvf_pd_t *pd, uint64_t id)
 {
     kvf_pd_req_t *req = calloc(1, sizeof(*req));
+    khiter_t it;
+    int ret;
 
     if (req == NULL) {
         return NULL;
     }
-    req->id         = id;
-    req->touched_ns = kvf_time_now_ns();
-    req->next       = pd->reqs;
-    pd->reqs        = req;
+    it = kh_put(kvf_pd_reqs, &pd->reqs_by_id, id, &ret);
+    if (ret <= 0) { /* out of memory (the caller checked it is new) */
+        free(req);
+        return NULL;
+    }
+    kh_value(&pd->reqs_by_id, it) = req;
+    req->id                       = id;
+    req->touched_ns               = kvf_time_now_ns();
+    req->next                     = pd->reqs;
+    if (pd->reqs != NULL) {
+        pd->reqs->prev = req;
+    }
+    pd->reqs = req;
     pd->stats.requests++;
     return req;
 }
@@ -171,13 +198,18 @@ static void kvf_pd_req_free_slots(kvf_pd_t *pd, kvf_pd_req_t *req)
 
 void kvf_pd_req_unlink(kvf_pd_t *pd, kvf_pd_req_t *req)
 {
-    kvf_pd_req_t **pp;
+    khiter_t it = kh_get(kvf_pd_reqs, &pd->reqs_by_id, req->id);
 
-    for (pp = &pd->reqs; *pp != NULL; pp = &(*pp)->next) {
-        if (*pp == req) {
-            *pp = req->next;
-            break;
-        }
+    if (it != kh_end(&pd->reqs_by_id)) {
+        kh_del(kvf_pd_reqs, &pd->reqs_by_id, it);
+    }
+    if (req->prev != NULL) {
+        req->prev->next = req->next;
+    } else {
+        pd->reqs = req->next;
+    }
+    if (req->next != NULL) {
+        req->next->prev = req->prev;
     }
     if (req->batch != NULL) {
         kvf_pd_batch_drop(pd, req->batch);
@@ -807,8 +839,9 @@ kvf_status_t kvf_pd_request_release(kvf_pd_t *pd, void *engine,
 void kvf_pd_tick_decoder(kvf_pd_t *pd, uint64_t now)
 {
     char message[KVF_PD_MESSAGE_SIZE];
-    kvf_pd_req_t *req, *next;
     kvf_pd_batch_t *batch;
+    kvf_pd_req_t *req;
+    size_t n, i;
 
     /* the queue is FIFO but deadlines are per reservation */
     for (batch = pd->queue; batch != NULL;) {
@@ -828,8 +861,14 @@ void kvf_pd_tick_decoder(kvf_pd_t *pd, uint64_t now)
         }
         batch = after;
     }
-    for (req = pd->reqs; req != NULL; req = next) {
-        next = req->next;
+    /* by id: an action may unlink other requests (aborts pump the queue,
+     * waiters release theirs), and a pass never starts over */
+    n = kvf_pd_req_ids(pd);
+    for (i = 0; i < n; i++) {
+        req = kvf_pd_req_find(pd, pd->scratch[i]);
+        if (req == NULL) {
+            continue;
+        }
         if ((req->wait_cb != NULL) && (now >= req->wait_deadline_ns)) {
             snprintf(message, sizeof(message),
                      "PD request %llu did not arrive in time",
@@ -846,7 +885,6 @@ void kvf_pd_tick_decoder(kvf_pd_t *pd, uint64_t now)
             /* the sender went quiet (died mid-push): take the slots back */
             kvf_pd_req_abort(pd, req, KVF_ERR_TIMEOUT, true,
                              "the prefill side went quiet");
-            next = pd->reqs; /* aborts may pump the queue: start over */
             continue;
         }
         if ((req->state == KVF_PD_REQ_READY) &&
@@ -856,13 +894,11 @@ void kvf_pd_tick_decoder(kvf_pd_t *pd, uint64_t now)
             pd->stats.reclaimed++;
             kvf_pd_req_unlink(pd, req);
             kvf_pd_queue_pump(pd);
-            next = pd->reqs;
             continue;
         }
         if ((req->state == KVF_PD_REQ_ABORTED) && (req->wait_cb == NULL) &&
             (now >= req->touched_ns + pd->claim_timeout_ns)) {
             kvf_pd_req_unlink(pd, req);
-            next = pd->reqs;
         }
     }
 }
