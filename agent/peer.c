@@ -7,6 +7,7 @@
 #include "proto/frame.h"
 
 #include <event2/event.h>
+#include <ucs/datastruct/khash.h>
 
 #include <ctype.h>
 #include <inttypes.h>
@@ -68,8 +69,26 @@ typedef struct kvf_peer_serve {
     struct kvf_peer_serve *next_free;
 } kvf_peer_serve_t;
 
+/* Keys being fetched now, to the item getting each (UCX's khash): a fetch
+ * asking for a key already on its way follows that item, in O(1). Keys are
+ * digests already, so a few of their bits are the hash. */
+static inline khint_t kvf_peer_key_hash(kvf_key_t key)
+{
+    return (khint_t)(key.lo ^ (key.lo >> 32) ^ key.ns);
+}
+
+static inline bool kvf_peer_key_equal(kvf_key_t a, kvf_key_t b)
+{
+    return (a.lo == b.lo) && (a.hi == b.hi) && (a.ns == b.ns);
+}
+
+KHASH_INIT(kvf_peer_keys, kvf_key_t, kvf_peer_item_t *, 1, kvf_peer_key_hash,
+           kvf_peer_key_equal)
+KHASH_SET_INIT_INT(kvf_peer_holders)
+
 struct kvf_peer {
-    kvf_mesh_t *mesh; /* node directory: holders' addresses */
+    kvf_mesh_t *mesh;                /* node directory: holders' addresses */
+    khash_t(kvf_peer_keys) inflight; /* key -> the item getting it */
     kvf_ucx_worker_t *worker;
     kvf_ucx_mem_t *pool_mem;
     kvf_store_t *store;
@@ -116,14 +135,29 @@ const uint64_t kvf_peer_lat_bounds_us[KVF_PEER_LAT_BUCKETS] = {
 
 static void kvf_peer_fetch_maybe_free(kvf_peer_fetch_t *fetch);
 
+/* @p item no longer leads its key (settled, or its fetch is done). */
+static void kvf_peer_inflight_forget(kvf_peer_t *peer, kvf_peer_item_t *item)
+{
+    khiter_t it = kh_get(kvf_peer_keys, &peer->inflight, item->key);
+
+    if ((it != kh_end(&peer->inflight)) &&
+        (kh_value(&peer->inflight, it) == item)) {
+        kh_del(kvf_peer_keys, &peer->inflight, it);
+    }
+}
+
 static void kvf_peer_fetch_complete(kvf_peer_fetch_t *fetch)
 {
     kvf_peer_stats_t *st = &fetch->peer->stats;
+    uint32_t i;
 
     if (fetch->done) {
         return;
     }
     fetch->done = true;
+    for (i = 0; i < fetch->num; i++) {
+        kvf_peer_inflight_forget(fetch->peer, &fetch->items[i]);
+    }
     kvf_peer_lat_record(st->lat_counts, &st->lat_sum_us,
                         (kvf_time_now_ns() - fetch->start_ns) /
                             KVF_NSEC_PER_USEC);
@@ -159,6 +193,7 @@ static void kvf_peer_item_settle(kvf_peer_item_t *item, bool fetched)
         return;
     }
     kvf_peer_item_unfollow(item);
+    kvf_peer_inflight_forget(fetch->peer, item);
     item->state = KVF_PEER_ITEM_DONE;
     fetch->settled++;
     if (fetched) {
@@ -182,22 +217,10 @@ static void kvf_peer_item_settle(kvf_peer_item_t *item, bool fetched)
 static kvf_peer_item_t *kvf_peer_find_inflight(kvf_peer_t *peer,
                                                const kvf_key_t *key)
 {
-    kvf_peer_fetch_t *fetch;
-    uint32_t i;
+    khiter_t it = kh_get(kvf_peer_keys, &peer->inflight, *key);
 
-    for (fetch = peer->fetches; fetch != NULL; fetch = fetch->next) {
-        if (fetch->done) {
-            continue;
-        }
-        for (i = 0; i < fetch->num; i++) {
-            if (((fetch->items[i].state == KVF_PEER_ITEM_WAIT) ||
-                 (fetch->items[i].state == KVF_PEER_ITEM_RECV)) &&
-                kvf_key_equal(&fetch->items[i].key, key)) {
-                return &fetch->items[i];
-            }
-        }
-    }
-    return NULL;
+    return (it == kh_end(&peer->inflight)) ? NULL
+                                           : kh_value(&peer->inflight, it);
 }
 
 /* Settles every item still waiting on @p holder (0: all) as missed. */
@@ -438,7 +461,8 @@ static void kvf_peer_on_lookup(void *arg, kvf_status_t status,
     kvf_peer_fetch_t *fetch = arg;
     kvf_peer_t *peer        = fetch->peer;
     uint32_t self           = kvf_ctl_client_node_id(peer->ctl);
-    uint32_t i, j;
+    khash_t(kvf_peer_holders) * seen;
+    uint32_t i;
 
     fetch->pending_ctl--;
     if (fetch->done) {
@@ -462,21 +486,19 @@ static void kvf_peer_on_lookup(void *arg, kvf_status_t status,
             kvf_peer_item_settle(&fetch->items[i], false);
         }
     }
-    /* one NODE_INFO per distinct holder, then one PEER_FETCH per holder */
+    /* one NODE_INFO per distinct holder, then one PEER_FETCH per holder
+     * (which asks for every key waiting on it): a set of holders asked */
+    seen = kh_init(kvf_peer_holders);
     for (i = 0; (i < num) && !fetch->done; i++) {
-        bool seen = false;
+        int ret = 1;
 
         if (fetch->items[i].state != KVF_PEER_ITEM_WAIT) {
             continue;
         }
-        for (j = 0; j < i; j++) {
-            if ((fetch->items[j].holder == holders[i]) && (holders[j] != 0) &&
-                (holders[j] != self)) {
-                seen = true;
-                break;
-            }
+        if (seen != NULL) {
+            kh_put(kvf_peer_holders, seen, holders[i], &ret);
         }
-        if (!seen) {
+        if (ret != 0) { /* new (or no set: asking twice is harmless) */
             const char *addr = kvf_mesh_node_by_id(peer->mesh, holders[i]);
 
             if (addr != NULL) {
@@ -488,6 +510,7 @@ static void kvf_peer_on_lookup(void *arg, kvf_status_t status,
                                      fetch);
         }
     }
+    kh_destroy(kvf_peer_holders, seen);
     kvf_peer_fetch_maybe_free(fetch);
 }
 
@@ -533,6 +556,18 @@ kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
             fetch->items[i].next_follower = leader->followers;
             leader->followers             = &fetch->items[i];
             waiting--;
+        }
+    }
+    /* the keys this fetch gets are now on their way (after the loop: a key
+     * asked twice in one fetch is asked twice, as before) */
+    for (i = 0; i < num; i++) {
+        if (fetch->items[i].state == KVF_PEER_ITEM_WAIT) {
+            int ret;
+            khiter_t it = kh_put(kvf_peer_keys, &peer->inflight, keys[i], &ret);
+
+            if (ret > 0) {
+                kh_value(&peer->inflight, it) = &fetch->items[i];
+            }
         }
     }
     fetch->next   = peer->fetches;
@@ -818,6 +853,7 @@ kvf_status_t kvf_peer_create(const kvf_peer_params_t *params,
         free(peer);
         return KVF_ERR_INVALID;
     }
+    kh_init_inplace(kvf_peer_keys, &peer->inflight);
     peer->mesh     = params->mesh;
     peer->worker   = kvf_mesh_worker(params->mesh);
     peer->pool_mem = params->pool_mem;
@@ -882,6 +918,7 @@ void kvf_peer_destroy(kvf_peer_t *peer)
     if (peer->tick_ev != NULL) {
         event_free(peer->tick_ev);
     }
+    kh_destroy_inplace(kvf_peer_keys, &peer->inflight);
     free(peer->serves);
     free(peer);
 }
