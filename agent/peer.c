@@ -47,12 +47,12 @@ struct kvf_peer_fetch {
     kvf_peer_t *peer;
     uint64_t request_id;
     uint64_t start_ns;
-    uint64_t deadline_ns;
     kvf_peer_fetch_cb_t cb; /* NULL once canceled */
     void *arg;
     kvf_store_owner_t *owner; /* grants of chunks being received */
     kvf_peer_item_t *items;
-    kvf_ucx_ep_t **eps; /* held: the endpoints asked, one per holder */
+    struct event *deadline_ev; /* kvf_peer_on_deadline */
+    kvf_ucx_ep_t **eps;        /* held: the endpoints asked, one per holder */
     uint32_t num_eps;
     uint32_t num;
     uint32_t settled;
@@ -96,7 +96,7 @@ struct kvf_peer {
     uint64_t timeout_ns;
     char name[128];
     kvf_peer_fetch_t *fetches;
-    struct event *tick_ev; /* deadlines */
+    struct event_base *base;
     kvf_peer_serve_t *serves;
     kvf_peer_serve_t *serve_free;
     kvf_peer_stats_t stats;
@@ -121,6 +121,7 @@ static void kvf_peer_fetch_maybe_free(kvf_peer_fetch_t *fetch)
         }
     }
     kvf_store_owner_destroy(peer->store, fetch->owner);
+    event_free(fetch->deadline_ev);
     for (i = 0; i < fetch->num_eps; i++) {
         kvf_ucx_ep_put(fetch->eps[i]);
     }
@@ -155,6 +156,7 @@ static void kvf_peer_fetch_complete(kvf_peer_fetch_t *fetch)
         return;
     }
     fetch->done = true;
+    evtimer_del(fetch->deadline_ev);
     for (i = 0; i < fetch->num; i++) {
         kvf_peer_inflight_forget(fetch->peer, &fetch->items[i]);
     }
@@ -237,41 +239,33 @@ static void kvf_peer_fetch_miss_waiting(kvf_peer_fetch_t *fetch,
     }
 }
 
-static void kvf_peer_on_tick(evutil_socket_t fd, short what, void *arg)
+/* Fetch @p arg reached its deadline (a libevent timer per fetch: its min
+ * heap orders them, nothing is scanned on a fixed tick). */
+static void kvf_peer_on_deadline(evutil_socket_t fd, short what, void *arg)
 {
-    kvf_peer_t *peer = arg;
-    kvf_peer_fetch_t *fetch;
-    struct timeval tv = {0, 10000};
-    uint64_t now      = kvf_time_now_ns();
+    kvf_peer_fetch_t *fetch = arg;
+    kvf_peer_t *peer        = fetch->peer;
     uint32_t i;
 
-restart:
-    /* settling a fetch may complete and free others (its followers), so
-     * the scan starts over after each expired one */
-    for (fetch = peer->fetches; fetch != NULL; fetch = fetch->next) {
-        if (!fetch->done && (now >= fetch->deadline_ns)) {
-            peer->stats.timeouts++;
-            kvf_debug("%s: fetch %llu timed out with %u of %u chunks",
-                      peer->name, (unsigned long long)fetch->request_id,
-                      fetch->fetched, fetch->num);
-            /* what has not arrived is a miss (followers of these keys
-             * included); chunks still arriving may complete later and are
-             * simply committed then: the engine has moved on */
-            for (i = 0; (i < fetch->num) && !fetch->done; i++) {
-                if ((fetch->items[i].state == KVF_PEER_ITEM_WAIT) ||
-                    (fetch->items[i].state == KVF_PEER_ITEM_FOLLOW)) {
-                    kvf_peer_item_settle(&fetch->items[i], false);
-                }
-            }
-            fetch->settled = fetch->num;
-            kvf_peer_fetch_complete(fetch);
-            kvf_peer_fetch_maybe_free(fetch);
-            goto restart;
+    if (fetch->done) {
+        return;
+    }
+    peer->stats.timeouts++;
+    kvf_debug("%s: fetch %llu timed out with %u of %u chunks", peer->name,
+              (unsigned long long)fetch->request_id, fetch->fetched,
+              fetch->num);
+    /* what has not arrived is a miss (followers of these keys included);
+     * chunks still arriving may complete later and are simply committed
+     * then: the engine has moved on */
+    for (i = 0; (i < fetch->num) && !fetch->done; i++) {
+        if ((fetch->items[i].state == KVF_PEER_ITEM_WAIT) ||
+            (fetch->items[i].state == KVF_PEER_ITEM_FOLLOW)) {
+            kvf_peer_item_settle(&fetch->items[i], false);
         }
     }
-    if (peer->fetches != NULL) {
-        evtimer_add(peer->tick_ev, &tv);
-    }
+    fetch->settled = fetch->num;
+    kvf_peer_fetch_complete(fetch);
+    kvf_peer_fetch_maybe_free(fetch);
 }
 
 /* ------------------------------------------------------- requester side */
@@ -518,7 +512,7 @@ kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
                             uint32_t num, kvf_peer_fetch_cb_t cb, void *arg)
 {
     kvf_peer_fetch_t *fetch;
-    struct timeval tv = {0, 10000};
+    struct timeval tv;
     uint32_t i, waiting = num;
 
     if ((peer->ctl == NULL) || !kvf_ctl_client_is_registered(peer->ctl)) {
@@ -538,13 +532,19 @@ kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
         free(fetch);
         return KVF_ERR_NO_MEMORY;
     }
-    fetch->peer        = peer;
-    fetch->request_id  = kvf_mesh_random_id(peer->mesh);
-    fetch->start_ns    = kvf_time_now_ns();
-    fetch->deadline_ns = kvf_time_deadline_ns(peer->timeout_ns);
-    fetch->cb          = cb;
-    fetch->arg         = arg;
-    fetch->num         = num;
+    fetch->deadline_ev = evtimer_new(peer->base, kvf_peer_on_deadline, fetch);
+    if (fetch->deadline_ev == NULL) {
+        kvf_store_owner_destroy(peer->store, fetch->owner);
+        free(fetch->items);
+        free(fetch);
+        return KVF_ERR_NO_MEMORY;
+    }
+    fetch->peer       = peer;
+    fetch->request_id = kvf_mesh_random_id(peer->mesh);
+    fetch->start_ns   = kvf_time_now_ns();
+    fetch->cb         = cb;
+    fetch->arg        = arg;
+    fetch->num        = num;
     for (i = 0; i < num; i++) {
         kvf_peer_item_t *leader = kvf_peer_find_inflight(peer, &keys[i]);
 
@@ -573,14 +573,13 @@ kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
     fetch->next   = peer->fetches;
     peer->fetches = fetch;
     peer->stats.fetches++;
+    tv = kvf_time_to_timeval(peer->timeout_ns);
+    evtimer_add(fetch->deadline_ev, &tv);
     if (waiting > 0) {
         /* only keys nobody is fetching yet need holders */
         fetch->pending_ctl++;
         kvf_ctl_client_lookup(peer->ctl, keys, num, true, 0, kvf_peer_on_lookup,
                               fetch);
-    }
-    if (!evtimer_pending(peer->tick_ev, NULL)) {
-        evtimer_add(peer->tick_ev, &tv);
     }
     return KVF_OK;
 }
@@ -862,9 +861,9 @@ kvf_status_t kvf_peer_create(const kvf_peer_params_t *params,
         (params->timeout_ns > 0) ? params->timeout_ns : 5 * KVF_NSEC_PER_SEC;
     snprintf(peer->name, sizeof(peer->name), "%s",
              (params->name != NULL) ? params->name : "agent");
-    peer->serves  = calloc(KVF_PEER_SERVE_MAX, sizeof(*peer->serves));
-    peer->tick_ev = evtimer_new(params->base, kvf_peer_on_tick, peer);
-    if ((peer->serves == NULL) || (peer->tick_ev == NULL)) {
+    peer->serves = calloc(KVF_PEER_SERVE_MAX, sizeof(*peer->serves));
+    peer->base   = params->base;
+    if (peer->serves == NULL) {
         status = KVF_ERR_NO_MEMORY;
         goto err;
     }
@@ -911,12 +910,10 @@ void kvf_peer_destroy(kvf_peer_t *peer)
         peer->fetches = fetch->next;
         /* the worker freed the endpoints when it went */
         kvf_store_owner_destroy(peer->store, fetch->owner);
+        event_free(fetch->deadline_ev);
         free(fetch->eps);
         free(fetch->items);
         free(fetch);
-    }
-    if (peer->tick_ev != NULL) {
-        event_free(peer->tick_ev);
     }
     kh_destroy_inplace(kvf_peer_keys, &peer->inflight);
     free(peer->serves);
