@@ -4,6 +4,7 @@
 
 #include "agent/ctl_client.h"
 #include "agent/engine_server.h"
+#include "agent/mesh.h"
 #include "agent/pd.h"
 #include "agent/peer.h"
 #include "agent/store.h"
@@ -38,6 +39,7 @@ struct kvf_agent {
     kvf_ucx_mem_t *pd_device_mem;
     kvf_ucx_ctx_t *ucx;
     kvf_ucx_worker_t *worker;
+    kvf_mesh_t *mesh;             /* agent-to-agent messaging on worker */
     kvf_ucx_listener_t *listener; /* peer service */
     kvf_ucx_mem_t *pool_mem;      /* the pool, registered for remote read */
     kvf_ucx_mem_t *pd_host_mem;   /* the PD region after it, remote write */
@@ -358,7 +360,10 @@ static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
 {
     kvf_engine_server_stats_t es;
     kvf_store_stats_t st;
+    kvf_ucx_worker_stats_t ws;
+    kvf_mesh_stats_t ms;
     kvf_peer_stats_t ps;
+    unsigned i;
 
     kvf_store_get_stats(agent->store, &st);
     kvf_engine_server_get_stats(agent->engines, &es);
@@ -367,6 +372,25 @@ static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
                               "time from a fetch's start to its last chunk",
                               ps.lat_counts, ps.lat_sum_us);
     kvf_agent_metrics_links(agent, body);
+    kvf_ucx_worker_stats(agent->worker, &ws);
+    evbuffer_add_printf(
+        body,
+        "# HELP kvf_agent_am_dropped_total active messages from peers for "
+        "ids no service handles (unknown, or from a newer version)\n"
+        "# TYPE kvf_agent_am_dropped_total counter\n"
+        "kvf_agent_am_dropped_total %" PRIu64 "\n"
+        "# HELP kvf_agent_mesh_dropped_total messages from peers dropped "
+        "before use, by reason\n"
+        "# TYPE kvf_agent_mesh_dropped_total counter\n",
+        ws.am_dropped);
+    kvf_mesh_get_stats(agent->mesh, &ms);
+    for (i = 0; i < KVF_MESH_DROP_REASONS; i++) {
+        evbuffer_add_printf(body,
+                            "kvf_agent_mesh_dropped_total{reason=\"%s\"} "
+                            "%" PRIu64 "\n",
+                            kvf_mesh_drop_name((kvf_mesh_drop_t)i),
+                            ms.dropped[i]);
+    }
     evbuffer_add_printf(
         body,
         "# HELP kvf_agent_fetch_chunks_total chunks asked of peers, by "
@@ -699,7 +723,7 @@ static kvf_status_t kvf_agent_peer_start(kvf_agent_t *agent)
 
     memset(&params, 0, sizeof(params));
     params.base       = agent->base;
-    params.worker     = agent->worker;
+    params.mesh       = agent->mesh;
     params.pool_mem   = agent->pool_mem;
     params.store      = agent->store;
     params.timeout_ns = agent->config->fetch_timeout;
@@ -780,7 +804,7 @@ static kvf_status_t kvf_agent_pd_start(kvf_agent_t *agent)
         params.region_is_device = true;
     }
     params.base             = agent->base;
-    params.worker           = agent->worker;
+    params.mesh             = agent->mesh;
     params.pool_mem         = agent->pool_mem;
     params.store            = agent->store;
     params.queue_max        = (uint32_t)config->pd_queue_max;
@@ -802,6 +826,7 @@ static void kvf_agent_on_ep_error(kvf_ucx_ep_t *ep, kvf_status_t status,
     if (agent->pd != NULL) {
         kvf_pd_ep_failed(agent->pd, ep);
     }
+    kvf_mesh_ep_failed(agent->mesh, ep);
 }
 
 static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent)
@@ -809,6 +834,8 @@ static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent)
     const kvf_agent_config_t *config = agent->config;
     kvf_ucx_worker_params_t wparams;
     kvf_ucx_ctx_params_t cparams;
+    kvf_mesh_params_t mparams;
+    char devices[512];
     kvf_status_t status;
     uint64_t pd_offset = 0, pd_size;
     char host[256];
@@ -827,6 +854,12 @@ static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent)
     if (config->net_devices[0] != '\0') {
         cparams.field_mask |= KVF_UCX_CTX_FIELD_NET_DEVICES;
         cparams.net_devices = config->net_devices;
+    } else if (kvf_ucx_net_devices_for(host, devices, sizeof(devices)) ==
+               KVF_OK) {
+        /* UCX's TCP transport listens on every device it uses: only the
+         * one the peer service listens on (RDMA devices stay) */
+        cparams.field_mask |= KVF_UCX_CTX_FIELD_NET_DEVICES;
+        cparams.net_devices = devices;
     }
     status = kvf_ucx_ctx_create(&cparams, &agent->ucx);
     if (status != KVF_OK) {
@@ -842,6 +875,22 @@ static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent)
                                    &agent->worker);
     if (status != KVF_OK) {
         return status;
+    }
+    memset(&mparams, 0, sizeof(mparams));
+    mparams.base   = agent->base;
+    mparams.worker = agent->worker;
+    mparams.name   = agent->name;
+    mparams.role   = (uint32_t)config->role;
+    mparams.secret = &agent->secret;
+    status         = kvf_mesh_create(&mparams, &agent->mesh);
+    if (status != KVF_OK) {
+        return status;
+    }
+    if (!kvf_mesh_is_secure(agent->mesh)) {
+        kvf_warn("agent %s: no cluster_secret_file: the data plane on %s is "
+                 "OPEN, any process that reaches it can read, fetch and "
+                 "push chunks (docs/security.md)",
+                 agent->name, config->listen);
     }
     status = kvf_ucx_listener_create(
         agent->worker, host, port, kvf_agent_on_peer, agent, &agent->listener);
@@ -1015,6 +1064,7 @@ void kvf_agent_destroy(kvf_agent_t *agent)
     kvf_ucx_worker_destroy(agent->worker);
     kvf_peer_destroy(agent->peer);
     kvf_pd_destroy(agent->pd);
+    kvf_mesh_destroy(agent->mesh);
     kvf_ucx_mem_deregister(agent->pd_device_mem);
     if (agent->pd_device != NULL) {
         kvf_gpu_mem_free(agent->pd_device);

@@ -27,6 +27,7 @@
 #define KVF_AGENT_PD_H
 
 #include "agent/ctl_client.h"
+#include "agent/mesh.h"
 #include "agent/peer.h"
 #include "agent/store.h"
 #include "transport/ucx.h"
@@ -52,7 +53,7 @@ typedef void (*kvf_pd_wait_cb_t)(void *arg, kvf_status_t status,
 
 typedef struct kvf_pd_params {
     struct event_base *base;
-    kvf_ucx_worker_t *worker;
+    kvf_mesh_t *mesh;        /* its worker, the node directory */
     kvf_ucx_mem_t *pool_mem; /* the pool mapping, registered */
     kvf_store_t *store;
     /* receive region; size 0: this agent receives no pushes */

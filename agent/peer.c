@@ -7,24 +7,18 @@
 #include "proto/frame.h"
 
 #include <event2/event.h>
+#include <ucs/datastruct/khash.h>
 
 #include <ctype.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum {
-    KVF_PEER_AM_FETCH = 1, /* requester -> holder: PEER_FETCH header */
-    KVF_PEER_AM_CHUNK = 2, /* holder -> requester: PEER_CHUNK + payload */
-};
-
 #define KVF_PEER_MAX_KEYS  65536u /* keys in one fetch */
 #define KVF_PEER_SERVE_MAX 4096u  /* chunks being sent at once */
-#define KVF_PEER_HDR_MAX   256u
+#define KVF_PEER_HDR_MAX   KVF_MESH_HDR_MAX
 
 typedef struct kvf_peer_fetch kvf_peer_fetch_t;
-
-static void kvf_peer_node_forget(kvf_peer_t *peer, uint32_t node_id);
 
 typedef enum {
     KVF_PEER_ITEM_WAIT = 0, /* asked, nothing arrived yet */
@@ -37,6 +31,7 @@ typedef struct kvf_peer_item {
     kvf_peer_fetch_t *fetch;
     kvf_key_t key;
     uint32_t holder;
+    kvf_ucx_ep_t *ep;  /* where it was asked: only it may answer */
     uint64_t offset;   /* the granted slot while receiving */
     uint64_t checksum; /* as the holder announced it */
     uint8_t state;
@@ -52,11 +47,13 @@ struct kvf_peer_fetch {
     kvf_peer_t *peer;
     uint64_t request_id;
     uint64_t start_ns;
-    uint64_t deadline_ns;
     kvf_peer_fetch_cb_t cb; /* NULL once canceled */
     void *arg;
     kvf_store_owner_t *owner; /* grants of chunks being received */
     kvf_peer_item_t *items;
+    struct event *deadline_ev; /* kvf_peer_on_deadline */
+    kvf_ucx_ep_t **eps;        /* held: the endpoints asked, one per holder */
+    uint32_t num_eps;
     uint32_t num;
     uint32_t settled;
     uint32_t fetched;
@@ -72,26 +69,34 @@ typedef struct kvf_peer_serve {
     struct kvf_peer_serve *next_free;
 } kvf_peer_serve_t;
 
-/* Peer addresses of holders, so a fetch needs no NODE_INFO round trip for
- * a node it has fetched from before. Dropped when a fetch to it fails. */
-#define KVF_PEER_NODE_CACHE 64
+/* Keys being fetched now, to the item getting each (UCX's khash): a fetch
+ * asking for a key already on its way follows that item, in O(1). Keys are
+ * digests already, so a few of their bits are the hash. */
+static inline khint_t kvf_peer_key_hash(kvf_key_t key)
+{
+    return (khint_t)(key.lo ^ (key.lo >> 32) ^ key.ns);
+}
 
-typedef struct kvf_peer_node {
-    uint32_t node_id; /* 0: unused */
-    char data_address[64];
-} kvf_peer_node_t;
+static inline bool kvf_peer_key_equal(kvf_key_t a, kvf_key_t b)
+{
+    return (a.lo == b.lo) && (a.hi == b.hi) && (a.ns == b.ns);
+}
+
+KHASH_INIT(kvf_peer_keys, kvf_key_t, kvf_peer_item_t *, 1, kvf_peer_key_hash,
+           kvf_peer_key_equal)
+KHASH_SET_INIT_INT(kvf_peer_holders)
 
 struct kvf_peer {
-    kvf_peer_node_t nodes[KVF_PEER_NODE_CACHE];
+    kvf_mesh_t *mesh;                /* node directory: holders' addresses */
+    khash_t(kvf_peer_keys) inflight; /* key -> the item getting it */
     kvf_ucx_worker_t *worker;
     kvf_ucx_mem_t *pool_mem;
     kvf_store_t *store;
     kvf_ctl_client_t *ctl;
     uint64_t timeout_ns;
     char name[128];
-    uint64_t next_request;
     kvf_peer_fetch_t *fetches;
-    struct event *tick_ev; /* deadlines */
+    struct event_base *base;
     kvf_peer_serve_t *serves;
     kvf_peer_serve_t *serve_free;
     kvf_peer_stats_t stats;
@@ -104,6 +109,7 @@ static void kvf_peer_fetch_maybe_free(kvf_peer_fetch_t *fetch)
 {
     kvf_peer_t *peer = fetch->peer;
     kvf_peer_fetch_t **pp;
+    uint32_t i;
 
     if (!fetch->done || (fetch->inflight > 0) || (fetch->pending_ctl > 0)) {
         return;
@@ -115,6 +121,11 @@ static void kvf_peer_fetch_maybe_free(kvf_peer_fetch_t *fetch)
         }
     }
     kvf_store_owner_destroy(peer->store, fetch->owner);
+    event_free(fetch->deadline_ev);
+    for (i = 0; i < fetch->num_eps; i++) {
+        kvf_ucx_ep_put(fetch->eps[i]);
+    }
+    free(fetch->eps);
     free(fetch->items);
     free(fetch);
 }
@@ -125,14 +136,30 @@ const uint64_t kvf_peer_lat_bounds_us[KVF_PEER_LAT_BUCKETS] = {
 
 static void kvf_peer_fetch_maybe_free(kvf_peer_fetch_t *fetch);
 
+/* @p item no longer leads its key (settled, or its fetch is done). */
+static void kvf_peer_inflight_forget(kvf_peer_t *peer, kvf_peer_item_t *item)
+{
+    khiter_t it = kh_get(kvf_peer_keys, &peer->inflight, item->key);
+
+    if ((it != kh_end(&peer->inflight)) &&
+        (kh_value(&peer->inflight, it) == item)) {
+        kh_del(kvf_peer_keys, &peer->inflight, it);
+    }
+}
+
 static void kvf_peer_fetch_complete(kvf_peer_fetch_t *fetch)
 {
     kvf_peer_stats_t *st = &fetch->peer->stats;
+    uint32_t i;
 
     if (fetch->done) {
         return;
     }
     fetch->done = true;
+    evtimer_del(fetch->deadline_ev);
+    for (i = 0; i < fetch->num; i++) {
+        kvf_peer_inflight_forget(fetch->peer, &fetch->items[i]);
+    }
     kvf_peer_lat_record(st->lat_counts, &st->lat_sum_us,
                         (kvf_time_now_ns() - fetch->start_ns) /
                             KVF_NSEC_PER_USEC);
@@ -168,6 +195,7 @@ static void kvf_peer_item_settle(kvf_peer_item_t *item, bool fetched)
         return;
     }
     kvf_peer_item_unfollow(item);
+    kvf_peer_inflight_forget(fetch->peer, item);
     item->state = KVF_PEER_ITEM_DONE;
     fetch->settled++;
     if (fetched) {
@@ -191,22 +219,10 @@ static void kvf_peer_item_settle(kvf_peer_item_t *item, bool fetched)
 static kvf_peer_item_t *kvf_peer_find_inflight(kvf_peer_t *peer,
                                                const kvf_key_t *key)
 {
-    kvf_peer_fetch_t *fetch;
-    uint32_t i;
+    khiter_t it = kh_get(kvf_peer_keys, &peer->inflight, *key);
 
-    for (fetch = peer->fetches; fetch != NULL; fetch = fetch->next) {
-        if (fetch->done) {
-            continue;
-        }
-        for (i = 0; i < fetch->num; i++) {
-            if (((fetch->items[i].state == KVF_PEER_ITEM_WAIT) ||
-                 (fetch->items[i].state == KVF_PEER_ITEM_RECV)) &&
-                kvf_key_equal(&fetch->items[i].key, key)) {
-                return &fetch->items[i];
-            }
-        }
-    }
-    return NULL;
+    return (it == kh_end(&peer->inflight)) ? NULL
+                                           : kh_value(&peer->inflight, it);
 }
 
 /* Settles every item still waiting on @p holder (0: all) as missed. */
@@ -223,86 +239,92 @@ static void kvf_peer_fetch_miss_waiting(kvf_peer_fetch_t *fetch,
     }
 }
 
-static void kvf_peer_on_tick(evutil_socket_t fd, short what, void *arg)
+/* Fetch @p arg reached its deadline (a libevent timer per fetch: its min
+ * heap orders them, nothing is scanned on a fixed tick). */
+static void kvf_peer_on_deadline(evutil_socket_t fd, short what, void *arg)
 {
-    kvf_peer_t *peer = arg;
-    kvf_peer_fetch_t *fetch;
-    struct timeval tv = {0, 10000};
-    uint64_t now      = kvf_time_now_ns();
+    kvf_peer_fetch_t *fetch = arg;
+    kvf_peer_t *peer        = fetch->peer;
     uint32_t i;
 
-restart:
-    /* settling a fetch may complete and free others (its followers), so
-     * the scan starts over after each expired one */
-    for (fetch = peer->fetches; fetch != NULL; fetch = fetch->next) {
-        if (!fetch->done && (now >= fetch->deadline_ns)) {
-            peer->stats.timeouts++;
-            kvf_debug("%s: fetch %llu timed out with %u of %u chunks",
-                      peer->name, (unsigned long long)fetch->request_id,
-                      fetch->fetched, fetch->num);
-            /* what has not arrived is a miss (followers of these keys
-             * included); chunks still arriving may complete later and are
-             * simply committed then: the engine has moved on */
-            for (i = 0; (i < fetch->num) && !fetch->done; i++) {
-                if ((fetch->items[i].state == KVF_PEER_ITEM_WAIT) ||
-                    (fetch->items[i].state == KVF_PEER_ITEM_FOLLOW)) {
-                    kvf_peer_item_settle(&fetch->items[i], false);
-                }
-            }
-            fetch->settled = fetch->num;
-            kvf_peer_fetch_complete(fetch);
-            kvf_peer_fetch_maybe_free(fetch);
-            goto restart;
+    if (fetch->done) {
+        return;
+    }
+    peer->stats.timeouts++;
+    kvf_debug("%s: fetch %llu timed out with %u of %u chunks", peer->name,
+              (unsigned long long)fetch->request_id, fetch->fetched,
+              fetch->num);
+    /* what has not arrived is a miss (followers of these keys included);
+     * chunks still arriving may complete later and are simply committed
+     * then: the engine has moved on */
+    for (i = 0; (i < fetch->num) && !fetch->done; i++) {
+        if ((fetch->items[i].state == KVF_PEER_ITEM_WAIT) ||
+            (fetch->items[i].state == KVF_PEER_ITEM_FOLLOW)) {
+            kvf_peer_item_settle(&fetch->items[i], false);
         }
     }
-    if (peer->fetches != NULL) {
-        evtimer_add(peer->tick_ev, &tv);
-    }
+    fetch->settled = fetch->num;
+    kvf_peer_fetch_complete(fetch);
+    kvf_peer_fetch_maybe_free(fetch);
 }
 
 /* ------------------------------------------------------- requester side */
 
-/* One PEER_FETCH message in flight: its frame is the payload, kept until
- * the send completes. */
-typedef struct kvf_peer_ask {
-    kvf_peer_fetch_t *fetch;
-    uint32_t holder;
-    size_t len;
-    uint8_t frame[];
-} kvf_peer_ask_t;
-
 #define KVF_PEER_KEYS_PER_ASK 512u
 
-static void kvf_peer_on_fetch_sent(kvf_status_t status, void *arg)
+/* A PEER_FETCH send to holder @p tag completed. */
+static void kvf_peer_on_fetch_sent(kvf_status_t status, void *arg, uint64_t tag)
 {
-    kvf_peer_ask_t *ask     = arg;
-    kvf_peer_fetch_t *fetch = ask->fetch;
+    kvf_peer_fetch_t *fetch = arg;
+    uint32_t holder         = (uint32_t)tag;
 
     fetch->inflight--;
     if (status != KVF_OK) {
         kvf_debug("%s: fetch request to node %u failed: %s", fetch->peer->name,
-                  ask->holder, kvf_strerror(status));
-        kvf_peer_node_forget(fetch->peer, ask->holder);
-        kvf_peer_fetch_miss_waiting(fetch, ask->holder);
+                  holder, kvf_strerror(status));
+        kvf_mesh_node_forget(fetch->peer->mesh, holder, NULL);
+        kvf_peer_fetch_miss_waiting(fetch, holder);
     }
-    free(ask);
+    kvf_peer_fetch_maybe_free(fetch);
+}
+
+static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
+                               const char *data_address);
+
+/* The endpoint to a holder finished its handshake (tag: the holder). */
+static void kvf_peer_on_ready(void *arg, kvf_status_t status, kvf_ucx_ep_t *ep,
+                              uint64_t tag)
+{
+    kvf_peer_fetch_t *fetch = arg;
+    uint32_t holder         = (uint32_t)tag;
+
+    fetch->pending_ctl--;
+    if (!fetch->done) {
+        if (status == KVF_OK) {
+            kvf_peer_fetch_ask(fetch, holder, kvf_ucx_ep_peer(ep));
+        } else {
+            kvf_debug("%s: holder node %u not authenticated: %s",
+                      fetch->peer->name, holder, kvf_strerror(status));
+            kvf_mesh_node_forget(fetch->peer->mesh, holder, NULL);
+            kvf_peer_fetch_miss_waiting(fetch, holder);
+        }
+    }
     kvf_peer_fetch_maybe_free(fetch);
 }
 
 /* Sends PEER_FETCH messages (up to KVF_PEER_KEYS_PER_ASK keys each) for
- * the keys that @p holder holds. */
+ * the keys that @p holder holds, once the endpoint to it is authenticated
+ * (kvf_mesh_connect). */
 static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
                                const char *data_address)
 {
     uint8_t keys[KVF_PEER_KEYS_PER_ASK * KVF_KEY_WIRE_SIZE];
     uint32_t indexes[KVF_PEER_KEYS_PER_ASK];
     kvf_peer_t *peer = fetch->peer;
-    kvf_ucx_ep_t *ep = NULL;
-    kvf_peer_ask_t *ask;
+    kvf_ucx_ep_t **eps, *ep = NULL;
     Kvf__PeerFetch req;
     kvf_status_t status;
     uint32_t i = 0, n;
-    size_t len;
 
     status = kvf_ucx_ep_get(peer->worker, data_address, NULL, &ep);
     if (status != KVF_OK) {
@@ -311,13 +333,34 @@ static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
         kvf_peer_fetch_miss_waiting(fetch, holder);
         return;
     }
+    status = kvf_mesh_connect(peer->mesh, ep, holder, NULL, kvf_peer_on_ready,
+                              fetch, holder);
+    if (status != KVF_OK) {
+        kvf_ucx_ep_put(ep);
+        if (status == KVF_INPROGRESS) {
+            fetch->pending_ctl++; /* kvf_peer_on_ready asks again */
+        } else {
+            kvf_peer_fetch_miss_waiting(fetch, holder);
+        }
+        return;
+    }
+    /* the fetch keeps the endpoint: replies count only from it */
+    eps = realloc(fetch->eps, (fetch->num_eps + 1) * sizeof(*eps));
+    if (eps == NULL) {
+        kvf_ucx_ep_put(ep);
+        kvf_peer_fetch_miss_waiting(fetch, holder);
+        return;
+    }
+    fetch->eps                   = eps;
+    fetch->eps[fetch->num_eps++] = ep;
     while (i < fetch->num) {
         for (n = 0; (i < fetch->num) && (n < KVF_PEER_KEYS_PER_ASK); i++) {
             if ((fetch->items[i].holder == holder) &&
                 (fetch->items[i].state == KVF_PEER_ITEM_WAIT)) {
                 kvf_key_pack(&fetch->items[i].key,
                              keys + (size_t)n * KVF_KEY_WIRE_SIZE);
-                indexes[n++] = i;
+                fetch->items[i].ep = ep;
+                indexes[n++]       = i;
             }
         }
         if (n == 0) {
@@ -331,26 +374,14 @@ static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
         req.indexes        = indexes;
         req.requester      = kvf_ctl_client_node_id(fetch->peer->ctl);
         req.requester_name = fetch->peer->name;
-        len                = kvf_frame_size(&req.base);
-        ask                = malloc(sizeof(*ask) + len);
-        if ((ask == NULL) ||
-            (kvf_frame_pack(ask->frame, len, KVF_MSG_PEER_FETCH, 0, &req.base,
-                            KVF_FRAME_MAX_DEFAULT, &ask->len) != KVF_OK)) {
-            free(ask);
-            break;
-        }
-        ask->fetch  = fetch;
-        ask->holder = holder;
-        status = kvf_ucx_am_send(ep, KVF_PEER_AM_FETCH, NULL, 0, ask->frame,
-                                 ask->len, NULL, KVF_UCX_AM_SEND_EAGER,
-                                 peer->timeout_ns, kvf_peer_on_fetch_sent, ask);
+        status             = kvf_mesh_send_frame(
+                        peer->mesh, ep, KVF_MESH_AM_PEER_FETCH, KVF_MSG_PEER_FETCH,
+                        &req.base, peer->timeout_ns, kvf_peer_on_fetch_sent, fetch, holder);
         if (status != KVF_OK) {
-            free(ask);
             break;
         }
         fetch->inflight++;
     }
-    kvf_ucx_ep_put(ep);
     if (i < fetch->num) {
         /* a request could not be sent: what it asked for is a miss */
         kvf_peer_fetch_miss_waiting(fetch, holder);
@@ -397,34 +428,6 @@ static kvf_peer_link_stats_t *kvf_peer_link(kvf_peer_t *peer, uint32_t node_id,
     return link;
 }
 
-static const char *kvf_peer_node_find(kvf_peer_t *peer, uint32_t node_id)
-{
-    unsigned i = node_id % KVF_PEER_NODE_CACHE;
-
-    return (peer->nodes[i].node_id == node_id) ? peer->nodes[i].data_address
-                                               : NULL;
-}
-
-static void kvf_peer_node_store(kvf_peer_t *peer, uint32_t node_id,
-                                const char *data_address)
-{
-    kvf_peer_node_t *n = &peer->nodes[node_id % KVF_PEER_NODE_CACHE];
-
-    if (strlen(data_address) < sizeof(n->data_address)) {
-        n->node_id = node_id;
-        snprintf(n->data_address, sizeof(n->data_address), "%s", data_address);
-    }
-}
-
-static void kvf_peer_node_forget(kvf_peer_t *peer, uint32_t node_id)
-{
-    kvf_peer_node_t *n = &peer->nodes[node_id % KVF_PEER_NODE_CACHE];
-
-    if (n->node_id == node_id) {
-        n->node_id = 0;
-    }
-}
-
 static void kvf_peer_on_node(void *arg, kvf_status_t status, uint32_t node_id,
                              const char *data_address, bool alive)
 {
@@ -438,7 +441,7 @@ static void kvf_peer_on_node(void *arg, kvf_status_t status, uint32_t node_id,
                       alive ? "" : ", not alive");
             kvf_peer_fetch_miss_waiting(fetch, node_id);
         } else {
-            kvf_peer_node_store(fetch->peer, node_id, data_address);
+            kvf_mesh_node_store(fetch->peer->mesh, node_id, NULL, data_address);
             kvf_peer_fetch_ask(fetch, node_id, data_address);
         }
     }
@@ -452,7 +455,8 @@ static void kvf_peer_on_lookup(void *arg, kvf_status_t status,
     kvf_peer_fetch_t *fetch = arg;
     kvf_peer_t *peer        = fetch->peer;
     uint32_t self           = kvf_ctl_client_node_id(peer->ctl);
-    uint32_t i, j;
+    khash_t(kvf_peer_holders) * seen;
+    uint32_t i;
 
     fetch->pending_ctl--;
     if (fetch->done) {
@@ -476,22 +480,20 @@ static void kvf_peer_on_lookup(void *arg, kvf_status_t status,
             kvf_peer_item_settle(&fetch->items[i], false);
         }
     }
-    /* one NODE_INFO per distinct holder, then one PEER_FETCH per holder */
+    /* one NODE_INFO per distinct holder, then one PEER_FETCH per holder
+     * (which asks for every key waiting on it): a set of holders asked */
+    seen = kh_init(kvf_peer_holders);
     for (i = 0; (i < num) && !fetch->done; i++) {
-        bool seen = false;
+        int ret = 1;
 
         if (fetch->items[i].state != KVF_PEER_ITEM_WAIT) {
             continue;
         }
-        for (j = 0; j < i; j++) {
-            if ((fetch->items[j].holder == holders[i]) && (holders[j] != 0) &&
-                (holders[j] != self)) {
-                seen = true;
-                break;
-            }
+        if (seen != NULL) {
+            kh_put(kvf_peer_holders, seen, holders[i], &ret);
         }
-        if (!seen) {
-            const char *addr = kvf_peer_node_find(peer, holders[i]);
+        if (ret != 0) { /* new (or no set: asking twice is harmless) */
+            const char *addr = kvf_mesh_node_by_id(peer->mesh, holders[i]);
 
             if (addr != NULL) {
                 kvf_peer_fetch_ask(fetch, holders[i], addr);
@@ -502,6 +504,7 @@ static void kvf_peer_on_lookup(void *arg, kvf_status_t status,
                                      fetch);
         }
     }
+    kh_destroy(kvf_peer_holders, seen);
     kvf_peer_fetch_maybe_free(fetch);
 }
 
@@ -509,7 +512,7 @@ kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
                             uint32_t num, kvf_peer_fetch_cb_t cb, void *arg)
 {
     kvf_peer_fetch_t *fetch;
-    struct timeval tv = {0, 10000};
+    struct timeval tv;
     uint32_t i, waiting = num;
 
     if ((peer->ctl == NULL) || !kvf_ctl_client_is_registered(peer->ctl)) {
@@ -529,13 +532,19 @@ kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
         free(fetch);
         return KVF_ERR_NO_MEMORY;
     }
-    fetch->peer        = peer;
-    fetch->request_id  = ++peer->next_request;
-    fetch->start_ns    = kvf_time_now_ns();
-    fetch->deadline_ns = kvf_time_deadline_ns(peer->timeout_ns);
-    fetch->cb          = cb;
-    fetch->arg         = arg;
-    fetch->num         = num;
+    fetch->deadline_ev = evtimer_new(peer->base, kvf_peer_on_deadline, fetch);
+    if (fetch->deadline_ev == NULL) {
+        kvf_store_owner_destroy(peer->store, fetch->owner);
+        free(fetch->items);
+        free(fetch);
+        return KVF_ERR_NO_MEMORY;
+    }
+    fetch->peer       = peer;
+    fetch->request_id = kvf_mesh_random_id(peer->mesh);
+    fetch->start_ns   = kvf_time_now_ns();
+    fetch->cb         = cb;
+    fetch->arg        = arg;
+    fetch->num        = num;
     for (i = 0; i < num; i++) {
         kvf_peer_item_t *leader = kvf_peer_find_inflight(peer, &keys[i]);
 
@@ -549,17 +558,28 @@ kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
             waiting--;
         }
     }
+    /* the keys this fetch gets are now on their way (after the loop: a key
+     * asked twice in one fetch is asked twice, as before) */
+    for (i = 0; i < num; i++) {
+        if (fetch->items[i].state == KVF_PEER_ITEM_WAIT) {
+            int ret;
+            khiter_t it = kh_put(kvf_peer_keys, &peer->inflight, keys[i], &ret);
+
+            if (ret > 0) {
+                kh_value(&peer->inflight, it) = &fetch->items[i];
+            }
+        }
+    }
     fetch->next   = peer->fetches;
     peer->fetches = fetch;
     peer->stats.fetches++;
+    tv = kvf_time_to_timeval(peer->timeout_ns);
+    evtimer_add(fetch->deadline_ev, &tv);
     if (waiting > 0) {
         /* only keys nobody is fetching yet need holders */
         fetch->pending_ctl++;
         kvf_ctl_client_lookup(peer->ctl, keys, num, true, 0, kvf_peer_on_lookup,
                               fetch);
-    }
-    if (!evtimer_pending(peer->tick_ev, NULL)) {
-        evtimer_add(peer->tick_ev, &tv);
     }
     return KVF_OK;
 }
@@ -614,21 +634,15 @@ static kvf_status_t kvf_peer_on_chunk(void *arg, const void *header,
     const Kvf__PeerChunk *chunk;
     kvf_peer_link_stats_t *link;
     kvf_peer_fetch_t *fetch;
-    kvf_peer_item_t *item = NULL;
+    static const uint16_t types[] = {KVF_MSG_PEER_CHUNK};
+    kvf_peer_item_t *item         = NULL;
     kvf_frame_t frame;
     kvf_slot_t slot;
     kvf_status_t status, ret = KVF_OK;
-    size_t used = 0;
 
-    if (kvf_frame_decode_buf(header, header_len, KVF_PEER_HDR_MAX, NULL, &frame,
-                             &used) != KVF_OK) {
-        kvf_debug("%s: bad PEER_CHUNK header; dropped", peer->name);
-        return KVF_OK;
-    }
-    if (frame.type != KVF_MSG_PEER_CHUNK) {
-        kvf_frame_release(&frame, NULL);
-        kvf_debug("%s: %s sent as PEER_CHUNK; dropped", peer->name,
-                  kvf_msg_type_name(frame.type));
+    if (!kvf_mesh_accept(peer->mesh, msg) ||
+        (kvf_mesh_decode(peer->mesh, header, header_len, KVF_PEER_HDR_MAX,
+                         types, 1, "PEER_CHUNK header", &frame) != KVF_OK)) {
         return KVF_OK;
     }
     chunk = (const Kvf__PeerChunk *)frame.msg;
@@ -639,9 +653,22 @@ static kvf_status_t kvf_peer_on_chunk(void *arg, const void *header,
     }
     if ((fetch == NULL) || fetch->done || (chunk->index >= fetch->num) ||
         (fetch->items[chunk->index].state != KVF_PEER_ITEM_WAIT)) {
+        kvf_mesh_drop(peer->mesh, KVF_MESH_DROP_UNEXPECTED);
         goto out; /* late or unknown: declined */
     }
     item = &fetch->items[chunk->index];
+    if (msg->reply_ep != item->ep) {
+        /* not from the holder it was asked of */
+        kvf_mesh_drop(peer->mesh, KVF_MESH_DROP_UNEXPECTED);
+        kvf_debug("%s: PEER_CHUNK for fetch %016" PRIx64 " from %s, asked "
+                  "of node %u; dropped",
+                  peer->name, fetch->request_id,
+                  (msg->reply_ep != NULL) ? kvf_ucx_ep_peer(msg->reply_ep)
+                                          : "?",
+                  item->holder);
+        item = NULL;
+        goto out;
+    }
     if (chunk->status != KVF_OK) {
         kvf_peer_item_settle(item, false); /* the holder evicted it */
         goto out;
@@ -728,14 +755,14 @@ static void kvf_peer_serve_one(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
     }
     if (entry == NULL) {
         peer->stats.serve_misses++;
-        kvf_ucx_am_send(ep, KVF_PEER_AM_CHUNK, hdr, len, NULL, 0, NULL,
+        kvf_ucx_am_send(ep, KVF_MESH_AM_PEER_CHUNK, hdr, len, NULL, 0, NULL,
                         KVF_UCX_AM_SEND_EAGER, peer->timeout_ns,
                         kvf_peer_on_miss_sent, NULL);
         return;
     }
     peer->serve_free = serve->next_free;
     serve->entry     = entry;
-    if (kvf_ucx_am_send(ep, KVF_PEER_AM_CHUNK, hdr, len,
+    if (kvf_ucx_am_send(ep, KVF_MESH_AM_PEER_CHUNK, hdr, len,
                         (uint8_t *)kvf_store_base(peer->store) +
                             kvf_pool_entry_offset(entry),
                         chunk.length, peer->pool_mem, KVF_UCX_AM_SEND_RNDV,
@@ -764,37 +791,34 @@ static kvf_status_t kvf_peer_on_fetch(void *arg, const void *header,
 {
     kvf_peer_t *peer = arg;
     const Kvf__PeerFetch *req;
+    static const uint16_t types[] = {KVF_MSG_PEER_FETCH};
     kvf_peer_link_stats_t *link;
-    kvf_status_t status;
     kvf_frame_t frame;
-    size_t used = 0, n, i;
+    size_t n, i;
     kvf_key_t key;
 
+    if (!kvf_mesh_accept(peer->mesh, msg)) {
+        return KVF_OK; /* before anything is parsed */
+    }
     if (msg->reply_ep == NULL) {
+        kvf_mesh_drop(peer->mesh, KVF_MESH_DROP_NO_REPLY_EP);
         kvf_debug("%s: PEER_FETCH without a reply endpoint; dropped",
                   peer->name);
         return KVF_OK;
     }
-    status = KVF_ERR_PROTO;
-    if (!msg->is_rndv && (msg->data != NULL)) {
-        status = kvf_frame_decode_buf(
-            msg->data, msg->length, KVF_FRAME_MAX_DEFAULT, NULL, &frame, &used);
-    }
-    if (status != KVF_OK) {
-        kvf_debug("%s: bad PEER_FETCH (%zu bytes): %s; dropped", peer->name,
-                  msg->length, kvf_strerror(status));
-        return KVF_OK;
-    }
-    if (frame.type != KVF_MSG_PEER_FETCH) {
-        kvf_frame_release(&frame, NULL);
-        kvf_debug("%s: %s sent as PEER_FETCH; dropped", peer->name,
-                  kvf_msg_type_name(frame.type));
+    if (msg->is_rndv || (kvf_mesh_decode(peer->mesh, msg->data, msg->length,
+                                         KVF_FRAME_MAX_DEFAULT, types, 1,
+                                         "PEER_FETCH", &frame) != KVF_OK)) {
+        if (msg->is_rndv) {
+            kvf_mesh_drop(peer->mesh, KVF_MESH_DROP_MALFORMED);
+        }
         return KVF_OK;
     }
     req = (const Kvf__PeerFetch *)frame.msg;
     n   = req->keys.len / KVF_KEY_WIRE_SIZE;
     if ((req->keys.len % KVF_KEY_WIRE_SIZE != 0) || (n != req->n_indexes) ||
         (n > KVF_PEER_MAX_KEYS)) {
+        kvf_mesh_drop(peer->mesh, KVF_MESH_DROP_MALFORMED);
         kvf_debug("%s: PEER_FETCH with %zu key bytes and %zu indexes; "
                   "dropped",
                   peer->name, req->keys.len, req->n_indexes);
@@ -824,16 +848,22 @@ kvf_status_t kvf_peer_create(const kvf_peer_params_t *params,
     if (peer == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    peer->worker   = params->worker;
+    if (params->mesh == NULL) {
+        free(peer);
+        return KVF_ERR_INVALID;
+    }
+    kh_init_inplace(kvf_peer_keys, &peer->inflight);
+    peer->mesh     = params->mesh;
+    peer->worker   = kvf_mesh_worker(params->mesh);
     peer->pool_mem = params->pool_mem;
     peer->store    = params->store;
     peer->timeout_ns =
         (params->timeout_ns > 0) ? params->timeout_ns : 5 * KVF_NSEC_PER_SEC;
     snprintf(peer->name, sizeof(peer->name), "%s",
              (params->name != NULL) ? params->name : "agent");
-    peer->serves  = calloc(KVF_PEER_SERVE_MAX, sizeof(*peer->serves));
-    peer->tick_ev = evtimer_new(params->base, kvf_peer_on_tick, peer);
-    if ((peer->serves == NULL) || (peer->tick_ev == NULL)) {
+    peer->serves = calloc(KVF_PEER_SERVE_MAX, sizeof(*peer->serves));
+    peer->base   = params->base;
+    if (peer->serves == NULL) {
         status = KVF_ERR_NO_MEMORY;
         goto err;
     }
@@ -843,11 +873,11 @@ kvf_status_t kvf_peer_create(const kvf_peer_params_t *params,
             (i + 1 < KVF_PEER_SERVE_MAX) ? &peer->serves[i + 1] : NULL;
     }
     peer->serve_free = &peer->serves[0];
-    status           = kvf_ucx_am_set_handler(peer->worker, KVF_PEER_AM_FETCH,
-                                              kvf_peer_on_fetch, peer);
+    status           = kvf_mesh_set_handler(peer->mesh, KVF_MESH_AM_PEER_FETCH,
+                                            kvf_peer_on_fetch, peer);
     if (status == KVF_OK) {
-        status = kvf_ucx_am_set_handler(peer->worker, KVF_PEER_AM_CHUNK,
-                                        kvf_peer_on_chunk, peer);
+        status = kvf_mesh_set_handler(peer->mesh, KVF_MESH_AM_PEER_CHUNK,
+                                      kvf_peer_on_chunk, peer);
     }
     if (status != KVF_OK) {
         goto err;
@@ -878,13 +908,14 @@ void kvf_peer_destroy(kvf_peer_t *peer)
     while (peer->fetches != NULL) {
         fetch         = peer->fetches;
         peer->fetches = fetch->next;
+        /* the worker freed the endpoints when it went */
         kvf_store_owner_destroy(peer->store, fetch->owner);
+        event_free(fetch->deadline_ev);
+        free(fetch->eps);
         free(fetch->items);
         free(fetch);
     }
-    if (peer->tick_ev != NULL) {
-        event_free(peer->tick_ev);
-    }
+    kh_destroy_inplace(kvf_peer_keys, &peer->inflight);
     free(peer->serves);
     free(peer);
 }
@@ -892,6 +923,7 @@ void kvf_peer_destroy(kvf_peer_t *peer)
 void kvf_peer_set_ctl(kvf_peer_t *peer, kvf_ctl_client_t *ctl)
 {
     peer->ctl = ctl;
+    kvf_mesh_set_ctl(peer->mesh, ctl); /* this node's id, for handshakes */
 }
 
 void kvf_peer_get_stats(const kvf_peer_t *peer, kvf_peer_stats_t *stats_p)

@@ -19,6 +19,7 @@
 #define KVF_AGENT_PEER_H
 
 #include "agent/ctl_client.h"
+#include "agent/mesh.h"
 #include "agent/store.h"
 #include "transport/ucx.h"
 
@@ -35,7 +36,7 @@ typedef void (*kvf_peer_fetch_cb_t)(void *arg, uint32_t fetched,
 
 typedef struct kvf_peer_params {
     struct event_base *base; /* the worker's loop */
-    kvf_ucx_worker_t *worker;
+    kvf_mesh_t *mesh;        /* its worker, the node directory */
     kvf_ucx_mem_t *pool_mem; /* the pool, registered */
     kvf_store_t *store;
     uint64_t timeout_ns; /* deadline of one fetch, end to end */

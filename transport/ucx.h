@@ -48,8 +48,17 @@ typedef struct kvf_ucx_rkey kvf_ucx_rkey_t;
 #define KVF_UCX_PEER_NAME_MAX 128
 /** Longest packed rkey kvf_ucx_rkey_unpack accepts (ours are ~100 B). */
 #define KVF_UCX_RKEY_MAX 1024
-/** Active message ids are below this. */
+/** Active message ids our services use are below this. */
 #define KVF_UCX_AM_ID_MAX 64
+/**
+ * Active message ids a peer can put on the wire (UCX carries 16 bits).
+ * A worker registers its own dispatcher for every one of them at creation:
+ * an id without a handler (unknown, or from a newer version) is dropped and
+ * counted (kvf_ucx_worker_stats_t.am_dropped), never left to UCX (1.13
+ * leaves unregistered slots below its table's capacity uninitialised and
+ * calls through them).
+ */
+#define KVF_UCX_AM_ID_WIRE_MAX 65536u
 
 /** Largest active-message header kvf_ucx_am_send takes (it is copied). */
 #define KVF_UCX_AM_HEADER_MAX 256
@@ -85,6 +94,21 @@ typedef struct kvf_ucx_ctx_params {
  * (either name) set it.
  */
 extern const char *const kvf_ucx_ctx_default_tunings[];
+
+/**
+ * The UCX_NET_DEVICES value that keeps UCX to the network device carrying
+ * @p host (a numeric or resolvable address, e.g. a listen host): that
+ * device's name, then every RDMA device port ("eth1,mlx5_0:1"), so RDMA
+ * stays usable. UCX's TCP transport otherwise opens a listening socket on
+ * every network device, whatever address the peer service listens on.
+ *
+ * @return KVF_OK; KVF_ERR_NOT_FOUND for a wildcard host (0.0.0.0, ::) or
+ *         one no local device carries (keep UCX's default: all devices);
+ *         KVF_ERR_TOO_BIG when @p len is too small
+ *
+ * thread: any.
+ */
+kvf_status_t kvf_ucx_net_devices_for(const char *host, char *buf, size_t len);
 
 /**
  * Creates a UCP context with AM, RMA and wakeup features.
@@ -151,6 +175,7 @@ typedef struct kvf_ucx_worker_stats {
     unsigned eps_cached;   /**< endpoints in the peer cache */
     uint64_t ep_failures;  /**< endpoints that failed */
     uint64_t timeouts;     /**< operations that ran past their deadline */
+    uint64_t am_dropped;   /**< active messages for ids without a handler */
 } kvf_ucx_worker_stats_t;
 
 /**

@@ -35,7 +35,16 @@ static ucs_status_t kvf_ucx_am_on_recv(void *arg, const void *header,
         msg.data = data;
     }
 
-    if ((slot->cb == NULL) || worker->is_destroying) {
+    if (slot->cb == NULL) {
+        /* an id nobody serves: unknown, or from a newer version */
+        worker->am_dropped++;
+        kvf_debug("worker %s: active message for id %s%u without a handler "
+                  "(%zu bytes); dropped",
+                  worker->name, (slot->id >= KVF_UCX_AM_ID_MAX) ? ">=" : "",
+                  slot->id, length);
+        return UCS_OK; /* declined */
+    }
+    if (worker->is_destroying) {
         return UCS_OK; /* declined */
     }
     worker->am_desc_current  = msg.desc;
@@ -51,37 +60,62 @@ static ucs_status_t kvf_ucx_am_on_recv(void *arg, const void *header,
     return UCS_OK;
 }
 
-kvf_status_t kvf_ucx_am_set_handler(kvf_ucx_worker_t *worker, unsigned id,
-                                    kvf_ucx_am_cb_t cb, void *arg)
+static kvf_status_t kvf_ucx_am_register(kvf_ucx_worker_t *worker, unsigned id,
+                                        kvf_ucx_am_slot_t *slot)
 {
     ucp_am_handler_param_t param;
     ucs_status_t ucs;
-
-    if (worker == NULL) {
-        return KVF_ERR_INVALID;
-    }
-    if (id >= KVF_UCX_AM_ID_MAX) {
-        return KVF_ERR_RANGE;
-    }
-    worker->am[id].cb  = cb;
-    worker->am[id].arg = arg;
 
     memset(&param, 0, sizeof(param));
     param.field_mask =
         UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
         UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
     param.id  = id;
-    param.cb  = (cb != NULL) ? kvf_ucx_am_on_recv : NULL;
-    param.arg = &worker->am[id];
+    param.cb  = kvf_ucx_am_on_recv;
+    param.arg = slot;
     /* eager data stays valid when a handler keeps the message */
     param.flags = UCP_AM_FLAG_WHOLE_MSG;
     ucs         = ucp_worker_set_am_recv_handler(worker->ucp, &param);
     if (ucs != UCS_OK) {
         kvf_error("worker %s: am handler %u: %s", worker->name, id,
                   ucs_status_string(ucs));
-        worker->am[id].cb = NULL;
         return KVF_ERR_TRANSPORT;
     }
+    return KVF_OK;
+}
+
+kvf_status_t kvf_ucx_am_init_all(kvf_ucx_worker_t *worker)
+{
+    kvf_status_t status;
+    unsigned id;
+
+    /* the highest id first: UCX sizes its table once, to the whole wire
+     * range, and every slot of it is then ours (ascending order would
+     * regrow it and, in 1.13, leave holes uninitialised) */
+    status = kvf_ucx_am_register(worker, KVF_UCX_AM_ID_WIRE_MAX - 1,
+                                 &worker->am_unknown);
+    for (id = 0; (id < KVF_UCX_AM_ID_WIRE_MAX - 1) && (status == KVF_OK);
+         id++) {
+        status = kvf_ucx_am_register(
+            worker, id,
+            (id < KVF_UCX_AM_ID_MAX) ? &worker->am[id] : &worker->am_unknown);
+    }
+    return status;
+}
+
+kvf_status_t kvf_ucx_am_set_handler(kvf_ucx_worker_t *worker, unsigned id,
+                                    kvf_ucx_am_cb_t cb, void *arg)
+{
+    if (worker == NULL) {
+        return KVF_ERR_INVALID;
+    }
+    if (id >= KVF_UCX_AM_ID_MAX) {
+        return KVF_ERR_RANGE;
+    }
+    /* our dispatcher stays registered for every id (kvf_ucx_am_init_all):
+     * removing a handler only makes its messages dropped and counted */
+    worker->am[id].cb  = cb;
+    worker->am[id].arg = arg;
     return KVF_OK;
 }
 

@@ -9,7 +9,12 @@
 #include "transport/ucx_int.h"
 
 #include "common/log.h"
+#include "transport/verbs.h"
 
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +127,79 @@ static kvf_status_t kvf_ucx_ctx_config_apply(const kvf_ucx_ctx_params_t *params,
         }
     }
     return KVF_OK;
+}
+
+static bool kvf_ucx_addr_equal(const struct sockaddr *a,
+                               const struct sockaddr *b)
+{
+    if ((a == NULL) || (b == NULL) || (a->sa_family != b->sa_family)) {
+        return false;
+    }
+    if (a->sa_family == AF_INET) {
+        return ((const struct sockaddr_in *)(const void *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)(const void *)b)->sin_addr.s_addr;
+    }
+    if (a->sa_family == AF_INET6) {
+        return memcmp(
+                   &((const struct sockaddr_in6 *)(const void *)a)->sin6_addr,
+                   &((const struct sockaddr_in6 *)(const void *)b)->sin6_addr,
+                   sizeof(struct in6_addr)) == 0;
+    }
+    return false;
+}
+
+kvf_status_t kvf_ucx_net_devices_for(const char *host, char *buf, size_t len)
+{
+    struct addrinfo hints, *res = NULL, *ai;
+    struct ifaddrs *ifs      = NULL, *ifa;
+    kvf_verbs_device_t *devs = NULL;
+    kvf_status_t status      = KVF_ERR_NOT_FOUND;
+    unsigned count           = 0, i, p;
+    size_t used;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family   = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    if ((host == NULL) || (getaddrinfo(host, NULL, &hints, &res) != 0)) {
+        return KVF_ERR_NOT_FOUND;
+    }
+    if (getifaddrs(&ifs) != 0) {
+        freeaddrinfo(res);
+        return KVF_ERR_NOT_FOUND;
+    }
+    /* a wildcard matches no device address: all devices stay */
+    for (ai = res; (ai != NULL) && (status != KVF_OK); ai = ai->ai_next) {
+        for (ifa = ifs; ifa != NULL; ifa = ifa->ifa_next) {
+            if (kvf_ucx_addr_equal(ai->ai_addr, ifa->ifa_addr)) {
+                if (strlen(ifa->ifa_name) >= len) {
+                    status = KVF_ERR_TOO_BIG;
+                    break;
+                }
+                snprintf(buf, len, "%s", ifa->ifa_name);
+                status = KVF_OK;
+                break;
+            }
+        }
+    }
+    freeifaddrs(ifs);
+    freeaddrinfo(res);
+    if ((status != KVF_OK) ||
+        (kvf_verbs_list_devices(&devs, &count) != KVF_OK)) {
+        return status;
+    }
+    for (i = 0; i < count; i++) {
+        for (p = 0; (p < devs[i].port_count) && (p < KVF_VERBS_PORTS_MAX);
+             p++) {
+            used = strlen(buf);
+            if (snprintf(buf + used, len - used, ",%s:%u", devs[i].name,
+                         devs[i].ports[p].num) >= (int)(len - used)) {
+                buf[used] = '\0';
+                status    = KVF_ERR_TOO_BIG;
+            }
+        }
+    }
+    kvf_verbs_devices_free(devs);
+    return status;
 }
 
 kvf_status_t kvf_ucx_ctx_create(const kvf_ucx_ctx_params_t *params,

@@ -137,8 +137,10 @@ struct kvf_ucx_worker {
     kvf_ucx_ep_err_cb_t ep_err_cb;
     void *ep_err_arg;
     kvf_ucx_am_slot_t am[KVF_UCX_AM_ID_MAX];
-    void *am_desc_current; /* descriptor of the handler running now */
-    bool am_desc_released; /* that handler declined it */
+    kvf_ucx_am_slot_t am_unknown; /* ids KVF_UCX_AM_ID_MAX and above */
+    uint64_t am_dropped;          /* messages for ids without a handler */
+    void *am_desc_current;        /* descriptor of the handler running now */
+    bool am_desc_released;        /* that handler declined it */
     unsigned listeners;
     uint64_t ep_failures;
     uint64_t timeouts;
@@ -165,6 +167,9 @@ void kvf_ucx_op_dispatch_orphans(kvf_ucx_worker_t *worker);
 void kvf_ucx_op_cancel_all(kvf_ucx_worker_t *worker);
 void kvf_ucx_op_on_timer(evutil_socket_t fd, short what, void *arg);
 void kvf_ucx_op_list_remove(kvf_ucx_op_list_t *list, kvf_ucx_op_t *op);
+
+/* ucx_am.c */
+kvf_status_t kvf_ucx_am_init_all(kvf_ucx_worker_t *worker);
 
 /* ucx_ep.c */
 void kvf_ucx_ep_fail_all(kvf_ucx_worker_t *worker, kvf_status_t status);

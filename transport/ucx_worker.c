@@ -109,6 +109,8 @@ kvf_status_t kvf_ucx_worker_create(kvf_ucx_ctx_t *ctx, struct event_base *base,
         worker->am[i].worker = worker;
         worker->am[i].id     = i;
     }
+    worker->am_unknown.worker = worker;
+    worker->am_unknown.id     = KVF_UCX_AM_ID_MAX;
 
     /* the per-chunk path takes operations from here: no malloc there */
     worker->ops = calloc(worker->max_ops, sizeof(*worker->ops));
@@ -134,6 +136,11 @@ kvf_status_t kvf_ucx_worker_create(kvf_ucx_ctx_t *ctx, struct event_base *base,
                   ucs_status_string(ucs));
         status = KVF_ERR_TRANSPORT;
         goto err_free_ops;
+    }
+
+    status = kvf_ucx_am_init_all(worker);
+    if (status != KVF_OK) {
+        goto err_destroy_ucp;
     }
 
     ucs = ucp_worker_get_efd(worker->ucp, &efd);
@@ -273,4 +280,5 @@ void kvf_ucx_worker_stats(const kvf_ucx_worker_t *worker,
     stats_p->eps_cached  = worker->ep_cached;
     stats_p->ep_failures = worker->ep_failures;
     stats_p->timeouts    = worker->timeouts;
+    stats_p->am_dropped  = worker->am_dropped;
 }

@@ -1,0 +1,214 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * Private to agent/pd*.c: the PD object, its requests, batches and pushes,
+ * and what the sender side (pd_send.c), the decoder side (pd_recv.c) and
+ * the dispatch (pd.c) call in each other.
+ *
+ * thread: owning loop only.
+ */
+#ifndef KVF_AGENT_PD_INT_H
+#define KVF_AGENT_PD_INT_H
+
+#include "agent/pd.h"
+#include "agent/pd_region.h"
+#include "proto/frame.h"
+
+#include <ucs/datastruct/khash.h>
+
+#define KVF_PD_MAX_CHUNKS   65536u /* chunks in one push */
+#define KVF_PD_HDR_MAX      KVF_MESH_HDR_MAX
+#define KVF_PD_DECODER_MAX  128u /* bytes of a decoder name, with the NUL */
+#define KVF_PD_TICK_US      10000
+#define KVF_PD_MESSAGE_SIZE 256
+
+/* ---------------------------------------------------------- structures */
+
+typedef struct kvf_pd_req kvf_pd_req_t;
+typedef struct kvf_pd_batch kvf_pd_batch_t;
+
+/* Where a chunk being received lands: the batch and its index (one per
+ * chunk, made with the batch: nothing is allocated per chunk). */
+typedef struct kvf_pd_recv {
+    kvf_pd_t *pd;
+    kvf_pd_batch_t *batch;
+    uint32_t index;
+} kvf_pd_recv_t;
+
+/* One push as the decoder sees it: a reservation of slots, then their
+ * data, then PD_DONE. The batch outlives every receive into it. */
+struct kvf_pd_batch {
+    struct kvf_pd_batch *next_queued; /* pd->queue, while waiting for room */
+    kvf_pd_req_t *req;                /* NULL once its request went */
+    uint64_t id;
+    uint64_t ticket; /* the sender's push id */
+    uint64_t deadline_ns;
+    uint32_t num;
+    uint32_t landed;   /* chunks received */
+    uint32_t inflight; /* receives in flight */
+    bool is_reserved;
+    bool is_queued;
+    bool is_done;   /* PD_DONE arrived */
+    bool is_failed; /* a chunk could not be received */
+    bool is_final;
+    uint64_t *lengths;
+    uint64_t *offsets;    /* region offsets, once reserved */
+    uint64_t *checksums;  /* from PD_ALLOC or PD_DONE */
+    uint8_t *state;       /* per chunk: 0 waiting, 1 receiving, 2 verified */
+    kvf_pd_recv_t *recvs; /* per chunk: the receive completion's argument */
+    bool is_bad;          /* a chunk failed its checksum as it landed */
+    uint32_t bad;         /* which one */
+};
+
+typedef enum {
+    KVF_PD_REQ_WAITING = 0, /* an engine waits; nothing pushed yet */
+    KVF_PD_REQ_RECEIVING,   /* pushes arriving */
+    KVF_PD_REQ_READY,       /* final push verified, not claimed */
+    KVF_PD_REQ_CLAIMED,     /* handed to an engine by kvf_pd_wait */
+    KVF_PD_REQ_ABORTED,     /* kept so a waiter learns why */
+} kvf_pd_req_state_t;
+
+struct kvf_pd_req {
+    kvf_pd_req_t *next; /* pd->reqs */
+    kvf_pd_req_t *prev;
+    uint64_t id;
+    kvf_pd_req_state_t state;
+    kvf_ucx_ep_t *src; /* held: the sender's endpoint */
+    uint64_t touched_ns;
+    uint64_t footprint; /* region bytes held, the batch's included */
+    uint64_t *offsets;  /* verified chunks, in order */
+    uint64_t *lengths;
+    uint32_t num;
+    uint32_t cap;
+    kvf_pd_batch_t *batch; /* the push in progress */
+    kvf_status_t reason;   /* ABORTED: why */
+    /* the engine waiting, or the one that claimed it */
+    kvf_pd_wait_cb_t wait_cb;
+    void *wait_arg;
+    void *wait_engine;
+    uint64_t wait_deadline_ns;
+    void *claimer; /* the engine that claimed it */
+};
+
+typedef enum {
+    KVF_PD_PUSH_RESOLVE = 0, /* finding the decoder */
+    KVF_PD_PUSH_ALLOC,       /* PD_ALLOC sent */
+    KVF_PD_PUSH_DATA,        /* chunks being sent */
+    KVF_PD_PUSH_DONE,        /* PD_DONE sent, waiting for the ack */
+    KVF_PD_PUSH_FINISHED,
+} kvf_pd_push_state_t;
+
+typedef struct kvf_pd_push {
+    struct kvf_pd_push *next;
+    kvf_pd_t *pd;
+    uint64_t ticket;
+    uint64_t request_id;
+    char decoder[KVF_PD_DECODER_MAX];
+    char address[64];
+    kvf_ucx_ep_t *ep;
+    kvf_store_owner_t *owner; /* the chunks while they are sent */
+    kvf_store_owner_t *from;  /* the engine's; NULL once it went */
+    kvf_pd_push_cb_t cb;
+    void *arg;
+    void *engine;
+    uint64_t start_ns;
+    uint64_t deadline_ns;
+    uint64_t batch;
+    uint32_t num;
+    uint32_t sent;
+    uint32_t inflight;      /* UCX operations not completed */
+    uint32_t pending_ctl;   /* controller requests not answered */
+    bool is_authenticating; /* waiting for kvf_mesh_connect's callback */
+    kvf_pd_push_state_t state;
+    kvf_status_t status;
+    bool is_final;
+    uint64_t bytes;
+    uint64_t *offsets;
+    uint64_t *lengths;
+    uint64_t *checksums;
+    char message[KVF_PD_MESSAGE_SIZE];
+} kvf_pd_push_t;
+
+/* A request this agent pushes and has not finished: aborted at its
+ * decoder when its engine goes away. */
+typedef struct kvf_pd_open {
+    struct kvf_pd_open *next;
+    uint64_t request_id;
+    void *engine;
+    char address[64];
+} kvf_pd_open_t;
+
+/* Requests by id (UCX's khash): PD_ALLOC, PD_DATA and PD_DONE find theirs
+ * in O(1), whatever a flood of requests a peer opened. */
+KHASH_MAP_INIT_INT64(kvf_pd_reqs, kvf_pd_req_t *)
+
+struct kvf_pd {
+    kvf_mesh_t *mesh; /* node directory: decoders' addresses */
+    struct event_base *base;
+    kvf_ucx_worker_t *worker;
+    kvf_ucx_mem_t *pool_mem;
+    kvf_store_t *store;
+    kvf_ctl_client_t *ctl;
+    kvf_pd_region_t *region; /* NULL: no receive region */
+    uint8_t *region_base;
+    uint64_t region_offset;
+    const kvf_ucx_mem_t *region_mem;
+    bool region_is_device;
+    uint8_t *bounce; /* device region: a chunk copied for its checksum */
+    uint64_t bounce_len;
+    uint32_t queue_max;
+    uint64_t alloc_timeout_ns;
+    uint64_t push_timeout_ns;
+    uint64_t wait_timeout_ns;
+    uint64_t claim_timeout_ns;
+    char name[128];
+    uint64_t next_batch;
+    kvf_pd_req_t *reqs; /* every request, for the tick and teardown */
+    khash_t(kvf_pd_reqs) reqs_by_id;
+    uint64_t *scratch; /* ids of a pass over reqs that may unlink them */
+    size_t scratch_cap;
+    kvf_pd_batch_t *queue; /* FIFO of reservations waiting for room */
+    kvf_pd_batch_t *queue_tail;
+    uint32_t queue_len;
+    kvf_pd_push_t *pushes;
+    kvf_pd_open_t *opens;
+    struct event *tick_ev;
+    kvf_pd_stats_t stats;
+};
+
+/* pd.c */
+void kvf_pd_tick_arm(kvf_pd_t *pd);
+
+/* pd_send.c */
+void kvf_pd_push_maybe_complete(kvf_pd_push_t *push);
+void kvf_pd_push_finish(kvf_pd_push_t *push, kvf_status_t status,
+                        const char *fmt, ...) KVF_PRINTF(3, 4);
+kvf_status_t kvf_pd_send(kvf_pd_t *pd, kvf_ucx_ep_t *ep, uint16_t type,
+                         const ProtobufCMessage *msg, kvf_pd_push_t *push);
+void kvf_pd_send_abort(kvf_pd_t *pd, const char *address, uint64_t request_id,
+                       kvf_status_t reason);
+/* Replies count only from the endpoint the push went to (@p ep). */
+void kvf_pd_on_alloc_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
+                           const Kvf__PdAllocReply *m);
+void kvf_pd_on_done_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
+                          const Kvf__PdDoneReply *m);
+void kvf_pd_tick_sender(kvf_pd_t *pd, uint64_t now);
+
+/* pd_recv.c */
+kvf_pd_req_t *kvf_pd_req_find(kvf_pd_t *pd, uint64_t id);
+/* The ids of every request into pd->scratch (grown as needed), so a pass
+ * can act on each without restarting when an action unlinks others;
+ * returns how many, 0 also when out of memory. */
+size_t kvf_pd_req_ids(kvf_pd_t *pd);
+void kvf_pd_queue_pump(kvf_pd_t *pd);
+void kvf_pd_req_unlink(kvf_pd_t *pd, kvf_pd_req_t *req);
+void kvf_pd_req_abort(kvf_pd_t *pd, kvf_pd_req_t *req, kvf_status_t reason,
+                      bool tell_sender, const char *why);
+void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAlloc *m);
+void kvf_pd_on_done(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdDone *m);
+void kvf_pd_on_abort(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAbort *m);
+kvf_status_t kvf_pd_on_data(void *arg, const void *header, size_t header_len,
+                            const kvf_ucx_am_msg_t *msg);
+void kvf_pd_tick_decoder(kvf_pd_t *pd, uint64_t now);
+
+#endif /* KVF_AGENT_PD_INT_H */

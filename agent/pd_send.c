@@ -1,0 +1,573 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * PD sender (prefill) side: resolve the decoder, PD_ALLOC, one PD_DATA per
+ * chunk by rendezvous, PD_DONE, and the replies (agent/pd.h).
+ */
+#include "agent/pd_int.h"
+
+#include "common/log.h"
+#include "common/time.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* --------------------------------------------------------- control msgs */
+
+static void kvf_pd_on_msg_sent(kvf_status_t status, void *arg, uint64_t tag)
+{
+    kvf_pd_push_t *push = arg;
+
+    if (push == NULL) {
+        return;
+    }
+    push->inflight--;
+    if (status != KVF_OK) {
+        kvf_pd_push_finish(push, status, "cannot reach decoder %s at %s: %s",
+                           push->decoder, push->address, kvf_strerror(status));
+    }
+    kvf_pd_push_maybe_complete(push);
+}
+
+/* Sends one PD_* frame as an eager active message on @p ep. */
+kvf_status_t kvf_pd_send(kvf_pd_t *pd, kvf_ucx_ep_t *ep, uint16_t type,
+                         const ProtobufCMessage *msg, kvf_pd_push_t *push)
+{
+    kvf_status_t status;
+
+    status =
+        kvf_mesh_send_frame(pd->mesh, ep, KVF_MESH_AM_PD_CTRL, type, msg,
+                            pd->push_timeout_ns, kvf_pd_on_msg_sent, push, 0);
+    if (status != KVF_OK) {
+        return status;
+    }
+    if (push != NULL) {
+        push->inflight++;
+    }
+    return KVF_OK;
+}
+
+/* ====================================================== sender side === */
+
+static kvf_pd_push_t *kvf_pd_push_find(kvf_pd_t *pd, uint64_t ticket)
+{
+    kvf_pd_push_t *push;
+
+    for (push = pd->pushes; push != NULL; push = push->next) {
+        if (push->ticket == ticket) {
+            return push;
+        }
+    }
+    return NULL;
+}
+
+static kvf_pd_open_t *kvf_pd_open_find(kvf_pd_t *pd, uint64_t request_id,
+                                       kvf_pd_open_t ***pp_p)
+{
+    kvf_pd_open_t **pp;
+
+    for (pp = &pd->opens; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->request_id == request_id) {
+            if (pp_p != NULL) {
+                *pp_p = pp;
+            }
+            return *pp;
+        }
+    }
+    return NULL;
+}
+
+static void kvf_pd_open_forget(kvf_pd_t *pd, uint64_t request_id)
+{
+    kvf_pd_open_t **pp, *open = kvf_pd_open_find(pd, request_id, &pp);
+
+    if (open != NULL) {
+        *pp = open->next;
+        free(open);
+    }
+}
+
+/* Tells the decoder at @p address to forget @p request_id. */
+void kvf_pd_send_abort(kvf_pd_t *pd, const char *address, uint64_t request_id,
+                       kvf_status_t reason)
+{
+    kvf_ucx_ep_t *ep = NULL;
+    Kvf__PdAbort m;
+
+    if ((address[0] == '\0') ||
+        (kvf_ucx_ep_get(pd->worker, address, NULL, &ep) != KVF_OK)) {
+        return;
+    }
+    if (!kvf_mesh_is_ready(pd->mesh, ep)) {
+        /* the decoder never took anything from this endpoint */
+        kvf_ucx_ep_put(ep);
+        return;
+    }
+    kvf__pd_abort__init(&m);
+    m.request_id = request_id;
+    m.reason     = reason;
+    kvf_pd_send(pd, ep, KVF_MSG_PD_ABORT, &m.base, NULL);
+    kvf_ucx_ep_put(ep);
+}
+
+/* The push failed or succeeded; it completes once nothing is in flight. */
+void kvf_pd_push_finish(kvf_pd_push_t *push, kvf_status_t status,
+                        const char *fmt, ...)
+{
+    kvf_pd_t *pd = push->pd;
+    va_list ap;
+
+    if (push->state == KVF_PD_PUSH_FINISHED) {
+        return;
+    }
+    push->state  = KVF_PD_PUSH_FINISHED;
+    push->status = status;
+    va_start(ap, fmt);
+    vsnprintf(push->message, sizeof(push->message), fmt, ap);
+    va_end(ap);
+    if (status == KVF_OK) {
+        pd->stats.pushes++;
+        pd->stats.bytes_sent += push->bytes;
+        kvf_peer_lat_record(pd->stats.lat_counts, &pd->stats.lat_sum_us,
+                            (kvf_time_now_ns() - push->start_ns) /
+                                KVF_NSEC_PER_USEC);
+        if (push->is_final) {
+            kvf_pd_open_forget(pd, push->request_id);
+        }
+        return;
+    }
+    pd->stats.push_failures++;
+    kvf_debug("%s: push of PD request %llu to %s failed: %s", pd->name,
+              (unsigned long long)push->request_id, push->decoder,
+              push->message);
+    if ((status == KVF_ERR_CLOSED) || (status == KVF_ERR_NOT_FOUND)) {
+        kvf_mesh_node_forget(pd->mesh, 0, push->decoder);
+    }
+    /* a duplicate must not disturb the request it collided with; any other
+     * failure ends the request at the decoder too */
+    if ((status != KVF_ERR_EXISTS) && (status != KVF_ERR_BUSY)) {
+        kvf_pd_send_abort(pd, push->address, push->request_id, status);
+        kvf_pd_open_forget(pd, push->request_id);
+    }
+}
+
+void kvf_pd_push_maybe_complete(kvf_pd_push_t *push)
+{
+    kvf_pd_t *pd = push->pd;
+    kvf_pd_push_t **pp;
+    uint64_t len;
+    uint32_t i;
+
+    if ((push->state != KVF_PD_PUSH_FINISHED) || (push->inflight > 0) ||
+        (push->pending_ctl > 0) || push->is_authenticating) {
+        return;
+    }
+    for (pp = &pd->pushes; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == push) {
+            *pp = push->next;
+            break;
+        }
+    }
+    /* the chunks go back to their engine (freed if it is gone) */
+    if (push->from != NULL) {
+        for (i = 0; i < push->num; i++) {
+            kvf_store_move(pd->store, push->owner, push->from, push->offsets[i],
+                           &len);
+        }
+    }
+    kvf_store_owner_destroy(pd->store, push->owner);
+    kvf_ucx_ep_put(push->ep);
+    if (push->cb != NULL) {
+        push->cb(push->arg, push->status, push->message);
+    }
+    free(push->offsets);
+    free(push->lengths);
+    free(push->checksums);
+    free(push);
+}
+
+static void kvf_pd_push_send_done(kvf_pd_push_t *push)
+{
+    kvf_pd_t *pd = push->pd;
+    kvf_status_t status;
+    Kvf__PdDone m;
+
+    kvf__pd_done__init(&m);
+    m.request_id  = push->request_id;
+    m.ticket      = push->ticket;
+    m.batch       = push->batch;
+    m.n_checksums = push->num;
+    m.checksums   = push->checksums;
+    m.final       = push->is_final;
+    push->state   = KVF_PD_PUSH_DONE;
+    status        = kvf_pd_send(pd, push->ep, KVF_MSG_PD_DONE, &m.base, push);
+    if (status != KVF_OK) {
+        kvf_pd_push_finish(push, status, "cannot send PD_DONE to %s: %s",
+                           push->decoder, kvf_strerror(status));
+    }
+}
+
+static void kvf_pd_on_data_sent(kvf_status_t status, void *arg)
+{
+    kvf_pd_push_t *push = arg;
+
+    push->inflight--;
+    if (status != KVF_OK) {
+        kvf_pd_push_finish(push, status, "sending a chunk to %s failed: %s",
+                           push->decoder, kvf_strerror(status));
+    } else if ((++push->sent == push->num) &&
+               (push->state == KVF_PD_PUSH_DATA)) {
+        kvf_pd_push_send_done(push);
+    }
+    kvf_pd_push_maybe_complete(push);
+}
+
+/* Slots reserved: every chunk goes by rendezvous straight into its slot. */
+static void kvf_pd_push_send_data(kvf_pd_push_t *push)
+{
+    kvf_pd_t *pd = push->pd;
+    uint8_t hdr[KVF_PD_HDR_MAX];
+    kvf_status_t status;
+    Kvf__PdData m;
+    size_t len;
+    uint32_t i;
+
+    push->state = KVF_PD_PUSH_DATA;
+    for (i = 0; i < push->num; i++) {
+        kvf__pd_data__init(&m);
+        m.request_id = push->request_id;
+        m.batch      = push->batch;
+        m.index      = i;
+        m.length     = push->lengths[i];
+        status = kvf_frame_pack(hdr, sizeof(hdr), KVF_MSG_PD_DATA, 0, &m.base,
+                                KVF_PD_HDR_MAX, &len);
+        if (status == KVF_OK) {
+            status = kvf_ucx_am_send(
+                push->ep, KVF_MESH_AM_PD_DATA, hdr, len,
+                (uint8_t *)kvf_store_base(pd->store) + push->offsets[i],
+                push->lengths[i], pd->pool_mem, KVF_UCX_AM_SEND_RNDV,
+                kvf_time_left_ns(push->deadline_ns) + 1, kvf_pd_on_data_sent,
+                push);
+        }
+        if (status != KVF_OK) {
+            kvf_pd_push_finish(push, status, "cannot send chunk %u to %s: %s",
+                               i, push->decoder, kvf_strerror(status));
+            return;
+        }
+        push->inflight++;
+    }
+}
+
+void kvf_pd_on_alloc_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
+                           const Kvf__PdAllocReply *m)
+{
+    kvf_pd_push_t *push = kvf_pd_push_find(pd, m->ticket);
+
+    if ((push == NULL) || (push->ep != ep)) {
+        kvf_mesh_drop(pd->mesh, KVF_MESH_DROP_UNEXPECTED);
+        return; /* a ticket nobody here issued, or not from its decoder */
+    }
+    if ((push->state != KVF_PD_PUSH_ALLOC) ||
+        (push->request_id != m->request_id)) {
+        return; /* late: the push already gave up */
+    }
+    if (m->status != KVF_OK) {
+        kvf_pd_push_finish(push, (kvf_status_t)m->status, "decoder %s: %s",
+                           push->decoder,
+                           (m->message != NULL) ? m->message : "");
+        kvf_pd_push_maybe_complete(push);
+        return;
+    }
+    if (m->n_offsets != push->num) {
+        kvf_pd_push_finish(push, KVF_ERR_PROTO,
+                           "decoder %s reserved %zu slots for %u chunks",
+                           push->decoder, m->n_offsets, push->num);
+        kvf_pd_push_maybe_complete(push);
+        return;
+    }
+    push->batch = m->batch;
+    kvf_pd_push_send_data(push);
+    kvf_pd_push_maybe_complete(push);
+}
+
+void kvf_pd_on_done_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
+                          const Kvf__PdDoneReply *m)
+{
+    kvf_pd_push_t *push = kvf_pd_push_find(pd, m->ticket);
+
+    if ((push == NULL) || (push->ep != ep)) {
+        kvf_mesh_drop(pd->mesh, KVF_MESH_DROP_UNEXPECTED);
+        return;
+    }
+    if ((push->state == KVF_PD_PUSH_FINISHED) ||
+        (push->request_id != m->request_id)) {
+        return;
+    }
+    if (m->status != KVF_OK) {
+        kvf_pd_push_finish(push, (kvf_status_t)m->status, "decoder %s: %s",
+                           push->decoder,
+                           (m->message != NULL) ? m->message : "");
+    } else if (push->state == KVF_PD_PUSH_DONE) {
+        /* the decoder verified every byte: delivered */
+        kvf_pd_push_finish(push, KVF_OK, "%s", "");
+    }
+    kvf_pd_push_maybe_complete(push);
+}
+
+static void kvf_pd_push_send_alloc(kvf_pd_push_t *push);
+
+/* The endpoint to the decoder finished its handshake. */
+static void kvf_pd_on_ready(void *arg, kvf_status_t status, kvf_ucx_ep_t *ep,
+                            uint64_t tag)
+{
+    kvf_pd_push_t *push = arg;
+
+    push->is_authenticating = false;
+    if (push->state == KVF_PD_PUSH_RESOLVE) {
+        if (status == KVF_OK) {
+            kvf_pd_push_send_alloc(push);
+        } else {
+            kvf_pd_push_finish(push, KVF_ERR_CLOSED,
+                               "decoder %s at %s did not prove the cluster "
+                               "secret: %s",
+                               push->decoder, push->address,
+                               kvf_strerror(status));
+        }
+    }
+    kvf_pd_push_maybe_complete(push);
+}
+
+static void kvf_pd_push_send_alloc(kvf_pd_push_t *push)
+{
+    kvf_pd_t *pd = push->pd;
+    kvf_status_t status;
+    Kvf__PdAlloc m;
+
+    if (push->ep == NULL) {
+        status = kvf_ucx_ep_get(pd->worker, push->address, NULL, &push->ep);
+        if (status != KVF_OK) {
+            kvf_pd_push_finish(
+                push, KVF_ERR_CLOSED, "cannot connect to decoder %s at %s: %s",
+                push->decoder, push->address, kvf_strerror(status));
+            return;
+        }
+    }
+    status = kvf_mesh_connect(pd->mesh, push->ep, 0, push->decoder,
+                              kvf_pd_on_ready, push, 0);
+    if (status == KVF_INPROGRESS) {
+        push->is_authenticating = true; /* kvf_pd_on_ready goes on */
+        return;
+    }
+    if (status != KVF_OK) {
+        kvf_pd_push_finish(push, KVF_ERR_CLOSED,
+                           "decoder %s at %s failed the cluster-secret "
+                           "handshake",
+                           push->decoder, push->address);
+        return;
+    }
+    kvf__pd_alloc__init(&m);
+    m.request_id  = push->request_id;
+    m.ticket      = push->ticket;
+    m.n_lengths   = push->num;
+    m.lengths     = push->lengths;
+    m.n_checksums = push->num;
+    m.checksums   = push->checksums;
+    m.final       = push->is_final;
+    push->state   = KVF_PD_PUSH_ALLOC;
+    status        = kvf_pd_send(pd, push->ep, KVF_MSG_PD_ALLOC, &m.base, push);
+    if (status != KVF_OK) {
+        kvf_pd_push_finish(push, status, "cannot send PD_ALLOC to %s: %s",
+                           push->decoder, kvf_strerror(status));
+    }
+}
+
+/* Starts the push at its decoder's address; remembers the request so an
+ * engine that goes away mid-request aborts it at the decoder. */
+static void kvf_pd_push_start(kvf_pd_push_t *push, const char *address)
+{
+    kvf_pd_t *pd = push->pd;
+    kvf_pd_open_t *open;
+
+    snprintf(push->address, sizeof(push->address), "%s", address);
+    open = kvf_pd_open_find(pd, push->request_id, NULL);
+    if ((open == NULL) && !push->is_final) {
+        open = calloc(1, sizeof(*open));
+        if (open != NULL) {
+            open->request_id = push->request_id;
+            open->engine     = push->engine;
+            snprintf(open->address, sizeof(open->address), "%s", address);
+            open->next = pd->opens;
+            pd->opens  = open;
+        }
+    }
+    kvf_pd_push_send_alloc(push);
+}
+
+static void kvf_pd_on_node(void *arg, kvf_status_t status, uint32_t node_id,
+                           const char *data_address, bool alive)
+{
+    kvf_pd_push_t *push = arg;
+    kvf_pd_t *pd        = push->pd;
+
+    push->pending_ctl--;
+    if (push->state != KVF_PD_PUSH_RESOLVE) {
+        kvf_pd_push_maybe_complete(push);
+        return;
+    }
+    if ((status != KVF_OK) || !alive || (data_address[0] == '\0')) {
+        kvf_pd_push_finish(
+            push, (status == KVF_OK) ? KVF_ERR_CLOSED : status,
+            "no live decoder named %s in the controller's node table (%s)",
+            push->decoder,
+            (status != KVF_OK) ? kvf_strerror(status)
+            : !alive           ? "dead"
+                               : "no peer address");
+        kvf_pd_push_maybe_complete(push);
+        return;
+    }
+    kvf_mesh_node_store(pd->mesh, node_id, push->decoder, data_address);
+    kvf_pd_push_start(push, data_address);
+    kvf_pd_push_maybe_complete(push);
+}
+
+/* A push whose request the engine already finished here is a duplicate. */
+static bool kvf_pd_push_is_busy(kvf_pd_t *pd, uint64_t request_id)
+{
+    kvf_pd_push_t *p;
+
+    for (p = pd->pushes; p != NULL; p = p->next) {
+        if ((p->request_id == request_id) &&
+            (p->state != KVF_PD_PUSH_FINISHED)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, void *engine,
+                                kvf_store_owner_t *owner, uint64_t request_id,
+                                const char *decoder, const uint64_t *offsets,
+                                const uint64_t *lengths,
+                                const uint64_t *checksums, uint32_t num,
+                                bool final, kvf_pd_push_cb_t cb, void *arg)
+{
+    kvf_pd_push_t *push;
+    kvf_status_t status = KVF_OK;
+    const char *address;
+    uint64_t len;
+    uint32_t i, moved = 0;
+
+    if ((num == 0) || (num > KVF_PD_MAX_CHUNKS) || (decoder == NULL) ||
+        (decoder[0] == '\0') || (strlen(decoder) >= KVF_PD_DECODER_MAX)) {
+        return KVF_ERR_INVALID;
+    }
+    push = calloc(1, sizeof(*push));
+    if (push == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    push->offsets   = malloc(num * sizeof(uint64_t));
+    push->lengths   = malloc(num * sizeof(uint64_t));
+    push->checksums = malloc(num * sizeof(uint64_t));
+    if ((push->offsets == NULL) || (push->lengths == NULL) ||
+        (push->checksums == NULL) ||
+        (kvf_store_owner_create(pd->store, &push->owner) != KVF_OK)) {
+        status = KVF_ERR_NO_MEMORY;
+        goto err_free;
+    }
+    memcpy(push->offsets, offsets, num * sizeof(uint64_t));
+    memcpy(push->lengths, lengths, num * sizeof(uint64_t));
+    memcpy(push->checksums, checksums, num * sizeof(uint64_t));
+    /* the chunks belong to the push while it runs: an engine that goes
+     * away cannot free what UCX is still reading */
+    for (moved = 0; moved < num; moved++) {
+        status =
+            kvf_store_move(pd->store, owner, push->owner, offsets[moved], &len);
+        if (status != KVF_OK) {
+            break;
+        }
+        if ((lengths[moved] == 0) || (lengths[moved] > len)) {
+            moved++;
+            status = KVF_ERR_RANGE;
+            break;
+        }
+        push->bytes += lengths[moved];
+    }
+    if (status != KVF_OK) {
+        for (i = 0; i < moved; i++) {
+            kvf_store_move(pd->store, push->owner, owner, offsets[i], &len);
+        }
+        goto err_free;
+    }
+    push->pd          = pd;
+    push->ticket      = kvf_mesh_random_id(pd->mesh);
+    push->request_id  = request_id;
+    push->from        = owner;
+    push->cb          = cb;
+    push->arg         = arg;
+    push->engine      = engine;
+    push->num         = num;
+    push->is_final    = final;
+    push->start_ns    = kvf_time_now_ns();
+    push->deadline_ns = kvf_time_deadline_ns(pd->push_timeout_ns);
+    snprintf(push->decoder, sizeof(push->decoder), "%s", decoder);
+    push->next = pd->pushes;
+    kvf_pd_tick_arm(pd);
+    if (kvf_pd_push_is_busy(pd, request_id)) {
+        pd->pushes = push;
+        kvf_pd_push_finish(push, KVF_ERR_BUSY,
+                           "PD request %llu already has a push in progress",
+                           (unsigned long long)request_id);
+        return KVF_OK; /* completes on the next tick, never inside */
+    }
+    pd->pushes = push;
+    address    = kvf_mesh_node_by_name(pd->mesh, decoder);
+    if (address != NULL) {
+        kvf_pd_push_start(push, address);
+        return KVF_OK;
+    }
+    if ((pd->ctl == NULL) || !kvf_ctl_client_is_registered(pd->ctl)) {
+        kvf_pd_push_finish(push, KVF_ERR_STATE,
+                           "not registered with the controller: cannot find "
+                           "decoder %s",
+                           decoder);
+        return KVF_OK;
+    }
+    push->pending_ctl++;
+    kvf_ctl_client_node_find(pd->ctl, decoder, kvf_pd_on_node, push);
+    return KVF_OK;
+
+err_free:
+    kvf_store_owner_destroy(pd->store, push->owner);
+    free(push->offsets);
+    free(push->lengths);
+    free(push->checksums);
+    free(push);
+    return status;
+}
+
+void kvf_pd_tick_sender(kvf_pd_t *pd, uint64_t now)
+{
+    kvf_pd_push_t *push, *next;
+
+    for (push = pd->pushes; push != NULL; push = next) {
+        next = push->next;
+        if ((push->state != KVF_PD_PUSH_FINISHED) &&
+            (now >= push->deadline_ns)) {
+            kvf_pd_push_finish(
+                push, KVF_ERR_TIMEOUT,
+                "push of PD request %llu to %s timed out after %llu ms",
+                (unsigned long long)push->request_id, push->decoder,
+                (unsigned long long)(pd->push_timeout_ns / KVF_NSEC_PER_MSEC));
+            if ((push->pending_ctl > 0) && (pd->ctl != NULL)) {
+                kvf_ctl_client_cancel(pd->ctl, push);
+                push->pending_ctl = 0;
+            }
+            /* operations still in flight end by their own deadline (the
+             * push's), so the chunks come back soon after */
+        }
+        /* completes pushes that finished without anything in flight */
+        kvf_pd_push_maybe_complete(push);
+    }
+}

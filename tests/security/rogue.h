@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * A rogue peer for the attack tests: a UCX endpoint to an agent's peer
+ * service built from the project's own transport library, with no cluster
+ * secret anywhere. It sends whatever active messages a test asks for, ids
+ * the project never registered included, and waits (with a deadline) until
+ * UCX is done with each.
+ *
+ * thread: the test's own, one rogue at a time.
+ */
+#ifndef KVF_TESTS_SECURITY_ROGUE_H
+#define KVF_TESTS_SECURITY_ROGUE_H
+
+#include "tests/helpers/proc.h"
+
+#include <kvfabric/status.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kvf_rogue kvf_rogue_t;
+
+/* Connects (TCP) to the agent peer service at "HOST:PORT"; asserts. */
+kvf_rogue_t *kvf_rogue_create(const char *address);
+
+void kvf_rogue_destroy(kvf_rogue_t *rogue);
+
+/*
+ * Sends active message @p id (any 16-bit value) with @p header and
+ * @p data, eager or (@p is_rndv) rendezvous, and waits up to 5 s for UCX
+ * to complete it. Returns what the send completed with; a rendezvous
+ * message the victim dropped may complete with an error.
+ */
+kvf_status_t kvf_rogue_send(kvf_rogue_t *rogue, uint16_t id, const void *header,
+                            size_t header_len, const void *data, size_t len,
+                            bool is_rndv);
+
+/* Messages the rogue received with id @p id (1..63) so far. */
+unsigned kvf_rogue_received(const kvf_rogue_t *rogue, uint16_t id);
+
+/* Progresses the rogue's worker for @p ms milliseconds. */
+void kvf_rogue_progress(kvf_rogue_t *rogue, int ms);
+
+/* A real kvf-agent under attack (TCP on loopback, its UCX port known). */
+typedef struct kvf_sec_agent {
+    kvf_test_proc_t proc;
+    char name[32];
+    char sock[128];
+    char data[64]; /* UCX peer service HOST:PORT */
+    uint16_t http;
+} kvf_sec_agent_t;
+
+/* Starts kvf-agent @p name against the controller at @p ctl_addr with
+ * @p extra arguments (NULL-terminated, may be NULL) and waits until it
+ * registered; asserts. */
+void kvf_sec_agent_start(kvf_sec_agent_t *agent, const char *ctl_addr,
+                         const char *name, const char *const *extra);
+
+/* The value of metric line @p series ("name" or "name{labels}") in the
+ * agent's /metrics; -1 when absent. */
+long long kvf_sec_metric(const kvf_sec_agent_t *agent, const char *series);
+
+#endif /* KVF_TESTS_SECURITY_ROGUE_H */
