@@ -117,7 +117,18 @@ static void kvf_agent_on_command(void *arg, const Kvf__Command *command)
         break;
     case KVF__COMMAND_TYPE__COMMAND_DRAIN:
         agent->draining = true;
+        /* reported in the next registration: a restarted controller keeps
+         * the drain */
+        kvf_ctl_client_set_draining(agent->ctl, true);
+        kvf_pd_set_draining(agent->pd, true);
         kvf_info("agent %s: draining: no longer chosen as a holder",
+                 agent->name);
+        break;
+    case KVF__COMMAND_TYPE__COMMAND_UNDRAIN:
+        agent->draining = false;
+        kvf_ctl_client_set_draining(agent->ctl, false);
+        kvf_pd_set_draining(agent->pd, false);
+        kvf_info("agent %s: drain undone: chosen as a holder again",
                  agent->name);
         break;
     default:
@@ -208,6 +219,26 @@ static void kvf_agent_http_reply(struct evhttp_request *req, int code,
     evhttp_send_reply(req, code, (code == 200) ? "OK" : "Error", body);
 }
 
+/* Adds @p prefix then @p s as a JSON string (the same escaping as the
+ * controller's http.c, which keeps its copy static). */
+static void kvf_agent_json_string(struct evbuffer *b, const char *prefix,
+                                  const char *s)
+{
+    evbuffer_add_printf(b, "%s\"", prefix);
+    for (; *s != '\0'; s++) {
+        unsigned char c = (unsigned char)*s;
+
+        if ((c == '"') || (c == '\\')) {
+            evbuffer_add_printf(b, "\\%c", c);
+        } else if (c < 0x20) {
+            evbuffer_add_printf(b, "\\u%04x", c);
+        } else {
+            evbuffer_add(b, s, 1);
+        }
+    }
+    evbuffer_add(b, "\"", 1);
+}
+
 static void kvf_agent_on_healthz(struct evhttp_request *req, void *arg)
 {
     kvf_agent_t *agent    = arg;
@@ -218,14 +249,23 @@ static void kvf_agent_on_healthz(struct evhttp_request *req, void *arg)
         evhttp_send_error(req, 500, "out of memory");
         return;
     }
-    evbuffer_add_printf(body,
-                        "{\"status\":\"%s\",\"name\":\"%s\",\"role\":\"%s\","
-                        "\"registered\":%s,\"node_id\":%u}\n",
-                        agent->stopping ? "stopping" : "ok", agent->name,
-                        kvf_agent_role_name(agent->config->role),
-                        registered ? "true" : "false",
-                        kvf_ctl_client_node_id(agent->ctl));
-    kvf_agent_http_reply(req, 200, "application/json", body);
+    /* 503 until registered: a load balancer or a readiness probe must not
+     * send engines to an agent whose chunks nobody can find */
+    evbuffer_add_printf(
+        body,
+        "{\"status\":\"%s\",\"name\":\"%s\",\"role\":\"%s\","
+        "\"registered\":%s,\"node_id\":%u,\"draining\":%s",
+        agent->stopping ? "stopping" : (registered ? "ok" : "unregistered"),
+        agent->name, kvf_agent_role_name(agent->config->role),
+        registered ? "true" : "false", kvf_ctl_client_node_id(agent->ctl),
+        agent->draining ? "true" : "false");
+    if (!registered) {
+        kvf_agent_json_string(
+            body, ",\"problem\":", kvf_ctl_client_problem(agent->ctl));
+    }
+    evbuffer_add(body, "}\n", 2);
+    kvf_agent_http_reply(req, (registered && !agent->stopping) ? 200 : 503,
+                         "application/json", body);
     evbuffer_free(body);
 }
 
@@ -958,6 +998,7 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
     params.secret             = &agent->secret;
     params.tls_ca             = config->tls_ca;
     params.tls_server_name    = config->tls_server_name;
+    params.is_replace         = config->replace;
     status                    = kvf_ctl_client_create(&params, &agent->ctl);
     if (status != KVF_OK) {
         goto err_destroy;

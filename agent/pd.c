@@ -185,6 +185,7 @@ struct kvf_pd {
     kvf_pd_node_t nodes[KVF_PD_NODE_CACHE];
     struct event *tick_ev;
     kvf_pd_stats_t stats;
+    bool is_draining; /* new requests refused; open ones complete */
 };
 
 static void kvf_pd_tick_arm(kvf_pd_t *pd)
@@ -562,6 +563,15 @@ static void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
         footprint += kvf_pd_region_footprint(m->lengths[i]);
     }
     req = kvf_pd_req_find(pd, m->request_id);
+    if ((req == NULL) && pd->is_draining) {
+        snprintf(message, sizeof(message),
+                 "decoder %.60s is draining: push to another decoder, or "
+                 "'kvfctl undrain %.60s'",
+                 pd->name, pd->name);
+        kvf_pd_reply_alloc(pd, ep, m->request_id, m->ticket, KVF_ERR_STATE,
+                           message, NULL);
+        return;
+    }
     if (req == NULL) {
         req = kvf_pd_req_create(pd, m->request_id);
         if (req == NULL) {
@@ -1835,6 +1845,11 @@ void kvf_pd_destroy(kvf_pd_t *pd)
     kvf_pd_region_destroy(pd->region);
     free(pd->bounce);
     free(pd);
+}
+
+void kvf_pd_set_draining(kvf_pd_t *pd, bool is_draining)
+{
+    pd->is_draining = is_draining;
 }
 
 void kvf_pd_set_ctl(kvf_pd_t *pd, kvf_ctl_client_t *ctl)

@@ -367,6 +367,43 @@ static void kvf_server_push_pins(kvf_server_t *server, kvf_node_t *node)
     }
 }
 
+/* Says why a registration was refused. A name held by a live node of
+ * another agent names the holder and what to do, at warn: an operator's
+ * mistake (the refused agent retries with backoff). */
+static void kvf_server_register_refusal(kvf_server_t *server,
+                                        const Kvf__Register *reg,
+                                        kvf_status_t status, uint64_t now_ms,
+                                        char *text, size_t len)
+{
+    const char *name = (reg->name != NULL) ? reg->name : "";
+    kvf_node_t *old  = NULL;
+
+    if (status == KVF_ERR_EXISTS) {
+        old = kvf_node_table_find_name(server->nodes, name);
+    }
+    if ((old != NULL) && (old->incarnation != reg->incarnation)) {
+        snprintf(text, len,
+                 "name '%.100s' is held by live node %" PRIu32
+                 " at %.100s (socket %.100s, last heartbeat %" PRIu64
+                 " ms ago): start this agent with another --name, or with "
+                 "--replace to take the name over",
+                 name, old->id, old->data_address, old->control_address,
+                 now_ms - old->last_heartbeat_ms);
+        server->ctr.protocol_errors++;
+        kvf_warn("refused registration of %.100s from %.100s: %s", name,
+                 (reg->data_address != NULL) ? reg->data_address : "?", text);
+        return;
+    }
+    snprintf(text, len, "register '%.100s' incarnation %" PRIu64 ": %s", name,
+             reg->incarnation, kvf_strerror(status));
+    if (status == KVF_ERR_STALE) {
+        server->ctr.stale_rejects++;
+    } else {
+        server->ctr.protocol_errors++;
+    }
+    kvf_debug("%s", text);
+}
+
 static kvf_status_t kvf_server_on_register(kvf_conn_t *conn, Kvf__Register *reg)
 {
     kvf_server_t *server = conn->server;
@@ -374,7 +411,8 @@ static kvf_status_t kvf_server_on_register(kvf_conn_t *conn, Kvf__Register *reg)
     kvf_node_params_t params;
     kvf_node_t *node;
     kvf_status_t status;
-    char text[200];
+    uint64_t now_ms;
+    char text[480];
 
     memset(&params, 0, sizeof(params));
     params.name               = reg->name;
@@ -388,29 +426,26 @@ static kvf_status_t kvf_server_on_register(kvf_conn_t *conn, Kvf__Register *reg)
     params.tp_world           = reg->tp_world;
     params.incarnation        = reg->incarnation;
     params.pool_capacity      = reg->pool_capacity;
-    status = kvf_node_table_register(server->nodes, &params, kvf_time_now_ms(),
-                                     &node);
+    params.lease_ms           = server->cfg->lease_ns / KVF_NSEC_PER_MSEC;
+    params.is_replace         = reg->replace;
+    params.is_draining        = reg->draining;
+    now_ms                    = kvf_time_now_ms();
+    status = kvf_node_table_register(server->nodes, &params, now_ms, &node);
     kvf__register_reply__init(&rep);
     rep.request_id = reg->request_id;
     text[0]        = '\0';
     rep.message    = text;
     if (status != KVF_OK) {
-        snprintf(text, sizeof(text),
-                 "register '%.100s' incarnation %" PRIu64 ": %s",
-                 (reg->name != NULL) ? reg->name : "", reg->incarnation,
-                 kvf_strerror(status));
-        if (status == KVF_ERR_STALE) {
-            server->ctr.stale_rejects++;
-        } else {
-            server->ctr.protocol_errors++;
-        }
-        kvf_debug("conn %" PRIu64 ": %s", conn->id, text);
+        kvf_server_register_refusal(server, reg, status, now_ms, text,
+                                    sizeof(text));
         rep.status = status;
         return kvf_conn_send(conn, KVF_MSG_REGISTER_REPLY, &rep.base);
     }
     kvf_info("node %" PRIu32 " registered: %s incarnation %" PRIu64
-             " role %d slot %u",
-             node->id, node->name, node->incarnation, node->role, node->slot);
+             " role %s data %s slot %u%s",
+             node->id, node->name, node->incarnation,
+             kvf_msg_role_name(node->role), node->data_address, node->slot,
+             (node->state == KVF_NODE_DRAINING) ? " (draining)" : "");
     server->has_registrations = true;
     kvf_server_push_pins(server, node);
     kvf_server_purge_kick(server);
@@ -992,6 +1027,14 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
         }
         target->state = KVF_NODE_DRAINING;
         kvf_registry_slot_set_excluded(server->reg, target->slot, true);
+        break;
+    case KVF__COMMAND_TYPE__COMMAND_UNDRAIN:
+        if (target == NULL) {
+            return kvf_conn_send_status(conn, ac->request_id, KVF_ERR_INVALID,
+                                        "undrain needs a node");
+        }
+        target->state = KVF_NODE_ALIVE;
+        kvf_registry_slot_set_excluded(server->reg, target->slot, false);
         break;
     case KVF__COMMAND_TYPE__COMMAND_CLEAR:
         break;
