@@ -24,6 +24,17 @@ static const char *agent_bin(void)
     return g_bin;
 }
 
+static int count_of(const char *text, const char *needle)
+{
+    int n = 0;
+
+    for (text = strstr(text, needle); text != NULL;
+         text = strstr(text + 1, needle)) {
+        n++;
+    }
+    return n;
+}
+
 Test(agent_process, bad_config_exits_with_one_line)
 {
     char out[4096];
@@ -73,12 +84,22 @@ Test(agent_process, serves_health_and_metrics_and_stops_cleanly)
     cr_assert_eq(kvf_test_proc_start(&proc, argv), 0);
     cr_assert(kvf_test_proc_wait_log(&proc, "http listening", 10000), "log: %s",
               kvf_test_proc_log(&proc));
-    for (i = 0; (i < 100) && (code != 200); i++) {
+    for (i = 0; (i < 100) && (code != 503); i++) {
         code = kvf_test_http_get(http, "/healthz", body, sizeof(body));
     }
-    cr_assert_eq(code, 200);
+    /* not ready until registered, and it says why */
+    cr_assert_eq(code, 503, "%s", body);
     cr_assert(strstr(body, "\"name\":\"it-agent\"") != NULL, "%s", body);
     cr_assert(strstr(body, "\"registered\":false") != NULL, "%s", body);
+    cr_assert(kvf_test_proc_wait_log(&proc, "Connection refused", 10000),
+              "log: %s", kvf_test_proc_log(&proc));
+    for (i = 0; (i < 100) && (strstr(body, "Connection refused") == NULL);
+         i++) {
+        kvf_test_http_get(http, "/healthz", body, sizeof(body));
+    }
+    cr_assert(strstr(body, "\"problem\":\"cannot connect: Connection "
+                           "refused\"") != NULL,
+              "%s", body);
     cr_assert_eq(kvf_test_http_get(http, "/metrics", body, sizeof(body)), 200);
     cr_assert(strstr(body, "kvf_agent_controller_registered 0") != NULL, "%s",
               body);
@@ -86,6 +107,10 @@ Test(agent_process, serves_health_and_metrics_and_stops_cleanly)
     cr_assert_eq(access(sock, F_OK), 0, "socket created at %s", sock);
     cr_assert_eq(kvf_test_proc_stop(&proc, 10000), 0,
                  "SIGTERM exits 0; log: %s", kvf_test_proc_log(&proc));
+    /* --reconnect-max 50ms gives many retries: one warning, at the
+     * default level, with the errno text */
+    cr_assert_eq(count_of(kvf_test_proc_log(&proc), "Connection refused"), 1,
+                 "log: %s", kvf_test_proc_log(&proc));
     cr_assert_neq(access(sock, F_OK), 0, "socket removed on exit");
     *strrchr(sock, '/') = '\0';
     rmdir(sock);
