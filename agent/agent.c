@@ -26,6 +26,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#define KVF_AGENT_DOWNS          32 /* failed peers tracked for logging */
+#define KVF_AGENT_DOWN_REPORT_NS (10ull * KVF_NSEC_PER_SEC)
+#define KVF_AGENT_DOWN_FORGET_NS (60ull * KVF_NSEC_PER_SEC)
+
 struct kvf_agent {
     const kvf_agent_config_t *config;
     struct event_base *base;
@@ -51,6 +55,14 @@ struct kvf_agent {
     char name[256];
     bool stopping;
     kvf_auth_secret_t secret; /* cluster secret; empty: no auth */
+    /* peers whose connections failed: the first failure is one warning
+     * naming the node, the rest are counted and summarised by the sweep */
+    struct kvf_agent_peer_down {
+        char peer[96];
+        uint64_t first_ns; /* of the failures not yet summarised */
+        uint64_t last_ns;
+        uint32_t unreported;
+    } downs[KVF_AGENT_DOWNS];
 };
 
 static void kvf_agent_on_stopped(void *arg)
@@ -717,6 +729,8 @@ static void kvf_agent_on_peer(kvf_ucx_ep_t *ep, const char *peer, void *arg)
  * pool registered once, whole, for remote read (DESIGN.md §3). */
 static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent);
 
+static void kvf_agent_peer_downs_report(kvf_agent_t *agent, uint64_t now);
+
 static void kvf_agent_on_sweep(evutil_socket_t fd, short what, void *arg)
 {
     kvf_agent_t *agent = arg;
@@ -730,6 +744,7 @@ static void kvf_agent_on_sweep(evutil_socket_t fd, short what, void *arg)
     if (agent->engines != NULL) {
         kvf_engine_server_expire_leases(agent->engines, now);
     }
+    kvf_agent_peer_downs_report(agent, now);
     kvf_engine_server_expire_handshakes(agent->engines, now);
 }
 
@@ -832,15 +847,82 @@ static kvf_status_t kvf_agent_pd_start(kvf_agent_t *agent)
     return kvf_pd_create(&params, &agent->pd);
 }
 
+static const char *kvf_agent_peer_name(kvf_agent_t *agent, const char *peer)
+{
+    const char *name =
+        (agent->ctl != NULL) ? kvf_ctl_client_name_of(agent->ctl, peer) : NULL;
+
+    return (name != NULL) ? name : "?";
+}
+
+/* Logs a failed peer connection: the first one of a peer at warn with its
+ * node name, later ones of the same peer are summarised every
+ * KVF_AGENT_DOWN_REPORT_NS by kvf_agent_peer_downs_report(). */
 static void kvf_agent_on_ep_error(kvf_ucx_ep_t *ep, kvf_status_t status,
                                   void *arg)
 {
     kvf_agent_t *agent = arg;
+    const char *peer   = kvf_ucx_ep_peer(ep);
+    uint64_t now       = kvf_time_now_ns();
+    struct kvf_agent_peer_down *d, *free_d = NULL;
+    unsigned i;
 
-    kvf_debug("agent %s: peer %s failed: %s", agent->name, kvf_ucx_ep_peer(ep),
-              kvf_strerror(status));
     if (agent->pd != NULL) {
         kvf_pd_ep_failed(agent->pd, ep);
+    }
+    for (i = 0; i < KVF_AGENT_DOWNS; i++) {
+        d = &agent->downs[i];
+        if (strcmp(d->peer, peer) == 0) {
+            d->last_ns = now;
+            d->unreported++;
+            kvf_debug("agent %s: peer node %s (%s) failed again: %s",
+                      agent->name, kvf_agent_peer_name(agent, peer), peer,
+                      kvf_strerror(status));
+            return;
+        }
+        if ((free_d == NULL) && (d->peer[0] == '\0')) {
+            free_d = d;
+        }
+    }
+    kvf_warn("agent %s: peer node %s (%s) failed: %s; its fetches and pushes "
+             "fail over, repeats are summarised",
+             agent->name, kvf_agent_peer_name(agent, peer), peer,
+             kvf_strerror(status));
+    if (free_d != NULL) {
+        snprintf(free_d->peer, sizeof(free_d->peer), "%s", peer);
+        free_d->first_ns   = now;
+        free_d->last_ns    = now;
+        free_d->unreported = 0;
+    }
+}
+
+/* From the sweep: one line per failed peer with the failures since the
+ * last one; a peer quiet for KVF_AGENT_DOWN_FORGET_NS is forgotten (its
+ * next failure warns again). */
+static void kvf_agent_peer_downs_report(kvf_agent_t *agent, uint64_t now)
+{
+    unsigned i;
+
+    for (i = 0; i < KVF_AGENT_DOWNS; i++) {
+        struct kvf_agent_peer_down *d = &agent->downs[i];
+
+        if (d->peer[0] == '\0') {
+            continue;
+        }
+        if ((d->unreported > 0) &&
+            (now - d->first_ns >= KVF_AGENT_DOWN_REPORT_NS)) {
+            kvf_warn(
+                "agent %s: peer node %s (%s): %u more failed "
+                "connections in %llu s",
+                agent->name, kvf_agent_peer_name(agent, d->peer), d->peer,
+                d->unreported,
+                (unsigned long long)((now - d->first_ns) / KVF_NSEC_PER_SEC));
+            d->unreported = 0;
+            d->first_ns   = now;
+        } else if ((d->unreported == 0) &&
+                   (now - d->last_ns >= KVF_AGENT_DOWN_FORGET_NS)) {
+            d->peer[0] = '\0';
+        }
     }
 }
 

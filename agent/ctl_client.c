@@ -29,6 +29,7 @@
 #define KVF_CTL_BACKOFF_MIN_NS (100ull * KVF_NSEC_PER_MSEC)
 #define KVF_CTL_HEARTBEAT_NS   (1000ull * KVF_NSEC_PER_MSEC)
 #define KVF_CTL_MAX_BATCH_KEYS 65536u
+#define KVF_CTL_NAMES          64u /* data address -> node name, for logs */
 
 typedef enum {
     KVF_CTL_STATE_IDLE,       /* waiting to reconnect */
@@ -111,6 +112,11 @@ struct kvf_ctl_client {
     /* the last failure logged at warn: the same one again goes to debug,
      * so an unreachable controller is one line, not one per retry */
     char problem[320];
+    struct {
+        char address[96];
+        char name[64];
+    } names[KVF_CTL_NAMES]; /* filled round robin from NODE_INFO replies */
+    unsigned next_name;
 
     uint16_t batch_type; /* KVF_MSG_ADMIT or KVF_MSG_EVICT */
     kvf_ctl_keybuf_t batch;
@@ -948,6 +954,41 @@ static void kvf_ctl_client_on_lookup_reply(kvf_ctl_client_t *client,
     free(p);
 }
 
+static void kvf_ctl_client_name_learn(kvf_ctl_client_t *client,
+                                      const char *address, const char *name)
+{
+    unsigned i;
+
+    if ((address == NULL) || (name == NULL) || (address[0] == '\0')) {
+        return;
+    }
+    for (i = 0; i < KVF_CTL_NAMES; i++) {
+        if (strcmp(client->names[i].address, address) == 0) {
+            break;
+        }
+    }
+    if (i == KVF_CTL_NAMES) {
+        i = client->next_name++ % KVF_CTL_NAMES;
+    }
+    snprintf(client->names[i].address, sizeof(client->names[i].address), "%s",
+             address);
+    snprintf(client->names[i].name, sizeof(client->names[i].name), "%s", name);
+}
+
+const char *kvf_ctl_client_name_of(const kvf_ctl_client_t *client,
+                                   const char *data_address)
+{
+    unsigned i;
+
+    for (i = 0; i < KVF_CTL_NAMES; i++) {
+        if ((client->names[i].address[0] != '\0') &&
+            (strcmp(client->names[i].address, data_address) == 0)) {
+            return client->names[i].name;
+        }
+    }
+    return NULL;
+}
+
 /* A draining node still serves its chunks and answers PD pushes (with a
  * refusal that says it is draining): only a dead one is down. */
 static bool kvf_ctl_node_is_up(const char *state)
@@ -992,6 +1033,7 @@ static void kvf_ctl_client_on_node_info_reply(kvf_ctl_client_t *client,
                                       : KVF_ERR_NOT_FOUND);
         return;
     }
+    kvf_ctl_client_name_learn(client, node->data_address, node->name);
     p->node_cb(p->arg, KVF_OK, node->node_id,
                (node->data_address != NULL) ? node->data_address : "",
                kvf_ctl_node_is_up(node->state));

@@ -123,6 +123,12 @@ void kvf_ctl_client_set_draining(kvf_ctl_client_t *client, bool is_draining);
  * connect, handshake or registration failure, with its reason. */
 const char *kvf_ctl_client_problem(const kvf_ctl_client_t *client);
 
+/* Name of the node whose peer service is @p data_address, as learnt
+ * from NODE_INFO replies (holders fetched from, decoders pushed to);
+ * NULL when unknown. Valid until the next call into the client. */
+const char *kvf_ctl_client_name_of(const kvf_ctl_client_t *client,
+                                   const char *data_address);
+
 /* Closes the connection without deregistering; NULL is a no-op. */
 void kvf_ctl_client_destroy(kvf_ctl_client_t *client);
 
