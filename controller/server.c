@@ -1459,36 +1459,48 @@ static void kvf_server_on_signal(evutil_socket_t sig, short what, void *arg)
 static kvf_status_t kvf_server_bind(kvf_server_t *server)
 {
     struct sockaddr_storage ss;
-    struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
-    socklen_t len           = sizeof(ss);
+    struct sockaddr_in *sin   = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+    socklen_t len             = sizeof(ss);
+    bool is_v6;
     char host[256];
     uint16_t port;
 
     if (kvf_config_parse_hostport(server->cfg->listen, host, sizeof(host),
                                   &port) != KVF_OK) {
-        kvf_error("listen: bad address '%s' (want HOST:PORT)",
+        kvf_error("listen: bad address '%s' (want HOST:PORT, [IPv6]:PORT)",
                   server->cfg->listen);
         return KVF_ERR_CONFIG;
     }
     memset(&ss, 0, sizeof(ss));
-    sin->sin_family = AF_INET;
-    sin->sin_port   = htons(port);
-    if (inet_pton(AF_INET, host, &sin->sin_addr) != 1) {
-        kvf_error("listen: '%s' is not an IPv4 address", host);
+    is_v6 = strchr(host, ':') != NULL;
+    if (is_v6) {
+        sin6->sin6_family = AF_INET6;
+        sin6->sin6_port   = htons(port);
+    } else {
+        sin->sin_family = AF_INET;
+        sin->sin_port   = htons(port);
+    }
+    if (inet_pton(is_v6 ? AF_INET6 : AF_INET, host,
+                  is_v6 ? (void *)&sin6->sin6_addr : (void *)&sin->sin_addr) !=
+        1) {
+        kvf_error("listen: '%s' is not an IP address (IPv6 as [::1]:7400)",
+                  host);
         return KVF_ERR_CONFIG;
     }
-    server->listener =
-        evconnlistener_new_bind(server->base, kvf_server_on_accept, server,
-                                LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 128,
-                                (struct sockaddr *)sin, sizeof(*sin));
+    server->listener = evconnlistener_new_bind(
+        server->base, kvf_server_on_accept, server,
+        LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 128, (struct sockaddr *)&ss,
+        is_v6 ? sizeof(*sin6) : sizeof(*sin));
     if (server->listener == NULL) {
         kvf_error("listen %s: %m", server->cfg->listen);
         return KVF_ERR_IO;
     }
     getsockname(evconnlistener_get_fd(server->listener), (struct sockaddr *)&ss,
                 &len);
-    snprintf(server->listen_addr, sizeof(server->listen_addr), "%s:%u", host,
-             ntohs(sin->sin_port));
+    snprintf(server->listen_addr, sizeof(server->listen_addr),
+             is_v6 ? "[%s]:%u" : "%s:%u", host,
+             ntohs(is_v6 ? sin6->sin6_port : sin->sin_port));
     kvf_info("listening on %s%s", server->listen_addr,
              (server->tls != NULL) ? " (TLS)" : "");
     return KVF_OK;

@@ -12,6 +12,7 @@
  * KVF_CLUSTER_SECRET_FILE, never from the command line.
  */
 #include "controller/ctlconn.h"
+#include "common/version.h"
 
 #include <kvfabric/keys.h>
 
@@ -478,6 +479,10 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN); /* a closed controller is an error, not death */
     if (getenv("KVF_CONTROLLER") != NULL) {
         opts.controller = getenv("KVF_CONTROLLER");
+    }
+    if (kvf_version_asked(argc, argv)) {
+        kvf_version_print("kvfctl", stdout);
+        return 0;
     }
     for (i = 1; i < argc; i++) {
         if ((strcmp(argv[i], "--help") == 0) || (strcmp(argv[i], "-h") == 0)) {

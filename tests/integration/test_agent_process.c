@@ -9,8 +9,12 @@
 
 #include <criterion/criterion.h>
 
+#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 TestSuite(agent_process, .fini = kvf_test_check_leaks, .timeout = 60);
@@ -128,4 +132,110 @@ Test(agent_process, list_devices_says_what_it_found)
     cr_assert(strstr(out, "no RDMA devices found") != NULL ||
                   strstr(out, "port") != NULL,
               "got: %s", out);
+}
+
+Test(agent_process, every_program_has_version)
+{
+    static const char *const progs[] = {
+        "agent/kvf-agent", "controller/kvf-controller", "tools/kvfctl",
+        "tools/kvf-bench", "tools/kvf-demo-engine"};
+    char bin[4096], out[4096];
+    size_t i;
+
+    for (i = 0; i < sizeof(progs) / sizeof(progs[0]); i++) {
+        const char *argv[] = {bin, "--version", NULL};
+
+        snprintf(bin, sizeof(bin), "%s", kvf_test_build_path(progs[i]));
+        cr_assert_eq(kvf_test_run(argv, out, sizeof(out), 10000), 0, "%s: %s",
+                     progs[i], out);
+        cr_assert(strstr(out, " (git ") != NULL, "%s: %s", progs[i], out);
+        cr_assert(strstr(out, "build: buildtype ") != NULL, "%s: %s", progs[i],
+                  out);
+    }
+}
+
+/* --print-config of @p prog with KVF_CLUSTER_SECRET_FILE=@p secret: its
+ * exit status, stdout+stderr in @p out. */
+static int print_config(const char *prog, const char *secret, char *out,
+                        size_t len)
+{
+    char cmd[8192];
+    FILE *p;
+    size_t n;
+    int rc;
+
+    snprintf(cmd, sizeof(cmd),
+             "KVF_CLUSTER_SECRET_FILE='%s' KVF_POOL_SISE=1G %s --print-config "
+             "2>&1",
+             secret, kvf_test_build_path(prog));
+    p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    n      = fread(out, 1, len - 1, p);
+    out[n] = '\0';
+    rc     = pclose(p);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+Test(agent_process, print_config_checks_what_the_daemon_refuses)
+{
+    static const char *const progs[] = {"agent/kvf-agent",
+                                        "controller/kvf-controller"};
+    char good[256], shrt[256], out[16384];
+    size_t i;
+
+    /* kvf_test_write_temp() returns a static buffer */
+    snprintf(good, sizeof(good), "%s",
+             kvf_test_write_temp("0123456789abcdef0123456789abcdef\n"));
+    snprintf(shrt, sizeof(shrt), "%s", kvf_test_write_temp("short\n"));
+    chmod(good, 0600);
+    chmod(shrt, 0600);
+    for (i = 0; i < 2; i++) {
+        cr_assert_eq(print_config(progs[i], good, out, sizeof(out)), 0, "%s",
+                     out);
+        cr_assert(strstr(out, "cluster_secret_file: (secret)") != NULL, "%s",
+                  out);
+        /* a misspelled variable is named, with the likely one */
+        cr_assert(strstr(out, "KVF_POOL_SISE is not a") != NULL, "%s", out);
+        cr_assert_eq(
+            print_config(progs[i], "/nonexistent/secret", out, sizeof(out)), 1,
+            "%s", out);
+        cr_assert(strstr(out, "/nonexistent/secret") != NULL, "%s", out);
+        cr_assert_eq(print_config(progs[i], shrt, out, sizeof(out)), 1, "%s",
+                     out);
+        cr_assert_eq(print_config(progs[i], "/tmp", out, sizeof(out)), 1, "%s",
+                     out);
+    }
+    cr_assert_eq(print_config("agent/kvf-agent", good, out, sizeof(out)), 0);
+    cr_assert(strstr(out, "did you mean KVF_POOL_SIZE") != NULL, "%s", out);
+    unlink(good);
+    unlink(shrt);
+}
+
+Test(agent_process, controller_listens_on_ipv6_loopback)
+{
+    const char *argv[] = {kvf_test_build_path("controller/kvf-controller"),
+                          "--listen",
+                          "[::1]:0",
+                          "--http",
+                          "",
+                          NULL};
+    kvf_test_proc_t proc;
+    int fd                = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6,
+                             .sin6_addr   = IN6ADDR_LOOPBACK_INIT};
+
+    if ((fd < 0) || (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0)) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        cr_skip_test("no IPv6 loopback on this machine");
+    }
+    close(fd);
+    cr_assert_eq(kvf_test_proc_start(&proc, argv), 0);
+    cr_assert(kvf_test_proc_wait_log(&proc, "listening on [::1]:", 10000),
+              "log: %s", kvf_test_proc_log(&proc));
+    cr_assert(strstr(kvf_test_proc_log(&proc), "authentication off") != NULL,
+              "log: %s", kvf_test_proc_log(&proc));
+    cr_assert_eq(kvf_test_proc_stop(&proc, 10000), 0, "%s",
+                 kvf_test_proc_log(&proc));
 }
