@@ -63,7 +63,20 @@ struct kvf_agent {
         uint64_t last_ns;
         uint32_t unreported;
     } downs[KVF_AGENT_DOWNS];
+    /* REPLICATE commands: chunks asked, then fetched or missed */
+    uint64_t replicate_asked, replicate_fetched, replicate_missed;
 };
+
+static void kvf_agent_on_replicated(void *arg, uint32_t fetched,
+                                    uint32_t missed)
+{
+    kvf_agent_t *agent = arg;
+
+    agent->replicate_fetched += fetched;
+    agent->replicate_missed += missed;
+    kvf_info("agent %s: replication done: %u chunks fetched, %u missed",
+             agent->name, fetched, missed);
+}
 
 static void kvf_agent_on_stopped(void *arg)
 {
@@ -123,7 +136,9 @@ static void kvf_agent_on_command(void *arg, const Kvf__Command *command)
     case KVF__COMMAND_TYPE__COMMAND_REPLICATE:
         /* warm this node: pull the named chunks from their holders */
         if ((n > 0) &&
-            (kvf_peer_fetch(agent->peer, keys, n, NULL, NULL) == KVF_OK)) {
+            (kvf_peer_fetch(agent->peer, keys, n, kvf_agent_on_replicated,
+                            agent) == KVF_OK)) {
+            agent->replicate_asked += n;
             kvf_info("agent %s: replicating %u chunks", agent->name, n);
         }
         break;
@@ -543,10 +558,22 @@ static void kvf_agent_on_metrics(struct evhttp_request *req, void *arg)
         "# HELP kvf_agent_controller_errors_total failed controller "
         "requests and bad frames\n"
         "# TYPE kvf_agent_controller_errors_total counter\n"
-        "kvf_agent_controller_errors_total %" PRIu64 "\n",
+        "kvf_agent_controller_errors_total %" PRIu64 "\n"
+        "# HELP kvf_agent_replicate_chunks_total chunks of REPLICATE "
+        "commands (kvfctl replicate) by outcome; asked minus the others "
+        "are in flight\n"
+        "# TYPE kvf_agent_replicate_chunks_total counter\n"
+        "kvf_agent_replicate_chunks_total{result=\"asked\"} %" PRIu64 "\n"
+        "kvf_agent_replicate_chunks_total{result=\"fetched\"} %" PRIu64 "\n"
+        "kvf_agent_replicate_chunks_total{result=\"missed\"} %" PRIu64 "\n"
+        "# HELP kvf_agent_draining 1 while the node is drained (kvfctl "
+        "drain)\n"
+        "# TYPE kvf_agent_draining gauge\n"
+        "kvf_agent_draining %d\n",
         kvf_ctl_client_is_registered(agent->ctl) ? 1 : 0, st.connects,
         st.registrations, st.heartbeats, st.admitted_keys, st.evicted_keys,
-        st.errors);
+        st.errors, agent->replicate_asked, agent->replicate_fetched,
+        agent->replicate_missed, agent->draining ? 1 : 0);
     kvf_agent_http_reply(req, 200, "text/plain; version=0.0.4", body);
     evbuffer_free(body);
 }
@@ -1125,6 +1152,7 @@ void kvf_agent_destroy(kvf_agent_t *agent)
     kvf_engine_server_destroy(agent->engines);
     kvf_ctl_client_destroy(agent->ctl);
     if (agent->peer != NULL) {
+        kvf_peer_cancel(agent->peer, agent); /* replications in flight */
         kvf_peer_set_ctl(agent->peer, NULL);
     }
     if (agent->pd != NULL) {

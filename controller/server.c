@@ -879,18 +879,12 @@ out:
     return status;
 }
 
-static kvf_status_t kvf_server_on_stats(kvf_conn_t *conn,
-                                        Kvf__StatsRequest *req)
+void kvf_server_stats_fill(kvf_server_t *server, Kvf__StatsReply *rep_p)
 {
-    kvf_server_t *server = conn->server;
+    Kvf__StatsReply rep = *rep_p; /* initialized by the caller */
     kvf_registry_stats_t rs;
-    Kvf__StatsReply rep;
-    char text[] = "";
 
     kvf_registry_stats(server->reg, &rs);
-    kvf__stats_reply__init(&rep);
-    rep.request_id = req->request_id;
-    rep.message    = text;
     rep.recovering = kvf_server_recovering(server);
     kvf_node_table_census(server->nodes, &rep.nodes_alive, &rep.nodes_draining,
                           &rep.nodes_dead);
@@ -908,6 +902,7 @@ static kvf_status_t kvf_server_on_stats(kvf_conn_t *conn,
     rep.table_bytes        = rs.table_bytes;
     rep.seq_gaps           = server->ctr.seq_gaps;
     rep.stale_rejects      = server->ctr.stale_rejects;
+    rep.auth_failures      = server->ctr.auth_failures;
     {
         size_t i, count = kvf_node_table_count(server->nodes);
         uint64_t holdings = 0;
@@ -919,6 +914,19 @@ static kvf_status_t kvf_server_on_stats(kvf_conn_t *conn,
         }
         rep.holdings = holdings;
     }
+    *rep_p = rep;
+}
+
+static kvf_status_t kvf_server_on_stats(kvf_conn_t *conn,
+                                        Kvf__StatsRequest *req)
+{
+    Kvf__StatsReply rep;
+    char text[] = "";
+
+    kvf__stats_reply__init(&rep);
+    rep.request_id = req->request_id;
+    rep.message    = text;
+    kvf_server_stats_fill(conn->server, &rep);
     return kvf_conn_send(conn, KVF_MSG_STATS_REPLY, &rep.base);
 }
 
@@ -1066,7 +1074,12 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
         }
     }
     kvf_server_purge_kick(server);
-    kvf_info("admin %d: queued for %zu node(s)", (int)ac->type, sent);
+    kvf_info("admin %s%s%s: queued for %zu node(s)",
+             (kvf_msg_command_name(ac->type) != NULL)
+                 ? kvf_msg_command_name(ac->type)
+                 : "command",
+             (target != NULL) ? " of node " : "",
+             (target != NULL) ? target->name : "", sent);
     snprintf(text, sizeof(text), "queued for %zu node(s)", sent);
     return kvf_conn_send_status(conn, ac->request_id, KVF_OK, text);
 }
