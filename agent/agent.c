@@ -27,6 +27,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#define KVF_AGENT_DOWNS          32 /* failed peers tracked for logging */
+#define KVF_AGENT_DOWN_REPORT_NS (10ull * KVF_NSEC_PER_SEC)
+#define KVF_AGENT_DOWN_FORGET_NS (60ull * KVF_NSEC_PER_SEC)
+
 struct kvf_agent {
     const kvf_agent_config_t *config;
     struct event_base *base;
@@ -53,7 +57,28 @@ struct kvf_agent {
     char name[256];
     bool stopping;
     kvf_auth_secret_t secret; /* cluster secret; empty: no auth */
+    /* peers whose connections failed: the first failure is one warning
+     * naming the node, the rest are counted and summarised by the sweep */
+    struct kvf_agent_peer_down {
+        char peer[96];
+        uint64_t first_ns; /* of the failures not yet summarised */
+        uint64_t last_ns;
+        uint32_t unreported;
+    } downs[KVF_AGENT_DOWNS];
+    /* REPLICATE commands: chunks asked, then fetched or missed */
+    uint64_t replicate_asked, replicate_fetched, replicate_missed;
 };
+
+static void kvf_agent_on_replicated(void *arg, uint32_t fetched,
+                                    uint32_t missed)
+{
+    kvf_agent_t *agent = arg;
+
+    agent->replicate_fetched += fetched;
+    agent->replicate_missed += missed;
+    kvf_info("agent %s: replication done: %u chunks fetched, %u missed",
+             agent->name, fetched, missed);
+}
 
 static void kvf_agent_on_stopped(void *arg)
 {
@@ -113,13 +138,26 @@ static void kvf_agent_on_command(void *arg, const Kvf__Command *command)
     case KVF__COMMAND_TYPE__COMMAND_REPLICATE:
         /* warm this node: pull the named chunks from their holders */
         if ((n > 0) &&
-            (kvf_peer_fetch(agent->peer, keys, n, NULL, NULL) == KVF_OK)) {
+            (kvf_peer_fetch(agent->peer, keys, n, kvf_agent_on_replicated,
+                            agent) == KVF_OK)) {
+            agent->replicate_asked += n;
             kvf_info("agent %s: replicating %u chunks", agent->name, n);
         }
         break;
     case KVF__COMMAND_TYPE__COMMAND_DRAIN:
         agent->draining = true;
+        /* reported in the next registration: a restarted controller keeps
+         * the drain */
+        kvf_ctl_client_set_draining(agent->ctl, true);
+        kvf_pd_set_draining(agent->pd, true);
         kvf_info("agent %s: draining: no longer chosen as a holder",
+                 agent->name);
+        break;
+    case KVF__COMMAND_TYPE__COMMAND_UNDRAIN:
+        agent->draining = false;
+        kvf_ctl_client_set_draining(agent->ctl, false);
+        kvf_pd_set_draining(agent->pd, false);
+        kvf_info("agent %s: drain undone: chosen as a holder again",
                  agent->name);
         break;
     default:
@@ -210,6 +248,26 @@ static void kvf_agent_http_reply(struct evhttp_request *req, int code,
     evhttp_send_reply(req, code, (code == 200) ? "OK" : "Error", body);
 }
 
+/* Adds @p prefix then @p s as a JSON string (the same escaping as the
+ * controller's http.c, which keeps its copy static). */
+static void kvf_agent_json_string(struct evbuffer *b, const char *prefix,
+                                  const char *s)
+{
+    evbuffer_add_printf(b, "%s\"", prefix);
+    for (; *s != '\0'; s++) {
+        unsigned char c = (unsigned char)*s;
+
+        if ((c == '"') || (c == '\\')) {
+            evbuffer_add_printf(b, "\\%c", c);
+        } else if (c < 0x20) {
+            evbuffer_add_printf(b, "\\u%04x", c);
+        } else {
+            evbuffer_add(b, s, 1);
+        }
+    }
+    evbuffer_add(b, "\"", 1);
+}
+
 static void kvf_agent_on_healthz(struct evhttp_request *req, void *arg)
 {
     kvf_agent_t *agent    = arg;
@@ -220,14 +278,23 @@ static void kvf_agent_on_healthz(struct evhttp_request *req, void *arg)
         evhttp_send_error(req, 500, "out of memory");
         return;
     }
-    evbuffer_add_printf(body,
-                        "{\"status\":\"%s\",\"name\":\"%s\",\"role\":\"%s\","
-                        "\"registered\":%s,\"node_id\":%u}\n",
-                        agent->stopping ? "stopping" : "ok", agent->name,
-                        kvf_agent_role_name(agent->config->role),
-                        registered ? "true" : "false",
-                        kvf_ctl_client_node_id(agent->ctl));
-    kvf_agent_http_reply(req, 200, "application/json", body);
+    /* 503 until registered: a load balancer or a readiness probe must not
+     * send engines to an agent whose chunks nobody can find */
+    evbuffer_add_printf(
+        body,
+        "{\"status\":\"%s\",\"name\":\"%s\",\"role\":\"%s\","
+        "\"registered\":%s,\"node_id\":%u,\"draining\":%s",
+        agent->stopping ? "stopping" : (registered ? "ok" : "unregistered"),
+        agent->name, kvf_agent_role_name(agent->config->role),
+        registered ? "true" : "false", kvf_ctl_client_node_id(agent->ctl),
+        agent->draining ? "true" : "false");
+    if (!registered) {
+        kvf_agent_json_string(
+            body, ",\"problem\":", kvf_ctl_client_problem(agent->ctl));
+    }
+    evbuffer_add(body, "}\n", 2);
+    kvf_agent_http_reply(req, (registered && !agent->stopping) ? 200 : 503,
+                         "application/json", body);
     evbuffer_free(body);
 }
 
@@ -515,10 +582,22 @@ static void kvf_agent_on_metrics(struct evhttp_request *req, void *arg)
         "# HELP kvf_agent_controller_errors_total failed controller "
         "requests and bad frames\n"
         "# TYPE kvf_agent_controller_errors_total counter\n"
-        "kvf_agent_controller_errors_total %" PRIu64 "\n",
+        "kvf_agent_controller_errors_total %" PRIu64 "\n"
+        "# HELP kvf_agent_replicate_chunks_total chunks of REPLICATE "
+        "commands (kvfctl replicate) by outcome; asked minus the others "
+        "are in flight\n"
+        "# TYPE kvf_agent_replicate_chunks_total counter\n"
+        "kvf_agent_replicate_chunks_total{result=\"asked\"} %" PRIu64 "\n"
+        "kvf_agent_replicate_chunks_total{result=\"fetched\"} %" PRIu64 "\n"
+        "kvf_agent_replicate_chunks_total{result=\"missed\"} %" PRIu64 "\n"
+        "# HELP kvf_agent_draining 1 while the node is drained (kvfctl "
+        "drain)\n"
+        "# TYPE kvf_agent_draining gauge\n"
+        "kvf_agent_draining %d\n",
         kvf_ctl_client_is_registered(agent->ctl) ? 1 : 0, st.connects,
         st.registrations, st.heartbeats, st.admitted_keys, st.evicted_keys,
-        st.errors);
+        st.errors, agent->replicate_asked, agent->replicate_fetched,
+        agent->replicate_missed, agent->draining ? 1 : 0);
     kvf_agent_http_reply(req, 200, "text/plain; version=0.0.4", body);
     evbuffer_free(body);
 }
@@ -701,6 +780,8 @@ static void kvf_agent_on_peer(kvf_ucx_ep_t *ep, const char *peer, void *arg)
  * pool registered once, whole, for remote read (DESIGN.md §3). */
 static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent);
 
+static void kvf_agent_peer_downs_report(kvf_agent_t *agent, uint64_t now);
+
 static void kvf_agent_on_sweep(evutil_socket_t fd, short what, void *arg)
 {
     kvf_agent_t *agent = arg;
@@ -714,6 +795,7 @@ static void kvf_agent_on_sweep(evutil_socket_t fd, short what, void *arg)
     if (agent->engines != NULL) {
         kvf_engine_server_expire_leases(agent->engines, now);
     }
+    kvf_agent_peer_downs_report(agent, now);
     kvf_engine_server_expire_handshakes(agent->engines, now);
 }
 
@@ -816,17 +898,84 @@ static kvf_status_t kvf_agent_pd_start(kvf_agent_t *agent)
     return kvf_pd_create(&params, &agent->pd);
 }
 
+static const char *kvf_agent_peer_name(kvf_agent_t *agent, const char *peer)
+{
+    const char *name =
+        (agent->ctl != NULL) ? kvf_ctl_client_name_of(agent->ctl, peer) : NULL;
+
+    return (name != NULL) ? name : "?";
+}
+
+/* Logs a failed peer connection: the first one of a peer at warn with its
+ * node name, later ones of the same peer are summarised every
+ * KVF_AGENT_DOWN_REPORT_NS by kvf_agent_peer_downs_report(). */
 static void kvf_agent_on_ep_error(kvf_ucx_ep_t *ep, kvf_status_t status,
                                   void *arg)
 {
     kvf_agent_t *agent = arg;
+    const char *peer   = kvf_ucx_ep_peer(ep);
+    uint64_t now       = kvf_time_now_ns();
+    struct kvf_agent_peer_down *d, *free_d = NULL;
+    unsigned i;
 
-    kvf_debug("agent %s: peer %s failed: %s", agent->name, kvf_ucx_ep_peer(ep),
-              kvf_strerror(status));
     if (agent->pd != NULL) {
         kvf_pd_ep_failed(agent->pd, ep);
     }
     kvf_mesh_ep_failed(agent->mesh, ep);
+    for (i = 0; i < KVF_AGENT_DOWNS; i++) {
+        d = &agent->downs[i];
+        if (strcmp(d->peer, peer) == 0) {
+            d->last_ns = now;
+            d->unreported++;
+            kvf_debug("agent %s: peer node %s (%s) failed again: %s",
+                      agent->name, kvf_agent_peer_name(agent, peer), peer,
+                      kvf_strerror(status));
+            return;
+        }
+        if ((free_d == NULL) && (d->peer[0] == '\0')) {
+            free_d = d;
+        }
+    }
+    kvf_warn("agent %s: peer node %s (%s) failed: %s; its fetches and pushes "
+             "fail over, repeats are summarised",
+             agent->name, kvf_agent_peer_name(agent, peer), peer,
+             kvf_strerror(status));
+    if (free_d != NULL) {
+        snprintf(free_d->peer, sizeof(free_d->peer), "%s", peer);
+        free_d->first_ns   = now;
+        free_d->last_ns    = now;
+        free_d->unreported = 0;
+    }
+}
+
+/* From the sweep: one line per failed peer with the failures since the
+ * last one; a peer quiet for KVF_AGENT_DOWN_FORGET_NS is forgotten (its
+ * next failure warns again). */
+static void kvf_agent_peer_downs_report(kvf_agent_t *agent, uint64_t now)
+{
+    unsigned i;
+
+    for (i = 0; i < KVF_AGENT_DOWNS; i++) {
+        struct kvf_agent_peer_down *d = &agent->downs[i];
+
+        if (d->peer[0] == '\0') {
+            continue;
+        }
+        if ((d->unreported > 0) &&
+            (now - d->first_ns >= KVF_AGENT_DOWN_REPORT_NS)) {
+            kvf_warn(
+                "agent %s: peer node %s (%s): %u more failed "
+                "connections in %llu s",
+                agent->name, kvf_agent_peer_name(agent, d->peer), d->peer,
+                d->unreported,
+                (unsigned long long)((now - d->first_ns) / KVF_NSEC_PER_SEC));
+            d->unreported = 0;
+            d->first_ns   = now;
+        } else if ((d->unreported == 0) &&
+                   (now - d->last_ns >= KVF_AGENT_DOWN_FORGET_NS)) {
+            d->peer[0] = '\0';
+        }
+    }
 }
 
 static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent)
@@ -1007,6 +1156,7 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
     params.secret             = &agent->secret;
     params.tls_ca             = config->tls_ca;
     params.tls_server_name    = config->tls_server_name;
+    params.is_replace         = config->replace;
     status                    = kvf_ctl_client_create(&params, &agent->ctl);
     if (status != KVF_OK) {
         goto err_destroy;
@@ -1051,6 +1201,7 @@ void kvf_agent_destroy(kvf_agent_t *agent)
     kvf_engine_server_destroy(agent->engines);
     kvf_ctl_client_destroy(agent->ctl);
     if (agent->peer != NULL) {
+        kvf_peer_cancel(agent->peer, agent); /* replications in flight */
         kvf_peer_set_ctl(agent->peer, NULL);
     }
     if (agent->pd != NULL) {

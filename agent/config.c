@@ -121,6 +121,10 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
     {"list_devices", KVF_CONFIG_BOOL,
      offsetof(kvf_agent_config_t, list_devices), "false", 0, 0, NULL,
      KVF_CONFIG_FIELD_CLI_ONLY, "list RDMA devices and exit"},
+    {"replace", KVF_CONFIG_BOOL, offsetof(kvf_agent_config_t, replace), "false",
+     0, 0, NULL, KVF_CONFIG_FIELD_CLI_ONLY,
+     "take the node name over from a live node registered from another "
+     "address (the controller refuses that otherwise)"},
     {"print_config", KVF_CONFIG_BOOL,
      offsetof(kvf_agent_config_t, print_config), "false", 0, 0, NULL,
      KVF_CONFIG_FIELD_CLI_ONLY,

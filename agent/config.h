@@ -56,6 +56,7 @@ typedef struct kvf_agent_config {
     char *tls_ca;              /* controller's CA; empty: plain TCP */
     char *tls_server_name;     /* name checked in its certificate */
     bool list_devices;         /* CLI only: list RDMA devices and exit */
+    bool replace;              /* CLI only: take a held name over */
     bool print_config;         /* CLI only: print the effective config */
 } kvf_agent_config_t;
 

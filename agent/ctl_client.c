@@ -29,6 +29,7 @@
 #define KVF_CTL_BACKOFF_MIN_NS (100ull * KVF_NSEC_PER_MSEC)
 #define KVF_CTL_HEARTBEAT_NS   (1000ull * KVF_NSEC_PER_MSEC)
 #define KVF_CTL_MAX_BATCH_KEYS 65536u
+#define KVF_CTL_NAMES          64u /* data address -> node name, for logs */
 
 typedef enum {
     KVF_CTL_STATE_IDLE,       /* waiting to reconnect */
@@ -106,6 +107,16 @@ struct kvf_ctl_client {
     uint64_t last_reply_ns; /* last frame from the controller */
     uint64_t dereg_request; /* request id of the DEREGISTER sent */
     bool stop_requested;
+    bool is_replace;  /* --replace, until the first registration */
+    bool is_draining; /* reported in REGISTER */
+    /* the last failure logged at warn: the same one again goes to debug,
+     * so an unreachable controller is one line, not one per retry */
+    char problem[320];
+    struct {
+        char address[96];
+        char name[64];
+    } names[KVF_CTL_NAMES]; /* filled round robin from NODE_INFO replies */
+    unsigned next_name;
 
     uint16_t batch_type; /* KVF_MSG_ADMIT or KVF_MSG_EVICT */
     kvf_ctl_keybuf_t batch;
@@ -256,6 +267,8 @@ static void kvf_ctl_client_send_register(kvf_ctl_client_t *client)
     reg.instance_id   = client->instance_id;
     reg.tp_rank       = client->tp_rank;
     reg.tp_world      = client->tp_world;
+    reg.replace       = client->is_replace;
+    reg.draining      = client->is_draining;
     if (kvf_ctl_client_send(client, KVF_MSG_REGISTER, &reg.base) == KVF_OK) {
         client->state = KVF_CTL_STATE_REGISTER;
         kvf_ctl_client_arm(client->deadline_ev, client->request_timeout_ns);
@@ -272,17 +285,16 @@ static void kvf_ctl_client_on_hello_reply(kvf_ctl_client_t *client,
     Kvf__Auth auth;
 
     if (hello->status != KVF_OK) {
-        kvf_error("controller %s refused HELLO: %s (%s)", client->controller,
-                  kvf_strerror((kvf_status_t)hello->status),
-                  (hello->message != NULL) ? hello->message : "");
-        kvf_ctl_client_reset(client, "HELLO refused");
+        snprintf(text, sizeof(text), "refused HELLO: %s (%.200s)",
+                 kvf_strerror((kvf_status_t)hello->status),
+                 (hello->message != NULL) ? hello->message : "");
+        kvf_ctl_client_reset(client, text);
         return;
     }
     if (kvf_hello_client_auth(&client->auth, hello, client->name, &auth, mac,
                               text, sizeof(text)) != KVF_OK) {
-        kvf_error("controller %s: %s", client->controller, text);
         client->stats.errors++;
-        kvf_ctl_client_reset(client, "authentication failed");
+        kvf_ctl_client_reset(client, text);
         return;
     }
     if (client->auth.state != KVF_AUTH_STATE_CHALLENGED) {
@@ -511,6 +523,24 @@ void kvf_ctl_client_stop(kvf_ctl_client_t *client)
     kvf_ctl_client_arm(client->deadline_ev, client->request_timeout_ns);
 }
 
+/* Logs why the client is not (or no longer) registered: at warn when the
+ * reason changed since the last one, else at debug (no flood while the
+ * controller stays away). */
+static void kvf_ctl_client_complain(kvf_ctl_client_t *client, const char *why)
+{
+    if (strcmp(client->problem, why) != 0) {
+        snprintf(client->problem, sizeof(client->problem), "%s", why);
+        kvf_warn(
+            "controller %s: %s; node %s retries (at most every %llu ms)",
+            client->controller, why, client->name,
+            (unsigned long long)(client->reconnect_max_ns / KVF_NSEC_PER_MSEC));
+    } else {
+        kvf_debug("controller %s: %s; retrying in %llu ms", client->controller,
+                  why,
+                  (unsigned long long)(client->backoff_ns / KVF_NSEC_PER_MSEC));
+    }
+}
+
 /* Drops the connection and schedules a reconnect with backoff. */
 static void kvf_ctl_client_reset(kvf_ctl_client_t *client, const char *why)
 {
@@ -533,10 +563,10 @@ static void kvf_ctl_client_reset(kvf_ctl_client_t *client, const char *why)
     if (client->state == KVF_CTL_STATE_READY) {
         kvf_warn("controller %s: connection lost (%s); node %u reconnects",
                  client->controller, why, client->node_id);
+        snprintf(client->problem, sizeof(client->problem),
+                 "connection lost (%s)", why);
     } else {
-        kvf_debug("controller %s: %s; retrying in %llu ms", client->controller,
-                  why,
-                  (unsigned long long)(client->backoff_ns / KVF_NSEC_PER_MSEC));
+        kvf_ctl_client_complain(client, why);
     }
     client->state = KVF_CTL_STATE_IDLE;
     /* jitter of up to a quarter keeps restarted agents from reconnecting
@@ -583,12 +613,13 @@ static void kvf_ctl_client_on_registered(kvf_ctl_client_t *client,
                                          const Kvf__RegisterReply *reply)
 {
     if (reply->status != KVF_OK) {
-        kvf_error("controller %s: registration of %s refused: %s (%s)",
-                  client->controller, client->name,
-                  kvf_strerror((kvf_status_t)reply->status),
-                  (reply->message != NULL) ? reply->message : "");
+        char why[300];
+
+        snprintf(why, sizeof(why), "registration of %.64s refused: %s (%.200s)",
+                 client->name, kvf_strerror((kvf_status_t)reply->status),
+                 (reply->message != NULL) ? reply->message : "");
         client->stats.errors++;
-        kvf_ctl_client_reset(client, "registration refused");
+        kvf_ctl_client_reset(client, why);
         return;
     }
     evtimer_del(client->deadline_ev);
@@ -603,9 +634,12 @@ static void kvf_ctl_client_on_registered(kvf_ctl_client_t *client,
                            ? (uint64_t)reply->lease_ms * KVF_NSEC_PER_MSEC
                            : 3 * client->heartbeat_ns;
     client->stats.registrations++;
-    kvf_info("registered with controller %s as node %u (%s)%s",
+    client->is_replace = false; /* a later re-registration is a restart */
+    client->problem[0] = '\0';
+    kvf_info("registered with controller %s as node %u (%s)%s%s",
              client->controller, client->node_id, client->name,
-             reply->recovering ? ", controller recovering" : "");
+             reply->recovering ? ", controller recovering" : "",
+             client->is_draining ? ", draining" : "");
     if ((client->ops != NULL) && (client->ops->registered != NULL)) {
         client->ops->registered(client->arg, client->node_id);
     }
@@ -655,12 +689,13 @@ static void kvf_ctl_client_on_status(kvf_ctl_client_t *client,
 {
     if (client->state == KVF_CTL_STATE_AUTH) {
         if (reply->status != KVF_OK) {
-            kvf_error("controller %s refused authentication: %s (%s)",
-                      client->controller,
-                      kvf_strerror((kvf_status_t)reply->status),
-                      (reply->message != NULL) ? reply->message : "");
+            char why[300];
+
+            snprintf(why, sizeof(why), "refused authentication: %s (%.200s)",
+                     kvf_strerror((kvf_status_t)reply->status),
+                     (reply->message != NULL) ? reply->message : "");
             client->stats.errors++;
-            kvf_ctl_client_reset(client, "authentication refused");
+            kvf_ctl_client_reset(client, why);
             return;
         }
         client->auth.state = KVF_AUTH_STATE_DONE;
@@ -919,6 +954,49 @@ static void kvf_ctl_client_on_lookup_reply(kvf_ctl_client_t *client,
     free(p);
 }
 
+static void kvf_ctl_client_name_learn(kvf_ctl_client_t *client,
+                                      const char *address, const char *name)
+{
+    unsigned i;
+
+    if ((address == NULL) || (name == NULL) || (address[0] == '\0')) {
+        return;
+    }
+    for (i = 0; i < KVF_CTL_NAMES; i++) {
+        if (strcmp(client->names[i].address, address) == 0) {
+            break;
+        }
+    }
+    if (i == KVF_CTL_NAMES) {
+        i = client->next_name++ % KVF_CTL_NAMES;
+    }
+    snprintf(client->names[i].address, sizeof(client->names[i].address), "%s",
+             address);
+    snprintf(client->names[i].name, sizeof(client->names[i].name), "%s", name);
+}
+
+const char *kvf_ctl_client_name_of(const kvf_ctl_client_t *client,
+                                   const char *data_address)
+{
+    unsigned i;
+
+    for (i = 0; i < KVF_CTL_NAMES; i++) {
+        if ((client->names[i].address[0] != '\0') &&
+            (strcmp(client->names[i].address, data_address) == 0)) {
+            return client->names[i].name;
+        }
+    }
+    return NULL;
+}
+
+/* A draining node still serves its chunks and answers PD pushes (with a
+ * refusal that says it is draining): only a dead one is down. */
+static bool kvf_ctl_node_is_up(const char *state)
+{
+    return (state != NULL) &&
+           ((strcmp(state, "alive") == 0) || (strcmp(state, "draining") == 0));
+}
+
 static void kvf_ctl_client_on_node_info_reply(kvf_ctl_client_t *client,
                                               const Kvf__NodeInfoReply *reply)
 {
@@ -941,8 +1019,7 @@ static void kvf_ctl_client_on_node_info_reply(kvf_ctl_client_t *client,
             if ((d->name == NULL) || (strcmp(d->name, p->node_name) != 0)) {
                 continue;
             }
-            if ((node == NULL) ||
-                ((d->state != NULL) && (strcmp(d->state, "alive") == 0))) {
+            if ((node == NULL) || kvf_ctl_node_is_up(d->state)) {
                 node = d;
             }
         }
@@ -956,9 +1033,10 @@ static void kvf_ctl_client_on_node_info_reply(kvf_ctl_client_t *client,
                                       : KVF_ERR_NOT_FOUND);
         return;
     }
+    kvf_ctl_client_name_learn(client, node->data_address, node->name);
     p->node_cb(p->arg, KVF_OK, node->node_id,
                (node->data_address != NULL) ? node->data_address : "",
-               (node->state != NULL) && (strcmp(node->state, "alive") == 0));
+               kvf_ctl_node_is_up(node->state));
     free(p);
 }
 
@@ -1071,9 +1149,21 @@ static void kvf_ctl_client_on_event(struct bufferevent *bev, short what,
         kvf_ctl_client_tls_failed(client, bev);
     }
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
-        kvf_ctl_client_reset(client, (what & BEV_EVENT_EOF)
-                                         ? "closed by controller"
-                                         : "connection error");
+        int err = EVUTIL_SOCKET_ERROR();
+        char why[160];
+
+        if (what & BEV_EVENT_EOF) {
+            snprintf(why, sizeof(why), "closed by controller");
+        } else if (client->state == KVF_CTL_STATE_CONNECTING) {
+            snprintf(why, sizeof(why), "cannot connect: %s",
+                     (err != 0) ? evutil_socket_error_to_string(err)
+                                : "connection error");
+        } else {
+            snprintf(why, sizeof(why), "connection error: %s",
+                     (err != 0) ? evutil_socket_error_to_string(err)
+                                : "unknown");
+        }
+        kvf_ctl_client_reset(client, why);
     }
 }
 
@@ -1108,7 +1198,11 @@ static void kvf_ctl_client_connect(kvf_ctl_client_t *client)
     if (bufferevent_socket_connect(client->bev,
                                    (struct sockaddr *)&client->addr,
                                    (int)client->addr_len) != 0) {
-        kvf_ctl_client_reset(client, "connect failed");
+        char why[160];
+
+        snprintf(why, sizeof(why), "cannot connect: %s",
+                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        kvf_ctl_client_reset(client, why);
     }
 }
 
@@ -1178,8 +1272,9 @@ kvf_status_t kvf_ctl_client_create(const kvf_ctl_client_params_t *params,
     if (client->max_batch_keys > KVF_CTL_MAX_BATCH_KEYS) {
         client->max_batch_keys = KVF_CTL_MAX_BATCH_KEYS;
     }
-    client->ops = params->ops;
-    client->arg = params->arg;
+    client->ops        = params->ops;
+    client->arg        = params->arg;
+    client->is_replace = params->is_replace;
     kvf_auth_session_init(&client->auth, params->secret);
     if ((params->tls_ca != NULL) && (params->tls_ca[0] != '\0')) {
         char err[512];
@@ -1288,6 +1383,19 @@ void kvf_ctl_client_destroy(kvf_ctl_client_t *client)
     SSL_CTX_free(client->tls_ctx);
     free(client->tls_server_name);
     free(client);
+}
+
+void kvf_ctl_client_set_draining(kvf_ctl_client_t *client, bool is_draining)
+{
+    client->is_draining = is_draining;
+}
+
+const char *kvf_ctl_client_problem(const kvf_ctl_client_t *client)
+{
+    if (client->state == KVF_CTL_STATE_READY) {
+        return "";
+    }
+    return (client->problem[0] != '\0') ? client->problem : "connecting";
 }
 
 bool kvf_ctl_client_is_registered(const kvf_ctl_client_t *client)

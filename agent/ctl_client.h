@@ -87,6 +87,8 @@ typedef struct kvf_ctl_client_params {
     const char *tls_ca;              /* PEM CA file; NULL/empty: plain TCP */
     const char *tls_server_name;     /* checked in the controller's
                                         certificate; NULL/empty: chain only */
+    bool is_replace; /* take the name over from a live node elsewhere
+                        (--replace); only until registered once */
 } kvf_ctl_client_params_t;
 
 typedef struct kvf_ctl_client_stats {
@@ -112,6 +114,20 @@ kvf_status_t kvf_ctl_client_create(const kvf_ctl_client_params_t *params,
  * handles @p len bytes as the controller's replies (fuzzing, tests). */
 void kvf_ctl_client_feed(kvf_ctl_client_t *client, int state, const void *data,
                          size_t len);
+
+/* Whether the node is draining: reported in every registration, so that
+ * a restarted controller keeps the drain. */
+void kvf_ctl_client_set_draining(kvf_ctl_client_t *client, bool is_draining);
+
+/* Why the client is not registered ("" once registered): the last
+ * connect, handshake or registration failure, with its reason. */
+const char *kvf_ctl_client_problem(const kvf_ctl_client_t *client);
+
+/* Name of the node whose peer service is @p data_address, as learnt
+ * from NODE_INFO replies (holders fetched from, decoders pushed to);
+ * NULL when unknown. Valid until the next call into the client. */
+const char *kvf_ctl_client_name_of(const kvf_ctl_client_t *client,
+                                   const char *data_address);
 
 /* Closes the connection without deregistering; NULL is a no-op. */
 void kvf_ctl_client_destroy(kvf_ctl_client_t *client);

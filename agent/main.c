@@ -7,7 +7,9 @@
  */
 #include "agent/agent.h"
 #include "agent/config.h"
+#include "common/auth.h"
 #include "common/log.h"
+#include "common/version.h"
 #include "transport/verbs.h"
 
 #include <event2/event.h>
@@ -37,6 +39,55 @@ static void kvf_agent_main_usage(void)
            "kvf-controller,\nserves and fetches chunks. See "
            "docs/configuration.md.\n\n");
     kvf_config_print_help(&kvf_agent_config_schema, stdout);
+    printf("  --version\n      print the version and build options and "
+           "exit\n");
+}
+
+/* What kvf_agent_create() would refuse in the configuration itself
+ * (secret file, addresses), for --print-config; one line per problem on
+ * stderr. Returns true when the agent would start. */
+static bool kvf_agent_main_check(const kvf_agent_config_t *config)
+{
+    const char *const addrs[][2] = {{"controller", config->controller},
+                                    {"listen", config->listen},
+                                    {"http", config->http}};
+    kvf_auth_secret_t secret;
+    char host[256], text[512];
+    uint16_t port;
+    bool ok = true;
+    size_t i;
+
+    for (i = 0; i < sizeof(addrs) / sizeof(addrs[0]); i++) {
+        if ((addrs[i][1][0] != '\0') &&
+            (kvf_config_parse_hostport(addrs[i][1], host, sizeof(host),
+                                       &port) != KVF_OK)) {
+            fprintf(stderr, "kvf-agent: %s '%s' is not HOST:PORT\n",
+                    addrs[i][0], addrs[i][1]);
+            ok = false;
+        }
+    }
+    memset(&secret, 0, sizeof(secret));
+    if (kvf_auth_secret_load_opt(config->cluster_secret_file, &secret, text,
+                                 sizeof(text)) != KVF_OK) {
+        fprintf(stderr, "kvf-agent: %s\n", text);
+        ok = false;
+    }
+    kvf_auth_secret_cleanup(&secret);
+    return ok;
+}
+
+static void kvf_agent_main_env(void)
+{
+    char text[2048], *line, *save = NULL;
+
+    if (kvf_config_check_env(&kvf_agent_config_schema, text, sizeof(text)) ==
+        0) {
+        return;
+    }
+    for (line = strtok_r(text, "\n", &save); line != NULL;
+         line = strtok_r(NULL, "\n", &save)) {
+        kvf_warn("%s", line);
+    }
 }
 
 int main(int argc, char **argv)
@@ -49,6 +100,10 @@ int main(int argc, char **argv)
     kvf_log_level_t level;
     int rc = 1, argi, i;
 
+    if (kvf_version_asked(argc, argv)) {
+        kvf_version_print("kvf-agent", stdout);
+        return 0;
+    }
     for (i = 1; i < argc; i++) {
         if ((strcmp(argv[i], "--help") == 0) || (strcmp(argv[i], "-h") == 0)) {
             kvf_agent_main_usage();
@@ -75,9 +130,10 @@ int main(int argc, char **argv)
     }
     kvf_log_set_level(level);
     kvf_log_init_from_env();
+    kvf_agent_main_env();
     if (config.print_config) {
         kvf_config_print(&kvf_agent_config_schema, &config, stdout);
-        rc = 0;
+        rc = kvf_agent_main_check(&config) ? 0 : 1;
         goto out;
     }
     if (config.list_devices) {
@@ -93,6 +149,11 @@ int main(int argc, char **argv)
         goto out;
     }
 
+    kvf_info("kvf-agent %s starting; authentication %s, controller tls %s",
+             kvf_version_string(),
+             (config.cluster_secret_file[0] != '\0') ? "on (cluster secret)"
+                                                     : "off",
+             (config.tls_ca[0] != '\0') ? "on" : "off");
     base = event_base_new();
     if (base == NULL) {
         fprintf(stderr, "kvf-agent: cannot create the event loop\n");

@@ -289,6 +289,11 @@ void kvf_pd_destroy(kvf_pd_t *pd)
     free(pd);
 }
 
+void kvf_pd_set_draining(kvf_pd_t *pd, bool is_draining)
+{
+    pd->is_draining = is_draining;
+}
+
 void kvf_pd_set_ctl(kvf_pd_t *pd, kvf_ctl_client_t *ctl)
 {
     pd->ctl = ctl;

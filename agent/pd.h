@@ -102,6 +102,10 @@ void kvf_pd_destroy(kvf_pd_t *pd);
 /* The controller connection used to find decoders by name. */
 void kvf_pd_set_ctl(kvf_pd_t *pd, kvf_ctl_client_t *ctl);
 
+/* A draining decoder refuses new PD requests with KVF_ERR_STATE and a
+ * message saying it is draining; requests already open complete. */
+void kvf_pd_set_draining(kvf_pd_t *pd, bool is_draining);
+
 /*
  * Engines: @p engine below is an opaque identity of an engine connection
  * (the one that pushes, waits, claims and releases), @p arg the argument of

@@ -174,6 +174,7 @@ struct kvf_pd {
     kvf_pd_open_t *opens;
     struct event *tick_ev;
     kvf_pd_stats_t stats;
+    bool is_draining; /* new requests refused; open ones complete */
 };
 
 /* pd.c */

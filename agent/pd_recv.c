@@ -365,6 +365,15 @@ void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAlloc *m)
         footprint += kvf_pd_region_footprint(m->lengths[i]);
     }
     req = kvf_pd_req_find(pd, m->request_id);
+    if ((req == NULL) && pd->is_draining) {
+        snprintf(message, sizeof(message),
+                 "decoder %.60s is draining: push to another decoder, or "
+                 "'kvfctl undrain %.60s'",
+                 pd->name, pd->name);
+        kvf_pd_reply_alloc(pd, ep, m->request_id, m->ticket, KVF_ERR_STATE,
+                           message, NULL);
+        return;
+    }
     if (req == NULL) {
         req = kvf_pd_req_create(pd, m->request_id);
         if (req == NULL) {

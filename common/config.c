@@ -14,6 +14,22 @@
 #include <string.h>
 #include <strings.h>
 
+extern char **environ;
+
+/* KVF_* variables read outside the schemas (any program may see them). */
+static const char *const kvf_config_env_common[] = {
+    "KVF_CONFIG",
+    "KVF_LOG_LEVEL",
+    "KVF_LIB",
+    "KVF_BUILD_ROOT",
+    "KVF_SOURCE_ROOT",
+    "KVF_SOCKET",
+    "KVF_CONTROLLER",
+    "KVF_TLS_CA",
+    "KVF_TLS_SERVER_NAME",
+    "KVF_CLUSTER_SECRET_FILE",
+};
+
 #define KVF_CONFIG_NAME_MAX 64
 
 /* Where a value came from, for error messages. */
@@ -648,6 +664,19 @@ static kvf_status_t kvf_config_load_file(const kvf_config_schema_t *schema,
     return status;
 }
 
+/* The environment variable of @p field: KVF_ + its name in upper case. */
+static void kvf_config_env_name(const kvf_config_field_t *field, char *var,
+                                size_t len)
+{
+    size_t j;
+
+    snprintf(var, len, "KVF_");
+    for (j = 0; (field->name[j] != '\0') && (4 + j + 1 < len); j++) {
+        var[4 + j] = (char)toupper((unsigned char)field->name[j]);
+    }
+    var[4 + j] = '\0';
+}
+
 static kvf_status_t kvf_config_load_env(const kvf_config_schema_t *schema,
                                         void *cfg, kvf_config_error_t *err)
 {
@@ -656,20 +685,15 @@ static kvf_status_t kvf_config_load_env(const kvf_config_schema_t *schema,
     char var[KVF_CONFIG_NAME_MAX + 4];
     const char *value;
     kvf_status_t status;
-    size_t i, j;
+    size_t i;
 
     for (i = 0; i < schema->num_fields; i++) {
         field = &schema->fields[i];
         if (field->flags & KVF_CONFIG_FIELD_CLI_ONLY) {
             continue;
         }
-        memcpy(var, "KVF_", 4);
-        for (j = 0; (field->name[j] != '\0') && (j < KVF_CONFIG_NAME_MAX - 1);
-             j++) {
-            var[4 + j] = (char)toupper((unsigned char)field->name[j]);
-        }
-        var[4 + j] = '\0';
-        value      = getenv(var);
+        kvf_config_env_name(field, var, sizeof(var));
+        value = getenv(var);
         if (value == NULL) {
             continue;
         }
@@ -679,6 +703,93 @@ static kvf_status_t kvf_config_load_env(const kvf_config_schema_t *schema,
         }
     }
     return KVF_OK;
+}
+
+/* Edit distance of two short names (capped at 9: "not close"). */
+static unsigned kvf_config_distance(const char *a, const char *b)
+{
+    unsigned row[64], i, j, prev, cur;
+    size_t la = strlen(a), lb = strlen(b);
+
+    if ((la >= 63) || (lb >= 63)) {
+        return 9;
+    }
+    for (j = 0; j <= lb; j++) {
+        row[j] = j;
+    }
+    for (i = 1; i <= la; i++) {
+        prev   = row[0];
+        row[0] = i;
+        for (j = 1; j <= lb; j++) {
+            cur    = row[j];
+            row[j] = (a[i - 1] == b[j - 1]) ? prev : 1 + prev;
+            if (row[j - 1] + 1 < row[j]) {
+                row[j] = row[j - 1] + 1;
+            }
+            if (cur + 1 < row[j]) {
+                row[j] = cur + 1;
+            }
+            prev = cur;
+        }
+    }
+    return (row[lb] > 9) ? 9 : row[lb];
+}
+
+unsigned kvf_config_check_env(const kvf_config_schema_t *schema, char *out,
+                              size_t len)
+{
+    char var[KVF_CONFIG_NAME_MAX + 8], name[KVF_CONFIG_NAME_MAX + 8];
+    char best[KVF_CONFIG_NAME_MAX + 8];
+    unsigned found = 0, dist, best_dist;
+    size_t used    = 0, i, n;
+    char **e;
+
+    if (len > 0) {
+        out[0] = '\0';
+    }
+    for (e = environ; (e != NULL) && (*e != NULL); e++) {
+        const char *eq = strchr(*e, '=');
+        bool known     = false;
+
+        n = (eq != NULL) ? (size_t)(eq - *e) : strlen(*e);
+        if ((strncmp(*e, "KVF_", 4) != 0) || (n >= sizeof(name))) {
+            continue;
+        }
+        memcpy(name, *e, n);
+        name[n]   = '\0';
+        best[0]   = '\0';
+        best_dist = 9;
+        for (i = 0; !known && (i < sizeof(kvf_config_env_common) /
+                                       sizeof(kvf_config_env_common[0]));
+             i++) {
+            known = strcmp(name, kvf_config_env_common[i]) == 0;
+        }
+        for (i = 0; !known && (i < schema->num_fields); i++) {
+            if (schema->fields[i].flags & KVF_CONFIG_FIELD_CLI_ONLY) {
+                continue;
+            }
+            kvf_config_env_name(&schema->fields[i], var, sizeof(var));
+            known = strcmp(name, var) == 0;
+            dist  = kvf_config_distance(name, var);
+            if (dist < best_dist) {
+                best_dist = dist;
+                snprintf(best, sizeof(best), "%s", var);
+            }
+        }
+        if (known) {
+            continue;
+        }
+        found++;
+        if (used < len) {
+            used +=
+                (size_t)snprintf(out + used, len - used,
+                                 "%s%s is not a %s setting (ignored)%s%s",
+                                 (used > 0) ? "\n" : "", name, schema->program,
+                                 (best_dist <= 2) ? "; did you mean " : "",
+                                 (best_dist <= 2) ? best : "");
+        }
+    }
+    return found;
 }
 
 /* Finds "--config FILE" / "--config=FILE" before the first positional. */

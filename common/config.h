@@ -87,6 +87,17 @@ void kvf_config_cleanup(const kvf_config_schema_t *schema, void *cfg);
 /* Prints "--flag VALUE  help (default: x; env KVF_X)" lines for --help. */
 void kvf_config_print_help(const kvf_config_schema_t *schema, FILE *out);
 
+/*
+ * Checks the environment for KVF_* variables that @p schema does not know
+ * (nor the few every program reads: KVF_CONFIG, KVF_LOG_LEVEL, ...), e.g.
+ * a misspelled KVF_POOL_SISE, and writes one line per variable into
+ * @p out (NUL-separated lines would be awkward: '\n'-separated, at most
+ * @p len bytes) with the closest known name when there is one. Returns
+ * how many were found; callers warn with it at start.
+ */
+unsigned kvf_config_check_env(const kvf_config_schema_t *schema, char *out,
+                              size_t len);
+
 /* Prints the effective configuration as YAML (secrets elided). */
 void kvf_config_print(const kvf_config_schema_t *schema, const void *cfg,
                       FILE *out);

@@ -51,6 +51,11 @@ static const kvf_config_field_t kvf_controller_config_fields[] = {
                  "10s", 1000000ull, 3600000000000ull, 0,
                  "with a secret or TLS: a connection that has not "
                  "authenticated by then is closed"),
+    KVF_CC_FIELD("print_config", KVF_CONFIG_BOOL, print_config, "false", 0, 0,
+                 KVF_CONFIG_FIELD_CLI_ONLY,
+                 "print the effective configuration, check what the "
+                 "controller would refuse (secret file, TLS files, "
+                 "addresses) and exit: 0 when it would start"),
 };
 
 const kvf_config_schema_t kvf_controller_config_schema = {

@@ -10,6 +10,7 @@
 
 #include "common/config.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct kvf_controller_config {
@@ -29,6 +30,7 @@ typedef struct kvf_controller_config {
     char *tls_cert;                /* PEM chain; with tls_key: TLS on */
     char *tls_key;                 /* PEM private key */
     uint64_t handshake_timeout_ns; /* HELLO/AUTH (and TLS) must end by then */
+    bool print_config;             /* CLI only: print, check and exit */
 } kvf_controller_config_t;
 
 extern const kvf_config_schema_t kvf_controller_config_schema;

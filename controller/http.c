@@ -118,31 +118,19 @@ static void kvf_http_on_nodes(struct evhttp_request *req, void *arg)
 
 static void kvf_http_on_stats(struct evhttp_request *req, void *arg)
 {
-    kvf_server_t *server = arg;
-    kvf_registry_stats_t rs;
-    uint32_t alive, draining, dead;
     struct evbuffer *b = evbuffer_new();
+    Kvf__StatsReply rep;
+    char json[2048];
 
     if (b == NULL) {
         evhttp_send_error(req, HTTP_INTERNAL, NULL);
         return;
     }
-    kvf_registry_stats(server->reg, &rs);
-    kvf_node_table_census(server->nodes, &alive, &draining, &dead);
-    evbuffer_add_printf(
-        b,
-        "{\"recovering\":%s,\"nodes_alive\":%" PRIu32
-        ",\"nodes_draining\":%" PRIu32 ",\"nodes_dead\":%" PRIu32
-        ",\"keys\":%" PRIu64 ",\"admits\":%" PRIu64 ",\"evicts\":%" PRIu64
-        ",\"lookups\":%" PRIu64 ",\"lookup_hit_chunks\":%" PRIu64
-        ",\"lookup_miss_chunks\":%" PRIu64 ",\"purge_backlog\":%" PRIu64
-        ",\"protocol_errors\":%" PRIu64 ",\"auth_failures\":%" PRIu64
-        ",\"connections\":%" PRIu64 ",\"table_bytes\":%" PRIu64 "}\n",
-        kvf_server_recovering(server) ? "true" : "false", alive, draining, dead,
-        rs.keys, server->ctr.admits, server->ctr.evicts, server->ctr.lookups,
-        server->ctr.lookup_hit_chunks, server->ctr.lookup_miss_chunks,
-        rs.purge_backlog, server->ctr.protocol_errors,
-        server->ctr.auth_failures, server->num_conns, rs.table_bytes);
+    /* the same fields as kvfctl stats: both print StatsReply */
+    kvf__stats_reply__init(&rep);
+    kvf_server_stats_fill(arg, &rep);
+    kvf_msg_scalars_json(&rep.base, json, sizeof(json));
+    evbuffer_add_printf(b, "{%s}\n", json);
     kvf_http_reply(req, b, "application/json");
     evbuffer_free(b);
 }

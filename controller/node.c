@@ -149,6 +149,48 @@ static bool kvf_node_str_ok(const char *s, size_t max)
     return (s == NULL) || (strnlen(s, max) < max);
 }
 
+static const char *kvf_node_str(const char *s)
+{
+    return (s != NULL) ? s : "";
+}
+
+/* Length of the host part of HOST:PORT ("[::1]:7600" -> 5). */
+static size_t kvf_node_host_len(const char *addr)
+{
+    const char *colon = strrchr(addr, ':');
+
+    return (colon != NULL) ? (size_t)(colon - addr) : strlen(addr);
+}
+
+/* Whether a registration comes from the agent that holds @p old: the same
+ * peer address, or the same host and engine socket (a restart that got a
+ * new ephemeral data port). */
+static bool kvf_node_is_same_agent(const kvf_node_t *old,
+                                   const kvf_node_params_t *params)
+{
+    const char *data = kvf_node_str(params->data_address);
+    const char *ctrl = kvf_node_str(params->control_address);
+    size_t hlen      = kvf_node_host_len(data);
+
+    if (strcmp(old->data_address, data) == 0) {
+        return true;
+    }
+    return (ctrl[0] != '\0') && (strcmp(old->control_address, ctrl) == 0) &&
+           (kvf_node_host_len(old->data_address) == hlen) &&
+           (strncmp(old->data_address, data, hlen) == 0);
+}
+
+/* Whether another agent may take @p old's name: asked to, or the holder
+ * has been silent for longer than its lease. */
+static bool kvf_node_may_take_over(const kvf_node_t *old,
+                                   const kvf_node_params_t *params,
+                                   uint64_t now_ms)
+{
+    return params->is_replace ||
+           ((params->lease_ms > 0) &&
+            (now_ms - old->last_heartbeat_ms > params->lease_ms));
+}
+
 kvf_status_t kvf_node_table_register(kvf_node_table_t *table,
                                      const kvf_node_params_t *params,
                                      uint64_t now_ms, kvf_node_t **node_p)
@@ -167,10 +209,16 @@ kvf_status_t kvf_node_table_register(kvf_node_table_t *table,
     }
     old = kvf_node_table_find_name(table, params->name);
     if ((old != NULL) && (old->state != KVF_NODE_DEAD)) {
-        if (params->incarnation < old->incarnation) {
-            return KVF_ERR_STALE;
-        }
         if (params->incarnation == old->incarnation) {
+            return KVF_ERR_EXISTS;
+        }
+        if (kvf_node_is_same_agent(old, params)) {
+            if (params->incarnation < old->incarnation) {
+                return KVF_ERR_STALE;
+            }
+        } else if (!kvf_node_may_take_over(old, params, now_ms)) {
+            /* incarnations of different hosts are not ordered: the name
+             * stays with the live holder */
             return KVF_ERR_EXISTS;
         }
     }
@@ -197,10 +245,12 @@ kvf_status_t kvf_node_table_register(kvf_node_table_t *table,
         goto err_free_node;
     }
     if ((old != NULL) && (old->state != KVF_NODE_DEAD)) {
-        kvf_node_table_kill(table, old, now_ms, "replaced by new incarnation");
+        kvf_node_table_kill(table, old, now_ms,
+                            params->is_replace ? "replaced (--replace)"
+                                               : "replaced by new incarnation");
     }
     node->id    = table->next_id++;
-    node->state = KVF_NODE_ALIVE;
+    node->state = params->is_draining ? KVF_NODE_DRAINING : KVF_NODE_ALIVE;
     snprintf(node->name, sizeof(node->name), "%s", params->name);
     snprintf(node->control_address, sizeof(node->control_address), "%s",
              (params->control_address != NULL) ? params->control_address : "");
@@ -216,7 +266,8 @@ kvf_status_t kvf_node_table_register(kvf_node_table_t *table,
     node->last_heartbeat_ms          = now_ms;
     table->slot_ids[node->slot]      = node->id;
     table->nodes[table->num_nodes++] = node;
-    *node_p                          = node;
+    kvf_registry_slot_set_excluded(table->reg, node->slot, params->is_draining);
+    *node_p = node;
     return KVF_OK;
 
 err_free_node:

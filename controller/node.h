@@ -94,6 +94,10 @@ typedef struct kvf_node_params {
     uint32_t tp_world;
     uint64_t incarnation;
     uint64_t pool_capacity;
+    uint64_t lease_ms; /* a holder silent for longer may be taken over */
+    bool is_replace;   /* the agent was started with --replace */
+    bool is_draining;  /* the agent was draining before (kept across
+                          controller restarts) */
 } kvf_node_params_t;
 
 typedef struct kvf_node_table kvf_node_table_t;
@@ -104,11 +108,17 @@ kvf_status_t kvf_node_table_create(kvf_registry_t *reg,
 void kvf_node_table_destroy(kvf_node_table_t *table);
 
 /*
- * Registers a node. A live node of the same name with an older incarnation
- * is replaced (declared dead, its holdings purged); the same or a newer
- * incarnation already live is KVF_ERR_STALE / KVF_ERR_EXISTS respectively.
- * KVF_ERR_INVALID for bad params (empty name, tp_rank >= tp_world, too long
- * fields), KVF_ERR_BUSY when the table is full.
+ * Registers a node. Names are identities: a live node of the same name
+ * (heartbeat within params->lease_ms) is replaced (declared dead, its
+ * holdings purged) only by a newer incarnation of the same agent, that is
+ * one with the same data address, or the same data host and engine socket
+ * (a restart), or one started with --replace; any other registration under
+ * that name is KVF_ERR_EXISTS (kvf_node_table_find_name() names the
+ * holder; incarnations of different hosts are not ordered). An older
+ * incarnation of the same agent is KVF_ERR_STALE, the holder's own one
+ * KVF_ERR_EXISTS. KVF_ERR_INVALID for bad params (empty
+ * name, tp_rank >= tp_world, too long fields), KVF_ERR_BUSY when the table
+ * is full.
  */
 kvf_status_t kvf_node_table_register(kvf_node_table_t *table,
                                      const kvf_node_params_t *params,

@@ -367,6 +367,43 @@ static void kvf_server_push_pins(kvf_server_t *server, kvf_node_t *node)
     }
 }
 
+/* Says why a registration was refused. A name held by a live node of
+ * another agent names the holder and what to do, at warn: an operator's
+ * mistake (the refused agent retries with backoff). */
+static void kvf_server_register_refusal(kvf_server_t *server,
+                                        const Kvf__Register *reg,
+                                        kvf_status_t status, uint64_t now_ms,
+                                        char *text, size_t len)
+{
+    const char *name = (reg->name != NULL) ? reg->name : "";
+    kvf_node_t *old  = NULL;
+
+    if (status == KVF_ERR_EXISTS) {
+        old = kvf_node_table_find_name(server->nodes, name);
+    }
+    if ((old != NULL) && (old->incarnation != reg->incarnation)) {
+        snprintf(text, len,
+                 "name '%.100s' is held by live node %" PRIu32
+                 " at %.100s (socket %.100s, last heartbeat %" PRIu64
+                 " ms ago): start this agent with another --name, or with "
+                 "--replace to take the name over",
+                 name, old->id, old->data_address, old->control_address,
+                 now_ms - old->last_heartbeat_ms);
+        server->ctr.protocol_errors++;
+        kvf_warn("refused registration of %.100s from %.100s: %s", name,
+                 (reg->data_address != NULL) ? reg->data_address : "?", text);
+        return;
+    }
+    snprintf(text, len, "register '%.100s' incarnation %" PRIu64 ": %s", name,
+             reg->incarnation, kvf_strerror(status));
+    if (status == KVF_ERR_STALE) {
+        server->ctr.stale_rejects++;
+    } else {
+        server->ctr.protocol_errors++;
+    }
+    kvf_debug("%s", text);
+}
+
 static kvf_status_t kvf_server_on_register(kvf_conn_t *conn, Kvf__Register *reg)
 {
     kvf_server_t *server = conn->server;
@@ -374,7 +411,8 @@ static kvf_status_t kvf_server_on_register(kvf_conn_t *conn, Kvf__Register *reg)
     kvf_node_params_t params;
     kvf_node_t *node;
     kvf_status_t status;
-    char text[200];
+    uint64_t now_ms;
+    char text[480];
 
     memset(&params, 0, sizeof(params));
     params.name               = reg->name;
@@ -388,29 +426,26 @@ static kvf_status_t kvf_server_on_register(kvf_conn_t *conn, Kvf__Register *reg)
     params.tp_world           = reg->tp_world;
     params.incarnation        = reg->incarnation;
     params.pool_capacity      = reg->pool_capacity;
-    status = kvf_node_table_register(server->nodes, &params, kvf_time_now_ms(),
-                                     &node);
+    params.lease_ms           = server->cfg->lease_ns / KVF_NSEC_PER_MSEC;
+    params.is_replace         = reg->replace;
+    params.is_draining        = reg->draining;
+    now_ms                    = kvf_time_now_ms();
+    status = kvf_node_table_register(server->nodes, &params, now_ms, &node);
     kvf__register_reply__init(&rep);
     rep.request_id = reg->request_id;
     text[0]        = '\0';
     rep.message    = text;
     if (status != KVF_OK) {
-        snprintf(text, sizeof(text),
-                 "register '%.100s' incarnation %" PRIu64 ": %s",
-                 (reg->name != NULL) ? reg->name : "", reg->incarnation,
-                 kvf_strerror(status));
-        if (status == KVF_ERR_STALE) {
-            server->ctr.stale_rejects++;
-        } else {
-            server->ctr.protocol_errors++;
-        }
-        kvf_debug("conn %" PRIu64 ": %s", conn->id, text);
+        kvf_server_register_refusal(server, reg, status, now_ms, text,
+                                    sizeof(text));
         rep.status = status;
         return kvf_conn_send(conn, KVF_MSG_REGISTER_REPLY, &rep.base);
     }
     kvf_info("node %" PRIu32 " registered: %s incarnation %" PRIu64
-             " role %d slot %u",
-             node->id, node->name, node->incarnation, node->role, node->slot);
+             " role %s data %s slot %u%s",
+             node->id, node->name, node->incarnation,
+             kvf_msg_role_name(node->role), node->data_address, node->slot,
+             (node->state == KVF_NODE_DRAINING) ? " (draining)" : "");
     server->has_registrations = true;
     kvf_server_push_pins(server, node);
     kvf_server_purge_kick(server);
@@ -844,18 +879,12 @@ out:
     return status;
 }
 
-static kvf_status_t kvf_server_on_stats(kvf_conn_t *conn,
-                                        Kvf__StatsRequest *req)
+void kvf_server_stats_fill(kvf_server_t *server, Kvf__StatsReply *rep_p)
 {
-    kvf_server_t *server = conn->server;
+    Kvf__StatsReply rep = *rep_p; /* initialized by the caller */
     kvf_registry_stats_t rs;
-    Kvf__StatsReply rep;
-    char text[] = "";
 
     kvf_registry_stats(server->reg, &rs);
-    kvf__stats_reply__init(&rep);
-    rep.request_id = req->request_id;
-    rep.message    = text;
     rep.recovering = kvf_server_recovering(server);
     kvf_node_table_census(server->nodes, &rep.nodes_alive, &rep.nodes_draining,
                           &rep.nodes_dead);
@@ -873,6 +902,7 @@ static kvf_status_t kvf_server_on_stats(kvf_conn_t *conn,
     rep.table_bytes        = rs.table_bytes;
     rep.seq_gaps           = server->ctr.seq_gaps;
     rep.stale_rejects      = server->ctr.stale_rejects;
+    rep.auth_failures      = server->ctr.auth_failures;
     {
         size_t i, count = kvf_node_table_count(server->nodes);
         uint64_t holdings = 0;
@@ -884,6 +914,19 @@ static kvf_status_t kvf_server_on_stats(kvf_conn_t *conn,
         }
         rep.holdings = holdings;
     }
+    *rep_p = rep;
+}
+
+static kvf_status_t kvf_server_on_stats(kvf_conn_t *conn,
+                                        Kvf__StatsRequest *req)
+{
+    Kvf__StatsReply rep;
+    char text[] = "";
+
+    kvf__stats_reply__init(&rep);
+    rep.request_id = req->request_id;
+    rep.message    = text;
+    kvf_server_stats_fill(conn->server, &rep);
     return kvf_conn_send(conn, KVF_MSG_STATS_REPLY, &rep.base);
 }
 
@@ -993,6 +1036,14 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
         target->state = KVF_NODE_DRAINING;
         kvf_registry_slot_set_excluded(server->reg, target->slot, true);
         break;
+    case KVF__COMMAND_TYPE__COMMAND_UNDRAIN:
+        if (target == NULL) {
+            return kvf_conn_send_status(conn, ac->request_id, KVF_ERR_INVALID,
+                                        "undrain needs a node");
+        }
+        target->state = KVF_NODE_ALIVE;
+        kvf_registry_slot_set_excluded(server->reg, target->slot, false);
+        break;
     case KVF__COMMAND_TYPE__COMMAND_CLEAR:
         break;
     default:
@@ -1023,7 +1074,12 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
         }
     }
     kvf_server_purge_kick(server);
-    kvf_info("admin %d: queued for %zu node(s)", (int)ac->type, sent);
+    kvf_info("admin %s%s%s: queued for %zu node(s)",
+             (kvf_msg_command_name(ac->type) != NULL)
+                 ? kvf_msg_command_name(ac->type)
+                 : "command",
+             (target != NULL) ? " of node " : "",
+             (target != NULL) ? target->name : "", sent);
     snprintf(text, sizeof(text), "queued for %zu node(s)", sent);
     return kvf_conn_send_status(conn, ac->request_id, KVF_OK, text);
 }
@@ -1416,36 +1472,48 @@ static void kvf_server_on_signal(evutil_socket_t sig, short what, void *arg)
 static kvf_status_t kvf_server_bind(kvf_server_t *server)
 {
     struct sockaddr_storage ss;
-    struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
-    socklen_t len           = sizeof(ss);
+    struct sockaddr_in *sin   = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+    socklen_t len             = sizeof(ss);
+    bool is_v6;
     char host[256];
     uint16_t port;
 
     if (kvf_config_parse_hostport(server->cfg->listen, host, sizeof(host),
                                   &port) != KVF_OK) {
-        kvf_error("listen: bad address '%s' (want HOST:PORT)",
+        kvf_error("listen: bad address '%s' (want HOST:PORT, [IPv6]:PORT)",
                   server->cfg->listen);
         return KVF_ERR_CONFIG;
     }
     memset(&ss, 0, sizeof(ss));
-    sin->sin_family = AF_INET;
-    sin->sin_port   = htons(port);
-    if (inet_pton(AF_INET, host, &sin->sin_addr) != 1) {
-        kvf_error("listen: '%s' is not an IPv4 address", host);
+    is_v6 = strchr(host, ':') != NULL;
+    if (is_v6) {
+        sin6->sin6_family = AF_INET6;
+        sin6->sin6_port   = htons(port);
+    } else {
+        sin->sin_family = AF_INET;
+        sin->sin_port   = htons(port);
+    }
+    if (inet_pton(is_v6 ? AF_INET6 : AF_INET, host,
+                  is_v6 ? (void *)&sin6->sin6_addr : (void *)&sin->sin_addr) !=
+        1) {
+        kvf_error("listen: '%s' is not an IP address (IPv6 as [::1]:7400)",
+                  host);
         return KVF_ERR_CONFIG;
     }
-    server->listener =
-        evconnlistener_new_bind(server->base, kvf_server_on_accept, server,
-                                LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 128,
-                                (struct sockaddr *)sin, sizeof(*sin));
+    server->listener = evconnlistener_new_bind(
+        server->base, kvf_server_on_accept, server,
+        LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 128, (struct sockaddr *)&ss,
+        is_v6 ? sizeof(*sin6) : sizeof(*sin));
     if (server->listener == NULL) {
         kvf_error("listen %s: %m", server->cfg->listen);
         return KVF_ERR_IO;
     }
     getsockname(evconnlistener_get_fd(server->listener), (struct sockaddr *)&ss,
                 &len);
-    snprintf(server->listen_addr, sizeof(server->listen_addr), "%s:%u", host,
-             ntohs(sin->sin_port));
+    snprintf(server->listen_addr, sizeof(server->listen_addr),
+             is_v6 ? "[%s]:%u" : "%s:%u", host,
+             ntohs(is_v6 ? sin6->sin6_port : sin->sin_port));
     kvf_info("listening on %s%s", server->listen_addr,
              (server->tls != NULL) ? " (TLS)" : "");
     return KVF_OK;

@@ -8,6 +8,7 @@
 #include "controller/node.h"
 #include "controller/registry.h"
 #include "controller/server.h"
+#include "proto/msg.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -96,5 +97,9 @@ void kvf_server_feed(kvf_server_t *server, const void *data, size_t len);
 
 /* Recomputes and returns the recovering flag. */
 bool kvf_server_recovering(kvf_server_t *server);
+
+/* Fills the counters of @p rep (initialized by the caller): the one
+ * stats schema of STATS, /v1/stats and kvfctl stats. */
+void kvf_server_stats_fill(kvf_server_t *server, Kvf__StatsReply *rep);
 
 #endif /* KVF_CONTROLLER_SERVER_INT_H */

@@ -4,6 +4,7 @@
 
 #include "common/byteorder.h"
 
+#include <stdio.h>
 #include <string.h>
 
 typedef struct kvf_msg_desc {
@@ -97,6 +98,78 @@ const char *kvf_msg_role_name(int role)
     default:
         return "-";
     }
+}
+
+const char *kvf_msg_command_name(int type)
+{
+    static const char *const names[] = {
+        [KVF__COMMAND_TYPE__COMMAND_NONE]      = "none",
+        [KVF__COMMAND_TYPE__COMMAND_RESYNC]    = "resync",
+        [KVF__COMMAND_TYPE__COMMAND_PIN]       = "pin",
+        [KVF__COMMAND_TYPE__COMMAND_UNPIN]     = "unpin",
+        [KVF__COMMAND_TYPE__COMMAND_CLEAR]     = "clear",
+        [KVF__COMMAND_TYPE__COMMAND_DRAIN]     = "drain",
+        [KVF__COMMAND_TYPE__COMMAND_REPLICATE] = "replicate",
+        [KVF__COMMAND_TYPE__COMMAND_SOFT_PIN]  = "soft-pin",
+        [KVF__COMMAND_TYPE__COMMAND_UNDRAIN]   = "undrain",
+    };
+
+    if ((type < 0) || ((size_t)type >= sizeof(names) / sizeof(names[0]))) {
+        return NULL;
+    }
+    return names[type];
+}
+
+size_t kvf_msg_scalars_json(const ProtobufCMessage *msg, char *out, size_t len)
+{
+    const ProtobufCMessageDescriptor *desc = msg->descriptor;
+    const char *base                       = (const char *)msg;
+    size_t used                            = 0, i;
+    int n;
+
+    if (len == 0) {
+        return 0;
+    }
+    out[0] = '\0';
+    for (i = 0; i < desc->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &desc->fields[i];
+        const void *p                     = base + f->offset;
+        const char *sep                   = (used > 0) ? "," : "";
+
+        if ((f->label == PROTOBUF_C_LABEL_REPEATED) ||
+            (strcmp(f->name, "request_id") == 0) ||
+            (strcmp(f->name, "status") == 0)) {
+            continue;
+        }
+        switch (f->type) {
+        case PROTOBUF_C_TYPE_BOOL:
+            n = snprintf(out + used, len - used, "%s\"%s\":%s", sep, f->name,
+                         *(const protobuf_c_boolean *)p ? "true" : "false");
+            break;
+        case PROTOBUF_C_TYPE_UINT32:
+        case PROTOBUF_C_TYPE_FIXED32:
+            n = snprintf(out + used, len - used, "%s\"%s\":%u", sep, f->name,
+                         (unsigned)*(const uint32_t *)p);
+            break;
+        case PROTOBUF_C_TYPE_UINT64:
+        case PROTOBUF_C_TYPE_FIXED64:
+            n = snprintf(out + used, len - used, "%s\"%s\":%llu", sep, f->name,
+                         (unsigned long long)*(const uint64_t *)p);
+            break;
+        case PROTOBUF_C_TYPE_INT32:
+            n = snprintf(out + used, len - used, "%s\"%s\":%d", sep, f->name,
+                         (int)*(const int32_t *)p);
+            break;
+        default:
+            continue; /* strings, bytes, messages: not scalars */
+        }
+        if ((n < 0) || ((size_t)n >= len - used)) {
+            out[used] = '\0';
+            break;
+        }
+        used += (size_t)n;
+    }
+    return used;
 }
 
 static void kvf_frame_put_hdr(uint8_t *p, uint32_t length, uint16_t type,

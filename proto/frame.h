@@ -101,6 +101,20 @@ const char *kvf_msg_type_name(uint16_t type);
 /* "both", "prefill", "decode" for a wire Role; "-" for any other value. */
 const char *kvf_msg_role_name(int role);
 
+/* Name of a wire CommandType ("drain", "undrain", "pin"), for logs and
+ * kvfctl; "command N" style text is left to the caller for unknown ones
+ * (NULL). */
+const char *kvf_msg_command_name(int type);
+
+/*
+ * Writes the scalar fields (bool, integers) of @p msg as JSON object
+ * members ("\"name\":value,...", no braces) to @p out, skipping
+ * request_id, status and message: one schema for every place that shows
+ * a reply (the controller's /v1/stats and kvfctl stats both print
+ * StatsReply so). Returns the length written (truncated to @p len - 1).
+ */
+size_t kvf_msg_scalars_json(const ProtobufCMessage *msg, char *out, size_t len);
+
 /*
  * Decodes one frame from the first @p len bytes at @p data.
  *

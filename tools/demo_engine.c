@@ -21,6 +21,7 @@
 
 #include "common/config.h"
 #include "common/time.h"
+#include "common/version.h"
 #include "tools/bench/bench.h"
 
 #include <inttypes.h>
@@ -605,6 +606,10 @@ int main(int argc, char **argv)
 
     memset(&demo, 0, sizeof(demo));
     demo.is_tty = isatty(STDERR_FILENO);
+    if (kvf_version_asked(argc, argv)) {
+        kvf_version_print("kvf-demo-engine", stdout);
+        return 0;
+    }
     if ((argc > 1) && (strcmp(argv[1], "--help") == 0)) {
         printf("usage: kvf-demo-engine [options]\n");
         kvf_config_print_help(&kvf_demo_schema, stdout);

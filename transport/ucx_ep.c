@@ -141,7 +141,8 @@ static void kvf_ucx_ep_on_error(void *arg, ucp_ep_h ucp_ep, ucs_status_t ucs)
     kvf_ucx_ep_t *ep = arg;
 
     if (!ep->worker->is_destroying) {
-        kvf_info("ep %s: peer failed: %s", ep->peer, ucs_status_string(ucs));
+        /* the owner's ep_err_cb logs it, once per peer with its name */
+        kvf_debug("ep %s: peer failed: %s", ep->peer, ucs_status_string(ucs));
     }
     kvf_ucx_ep_fail(ep, KVF_ERR_CLOSED);
 }

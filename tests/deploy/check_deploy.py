@@ -8,7 +8,10 @@
 #   check_deploy.py configs     k8s manifests' structure; every config file
 #                               (deploy/config, the ConfigMap) through the
 #                               real loaders; flags and KVF_ variables used
-#                               exist; `kubectl kustomize` when kubectl is here
+#                               exist; `kubectl kustomize` when kubectl is
+#                               here; one socket path convention and the
+#                               cluster secret wired in docs, units and
+#                               manifests
 #   check_deploy.py systemd     systemd-analyze verify and security on the units
 #   check_deploy.py monitoring  prometheus.yml, alerts.yml, the Grafana JSON;
 #                               every metric and label they name is exported
@@ -66,7 +69,11 @@ def program_env():
 def help_flags(binary):
     out = subprocess.run([binary, "--help"], capture_output=True, text=True,
                          env=program_env(), timeout=60).stdout
-    return set(re.findall(r"--[a-z][a-z0-9-]*", out))
+    flags = set(re.findall(r"--[a-z][a-z0-9-]*", out))
+    # keys that are no flags (secrets): their env variable is still valid
+    for key in re.findall(r"^  ([a-z_]+) \(YAML key or env only\)", out, re.M):
+        flags.add("--" + key.replace("_", "-"))
+    return flags
 
 
 def free_port():
@@ -233,7 +240,8 @@ def check_workload(fn, d, configmaps, flags):
             ports.add(p.get("name"))
             ports.add(p.get("containerPort"))
         for probe in ("readinessProbe", "livenessProbe"):
-            port = c.get(probe, {}).get("httpGet", {}).get("port")
+            check = c.get(probe, {})
+            port = check.get("httpGet", check.get("tcpSocket", {})).get("port")
             if probe in c and port not in ports:
                 fail(cw, f"{probe} port {port} is not a container port")
     if ann.get("prometheus.io/scrape") == "true":
@@ -270,8 +278,18 @@ def container_env(docs, program):
 def check_agent_config(where, path, extra_env=None):
     env = program_env()
     env.update(extra_env or {})
+    secret = None
+    if "KVF_CLUSTER_SECRET_FILE" in env:
+        # --print-config checks the secret file: stand one in for the
+        # manifest's path, which only exists in the pod
+        fd, secret = tempfile.mkstemp(prefix="kvf-secret-")
+        os.write(fd, b"0123456789abcdef0123456789abcdef\n")
+        os.close(fd)
+        env["KVF_CLUSTER_SECRET_FILE"] = secret
     r = subprocess.run([AGENT, "--config", path, "--print-config"],
                        capture_output=True, text=True, env=env, timeout=60)
+    if secret is not None:
+        os.unlink(secret)
     if r.returncode != 0:
         fail(where, f"kvf-agent --print-config refused it: "
              f"{r.stdout}{r.stderr}")
@@ -358,21 +376,175 @@ def cmd_configs():
             else:
                 fail(f"deploy/config/{fn}", "neither agent* nor controller*")
 
+    check_wiring(docs)
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         print("note: kubectl not installed; `kubectl kustomize` not run")
     else:
-        # offline: renders and parses every manifest, needs no API server
-        r = subprocess.run([kubectl, "kustomize", src("deploy", "k8s")],
-                           capture_output=True, text=True, timeout=120)
+        # offline: renders and parses every manifest, needs no API server;
+        # the Secret is generated from cluster.secret, which an operator
+        # makes (never committed): a copy of deploy/k8s gets one
+        with tempfile.TemporaryDirectory(prefix="kvf-k8s-") as tmp:
+            kdir = os.path.join(tmp, "k8s")
+            shutil.copytree(src("deploy", "k8s"), kdir)
+            with open(os.path.join(kdir, "cluster.secret"), "w") as f:
+                f.write("0123456789abcdef0123456789abcdef\n")
+            r = subprocess.run([kubectl, "kustomize", kdir],
+                               capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
             fail("kubectl kustomize deploy/k8s", r.stderr.strip())
         else:
             kinds = [d["kind"] for d in yaml.safe_load_all(r.stdout) if d]
-            if len(kinds) != len(docs):
+            if len(kinds) != len(docs) + 1:
                 fail("kubectl kustomize deploy/k8s",
-                     f"rendered {len(kinds)} objects, want {len(docs)}")
+                     f"rendered {len(kinds)} objects, want {len(docs) + 1}")
+            elif "Secret" not in kinds:
+                fail("kubectl kustomize deploy/k8s", "no Secret rendered")
     done()
+
+
+# ---- wiring: socket paths and the cluster secret ---------------------------
+
+SOCKET = re.compile(r"/run/kvfabric/[^\s`\"',)]*\.sock")
+SOCKET_CONVENTION = re.compile(r"^/run/kvfabric/gpu(\d+|\{rank\}|%i|N)/agent\.sock$")
+SOCKET_DEFAULT = "/run/kvfabric/agent.sock"
+# pages that document the programs' built-in defaults
+DEFAULT_PAGES = {"docs/configuration.md", "docs/protocol.md"}
+SECRET_PATH = "/etc/kvfabric/cluster.secret"
+PROGRAMS = ("kvf-controller", "kvf-agent", "kvfctl")
+
+
+def text_files():
+    """(relative path, text) of the docs and deploy files."""
+    out = []
+    for top in ("docs", "deploy"):
+        for root, _, files in os.walk(src(top)):
+            for fn in sorted(files):
+                path = os.path.join(root, fn)
+                try:
+                    with open(path) as f:
+                        out.append((os.path.relpath(path, SRC), f.read()))
+                except UnicodeDecodeError:
+                    continue
+    with open(src("README.md")) as f:
+        out.append(("README.md", f.read()))
+    return out
+
+
+def check_sockets():
+    for rel, text in text_files():
+        for n, line in enumerate(text.splitlines(), 1):
+            for path in SOCKET.findall(line):
+                if SOCKET_CONVENTION.match(path):
+                    continue
+                if path == SOCKET_DEFAULT and (rel in DEFAULT_PAGES or
+                                               "default" in line):
+                    continue
+                fail(f"{rel}:{n}", f"socket {path} does not follow "
+                     "/run/kvfabric/gpuN/agent.sock")
+
+
+def shell_commands(text):
+    """(line number, logical command, exported names) of ```sh blocks."""
+    out = []
+    for block in re.finditer(r"^```sh\n(.*?)^```", text, re.M | re.S):
+        start = text[:block.start()].count("\n") + 2
+        exported, cmd, first = set(), "", None
+        for i, line in enumerate(block.group(1).splitlines()):
+            if first is None:
+                first = start + i
+            cmd += line.rstrip("\\") + " "
+            if line.endswith("\\"):
+                continue
+            m = re.match(r"\s*export (KVF_[A-Z_]+)=", cmd)
+            if m:
+                exported.add(m.group(1))
+            out.append((first, cmd.strip(), set(exported)))
+            cmd, first = "", None
+    return out
+
+
+def check_doc_secrets():
+    for rel in ("docs/operations.md", "docs/integration-vllm.md"):
+        with open(src(rel)) as f:
+            text = f.read()
+        for n, cmd, exported in shell_commands(text):
+            words = [w for w in cmd.split() if not re.match(r"^[A-Z_]+=", w)]
+            if not words or words[0] not in PROGRAMS:
+                continue
+            if (f"KVF_CLUSTER_SECRET_FILE={SECRET_PATH}" not in cmd and
+                    "KVF_CLUSTER_SECRET_FILE" not in exported):
+                fail(f"{rel}:{n}", f"{words[0]} started without "
+                     f"KVF_CLUSTER_SECRET_FILE={SECRET_PATH}")
+        if SECRET_PATH not in text:
+            fail(rel, f"never names the secret file {SECRET_PATH}")
+
+
+def check_unit_secrets():
+    sdir = src("deploy", "systemd")
+    for fn in sorted(os.listdir(sdir)):
+        if not fn.endswith(".service"):
+            continue
+        with open(os.path.join(sdir, fn)) as f:
+            lines = set(f.read().splitlines())
+        for must in (f"LoadCredential=cluster.secret:{SECRET_PATH}",
+                     "Environment=KVF_CLUSTER_SECRET_FILE=%d/cluster.secret"):
+            if must not in lines:
+                fail(f"deploy/systemd/{fn}", f"missing '{must}'")
+
+
+def check_k8s_secrets(docs):
+    with open(src("deploy", "k8s", "kustomization.yaml")) as f:
+        k = yaml.safe_load(f)
+    generated = {g["name"] for g in k.get("secretGenerator", [])
+                 if "cluster.secret" in g.get("files", [])}
+    if not generated:
+        fail("deploy/k8s/kustomization.yaml",
+             "no secretGenerator from cluster.secret")
+    for fn, d in docs:
+        if d.get("kind") not in ("Deployment", "DaemonSet"):
+            continue
+        where = f"deploy/k8s/{fn}: {d['kind']} {d['metadata']['name']}"
+        pod = d["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        secret_vols = {n for n, v in volumes.items()
+                       if v.get("secret", {}).get("secretName") in generated}
+        # volumes an init container fills from a read-only Secret mount
+        filled = set()
+        for c in pod.get("initContainers", []):
+            mounts = c.get("volumeMounts", [])
+            if any(m["name"] in secret_vols and m.get("readOnly")
+                   for m in mounts):
+                filled |= {m["name"] for m in mounts
+                           if m["name"] not in secret_vols}
+        for c in pod.get("containers", []):
+            if (c.get("command") or [""])[0] not in PROGRAMS:
+                continue
+            env = {e["name"]: e.get("value") for e in c.get("env", [])}
+            path = env.get("KVF_CLUSTER_SECRET_FILE")
+            if not path:
+                fail(f"{where} container {c['name']}",
+                     "no KVF_CLUSTER_SECRET_FILE: an unauthenticated cluster")
+                continue
+            mount = [m for m in c.get("volumeMounts", [])
+                     if os.path.dirname(path) == m["mountPath"]]
+            if not mount:
+                fail(f"{where} container {c['name']}",
+                     f"{path}: its directory is not mounted")
+            elif not mount[0].get("readOnly"):
+                fail(f"{where} container {c['name']}",
+                     f"{mount[0]['mountPath']} is not read-only")
+            elif (mount[0]["name"] not in secret_vols and
+                  mount[0]["name"] not in filled):
+                fail(f"{where} container {c['name']}",
+                     f"{path} does not come from the Secret")
+
+
+def check_wiring(docs):
+    check_sockets()
+    check_doc_secrets()
+    check_unit_secrets()
+    check_k8s_secrets(docs)
 
 
 # ---- systemd ---------------------------------------------------------------

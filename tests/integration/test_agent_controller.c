@@ -264,3 +264,99 @@ Test(agent_controller, wildcard_listen_advertises_a_reachable_address)
     cr_assert_eq(kvf_test_proc_stop(&wild, 10000), 0, "%s",
                  kvf_test_proc_log(&wild));
 }
+
+/* kvfctl nodes --json, into @p out. */
+static void nodes_json(char *out, size_t len)
+{
+    char bin[4096];
+    const char *ctl[] = {bin,     "--controller", g_ctl_addr,
+                         "nodes", "--json",       NULL};
+
+    snprintf(bin, sizeof(bin), "%s", kvf_test_build_path("tools/kvfctl"));
+    cr_assert_eq(kvf_test_run(ctl, out, len, 10000), 0, "%s", out);
+}
+
+/* Starts a second agent named it-node-a (the name the fixture's agent
+ * holds) on its own socket; @p extra is an optional last flag. */
+static void start_namesake(kvf_test_proc_t *proc, char *sock, size_t len,
+                           const char *extra)
+{
+    const char *argv[] = {
+        g_bin,       "--controller", g_ctl_addr,    "--name",
+        "it-node-a", "--socket",     sock,          "--http",
+        "",          "--listen",     "127.0.0.1:0", "--pool-size",
+        "16M",       "--max-chunk",  "1M",          "--reconnect-max",
+        "100ms",     extra,          NULL};
+
+    snprintf(sock, len, "/tmp/kvf-ac-it-dup-%d.sock", (int)getpid());
+    cr_assert_eq(kvf_test_proc_start(proc, argv), 0);
+}
+
+Test(agent_controller, a_held_name_is_refused_naming_the_holder)
+{
+    char sock[128], before[8192], after[8192];
+    kvf_test_proc_t dup;
+
+    nodes_json(before, sizeof(before));
+    start_namesake(&dup, sock, sizeof(sock), NULL);
+    cr_assert(kvf_test_proc_wait_log(&dup, "is held by live node", 20000),
+              "log: %s", kvf_test_proc_log(&dup));
+    cr_assert(strstr(kvf_test_proc_log(&dup), "--replace") != NULL, "%s",
+              kvf_test_proc_log(&dup));
+    /* the holder kept its name, id and registration */
+    cr_assert(agent_registered(), "%s", kvf_test_proc_log(&g_agent));
+    nodes_json(after, sizeof(after));
+    cr_assert_str_eq(strstr(after, "\"it-node-a\""),
+                     strstr(after, "\"it-node-a\""));
+    cr_assert_null(strstr(after, "\"dead\""), "nobody died: %s", after);
+    cr_assert_eq(kvf_test_proc_stop(&dup, 10000), 0, "%s",
+                 kvf_test_proc_log(&dup));
+    cr_assert_null(strstr(kvf_test_proc_log(&g_agent), "stale"), "%s",
+                   kvf_test_proc_log(&g_agent));
+}
+
+Test(agent_controller, replace_flag_takes_the_name_over)
+{
+    char sock[128], out[8192];
+    kvf_test_proc_t dup;
+    int i;
+
+    start_namesake(&dup, sock, sizeof(sock), "--replace");
+    cr_assert(kvf_test_proc_wait_log(&dup, "registered with controller", 20000),
+              "log: %s", kvf_test_proc_log(&dup));
+    for (i = 0; i < 1000; i++) {
+        nodes_json(out, sizeof(out));
+        if (strstr(out, "\"dead\"") != NULL) {
+            break;
+        }
+        poll(NULL, 0, 10);
+    }
+    cr_assert_not_null(strstr(out, "\"dead\""), "the old holder died: %s", out);
+    /* the replaced agent is refused, and says so, rather than fighting
+     * back with --replace of its own */
+    cr_assert(kvf_test_proc_wait_log(&g_agent, "is held by live node", 20000),
+              "log: %s", kvf_test_proc_log(&g_agent));
+    cr_assert_eq(kvf_test_proc_stop(&dup, 10000), 0, "%s",
+                 kvf_test_proc_log(&dup));
+}
+
+Test(agent_controller, restarted_agent_takes_its_name_back_at_once)
+{
+    const char *argv[] = {g_bin,         "--controller",
+                          g_ctl_addr,    "--name",
+                          "it-node-a",   "--socket",
+                          g_sock,        "--http",
+                          g_http,        "--listen",
+                          "127.0.0.1:0", "--pool-size",
+                          "16M",         "--max-chunk",
+                          "1M",          "--reconnect-max",
+                          "100ms",       NULL};
+
+    /* kill -9: no deregistration, its lease (2 s) still runs; the same
+     * host and socket make the new process the same agent */
+    kvf_test_proc_kill(&g_agent);
+    cr_assert_eq(kvf_test_proc_start(&g_agent, argv), 0);
+    wait_registered();
+    cr_assert_null(strstr(kvf_test_proc_log(&g_agent), "is held by"), "%s",
+                   kvf_test_proc_log(&g_agent));
+}

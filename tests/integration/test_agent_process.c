@@ -9,8 +9,12 @@
 
 #include <criterion/criterion.h>
 
+#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 TestSuite(agent_process, .fini = kvf_test_check_leaks, .timeout = 60);
@@ -22,6 +26,17 @@ static const char *agent_bin(void)
     snprintf(g_bin, sizeof(g_bin), "%s",
              kvf_test_build_path("agent/kvf-agent"));
     return g_bin;
+}
+
+static int count_of(const char *text, const char *needle)
+{
+    int n = 0;
+
+    for (text = strstr(text, needle); text != NULL;
+         text = strstr(text + 1, needle)) {
+        n++;
+    }
+    return n;
 }
 
 Test(agent_process, bad_config_exits_with_one_line)
@@ -73,12 +88,22 @@ Test(agent_process, serves_health_and_metrics_and_stops_cleanly)
     cr_assert_eq(kvf_test_proc_start(&proc, argv), 0);
     cr_assert(kvf_test_proc_wait_log(&proc, "http listening", 10000), "log: %s",
               kvf_test_proc_log(&proc));
-    for (i = 0; (i < 100) && (code != 200); i++) {
+    for (i = 0; (i < 100) && (code != 503); i++) {
         code = kvf_test_http_get(http, "/healthz", body, sizeof(body));
     }
-    cr_assert_eq(code, 200);
+    /* not ready until registered, and it says why */
+    cr_assert_eq(code, 503, "%s", body);
     cr_assert(strstr(body, "\"name\":\"it-agent\"") != NULL, "%s", body);
     cr_assert(strstr(body, "\"registered\":false") != NULL, "%s", body);
+    cr_assert(kvf_test_proc_wait_log(&proc, "Connection refused", 10000),
+              "log: %s", kvf_test_proc_log(&proc));
+    for (i = 0; (i < 100) && (strstr(body, "Connection refused") == NULL);
+         i++) {
+        kvf_test_http_get(http, "/healthz", body, sizeof(body));
+    }
+    cr_assert(strstr(body, "\"problem\":\"cannot connect: Connection "
+                           "refused\"") != NULL,
+              "%s", body);
     cr_assert_eq(kvf_test_http_get(http, "/metrics", body, sizeof(body)), 200);
     cr_assert(strstr(body, "kvf_agent_controller_registered 0") != NULL, "%s",
               body);
@@ -86,6 +111,10 @@ Test(agent_process, serves_health_and_metrics_and_stops_cleanly)
     cr_assert_eq(access(sock, F_OK), 0, "socket created at %s", sock);
     cr_assert_eq(kvf_test_proc_stop(&proc, 10000), 0,
                  "SIGTERM exits 0; log: %s", kvf_test_proc_log(&proc));
+    /* --reconnect-max 50ms gives many retries: one warning, at the
+     * default level, with the errno text */
+    cr_assert_eq(count_of(kvf_test_proc_log(&proc), "Connection refused"), 1,
+                 "log: %s", kvf_test_proc_log(&proc));
     cr_assert_neq(access(sock, F_OK), 0, "socket removed on exit");
     *strrchr(sock, '/') = '\0';
     rmdir(sock);
@@ -103,4 +132,110 @@ Test(agent_process, list_devices_says_what_it_found)
     cr_assert(strstr(out, "no RDMA devices found") != NULL ||
                   strstr(out, "port") != NULL,
               "got: %s", out);
+}
+
+Test(agent_process, every_program_has_version)
+{
+    static const char *const progs[] = {
+        "agent/kvf-agent", "controller/kvf-controller", "tools/kvfctl",
+        "tools/kvf-bench", "tools/kvf-demo-engine"};
+    char bin[4096], out[4096];
+    size_t i;
+
+    for (i = 0; i < sizeof(progs) / sizeof(progs[0]); i++) {
+        const char *argv[] = {bin, "--version", NULL};
+
+        snprintf(bin, sizeof(bin), "%s", kvf_test_build_path(progs[i]));
+        cr_assert_eq(kvf_test_run(argv, out, sizeof(out), 10000), 0, "%s: %s",
+                     progs[i], out);
+        cr_assert(strstr(out, " (git ") != NULL, "%s: %s", progs[i], out);
+        cr_assert(strstr(out, "build: buildtype ") != NULL, "%s: %s", progs[i],
+                  out);
+    }
+}
+
+/* --print-config of @p prog with KVF_CLUSTER_SECRET_FILE=@p secret: its
+ * exit status, stdout+stderr in @p out. */
+static int print_config(const char *prog, const char *secret, char *out,
+                        size_t len)
+{
+    char cmd[8192];
+    FILE *p;
+    size_t n;
+    int rc;
+
+    snprintf(cmd, sizeof(cmd),
+             "KVF_CLUSTER_SECRET_FILE='%s' KVF_POOL_SISE=1G %s --print-config "
+             "2>&1",
+             secret, kvf_test_build_path(prog));
+    p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    n      = fread(out, 1, len - 1, p);
+    out[n] = '\0';
+    rc     = pclose(p);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+Test(agent_process, print_config_checks_what_the_daemon_refuses)
+{
+    static const char *const progs[] = {"agent/kvf-agent",
+                                        "controller/kvf-controller"};
+    char good[256], shrt[256], out[16384];
+    size_t i;
+
+    /* kvf_test_write_temp() returns a static buffer */
+    snprintf(good, sizeof(good), "%s",
+             kvf_test_write_temp("0123456789abcdef0123456789abcdef\n"));
+    snprintf(shrt, sizeof(shrt), "%s", kvf_test_write_temp("short\n"));
+    chmod(good, 0600);
+    chmod(shrt, 0600);
+    for (i = 0; i < 2; i++) {
+        cr_assert_eq(print_config(progs[i], good, out, sizeof(out)), 0, "%s",
+                     out);
+        cr_assert(strstr(out, "cluster_secret_file: (secret)") != NULL, "%s",
+                  out);
+        /* a misspelled variable is named, with the likely one */
+        cr_assert(strstr(out, "KVF_POOL_SISE is not a") != NULL, "%s", out);
+        cr_assert_eq(
+            print_config(progs[i], "/nonexistent/secret", out, sizeof(out)), 1,
+            "%s", out);
+        cr_assert(strstr(out, "/nonexistent/secret") != NULL, "%s", out);
+        cr_assert_eq(print_config(progs[i], shrt, out, sizeof(out)), 1, "%s",
+                     out);
+        cr_assert_eq(print_config(progs[i], "/tmp", out, sizeof(out)), 1, "%s",
+                     out);
+    }
+    cr_assert_eq(print_config("agent/kvf-agent", good, out, sizeof(out)), 0);
+    cr_assert(strstr(out, "did you mean KVF_POOL_SIZE") != NULL, "%s", out);
+    unlink(good);
+    unlink(shrt);
+}
+
+Test(agent_process, controller_listens_on_ipv6_loopback)
+{
+    const char *argv[] = {kvf_test_build_path("controller/kvf-controller"),
+                          "--listen",
+                          "[::1]:0",
+                          "--http",
+                          "",
+                          NULL};
+    kvf_test_proc_t proc;
+    int fd                = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6,
+                             .sin6_addr   = IN6ADDR_LOOPBACK_INIT};
+
+    if ((fd < 0) || (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0)) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        cr_skip_test("no IPv6 loopback on this machine");
+    }
+    close(fd);
+    cr_assert_eq(kvf_test_proc_start(&proc, argv), 0);
+    cr_assert(kvf_test_proc_wait_log(&proc, "listening on [::1]:", 10000),
+              "log: %s", kvf_test_proc_log(&proc));
+    cr_assert(strstr(kvf_test_proc_log(&proc), "authentication off") != NULL,
+              "log: %s", kvf_test_proc_log(&proc));
+    cr_assert_eq(kvf_test_proc_stop(&proc, 10000), 0, "%s",
+                 kvf_test_proc_log(&proc));
 }

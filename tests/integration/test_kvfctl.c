@@ -103,6 +103,118 @@ Test(kvfctl, commands_tables_and_json)
     cr_assert_eq(kvf_th_ctl_stop(&g_ctl), 0);
 }
 
+/* The member names of a flat JSON object, space-separated, into @p out. */
+static void json_names(const char *json, char *out, size_t len)
+{
+    const char *p = json;
+    size_t used   = 0;
+
+    out[0] = '\0';
+    while ((p = strchr(p, '"')) != NULL) {
+        const char *end = strchr(p + 1, '"');
+
+        if ((end == NULL) || (end[1] != ':')) {
+            break;
+        }
+        used += (size_t)snprintf(out + used, len - used, "%.*s ",
+                                 (int)(end - p - 1), p + 1);
+        p = strchr(end, ',');
+        if ((p == NULL) || (used >= len)) {
+            break;
+        }
+    }
+}
+
+Test(kvfctl, operator_output_names_units_holders_and_outcomes)
+{
+    const char *args[] = {"--recovery-window", "0", NULL};
+    char key0[KVF_KEY_STR_SIZE], key9[KVF_KEY_STR_SIZE];
+    char http[8192], a_names[1024], b_names[1024];
+    kvf_key_t k0 = {.ns = 1, .hi = 7, .lo = 0},
+              k9 = {.ns = 1, .hi = 7, .lo = 9};
+    kvf_ctlconn_t *a, *b;
+    uint32_t na, nb;
+    const char *ctl;
+
+    kvf_th_ctl_start(&g_ctl, args);
+    ctl = kvfctl_path();
+    a   = kvf_th_connect(&g_ctl, KVF__PEER_KIND__PEER_AGENT);
+    b   = kvf_th_connect(&g_ctl, KVF__PEER_KIND__PEER_AGENT);
+    na  = kvf_th_register(a, "gpu0", 1, NULL);
+    nb  = kvf_th_register(b, "gpu1", 1, NULL);
+    cr_assert_eq(kvf_th_batch(a, KVF_MSG_ADMIT, na, 1, 1, 0, 3, false), KVF_OK);
+    cr_assert_eq(kvf_th_batch(b, KVF_MSG_ADMIT, nb, 1, 1, 0, 1, false), KVF_OK);
+    kvf_key_format(&k0, key0);
+    kvf_key_format(&k9, key9);
+
+    /* units and percentages, a short incarnation */
+    cr_assert_eq(KVFCTL("nodes 2>&1", ctl, g_ctl.addr), 0, "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "0 B/1.0 GiB 0%"), "%s", g_out);
+    cr_assert_not_null(strstr(g_out, " 00000001 "), "%s", g_out);
+    /* every holder, by name */
+    cr_assert_eq(KVFCTL("lookup %s %s 2>&1", ctl, g_ctl.addr, key0, key9), 0,
+                 "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "gpu0, gpu1"), "%s", g_out);
+    cr_assert_eq(KVFCTL("--json lookup %s 2>&1", ctl, g_ctl.addr, key0), 0);
+    cr_assert_not_null(strstr(g_out, "\"holders\":[\"gpu0\",\"gpu1\"]"), "%s",
+                       g_out);
+    /* pin says per key what happened */
+    cr_assert_eq(KVFCTL("pin %s %s 2>&1", ctl, g_ctl.addr, key0, key9), 0, "%s",
+                 g_out);
+    cr_assert_not_null(strstr(g_out, "held by 2 node(s): gpu0, gpu1"), "%s",
+                       g_out);
+    cr_assert_not_null(strstr(g_out, "nobody holds it yet"), "%s", g_out);
+    cr_assert_eq(
+        KVFCTL("replicate gpu1 %s %s 2>&1", ctl, g_ctl.addr, key0, key9), 0,
+        "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "nothing to replicate"), "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "replicated 1 of 1 key(s)"), "%s", g_out);
+    /* drain, undrain */
+    cr_assert_eq(KVFCTL("drain gpu1 2>&1", ctl, g_ctl.addr), 0, "%s", g_out);
+    cr_assert_eq(KVFCTL("nodes 2>&1", ctl, g_ctl.addr), 0, "%s", g_out);
+    cr_assert_not_null(strstr(g_out, "draining"), "%s", g_out);
+    cr_assert_eq(KVFCTL("undrain gpu1 2>&1", ctl, g_ctl.addr), 0, "%s", g_out);
+    cr_assert_eq(KVFCTL("nodes 2>&1", ctl, g_ctl.addr), 0, "%s", g_out);
+    cr_assert_null(strstr(g_out, "draining"), "%s", g_out);
+    cr_assert_eq(kvf_th_run(http, sizeof(http),
+                            "grep -c 'admin undrain of node gpu1' %s",
+                            g_ctl.log),
+                 0, "controller logs names: %s", http);
+
+    /* errors as JSON under --json; strict arguments */
+    cr_assert_eq(KVFCTL("--json drain nosuch 2>/dev/null", ctl, g_ctl.addr), 1);
+    cr_assert_str_eq(g_out, "{\"error\":{\"code\":\"KVF_ERR_NOT_FOUND\","
+                            "\"message\":\"unknown node 'nosuch'\"}}\n");
+    cr_assert_eq(KVFCTL("--timeout abc nodes 2>&1", ctl, g_ctl.addr), 2);
+    cr_assert_not_null(strstr(g_out, "--timeout 'abc' is not a time"), "%s",
+                       g_out);
+    cr_assert_eq(KVFCTL("nodes extra 2>&1", ctl, g_ctl.addr), 2);
+    cr_assert_not_null(strstr(g_out, "nodes takes no arguments"), "%s", g_out);
+    cr_assert_eq(KVFCTL("drain gpu0 gpu1 2>&1", ctl, g_ctl.addr), 2);
+    cr_assert_eq(KVFCTL("--json --bogus nodes 2>/dev/null", ctl, g_ctl.addr),
+                 2);
+    cr_assert_not_null(strstr(g_out, "{\"error\":"), "%s", g_out);
+    /* the HTTP port is named as the likely mistake */
+    cr_assert_eq(KVFCTL("--timeout 2000 nodes 2>&1", ctl, g_ctl.http), 1);
+    cr_assert_not_null(strstr(g_out, "that is the controller's HTTP port"),
+                       "%s", g_out);
+
+    /* one stats schema: kvfctl and /v1/stats carry the same fields */
+    cr_assert_eq(KVFCTL("--json stats 2>&1", ctl, g_ctl.addr), 0, "%s", g_out);
+    json_names(g_out + 1, a_names, sizeof(a_names));
+    cr_assert_eq(kvf_th_run(http, sizeof(http), "curl -sf http://%s/v1/stats",
+                            g_ctl.http),
+                 0);
+    json_names(http + 1, b_names, sizeof(b_names));
+    cr_assert_str_eq(a_names, b_names);
+    cr_assert_not_null(strstr(a_names, "holdings"), "%s", a_names);
+    cr_assert_not_null(strstr(a_names, "auth_failures"), "%s", a_names);
+
+    kvf_ctlconn_destroy(a);
+    kvf_ctlconn_destroy(b);
+    cr_assert_eq(kvf_th_ctl_stop(&g_ctl), 0);
+}
+
 Test(kvfctl, unreachable_controller)
 {
     /* a port nobody listens on: bind one, note it, close it */

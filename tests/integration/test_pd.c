@@ -690,3 +690,58 @@ Test(pd, damaged_chunk_fails_the_push_and_is_never_handed_out)
     kvf_client_disconnect(pc);
     kvf_client_disconnect(dc);
 }
+
+/* kvfctl ARGS... against the controller; output in @p out. */
+static int kvfctl(char *out, size_t len, const char *a1, const char *a2)
+{
+    char bin[4096];
+    const char *argv[] = {bin, "--controller", g_ctl.addr, a1, a2, NULL};
+
+    snprintf(bin, sizeof(bin), "%s", kvf_test_build_path("tools/kvfctl"));
+    return kvf_test_run(argv, out, len, 10000);
+}
+
+Test(pd, drain_refuses_pushes_survives_a_controller_restart_and_undrains)
+{
+    char out[16384], listen[160];
+    const char *args[] = {"--heartbeat-interval", "100ms", "--listen", listen,
+                          NULL};
+    kvf_client_t *pc, *dc;
+    kvf_status_t status;
+    int i;
+
+    start_pair(NULL);
+    pc = connect_to(&g_p);
+    dc = connect_to(&g_d);
+    cr_assert_eq(kvfctl(out, sizeof(out), "drain", "it-decode"), 0, "%s", out);
+    cr_assert(metric_becomes(&g_d, "kvf_agent_draining", 1, 5000));
+    status = push(pc, 40, 0, 2, true);
+    cr_assert_eq(status, KVF_ERR_STATE, "%d: %s", status,
+                 kvf_client_last_error(pc));
+    cr_assert_not_null(strstr(kvf_client_last_error(pc), "is draining"), "%s",
+                       kvf_client_last_error(pc));
+
+    /* a restarted controller learns the drain from the registration */
+    snprintf(listen, sizeof(listen), "%s", g_ctl.addr);
+    cr_assert_eq(kvf_th_ctl_stop(&g_ctl), 0);
+    kvf_th_ctl_start(&g_ctl, args);
+    for (i = 0; i < 1000; i++) {
+        cr_assert_eq(kvfctl(out, sizeof(out), "--json", "nodes"), 0, "%s", out);
+        if (strstr(out, "\"it-decode\",\"state\":\"draining\"") != NULL) {
+            break;
+        }
+        poll(NULL, 0, 10);
+    }
+    cr_assert_not_null(strstr(out, "\"it-decode\",\"state\":\"draining\""),
+                       "%s\n%s", out, kvf_test_proc_log(&g_d.proc));
+
+    cr_assert_eq(kvfctl(out, sizeof(out), "undrain", "it-decode"), 0, "%s",
+                 out);
+    cr_assert(metric_becomes(&g_d, "kvf_agent_draining", 0, 5000));
+    cr_assert_eq(push(pc, 41, 0, 2, true), KVF_OK, "%s",
+                 kvf_client_last_error(pc));
+    wait_and_check(dc, 41, 2);
+    cr_assert_eq(kvf_pd_release(dc, 41), KVF_OK);
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}

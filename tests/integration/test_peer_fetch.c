@@ -97,6 +97,17 @@ static void teardown(void)
     kvf_test_check_leaks();
 }
 
+static int count_of(const char *text, const char *needle)
+{
+    int n = 0;
+
+    for (text = strstr(text, needle); text != NULL;
+         text = strstr(text + 1, needle)) {
+        n++;
+    }
+    return n;
+}
+
 TestSuite(peer_fetch, .init = setup, .fini = teardown, .timeout = 120);
 
 static kvf_client_t *connect_to(int i)
@@ -265,6 +276,14 @@ Test(peer_fetch, dead_holder_becomes_misses_not_a_hang)
     /* within the 3 s fetch timeout: every chunk missed, none wrong */
     cr_assert_eq(got, 0);
     cr_assert(missing[0] && missing[1] && missing[2] && missing[3]);
+    got = retrieve_check(1, keys, 4, missing);
+    cr_assert_eq(got, 0);
+    /* the survivor names the dead peer once, not once per connection */
+    cr_assert_eq(
+        count_of(kvf_test_proc_log(&g_agents[1].proc), "peer node it-peer-a ("),
+        1, "log: %s", kvf_test_proc_log(&g_agents[1].proc));
+    cr_assert_null(strstr(kvf_test_proc_log(&g_agents[1].proc), "peer failed"),
+                   "log: %s", kvf_test_proc_log(&g_agents[1].proc));
 }
 
 Test(peer_fetch, prefetch_then_retrieve_moves_each_chunk_once)

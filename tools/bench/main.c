@@ -3,6 +3,7 @@
 #include "tools/bench/bench.h"
 
 #include "common/byteorder.h"
+#include "common/version.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -43,6 +44,10 @@ int main(int argc, char **argv)
 {
     size_t i;
 
+    if ((argc == 2) && (strcmp(argv[1], "--version") == 0)) {
+        kvf_version_print("kvf-bench", stdout);
+        return 0;
+    }
     if ((argc < 2) || (strcmp(argv[1], "--help") == 0) ||
         (strcmp(argv[1], "-h") == 0)) {
         kvf_bench_usage((argc < 2) ? stderr : stdout);

@@ -100,6 +100,78 @@ Test(node, new_incarnation_replaces_and_fences_old)
     cr_assert_eq(kvf_node_table_register(g_nodes, &p, 0, &node), KVF_ERR_STALE);
 }
 
+static kvf_status_t reg_from(const char *name, uint64_t inc, const char *data,
+                             const char *sock, bool replace, uint64_t now,
+                             kvf_node_t **node_p)
+{
+    kvf_node_params_t p;
+
+    memset(&p, 0, sizeof(p));
+    p.name            = name;
+    p.incarnation     = inc;
+    p.data_address    = data;
+    p.control_address = sock;
+    p.is_replace      = replace;
+    p.lease_ms        = 1000;
+    return kvf_node_table_register(g_nodes, &p, now, node_p);
+}
+
+Test(node, name_held_by_a_live_node_elsewhere_is_refused)
+{
+    kvf_node_t *holder, *node = NULL;
+
+    cr_assert_eq(
+        reg_from("gpu0", 1, "10.0.0.1:7410", "/run/a.sock", false, 0, &holder),
+        KVF_OK);
+    /* another host, and another agent on the same host (other socket) */
+    cr_assert_eq(
+        reg_from("gpu0", 2, "10.0.0.2:7410", "/run/a.sock", false, 500, &node),
+        KVF_ERR_EXISTS);
+    cr_assert_eq(
+        reg_from("gpu0", 2, "10.0.0.1:7420", "/run/b.sock", false, 500, &node),
+        KVF_ERR_EXISTS);
+    cr_assert_eq(holder->state, KVF_NODE_ALIVE, "the holder keeps its name");
+    cr_assert_eq(kvf_node_table_find_name(g_nodes, "gpu0"), holder);
+}
+
+Test(node, same_agent_restart_lease_expiry_or_replace_take_over)
+{
+    kvf_node_t *a, *b, *c, *d;
+
+    cr_assert_eq(
+        reg_from("gpu0", 1, "10.0.0.1:7410", "/run/a.sock", false, 0, &a),
+        KVF_OK);
+    /* a restart: same host and socket, a new ephemeral data port */
+    cr_assert_eq(
+        reg_from("gpu0", 2, "10.0.0.1:40001", "/run/a.sock", false, 10, &b),
+        KVF_OK);
+    cr_assert_eq(a->state, KVF_NODE_DEAD);
+    /* --replace from elsewhere */
+    cr_assert_eq(
+        reg_from("gpu0", 3, "10.0.0.2:7410", "/run/a.sock", true, 20, &c),
+        KVF_OK);
+    cr_assert_eq(b->state, KVF_NODE_DEAD);
+    cr_assert(kvf_test_log_contains("replaced (--replace)"));
+    /* the holder went silent for longer than its lease */
+    cr_assert_eq(
+        reg_from("gpu0", 4, "10.0.0.3:7410", "/run/x.sock", false, 1021, &d),
+        KVF_OK);
+    cr_assert_eq(c->state, KVF_NODE_DEAD);
+}
+
+Test(node, draining_is_kept_from_the_registration)
+{
+    kvf_node_params_t p;
+    kvf_node_t *node;
+
+    memset(&p, 0, sizeof(p));
+    p.name        = "d";
+    p.incarnation = 1;
+    p.is_draining = true;
+    cr_assert_eq(kvf_node_table_register(g_nodes, &p, 0, &node), KVF_OK);
+    cr_assert_eq(node->state, KVF_NODE_DRAINING);
+}
+
 Test(node, lease_expiry_and_forget)
 {
     kvf_node_t *a = reg_node("a", 1, 0), *b = reg_node("b", 1, 0);
