@@ -29,6 +29,9 @@ typedef struct kvf_controller_config {
     char *tls_cert;                /* PEM chain; with tls_key: TLS on */
     char *tls_key;                 /* PEM private key */
     uint64_t handshake_timeout_ns; /* HELLO/AUTH (and TLS) must end by then */
+    uint64_t max_buffered;         /* bytes buffered, all connections */
+    uint64_t max_buffered_preauth; /* of those, by unauthenticated ones */
+    char *http_open;               /* paths served without a token */
 } kvf_controller_config_t;
 
 extern const kvf_config_schema_t kvf_controller_config_schema;

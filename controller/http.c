@@ -8,6 +8,9 @@
 
 #include <event2/buffer.h>
 #include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include <openssl/crypto.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -16,6 +19,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 static void kvf_http_json_str(struct evbuffer *b, const char *s)
 {
@@ -42,9 +46,66 @@ static void kvf_http_reply(struct evhttp_request *req, struct evbuffer *b,
     evhttp_send_reply(req, HTTP_OK, "OK", b);
 }
 
+/* Is @p path one of cfg->http_open's comma-separated paths? */
+static bool kvf_http_path_is_open(const char *list, const char *path)
+{
+    size_t len = strlen(path);
+
+    while ((list != NULL) && (*list != '\0')) {
+        size_t n = strcspn(list, ",");
+
+        if ((n == len) && (strncmp(list, path, n) == 0)) {
+            return true;
+        }
+        list += n;
+        list += (*list == ',') ? 1 : 0;
+    }
+    return false;
+}
+
+/*
+ * With a cluster secret, every path but those in http_open (and the
+ * dashboard page, which holds no data) needs "Authorization: Bearer
+ * TOKEN" (kvf_auth_http_token()). Answers 401 and returns false when it
+ * is missing or wrong; the comparison takes constant time.
+ */
+static bool kvf_http_is_authorized(kvf_server_t *server,
+                                   struct evhttp_request *req, const char *path)
+{
+    const char *auth;
+
+    if ((server->http_token[0] == '\0') ||
+        kvf_http_path_is_open(server->cfg->http_open, path)) {
+        return true;
+    }
+    auth = evhttp_find_header(evhttp_request_get_input_headers(req),
+                              "Authorization");
+    if ((auth != NULL) && (strncasecmp(auth, "Bearer ", 7) == 0)) {
+        auth += 7;
+        auth += strspn(auth, " ");
+        if ((strlen(auth) == KVF_AUTH_HTTP_TOKEN_LEN) &&
+            (CRYPTO_memcmp(auth, server->http_token, KVF_AUTH_HTTP_TOKEN_LEN) ==
+             0)) {
+            return true;
+        }
+    }
+    server->ctr.http_auth_failures++;
+    kvf_debug("http %s: %s bearer token", path,
+              (auth == NULL) ? "no" : "wrong");
+    evhttp_add_header(evhttp_request_get_output_headers(req),
+                      "WWW-Authenticate", "Bearer realm=\"kvfabric\"");
+    evhttp_send_error(req, 401, "Unauthorized");
+    return false;
+}
+
 static void kvf_http_on_healthz(struct evhttp_request *req, void *arg)
 {
-    struct evbuffer *b = evbuffer_new();
+    struct evbuffer *b;
+
+    if (!kvf_http_is_authorized(arg, req, "/healthz")) {
+        return;
+    }
+    b = evbuffer_new();
 
     if (b == NULL) {
         evhttp_send_error(req, HTTP_INTERNAL, NULL);
@@ -76,9 +137,13 @@ static void kvf_http_on_nodes(struct evhttp_request *req, void *arg)
 {
     kvf_server_t *server = arg;
     size_t i, n = kvf_node_table_count(server->nodes);
-    uint64_t now       = kvf_time_now_ms();
-    struct evbuffer *b = evbuffer_new();
+    uint64_t now = kvf_time_now_ms();
+    struct evbuffer *b;
 
+    if (!kvf_http_is_authorized(server, req, "/v1/nodes")) {
+        return;
+    }
+    b = evbuffer_new();
     if (b == NULL) {
         evhttp_send_error(req, HTTP_INTERNAL, NULL);
         return;
@@ -121,8 +186,12 @@ static void kvf_http_on_stats(struct evhttp_request *req, void *arg)
     kvf_server_t *server = arg;
     kvf_registry_stats_t rs;
     uint32_t alive, draining, dead;
-    struct evbuffer *b = evbuffer_new();
+    struct evbuffer *b;
 
+    if (!kvf_http_is_authorized(server, req, "/v1/stats")) {
+        return;
+    }
+    b = evbuffer_new();
     if (b == NULL) {
         evhttp_send_error(req, HTTP_INTERNAL, NULL);
         return;
@@ -137,12 +206,14 @@ static void kvf_http_on_stats(struct evhttp_request *req, void *arg)
         ",\"lookups\":%" PRIu64 ",\"lookup_hit_chunks\":%" PRIu64
         ",\"lookup_miss_chunks\":%" PRIu64 ",\"purge_backlog\":%" PRIu64
         ",\"protocol_errors\":%" PRIu64 ",\"auth_failures\":%" PRIu64
-        ",\"connections\":%" PRIu64 ",\"table_bytes\":%" PRIu64 "}\n",
+        ",\"connections\":%" PRIu64 ",\"table_bytes\":%" PRIu64
+        ",\"buffered_bytes\":%" PRIu64 ",\"buffer_closes\":%" PRIu64 "}\n",
         kvf_server_recovering(server) ? "true" : "false", alive, draining, dead,
         rs.keys, server->ctr.admits, server->ctr.evicts, server->ctr.lookups,
         server->ctr.lookup_hit_chunks, server->ctr.lookup_miss_chunks,
         rs.purge_backlog, server->ctr.protocol_errors,
-        server->ctr.auth_failures, server->num_conns, rs.table_bytes);
+        server->ctr.auth_failures, server->num_conns, rs.table_bytes,
+        server->buffered, server->ctr.buffer_closes);
     kvf_http_reply(req, b, "application/json");
     evbuffer_free(b);
 }
@@ -155,8 +226,12 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
     uint32_t alive, draining, dead;
     uint64_t cum = 0;
     unsigned i;
-    struct evbuffer *b = evbuffer_new();
+    struct evbuffer *b;
 
+    if (!kvf_http_is_authorized(server, req, "/metrics")) {
+        return;
+    }
+    b = evbuffer_new();
     if (b == NULL) {
         evhttp_send_error(req, HTTP_INTERNAL, NULL);
         return;
@@ -202,13 +277,25 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
         "kvf_controller_connections %" PRIu64 "\n"
         "# TYPE kvf_controller_table_bytes gauge\n"
         "kvf_controller_table_bytes %" PRIu64 "\n"
+        "# TYPE kvf_controller_buffered_bytes gauge\n"
+        "kvf_controller_buffered_bytes{peer=\"any\"} %" PRIu64 "\n"
+        "kvf_controller_buffered_bytes{peer=\"unauthenticated\"} %" PRIu64 "\n"
+        "# TYPE kvf_controller_buffer_closes_total counter\n"
+        "kvf_controller_buffer_closes_total %" PRIu64 "\n"
+        "# TYPE kvf_controller_accept_errors_total counter\n"
+        "kvf_controller_accept_errors_total{port=\"control\"} %" PRIu64 "\n"
+        "kvf_controller_accept_errors_total{port=\"http\"} %" PRIu64 "\n"
+        "# TYPE kvf_controller_http_auth_failures_total counter\n"
+        "kvf_controller_http_auth_failures_total %" PRIu64 "\n"
         "# TYPE kvf_controller_request_seconds histogram\n",
         alive, draining, dead, rs.keys, kvf_server_recovering(server) ? 1 : 0,
         c->admits, c->evicts, c->lookups, c->lookup_hit_chunks,
         c->lookup_miss_chunks, rs.purge_backlog, c->protocol_errors,
         c->auth_failures, c->tls_failures, c->handshake_timeouts,
         c->stale_rejects, c->seq_gaps, c->backpressure, server->num_conns,
-        rs.table_bytes);
+        rs.table_bytes, server->buffered, server->buffered_preauth,
+        c->buffer_closes, server->listen_guard.errors,
+        server->http_guard.errors, c->http_auth_failures);
     for (i = 0; i < KVF_SERVER_LAT_BUCKETS; i++) {
         cum += c->lat_buckets[i];
         evbuffer_add_printf(b,
@@ -232,7 +319,7 @@ kvf_status_t kvf_server_http_start(kvf_server_t *server)
     struct evhttp_bound_socket *sock;
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
-    char host[256];
+    char host[256], what[320];
     uint16_t port;
 
     if ((addr == NULL) || (addr[0] == '\0')) {
@@ -255,6 +342,28 @@ kvf_status_t kvf_server_http_start(kvf_server_t *server)
     getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &len);
     snprintf(server->http_addr, sizeof(server->http_addr), "%s:%u", host,
              ntohs(((struct sockaddr_in *)&ss)->sin_port));
+    snprintf(what, sizeof(what), "http port %s", server->http_addr);
+    if (kvf_listen_guard_init(&server->http_guard, server->base,
+                              evhttp_bound_socket_get_listener(sock),
+                              what) != KVF_OK) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    if (kvf_auth_secret_is_set(&server->secret)) {
+        if (kvf_auth_http_token(&server->secret, server->http_token) !=
+            KVF_OK) {
+            return KVF_ERR_IO;
+        }
+    } else if (!kvf_auth_host_is_loopback(server->http_addr)) {
+        kvf_warn("http %s is not a loopback address and no "
+                 "cluster_secret_file is configured: /v1/nodes lists every "
+                 "node's addresses to anyone who can connect "
+                 "(docs/security.md)",
+                 server->http_addr);
+    }
+    /* requests are small; slow or oversized ones must not hold memory */
+    evhttp_set_max_headers_size(server->http, 16 << 10);
+    evhttp_set_max_body_size(server->http, 1 << 20);
+    evhttp_set_timeout(server->http, 10);
     evhttp_set_allowed_methods(server->http, EVHTTP_REQ_GET);
     evhttp_set_cb(server->http, "/", kvf_dashboard_serve, server);
     evhttp_set_cb(server->http, "/dashboard", kvf_dashboard_serve, server);
@@ -262,12 +371,14 @@ kvf_status_t kvf_server_http_start(kvf_server_t *server)
     evhttp_set_cb(server->http, "/v1/nodes", kvf_http_on_nodes, server);
     evhttp_set_cb(server->http, "/v1/stats", kvf_http_on_stats, server);
     evhttp_set_cb(server->http, "/metrics", kvf_http_on_metrics, server);
-    kvf_info("http listening on %s", server->http_addr);
+    kvf_info("http listening on %s%s", server->http_addr,
+             (server->http_token[0] != '\0') ? " (bearer token required)" : "");
     return KVF_OK;
 }
 
 void kvf_server_http_stop(kvf_server_t *server)
 {
+    kvf_listen_guard_cleanup(&server->http_guard);
     if (server->http != NULL) {
         evhttp_free(server->http);
         server->http = NULL;

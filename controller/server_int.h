@@ -5,6 +5,7 @@
 #define KVF_CONTROLLER_SERVER_INT_H
 
 #include "common/auth.h"
+#include "common/listen.h"
 #include "controller/node.h"
 #include "controller/registry.h"
 #include "controller/server.h"
@@ -35,6 +36,8 @@ typedef struct kvf_server_counters {
     uint64_t seq_gaps;
     uint64_t backpressure;
     uint64_t connections_total;
+    uint64_t buffer_closes;      /* closed: over max_buffered(_preauth) */
+    uint64_t http_auth_failures; /* HTTP requests without the token */
     uint64_t requests;
     uint64_t lat_buckets[KVF_SERVER_LAT_BUCKETS]; /* cumulative below */
     uint64_t lat_sum_ns;
@@ -62,8 +65,14 @@ struct kvf_server {
     struct event *purge;
     kvf_registry_t *reg;
     kvf_node_table_t *nodes;
-    kvf_conn_t *conns; /* doubly linked */
+    kvf_conn_t *conns; /* doubly linked, newest first */
     uint64_t num_conns;
+    uint64_t buffered;         /* bytes charged by all connections */
+    uint64_t buffered_preauth; /* of those, by unauthenticated ones */
+    uint64_t last_shed_log_ms;
+    kvf_listen_guard_t listen_guard; /* the control port's accept errors */
+    kvf_listen_guard_t http_guard;   /* the HTTP port's */
+    char http_token[2 * KVF_AUTH_MAC_SIZE + 1]; /* "": no token needed */
     kvf_server_counters_t ctr;
     uint64_t start_ms;
     bool is_recovering;

@@ -267,8 +267,14 @@ int kvf_test_run(const char *const argv[], char *out, size_t out_len,
 int kvf_test_http_get(uint16_t port, const char *path, char *out,
                       size_t out_len)
 {
+    return kvf_test_http_get_auth(port, path, NULL, out, out_len);
+}
+
+int kvf_test_http_get_auth(uint16_t port, const char *path, const char *token,
+                           char *out, size_t out_len)
+{
     struct sockaddr_in sin;
-    char req[512];
+    char req[768];
     size_t used = 0;
     ssize_t n;
     int fd, code = -1;
@@ -286,8 +292,10 @@ int kvf_test_http_get(uint16_t port, const char *path, char *out,
         close(fd);
         return -1;
     }
-    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n",
-             path);
+    snprintf(req, sizeof(req),
+             "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n%s%s%s\r\n", path,
+             (token != NULL) ? "Authorization: Bearer " : "",
+             (token != NULL) ? token : "", (token != NULL) ? "\r\n" : "");
     if (write(fd, req, strlen(req)) != (ssize_t)strlen(req)) {
         close(fd);
         return -1;

@@ -61,4 +61,9 @@ int kvf_test_run(const char *const argv[], char *out, size_t out_len,
 int kvf_test_http_get(uint16_t port, const char *path, char *out,
                       size_t out_len);
 
+/* As kvf_test_http_get, with "Authorization: Bearer @p token" when
+ * @p token is not NULL. */
+int kvf_test_http_get_auth(uint16_t port, const char *path, const char *token,
+                           char *out, size_t out_len);
+
 #endif /* KVF_TESTS_PROC_H */
