@@ -25,6 +25,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -446,6 +447,52 @@ Test(controller_abuse, http_needs_bearer_token)
                  200);
     cr_assert_eq(kvf_test_http_get(port, "/", g_body, sizeof(g_body)), 200);
     cr_assert_eq(metric("kvf_controller_http_auth_failures_total"), 4);
+}
+
+/* The DOM headless Chromium renders from @p url (g_body); false when it
+ * is not installed or cannot run here. */
+static bool render(const char *url)
+{
+    char err[200], script[512];
+    const char *argv[] = {"/bin/sh", "-c", script, "sh", url, err, NULL};
+    int rc;
+
+    snprintf(err, sizeof(err), "%s/chromium.err", g_dir);
+    snprintf(script, sizeof(script),
+             "b=$(command -v chromium || command -v chromium-browser) "
+             "|| exit 200; exec \"$b\" --headless --no-sandbox --disable-gpu "
+             "--no-first-run --user-data-dir=%s/chromium "
+             "--virtual-time-budget=5000 --dump-dom \"$1\" 2>\"$2\"",
+             g_dir);
+    rc = kvf_test_run(argv, g_body, sizeof(g_body), 90000);
+    return (rc == 0) && (strstr(g_body, "<html") != NULL);
+}
+
+/* The dashboard with a secret: given the token in the URL fragment it
+ * renders the nodes; without it, it says how to pass one. */
+Test(controller_abuse, dashboard_sends_the_token)
+{
+    char url[300];
+    kvf_ctlconn_t *conn;
+
+    start_ctl(NULL);
+    conn = open_authenticated("dash-node");
+    kvf_th_register(conn, "dash-node", 1, NULL);
+    expected_token(g_token);
+    snprintf(url, sizeof(url), "http://%s/#token=%s", g_ctl.http, g_token);
+    if (!render(url)) {
+        kvf_ctlconn_destroy(conn);
+        cr_skip_test("headless chromium is not available here");
+    }
+    cr_assert_not_null(strstr(g_body, "updated "), "%s", g_body);
+    cr_assert_not_null(strstr(g_body, "<td class=\"name\">dash-node</td>"),
+                       "%s", g_body);
+    snprintf(url, sizeof(url), "http://%s/", g_ctl.http);
+    cr_assert(render(url));
+    cr_assert_not_null(strstr(g_body, "HTTP 401, open this page as"), "%s",
+                       g_body);
+    cr_assert_null(strstr(g_body, "dash-node"), "%s", g_body);
+    kvf_ctlconn_destroy(conn);
 }
 
 /* http_open decides which paths stay open: empty closes /metrics too. */
