@@ -2,6 +2,7 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "controller/server_int.h"
 #include "controller/dashboard.h"
+#include "controller/index.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "proto/frame.h"
@@ -21,7 +22,7 @@
 #include <string.h>
 #include <strings.h>
 
-static void kvf_http_json_str(struct evbuffer *b, const char *s)
+void kvf_server_http_json_str(struct evbuffer *b, const char *s)
 {
     evbuffer_add(b, "\"", 1);
     for (; *s != '\0'; s++) {
@@ -38,7 +39,7 @@ static void kvf_http_json_str(struct evbuffer *b, const char *s)
     evbuffer_add(b, "\"", 1);
 }
 
-static void kvf_http_reply(struct evhttp_request *req, struct evbuffer *b,
+void kvf_server_http_reply(struct evhttp_request *req, struct evbuffer *b,
                            const char *type)
 {
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
@@ -63,17 +64,15 @@ static bool kvf_http_path_is_open(const char *list, const char *path)
     return false;
 }
 
-/*
- * With a cluster secret, every path but those in http_open (and the
- * dashboard page, which holds no data) needs "Authorization: Bearer
- * TOKEN" (kvf_auth_http_token()). Answers 401 and returns false when it
- * is missing or wrong; the comparison takes constant time.
- */
-static bool kvf_http_is_authorized(kvf_server_t *server,
-                                   struct evhttp_request *req, const char *path)
+bool kvf_server_http_begin(kvf_server_t *server, struct evhttp_request *req,
+                           const char *path, int methods)
 {
     const char *auth;
 
+    if ((evhttp_request_get_command(req) & methods) == 0) {
+        evhttp_send_error(req, 405, "Method Not Allowed");
+        return false;
+    }
     if ((server->http_token[0] == '\0') ||
         kvf_http_path_is_open(server->cfg->http_open, path)) {
         return true;
@@ -102,7 +101,7 @@ static void kvf_http_on_healthz(struct evhttp_request *req, void *arg)
 {
     struct evbuffer *b;
 
-    if (!kvf_http_is_authorized(arg, req, "/healthz")) {
+    if (!kvf_server_http_begin(arg, req, "/healthz", EVHTTP_REQ_GET)) {
         return;
     }
     b = evbuffer_new();
@@ -112,7 +111,7 @@ static void kvf_http_on_healthz(struct evhttp_request *req, void *arg)
         return;
     }
     evbuffer_add_printf(b, "ok\n");
-    kvf_http_reply(req, b, "text/plain");
+    kvf_server_http_reply(req, b, "text/plain");
     evbuffer_free(b);
 }
 
@@ -140,7 +139,7 @@ static void kvf_http_on_nodes(struct evhttp_request *req, void *arg)
     uint64_t now = kvf_time_now_ms();
     struct evbuffer *b;
 
-    if (!kvf_http_is_authorized(server, req, "/v1/nodes")) {
+    if (!kvf_server_http_begin(server, req, "/v1/nodes", EVHTTP_REQ_GET)) {
         return;
     }
     b = evbuffer_new();
@@ -154,7 +153,7 @@ static void kvf_http_on_nodes(struct evhttp_request *req, void *arg)
 
         evbuffer_add_printf(
             b, "%s{\"id\":%" PRIu32 ",\"name\":", (i > 0) ? "," : "", node->id);
-        kvf_http_json_str(b, node->name);
+        kvf_server_http_json_str(b, node->name);
         evbuffer_add_printf(
             b,
             ",\"state\":\"%s\",\"role\":\"%s\","
@@ -166,18 +165,18 @@ static void kvf_http_on_nodes(struct evhttp_request *req, void *arg)
             node->incarnation, kvf_registry_slot_keys(server->reg, node->slot),
             node->pool_capacity, node->pool_used, node->pd_capacity,
             node->pd_used, now - node->last_heartbeat_ms);
-        kvf_http_json_str(b, node->control_address);
+        kvf_server_http_json_str(b, node->control_address);
         evbuffer_add_printf(b, ",\"data_address\":");
-        kvf_http_json_str(b, node->data_address);
+        kvf_server_http_json_str(b, node->data_address);
         evbuffer_add_printf(b, ",\"instance_id\":");
-        kvf_http_json_str(b, node->instance_id);
+        kvf_server_http_json_str(b, node->instance_id);
         evbuffer_add_printf(b, ",\"tp_rank\":%" PRIu32 ",\"tp_world\":%" PRIu32,
                             node->tp_rank, node->tp_world);
         kvf_http_node_traffic(b, node);
         evbuffer_add(b, "}", 1);
     }
     evbuffer_add_printf(b, "]}\n");
-    kvf_http_reply(req, b, "application/json");
+    kvf_server_http_reply(req, b, "application/json");
     evbuffer_free(b);
 }
 
@@ -188,7 +187,7 @@ static void kvf_http_on_stats(struct evhttp_request *req, void *arg)
     uint32_t alive, draining, dead;
     struct evbuffer *b;
 
-    if (!kvf_http_is_authorized(server, req, "/v1/stats")) {
+    if (!kvf_server_http_begin(server, req, "/v1/stats", EVHTTP_REQ_GET)) {
         return;
     }
     b = evbuffer_new();
@@ -214,7 +213,7 @@ static void kvf_http_on_stats(struct evhttp_request *req, void *arg)
         rs.purge_backlog, server->ctr.protocol_errors,
         server->ctr.auth_failures, server->num_conns, rs.table_bytes,
         server->buffered, server->ctr.buffer_closes);
-    kvf_http_reply(req, b, "application/json");
+    kvf_server_http_reply(req, b, "application/json");
     evbuffer_free(b);
 }
 
@@ -228,7 +227,7 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
     unsigned i;
     struct evbuffer *b;
 
-    if (!kvf_http_is_authorized(server, req, "/metrics")) {
+    if (!kvf_server_http_begin(server, req, "/metrics", EVHTTP_REQ_GET)) {
         return;
     }
     b = evbuffer_new();
@@ -309,7 +308,7 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
                         "kvf_controller_request_seconds_sum %.9f\n"
                         "kvf_controller_request_seconds_count %" PRIu64 "\n",
                         c->requests, (double)c->lat_sum_ns / 1e9, c->requests);
-    kvf_http_reply(req, b, "text/plain; version=0.0.4");
+    kvf_server_http_reply(req, b, "text/plain; version=0.0.4");
     evbuffer_free(b);
 }
 
@@ -364,13 +363,14 @@ kvf_status_t kvf_server_http_start(kvf_server_t *server)
     evhttp_set_max_headers_size(server->http, 16 << 10);
     evhttp_set_max_body_size(server->http, 1 << 20);
     evhttp_set_timeout(server->http, 10);
-    evhttp_set_allowed_methods(server->http, EVHTTP_REQ_GET);
+    evhttp_set_allowed_methods(server->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST);
     evhttp_set_cb(server->http, "/", kvf_dashboard_serve, server);
     evhttp_set_cb(server->http, "/dashboard", kvf_dashboard_serve, server);
     evhttp_set_cb(server->http, "/healthz", kvf_http_on_healthz, server);
     evhttp_set_cb(server->http, "/v1/nodes", kvf_http_on_nodes, server);
     evhttp_set_cb(server->http, "/v1/stats", kvf_http_on_stats, server);
     evhttp_set_cb(server->http, "/metrics", kvf_http_on_metrics, server);
+    kvf_index_http_start(server);
     kvf_info("http listening on %s%s", server->http_addr,
              (server->http_token[0] != '\0') ? " (bearer token required)" : "");
     return KVF_OK;

@@ -1637,6 +1637,10 @@ kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
     if (status != KVF_OK) {
         goto err_free;
     }
+    status = kvf_index_create((uint32_t)cfg->max_batch, &server->index);
+    if (status != KVF_OK) {
+        goto err_free;
+    }
     server->arena_size = KVF_SERVER_ARENA_SIZE;
     server->arena      = malloc(server->arena_size);
     server->slots      = calloc(cfg->max_batch, sizeof(*server->slots));
@@ -1715,6 +1719,7 @@ void kvf_server_destroy(kvf_server_t *server)
     free(server->arena);
     free(server->pins[0].keys);
     free(server->pins[1].keys);
+    kvf_index_destroy(server->index);
     kvf_node_table_destroy(server->nodes);
     kvf_registry_destroy(server->reg);
     kvf_auth_secret_cleanup(&server->secret);

@@ -6,6 +6,7 @@
 
 #include "common/auth.h"
 #include "common/listen.h"
+#include "controller/index.h"
 #include "controller/node.h"
 #include "controller/registry.h"
 #include "controller/server.h"
@@ -16,6 +17,8 @@
 struct evconnlistener;
 struct ssl_ctx_st;
 struct evhttp;
+struct evhttp_request;
+struct evbuffer;
 struct event;
 
 #define KVF_SERVER_LAT_BUCKETS 12
@@ -65,7 +68,8 @@ struct kvf_server {
     struct event *purge;
     kvf_registry_t *reg;
     kvf_node_table_t *nodes;
-    kvf_conn_t *conns; /* doubly linked, newest first */
+    kvf_index_t *index; /* what routers query over HTTP */
+    kvf_conn_t *conns;  /* doubly linked, newest first */
     uint64_t num_conns;
     uint64_t buffered;         /* bytes charged by all connections */
     uint64_t buffered_preauth; /* of those, by unauthenticated ones */
@@ -96,6 +100,22 @@ struct kvf_server {
 /* Starts HTTP on cfg->http (no-op when empty). */
 kvf_status_t kvf_server_http_start(kvf_server_t *server);
 void kvf_server_http_stop(kvf_server_t *server);
+
+/*
+ * Starts answering an HTTP request for @p path: false (answered 405 or
+ * 401) when its method is not in @p methods (EVHTTP_REQ_*) or, with a
+ * cluster secret and @p path not in http_open, it lacks the bearer token
+ * (kvf_auth_http_token(); compared in constant time, refusals counted).
+ */
+bool kvf_server_http_begin(kvf_server_t *server, struct evhttp_request *req,
+                           const char *path, int methods);
+
+/* Appends @p s as a JSON string (quoted, escaped). */
+void kvf_server_http_json_str(struct evbuffer *b, const char *s);
+
+/* 200 with @p b as body of Content-Type @p type. */
+void kvf_server_http_reply(struct evhttp_request *req, struct evbuffer *b,
+                           const char *type);
 
 /*
  * Serves @p len bytes as if one new connection had sent them, then closes

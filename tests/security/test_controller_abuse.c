@@ -436,6 +436,10 @@ Test(controller_abuse, http_needs_bearer_token)
                  401);
     cr_assert_eq(kvf_test_http_get(port, "/v1/stats", g_body, sizeof(g_body)),
                  401);
+    cr_assert_eq(kvf_test_http_request(port, "POST", "/v1/index/query", NULL,
+                                       "{\"model\":\"m\",\"token_ids\":[1]}",
+                                       g_body, sizeof(g_body)),
+                 401);
     cr_assert_eq(kvf_test_http_get_auth(port, "/v1/nodes", g_token, g_body,
                                         sizeof(g_body)),
                  200);
@@ -446,7 +450,7 @@ Test(controller_abuse, http_needs_bearer_token)
     cr_assert_eq(kvf_test_http_get(port, "/healthz", g_body, sizeof(g_body)),
                  200);
     cr_assert_eq(kvf_test_http_get(port, "/", g_body, sizeof(g_body)), 200);
-    cr_assert_eq(metric("kvf_controller_http_auth_failures_total"), 4);
+    cr_assert_eq(metric("kvf_controller_http_auth_failures_total"), 5);
 }
 
 /* The DOM headless Chromium renders from @p url (g_body); false when it
