@@ -308,6 +308,21 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
                         "kvf_controller_request_seconds_sum %.9f\n"
                         "kvf_controller_request_seconds_count %" PRIu64 "\n",
                         c->requests, (double)c->lat_sum_ns / 1e9, c->requests);
+    evbuffer_add_printf(
+        b, "# TYPE kvf_controller_index_request_seconds histogram\n");
+    for (i = 0, cum = 0; i < KVF_SERVER_LAT_BUCKETS; i++) {
+        cum += c->index_buckets[i];
+        evbuffer_add_printf(b,
+                            "kvf_controller_index_request_seconds_bucket{le="
+                            "\"%g\"} %" PRIu64 "\n",
+                            kvf_server_lat_bounds_us[i] / 1e6, cum);
+    }
+    evbuffer_add_printf(
+        b,
+        "kvf_controller_index_request_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n"
+        "kvf_controller_index_request_seconds_sum %.9f\n"
+        "kvf_controller_index_request_seconds_count %" PRIu64 "\n",
+        c->index_requests, (double)c->index_sum_ns / 1e9, c->index_requests);
     kvf_server_http_reply(req, b, "text/plain; version=0.0.4");
     evbuffer_free(b);
 }

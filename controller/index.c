@@ -4,6 +4,7 @@
 
 #include "controller/server_int.h"
 #include "common/log.h"
+#include "common/time.h"
 
 #include <kvfabric/keys.h>
 
@@ -764,6 +765,24 @@ kvf_index_prepare(kvf_server_t *server, struct evhttp_request *req,
     return m;
 }
 
+/* Counts a query or route answered since @p t0 (ns) in the
+ * kvf_controller_index_request_seconds histogram. */
+static void kvf_index_observe(kvf_server_t *server, uint64_t t0)
+{
+    kvf_server_counters_t *c = &server->ctr;
+    uint64_t ns              = kvf_time_now_ns() - t0;
+    unsigned i;
+
+    c->index_requests++;
+    c->index_sum_ns += ns;
+    for (i = 0; i < KVF_SERVER_LAT_BUCKETS; i++) {
+        if ((double)ns <= kvf_server_lat_bounds_us[i] * 1e3) {
+            c->index_buckets[i]++;
+            break;
+        }
+    }
+}
+
 static void kvf_index_on_query(struct evhttp_request *req, void *arg)
 {
     kvf_server_t *server = arg;
@@ -773,6 +792,7 @@ static void kvf_index_on_query(struct evhttp_request *req, void *arg)
     size_t chunks = 0, from = 0, i, count;
     struct evbuffer *b;
     bool is_first = true;
+    uint64_t t0   = kvf_time_now_ns();
 
     m = kvf_index_prepare(server, req, "/v1/index/query", &r, &chunks);
     if (m == NULL) {
@@ -825,6 +845,7 @@ static void kvf_index_on_query(struct evhttp_request *req, void *arg)
     evbuffer_add_printf(b, "}}\n");
     kvf_server_http_reply(req, b, "application/json");
     evbuffer_free(b);
+    kvf_index_observe(server, t0);
 }
 
 /* The instance with the longest cached prefix; among equals the one whose
@@ -834,10 +855,11 @@ static void kvf_index_on_route(struct evhttp_request *req, void *arg)
     kvf_server_t *server = arg;
     const kvf_index_model_t *m;
     kvf_index_req_t r;
-    kvf_index_group_t g, best;
+    kvf_index_group_t g, best = {0};
     size_t chunks = 0, from = 0;
     struct evbuffer *b;
     bool has_best = false;
+    uint64_t t0   = kvf_time_now_ns();
 
     m = kvf_index_prepare(server, req, "/v1/route", &r, &chunks);
     if (m == NULL) {
@@ -876,6 +898,7 @@ static void kvf_index_on_route(struct evhttp_request *req, void *arg)
                         chunks, best.pool_used, best.pool_capacity);
     kvf_server_http_reply(req, b, "application/json");
     evbuffer_free(b);
+    kvf_index_observe(server, t0);
 }
 
 void kvf_index_http_start(kvf_server_t *server)

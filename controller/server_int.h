@@ -44,6 +44,9 @@ typedef struct kvf_server_counters {
     uint64_t requests;
     uint64_t lat_buckets[KVF_SERVER_LAT_BUCKETS]; /* cumulative below */
     uint64_t lat_sum_ns;
+    uint64_t index_requests; /* /v1/index/query and /v1/route */
+    uint64_t index_buckets[KVF_SERVER_LAT_BUCKETS]; /* not cumulative */
+    uint64_t index_sum_ns;
 } kvf_server_counters_t;
 
 extern const double kvf_server_lat_bounds_us[KVF_SERVER_LAT_BUCKETS];

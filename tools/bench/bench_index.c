@@ -78,8 +78,8 @@ static int kvf_bench_index_connect(uint16_t port)
 
 /* One HTTP/1.1 request on keep-alive @p fd; the reply's body into @p out
  * (NUL-terminated). Returns the status code, -1 on a connection error. */
-static int kvf_bench_index_http(int fd, const char *path, const char *body,
-                                char *out, size_t out_len)
+static int kvf_bench_index_http(int fd, const char *method, const char *path,
+                                const char *body, char *out, size_t out_len)
 {
     char head[256];
     size_t len = strlen(body), used = 0, want = 0;
@@ -87,10 +87,10 @@ static int kvf_bench_index_http(int fd, const char *path, const char *body,
     char *end = NULL;
 
     hlen = snprintf(head, sizeof(head),
-                    "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                     "Content-Type: application/json\r\n"
                     "Content-Length: %zu\r\n\r\n",
-                    path, len);
+                    method, path, len);
     if ((write(fd, head, (size_t)hlen) != hlen) ||
         (write(fd, body, len) != (ssize_t)len)) {
         return -1;
@@ -202,6 +202,49 @@ static uint32_t kvf_bench_index_register(kvf_ctlconn_t *conn, uint32_t i)
     return id;
 }
 
+/*
+ * The controller's own view: the upper bound (us) of the
+ * kvf_controller_index_request_seconds bucket holding the 99th
+ * percentile of the requests counted since @p base (bucket counts of
+ * the previous phase, updated here); -1 when /metrics cannot be read.
+ */
+static double kvf_bench_index_server_p99(int fd, char *reply, size_t cap,
+                                         uint64_t *base, size_t nbase)
+{
+    static const char name[] = "kvf_controller_index_request_seconds_bucket";
+    uint64_t cum[32]         = {0}, total;
+    double le[32];
+    size_t n = 0, i;
+    const char *p;
+
+    if (kvf_bench_index_http(fd, "GET", "/metrics", "", reply, cap) != 200) {
+        return -1;
+    }
+    for (p = strstr(reply, name); (p != NULL) && (n < nbase);
+         p = strstr(p + 1, name)) {
+        const char *q = strstr(p, "le=\"");
+
+        if ((q == NULL) || (strncmp(q + 4, "+Inf", 4) == 0)) {
+            break;
+        }
+        le[n]  = strtod(q + 4, NULL) * 1e6;
+        q      = strchr(q, ' ');
+        cum[n] = (q != NULL) ? strtoull(q + 1, NULL, 10) : 0;
+        n++;
+    }
+    if (n == 0) {
+        return -1;
+    }
+    total = cum[n - 1] - base[n - 1];
+    for (i = 0; i < n; i++) {
+        if ((double)(cum[i] - base[i]) >= 0.99 * (double)total) {
+            break;
+        }
+    }
+    memcpy(base, cum, n * sizeof(*base));
+    return (i < n) ? le[i] : 1e9;
+}
+
 /* Q timed queries to @p path; prints one JSON line. */
 static int kvf_bench_index_phase(int fd, const char *path, const char *phase,
                                  const kvf_bench_index_opts_t *o,
@@ -209,6 +252,8 @@ static int kvf_bench_index_phase(int fd, const char *path, const char *phase,
                                  char *reply, size_t reply_cap,
                                  uint32_t *tokens)
 {
+    static uint64_t base[32];
+    double server_p99;
     uint64_t *lat = calloc(o->queries, sizeof(*lat)), sum = 0;
     uint64_t want = (strstr(phase, "_hit") != NULL) ? o->tokens : 0;
     uint32_t q;
@@ -227,7 +272,7 @@ static int kvf_bench_index_phase(int fd, const char *path, const char *phase,
         kvf_bench_index_prompt(i, tokens, o->tokens);
         len    = kvf_bench_index_body(body, cap, tokens, o->tokens);
         t0     = kvf_time_now_ns();
-        code   = kvf_bench_index_http(fd, path, body, reply, reply_cap);
+        code   = kvf_bench_index_http(fd, "POST", path, body, reply, reply_cap);
         lat[q] = kvf_time_now_ns() - t0;
         sum += lat[q];
         snprintf(needle, sizeof(needle), "\"longest_matched\":%" PRIu64, want);
@@ -240,12 +285,14 @@ static int kvf_bench_index_phase(int fd, const char *path, const char *phase,
             return 1;
         }
     }
+    server_p99 = kvf_bench_index_server_p99(fd, reply, reply_cap, base, 32);
     printf("{\"bench\":\"index\",\"phase\":\"%s\",\"keys\":%" PRIu64
            ",\"tokens\":%" PRIu32 ",\"block\":%" PRIu32 ",\"nodes\":%" PRIu32
-           ",\"queries\":%" PRIu32 ",\"mean_us\":%.1f,\"p50_us\":%.1f"
+           ",\"queries\":%" PRIu32 ",\"server_p99_le_us\":%g"
+           ",\"mean_us\":%.1f,\"p50_us\":%.1f"
            ",\"p99_us\":%.1f,\"max_us\":%.1f}\n",
            phase, o->keys, o->tokens, o->block, o->nodes, o->queries,
-           (double)sum / o->queries / 1e3,
+           server_p99, (double)sum / o->queries / 1e3,
            kvf_bench_percentile(lat, o->queries, 50) / 1e3,
            kvf_bench_percentile(lat, o->queries, 99) / 1e3,
            kvf_bench_percentile(lat, o->queries, 100) / 1e3);
@@ -413,8 +460,8 @@ int kvf_bench_index_main(int argc, char **argv)
              "\"num_layers\":32,\"num_kv_heads\":8,\"head_dim\":128,"
              "\"block_size\":%" PRIu32 "}",
              o.block);
-    if (kvf_bench_index_http(fd, "/v1/index/models", model, reply, 1 << 20) !=
-        200) {
+    if (kvf_bench_index_http(fd, "POST", "/v1/index/models", model, reply,
+                             1 << 20) != 200) {
         fprintf(stderr, "kvf-bench index: model: %s\n", reply);
         goto out;
     }
