@@ -2,6 +2,7 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "agent/engine_server.h"
 
+#include "common/listen.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "proto/frame.h"
@@ -78,6 +79,7 @@ struct kvf_engine_conn {
 struct kvf_engine_server {
     struct event_base *base;
     struct evconnlistener *listener;
+    kvf_listen_guard_t listen_guard; /* accept() errors: back off */
     kvf_store_t *store;
     kvf_peer_t *peer;      /* may be NULL: local hits only */
     kvf_pd_t *pd;          /* may be NULL: no PD */
@@ -1293,6 +1295,12 @@ kvf_status_t kvf_engine_server_create(const kvf_engine_server_params_t *params,
         status = KVF_ERR_IO;
         goto err_free;
     }
+    status = kvf_listen_guard_init(&server->listen_guard, server->base,
+                                   server->listener, "engine socket");
+    if (status != KVF_OK) {
+        evconnlistener_free(server->listener);
+        goto err_free;
+    }
     kvf_info("engines connect at %s", server->path);
     *server_p = server;
     return KVF_OK;
@@ -1310,6 +1318,7 @@ void kvf_engine_server_destroy(kvf_engine_server_t *server)
     while (server->conns != NULL) {
         kvf_engine_conn_close(server->conns);
     }
+    kvf_listen_guard_cleanup(&server->listen_guard);
     if (server->listener != NULL) {
         evconnlistener_free(server->listener);
         unlink(server->path);

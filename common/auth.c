@@ -177,7 +177,7 @@ kvf_status_t kvf_auth_secret_load_opt(const char *path,
 
 /* "127.0.0.1:7000", "[::1]:7000", "localhost:7000": the host part only,
  * without the config parser (libkvfabric links auth.c, not config.c) */
-static bool kvf_auth_host_is_loopback(const char *hostport)
+bool kvf_auth_host_is_loopback(const char *hostport)
 {
     const char *colon = strrchr(hostport, ':');
     size_t len        = (colon != NULL) ? (size_t)(colon - hostport) : 0;
@@ -187,6 +187,26 @@ static bool kvf_auth_host_is_loopback(const char *hostport)
     }
     return (strncmp(hostport, "127.", 4) == 0) ||
            ((len == 9) && (strncmp(hostport, "localhost", 9) == 0));
+}
+
+kvf_status_t kvf_auth_http_token(const kvf_auth_secret_t *secret, char *hex)
+{
+    static const char label[] = "kvf-http-token v1";
+    uint8_t mac[KVF_AUTH_MAC_SIZE];
+    unsigned mac_len = sizeof(mac);
+    size_t i;
+
+    if (HMAC(EVP_sha256(), secret->key, (int)secret->len,
+             (const uint8_t *)label, sizeof(label) - 1, mac,
+             &mac_len) == NULL) {
+        kvf_error("auth: HMAC-SHA256 failed");
+        return KVF_ERR_IO;
+    }
+    for (i = 0; i < sizeof(mac); i++) {
+        snprintf(hex + 2 * i, 3, "%02x", mac[i]);
+    }
+    OPENSSL_cleanse(mac, sizeof(mac));
+    return KVF_OK;
 }
 
 void kvf_auth_warn_if_open(const kvf_auth_secret_t *secret, const char *what,

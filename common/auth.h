@@ -96,6 +96,21 @@ kvf_status_t kvf_auth_secret_load_opt(const char *path,
 void kvf_auth_warn_if_open(const kvf_auth_secret_t *secret, const char *what,
                            const char *hostport);
 
+/* Is @p hostport's host a loopback address (127.x, ::1, localhost)? */
+bool kvf_auth_host_is_loopback(const char *hostport);
+
+/* Hex characters of an HTTP bearer token, without the NUL. */
+#define KVF_AUTH_HTTP_TOKEN_LEN (2 * KVF_AUTH_MAC_SIZE)
+
+/*
+ * The bearer token the controller's HTTP port asks for when a secret is
+ * set (docs/security.md): lowercase hex of
+ * HMAC-SHA256(secret, "kvf-http-token v1"). Static for a given secret, so
+ * scrapers and dashboards can be configured with it; it proves nothing on
+ * the control port. @p hex gets KVF_AUTH_HTTP_TOKEN_LEN + 1 bytes.
+ */
+kvf_status_t kvf_auth_http_token(const kvf_auth_secret_t *secret, char *hex);
+
 /* ---- the handshake of one connection --------------------------------- */
 
 typedef enum {

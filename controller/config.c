@@ -50,7 +50,20 @@ static const kvf_config_field_t kvf_controller_config_fields[] = {
     KVF_CC_FIELD("handshake_timeout", KVF_CONFIG_DURATION, handshake_timeout_ns,
                  "10s", 1000000ull, 3600000000000ull, 0,
                  "with a secret or TLS: a connection that has not "
-                 "authenticated by then is closed"),
+                 "authenticated by then is closed; without either, one that "
+                 "has not sent HELLO by then"),
+    KVF_CC_FIELD("max_buffered", KVF_CONFIG_SIZE, max_buffered, "256M",
+                 1ull << 20, 0, 0,
+                 "bytes buffered across all connections (partial frames and "
+                 "unsent replies); above it the largest connection is closed"),
+    KVF_CC_FIELD("max_buffered_preauth", KVF_CONFIG_SIZE, max_buffered_preauth,
+                 "16M", 65536, 0, 0,
+                 "of max_buffered, the most held by connections that have not "
+                 "authenticated; above it the largest of those is closed"),
+    KVF_CC_FIELD("http_open", KVF_CONFIG_STRING, http_open, "/healthz,/metrics",
+                 0, 0, 0,
+                 "with a cluster secret: HTTP paths served without the bearer "
+                 "token (comma-separated; others need it)"),
     KVF_CC_FIELD("print_config", KVF_CONFIG_BOOL, print_config, "false", 0, 0,
                  KVF_CONFIG_FIELD_CLI_ONLY,
                  "print the effective configuration, check what the "

@@ -31,6 +31,9 @@ typedef struct kvf_controller_config {
     char *tls_key;                 /* PEM private key */
     uint64_t handshake_timeout_ns; /* HELLO/AUTH (and TLS) must end by then */
     bool print_config;             /* CLI only: print, check and exit */
+    uint64_t max_buffered;         /* bytes buffered, all connections */
+    uint64_t max_buffered_preauth; /* of those, by unauthenticated ones */
+    char *http_open;               /* paths served without a token */
 } kvf_controller_config_t;
 
 extern const kvf_config_schema_t kvf_controller_config_schema;

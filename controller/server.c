@@ -52,9 +52,11 @@ struct kvf_conn {
     SSL *ssl;                /* NULL: plain TCP */
     bool is_tls_up;          /* the TLS handshake completed */
     uint64_t accepted_ms;
-    bool is_closing;   /* flush the output, then free */
-    bool is_throttled; /* reading paused: output over max_output */
-    int kind;          /* Kvf__PeerKind */
+    bool is_closing;         /* flush the output, then free */
+    bool is_throttled;       /* reading paused: output over max_output */
+    bool is_charged_preauth; /* @charged counts in buffered_preauth too */
+    uint64_t charged;        /* bytes counted in server->buffered */
+    int kind;                /* Kvf__PeerKind */
     char peer[64];
 };
 
@@ -64,6 +66,48 @@ static void kvf_conn_on_read(evutil_socket_t fd, short what, void *arg);
 static bool kvf_conn_is_retriable(int err)
 {
     return (err == EAGAIN) || (err == EWOULDBLOCK) || (err == EINTR);
+}
+
+/* Has the peer not proved itself yet (no HELLO, or no AUTH with a
+ * secret)? Such peers get small frames and a small buffer budget. */
+static bool kvf_conn_is_preauth(const kvf_conn_t *conn)
+{
+    return !conn->is_hello_done || !kvf_auth_session_is_done(&conn->auth);
+}
+
+/* recv() size: 256 KiB (a pipelined batch in one call), 4 KiB before
+ * authentication (HELLO and AUTH are small), so that a partial frame of
+ * an unauthenticated peer pins 4 KiB of buffer, not 256 KiB. */
+static size_t kvf_conn_read_size(const kvf_conn_t *conn)
+{
+    return kvf_conn_is_preauth(conn) ? (4u << 10) : (256u << 10);
+}
+
+/*
+ * Recounts what @p conn holds in server->buffered: its input and unsent
+ * output, plus one read reservation while input is left (the buffer chain
+ * a partial frame sits in). Cheap (no syscall); called after every read,
+ * process and write.
+ */
+static void kvf_conn_charge(kvf_conn_t *conn)
+{
+    kvf_server_t *server = conn->server;
+    size_t in            = evbuffer_get_length(conn->in);
+    uint64_t now         = in + evbuffer_get_length(conn->out);
+
+    if (in > 0) {
+        now += kvf_conn_read_size(conn);
+    }
+    server->buffered -= conn->charged;
+    if (conn->is_charged_preauth) {
+        server->buffered_preauth -= conn->charged;
+    }
+    conn->charged            = now;
+    conn->is_charged_preauth = kvf_conn_is_preauth(conn);
+    server->buffered += now;
+    if (conn->is_charged_preauth) {
+        server->buffered_preauth += now;
+    }
 }
 
 static void kvf_conn_destroy(kvf_conn_t *conn)
@@ -79,6 +123,10 @@ static void kvf_conn_destroy(kvf_conn_t *conn)
         conn->next->prev = conn->prev;
     }
     server->num_conns--;
+    server->buffered -= conn->charged;
+    if (conn->is_charged_preauth) {
+        server->buffered_preauth -= conn->charged;
+    }
     if (conn->ev_write != NULL) {
         event_free(conn->ev_write);
     }
@@ -165,6 +213,7 @@ static void kvf_conn_on_write(evutil_socket_t fd, short what, void *arg)
         kvf_conn_destroy(conn);
         return;
     }
+    kvf_conn_charge(conn);
     if (evbuffer_get_length(conn->out) > 0) {
         return; /* the event stays added */
     }
@@ -1183,15 +1232,75 @@ static void kvf_server_arena_free(void *data, void *ptr)
     free(ptr);
 }
 
-/* Until a peer proved the secret it may send small frames only, so an
- * unauthenticated client cannot make the controller buffer 16 MiB. */
+/* Until a peer said HELLO (and proved the secret, with one) it may send
+ * small frames only, so an unauthenticated client cannot make the
+ * controller buffer 16 MiB. */
 static uint32_t kvf_conn_max_frame(const kvf_conn_t *conn)
 {
-    if (kvf_auth_secret_is_set(&conn->server->secret) &&
-        !kvf_auth_session_is_done(&conn->auth)) {
+    if (kvf_conn_is_preauth(conn)) {
         return KVF_AUTH_FRAME_MAX;
     }
     return (uint32_t)conn->server->cfg->max_frame;
+}
+
+/*
+ * The connection to close when a buffer cap is exceeded: the one charged
+ * most (a flood's partial frames, replies nobody reads), the oldest among
+ * equals (a legitimate handshake ends in milliseconds, a flood's
+ * connections wait). @p is_preauth_only: among unauthenticated ones.
+ */
+static kvf_conn_t *kvf_server_shed_victim(kvf_server_t *server,
+                                          bool is_preauth_only)
+{
+    kvf_conn_t *conn, *victim = NULL;
+
+    for (conn = server->conns; conn != NULL; conn = conn->next) {
+        if ((conn->charged == 0) ||
+            (is_preauth_only && !conn->is_charged_preauth)) {
+            continue;
+        }
+        if ((victim == NULL) || (conn->charged >= victim->charged)) {
+            victim = conn; /* the list is newest first: >= keeps the oldest */
+        }
+    }
+    return victim;
+}
+
+/*
+ * Closes connections until max_buffered_preauth and max_buffered hold
+ * again, counting each (kvf_controller_buffer_closes_total) and warning at
+ * most once per 10 s. Returns false when @p conn was closed.
+ */
+static bool kvf_server_shed(kvf_server_t *server, kvf_conn_t *conn)
+{
+    const kvf_controller_config_t *cfg = server->cfg;
+    bool is_conn_open                  = true;
+
+    while ((server->buffered_preauth > cfg->max_buffered_preauth) ||
+           (server->buffered > cfg->max_buffered)) {
+        bool is_preauth = server->buffered_preauth > cfg->max_buffered_preauth;
+        kvf_conn_t *victim = kvf_server_shed_victim(server, is_preauth);
+        uint64_t now       = kvf_time_now_ms();
+
+        if (victim == NULL) {
+            break;
+        }
+        server->ctr.buffer_closes++;
+        if ((server->last_shed_log_ms == 0) ||
+            (now - server->last_shed_log_ms >= 10000)) {
+            kvf_warn("conn %" PRIu64 " %s: closed holding %" PRIu64
+                     " buffered bytes: over %s (%" PRIu64 " closed so far)",
+                     victim->id, victim->peer, victim->charged,
+                     is_preauth ? "max_buffered_preauth" : "max_buffered",
+                     server->ctr.buffer_closes);
+            server->last_shed_log_ms = now;
+        }
+        if (victim == conn) {
+            is_conn_open = false;
+        }
+        kvf_conn_destroy(victim);
+    }
+    return is_conn_open;
 }
 
 /* Decodes and answers every whole frame buffered, then writes the replies.
@@ -1241,7 +1350,9 @@ static void kvf_conn_process(kvf_conn_t *conn)
     }
     if (!kvf_conn_flush(conn)) {
         kvf_conn_destroy(conn);
+        return;
     }
+    kvf_conn_charge(conn);
 }
 
 /* Reads what TLS has decrypted into conn->in. Returns false when the
@@ -1306,11 +1417,15 @@ static void kvf_conn_on_read(evutil_socket_t fd, short what, void *arg)
             kvf_conn_destroy(conn);
             return;
         }
-        kvf_conn_process(conn);
+        kvf_conn_charge(conn);
+        if (kvf_server_shed(conn->server, conn)) {
+            kvf_conn_process(conn);
+        }
         return;
     }
 
-    if (evbuffer_reserve_space(conn->in, 256 << 10, &vec, 1) == 1) {
+    if (evbuffer_reserve_space(conn->in, kvf_conn_read_size(conn), &vec, 1) ==
+        1) {
         n = recv(fd, vec.iov_base, vec.iov_len, 0);
         if (n > 0) {
             vec.iov_len = (size_t)n;
@@ -1333,7 +1448,10 @@ static void kvf_conn_on_read(evutil_socket_t fd, short what, void *arg)
         kvf_conn_destroy(conn);
         return;
     }
-    kvf_conn_process(conn);
+    kvf_conn_charge(conn);
+    if (kvf_server_shed(conn->server, conn)) {
+        kvf_conn_process(conn);
+    }
 }
 
 /* A connection on @p fd (which it now owns), linked into the server;
@@ -1418,20 +1536,18 @@ static void kvf_server_on_purge(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* With a secret or TLS, a connection that has not authenticated within
- * handshake_timeout is closed: an unauthenticated peer cannot hold
- * connections (and file descriptors) for ever. */
+/* A connection that has not authenticated (with a secret or TLS) or not
+ * said HELLO (without) within handshake_timeout is closed: an
+ * unauthenticated peer cannot hold connections (and file descriptors)
+ * for ever. */
 static void kvf_server_expire_handshakes(kvf_server_t *server)
 {
     uint64_t now = kvf_time_now_ms();
     kvf_conn_t *conn, *next;
 
-    if (!kvf_auth_secret_is_set(&server->secret) && (server->tls == NULL)) {
-        return;
-    }
     for (conn = server->conns; conn != NULL; conn = next) {
         next = conn->next;
-        if (conn->is_hello_done && kvf_auth_session_is_done(&conn->auth)) {
+        if (!kvf_conn_is_preauth(conn)) {
             continue;
         }
         if ((now - conn->accepted_ms) * KVF_NSEC_PER_MSEC <
@@ -1476,7 +1592,7 @@ static kvf_status_t kvf_server_bind(kvf_server_t *server)
     struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
     socklen_t len             = sizeof(ss);
     bool is_v6;
-    char host[256];
+    char host[256], what[320];
     uint16_t port;
 
     if (kvf_config_parse_hostport(server->cfg->listen, host, sizeof(host),
@@ -1514,6 +1630,11 @@ static kvf_status_t kvf_server_bind(kvf_server_t *server)
     snprintf(server->listen_addr, sizeof(server->listen_addr),
              is_v6 ? "[%s]:%u" : "%s:%u", host,
              ntohs(is_v6 ? sin6->sin6_port : sin->sin_port));
+    snprintf(what, sizeof(what), "control port %s", server->listen_addr);
+    if (kvf_listen_guard_init(&server->listen_guard, server->base,
+                              server->listener, what) != KVF_OK) {
+        return KVF_ERR_NO_MEMORY;
+    }
     kvf_info("listening on %s%s", server->listen_addr,
              (server->tls != NULL) ? " (TLS)" : "");
     return KVF_OK;
@@ -1584,6 +1705,10 @@ kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
     if (status != KVF_OK) {
         goto err_free;
     }
+    status = kvf_index_create((uint32_t)cfg->max_batch, &server->index);
+    if (status != KVF_OK) {
+        goto err_free;
+    }
     server->arena_size = KVF_SERVER_ARENA_SIZE;
     server->arena      = malloc(server->arena_size);
     server->slots      = calloc(cfg->max_batch, sizeof(*server->slots));
@@ -1641,6 +1766,7 @@ void kvf_server_destroy(kvf_server_t *server)
         kvf_conn_destroy(server->conns);
     }
     kvf_server_http_stop(server);
+    kvf_listen_guard_cleanup(&server->listen_guard);
     if (server->listener != NULL) {
         evconnlistener_free(server->listener);
     }
@@ -1661,6 +1787,7 @@ void kvf_server_destroy(kvf_server_t *server)
     free(server->arena);
     free(server->pins[0].keys);
     free(server->pins[1].keys);
+    kvf_index_destroy(server->index);
     kvf_node_table_destroy(server->nodes);
     kvf_registry_destroy(server->reg);
     kvf_auth_secret_cleanup(&server->secret);

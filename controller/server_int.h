@@ -5,6 +5,8 @@
 #define KVF_CONTROLLER_SERVER_INT_H
 
 #include "common/auth.h"
+#include "common/listen.h"
+#include "controller/index.h"
 #include "controller/node.h"
 #include "controller/registry.h"
 #include "controller/server.h"
@@ -16,6 +18,8 @@
 struct evconnlistener;
 struct ssl_ctx_st;
 struct evhttp;
+struct evhttp_request;
+struct evbuffer;
 struct event;
 
 #define KVF_SERVER_LAT_BUCKETS 12
@@ -36,9 +40,14 @@ typedef struct kvf_server_counters {
     uint64_t seq_gaps;
     uint64_t backpressure;
     uint64_t connections_total;
+    uint64_t buffer_closes;      /* closed: over max_buffered(_preauth) */
+    uint64_t http_auth_failures; /* HTTP requests without the token */
     uint64_t requests;
     uint64_t lat_buckets[KVF_SERVER_LAT_BUCKETS]; /* cumulative below */
     uint64_t lat_sum_ns;
+    uint64_t index_requests; /* /v1/index/query and /v1/route */
+    uint64_t index_buckets[KVF_SERVER_LAT_BUCKETS]; /* not cumulative */
+    uint64_t index_sum_ns;
 } kvf_server_counters_t;
 
 extern const double kvf_server_lat_bounds_us[KVF_SERVER_LAT_BUCKETS];
@@ -63,8 +72,15 @@ struct kvf_server {
     struct event *purge;
     kvf_registry_t *reg;
     kvf_node_table_t *nodes;
-    kvf_conn_t *conns; /* doubly linked */
+    kvf_index_t *index; /* what routers query over HTTP */
+    kvf_conn_t *conns;  /* doubly linked, newest first */
     uint64_t num_conns;
+    uint64_t buffered;         /* bytes charged by all connections */
+    uint64_t buffered_preauth; /* of those, by unauthenticated ones */
+    uint64_t last_shed_log_ms;
+    kvf_listen_guard_t listen_guard; /* the control port's accept errors */
+    kvf_listen_guard_t http_guard;   /* the HTTP port's */
+    char http_token[2 * KVF_AUTH_MAC_SIZE + 1]; /* "": no token needed */
     kvf_server_counters_t ctr;
     uint64_t start_ms;
     bool is_recovering;
@@ -88,6 +104,22 @@ struct kvf_server {
 /* Starts HTTP on cfg->http (no-op when empty). */
 kvf_status_t kvf_server_http_start(kvf_server_t *server);
 void kvf_server_http_stop(kvf_server_t *server);
+
+/*
+ * Starts answering an HTTP request for @p path: false (answered 405 or
+ * 401) when its method is not in @p methods (EVHTTP_REQ_*) or, with a
+ * cluster secret and @p path not in http_open, it lacks the bearer token
+ * (kvf_auth_http_token(); compared in constant time, refusals counted).
+ */
+bool kvf_server_http_begin(kvf_server_t *server, struct evhttp_request *req,
+                           const char *path, int methods);
+
+/* Appends @p s as a JSON string (quoted, escaped). */
+void kvf_server_http_json_str(struct evbuffer *b, const char *s);
+
+/* 200 with @p b as body of Content-Type @p type. */
+void kvf_server_http_reply(struct evhttp_request *req, struct evbuffer *b,
+                           const char *type);
 
 /*
  * Serves @p len bytes as if one new connection had sent them, then closes

@@ -267,12 +267,26 @@ int kvf_test_run(const char *const argv[], char *out, size_t out_len,
 int kvf_test_http_get(uint16_t port, const char *path, char *out,
                       size_t out_len)
 {
+    return kvf_test_http_get_auth(port, path, NULL, out, out_len);
+}
+
+int kvf_test_http_get_auth(uint16_t port, const char *path, const char *token,
+                           char *out, size_t out_len)
+{
+    return kvf_test_http_request(port, "GET", path, token, NULL, out, out_len);
+}
+
+int kvf_test_http_request(uint16_t port, const char *method, const char *path,
+                          const char *token, const char *body, char *out,
+                          size_t out_len)
+{
     struct sockaddr_in sin;
-    char req[512];
-    size_t used = 0;
+    char req[768];
+    size_t body_len = (body != NULL) ? strlen(body) : 0;
+    size_t used     = 0;
     ssize_t n;
     int fd, code = -1;
-    const char *body;
+    const char *reply;
 
     fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) {
@@ -286,9 +300,14 @@ int kvf_test_http_get(uint16_t port, const char *path, char *out,
         close(fd);
         return -1;
     }
-    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n",
-             path);
-    if (write(fd, req, strlen(req)) != (ssize_t)strlen(req)) {
+    snprintf(req, sizeof(req),
+             "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\n%s%s%s"
+             "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+             method, path, (token != NULL) ? "Authorization: Bearer " : "",
+             (token != NULL) ? token : "", (token != NULL) ? "\r\n" : "",
+             body_len);
+    if ((write(fd, req, strlen(req)) != (ssize_t)strlen(req)) ||
+        ((body_len > 0) && (write(fd, body, body_len) != (ssize_t)body_len))) {
         close(fd);
         return -1;
     }
@@ -301,9 +320,9 @@ int kvf_test_http_get(uint16_t port, const char *path, char *out,
     if (sscanf(out, "HTTP/1.%*d %d", &code) != 1) {
         return -1;
     }
-    body = strstr(out, "\r\n\r\n");
-    if (body != NULL) {
-        memmove(out, body + 4, strlen(body + 4) + 1);
+    reply = strstr(out, "\r\n\r\n");
+    if (reply != NULL) {
+        memmove(out, reply + 4, strlen(reply + 4) + 1);
     }
     return code;
 }

@@ -61,4 +61,16 @@ int kvf_test_run(const char *const argv[], char *out, size_t out_len,
 int kvf_test_http_get(uint16_t port, const char *path, char *out,
                       size_t out_len);
 
+/* As kvf_test_http_get, with "Authorization: Bearer @p token" when
+ * @p token is not NULL. */
+int kvf_test_http_get_auth(uint16_t port, const char *path, const char *token,
+                           char *out, size_t out_len);
+
+/* An HTTP/1.0 request of @p method with @p body (may be NULL) as
+ * application/json and the bearer @p token (may be NULL); as
+ * kvf_test_http_get. */
+int kvf_test_http_request(uint16_t port, const char *method, const char *path,
+                          const char *token, const char *body, char *out,
+                          size_t out_len);
+
 #endif /* KVF_TESTS_PROC_H */

@@ -26,6 +26,8 @@ static const kvf_bench_cmd_t kvf_bench_cmds[] = {
      "N concurrent engine clients against one agent"},
     {"load-controller", kvf_bench_load_controller_main,
      "N simulated agents (register, heartbeat, admit/evict, lookup)"},
+    {"index", kvf_bench_index_main,
+     "router index: /v1/index/query and /v1/route latency at N keys"},
 };
 
 static void kvf_bench_usage(FILE *out)
