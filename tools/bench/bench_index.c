@@ -18,7 +18,7 @@
  */
 #include "tools/bench/bench.h"
 
-#include "controller/ctlconn.h"
+#include "client/ctlconn.h"
 #include "common/time.h"
 
 #include <kvfabric/keys.h>
