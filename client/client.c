@@ -39,6 +39,8 @@ struct kvf_client {
     void *pool_base;
     uint64_t pool_size;
     uint64_t map_size; /* bytes mapped at pool_base (>= pool_size) */
+    void *stale_base;  /* a grown pool's old address, still mapped */
+    uint64_t stale_size;
     uint64_t max_chunk_bytes;
     uint64_t pd_offset; /* PD receive region in the mapping (decoders) */
     uint64_t pd_size;
@@ -84,20 +86,44 @@ uint64_t kvf_client_reconnects(const kvf_client_t *client)
 }
 
 /* Maps the agent's pool. After a reconnect the new pool goes at the old
- * address when it fits, so pointers the engine derived from
- * kvf_client_pool_base() stay valid (they now see the new pool). */
+ * address, so pointers the engine derived from kvf_client_pool_base() stay
+ * valid (they now see the new pool): in place when it is not larger, else
+ * grown in place when the addresses after it are free. Otherwise it goes
+ * elsewhere, and the old range is kept mapped onto the new pool's first
+ * bytes (stale pointers read the same offsets, never fault) until
+ * disconnect. */
 static kvf_status_t kvf_client_map_pool(kvf_client_t *client, int pool_fd,
                                         uint64_t size)
 {
-    void *base;
+    const int prot = PROT_READ | PROT_WRITE;
+    uint8_t *old   = client->pool_base;
+    void *base, *tail;
 
-    if ((client->pool_base != NULL) && (size <= client->map_size)) {
-        base = mmap(client->pool_base, size, PROT_READ | PROT_WRITE,
-                    MAP_SHARED | MAP_FIXED, pool_fd, 0);
+    if ((old != NULL) && (size > client->map_size)) {
+        tail = mmap(old + client->map_size, size - client->map_size, prot,
+                    MAP_SHARED | MAP_FIXED_NOREPLACE, pool_fd,
+                    (off_t)client->map_size);
+        if (tail == old + client->map_size) {
+            client->map_size = size; /* grown in place */
+        } else if (tail != MAP_FAILED) {
+            munmap(tail, size - client->map_size); /* an old kernel */
+        }
+    }
+    if ((old != NULL) && (size <= client->map_size)) {
+        base = mmap(old, size, prot, MAP_SHARED | MAP_FIXED, pool_fd, 0);
     } else {
-        base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, pool_fd, 0);
-        if ((base != MAP_FAILED) && (client->pool_base != NULL)) {
-            munmap(client->pool_base, client->map_size);
+        base = mmap(NULL, size, prot, MAP_SHARED, pool_fd, 0);
+        if ((base != MAP_FAILED) && (old != NULL)) {
+            if (client->stale_base != NULL) {
+                munmap(client->stale_base, client->stale_size);
+            }
+            client->stale_base = old;
+            client->stale_size = client->map_size;
+            if (mmap(old, client->map_size, prot, MAP_SHARED | MAP_FIXED,
+                     pool_fd, 0) == MAP_FAILED) {
+                munmap(old, client->map_size);
+                client->stale_base = NULL;
+            }
         }
         if (base != MAP_FAILED) {
             client->map_size = size;
@@ -311,6 +337,9 @@ void kvf_client_disconnect(kvf_client_t *client)
     }
     if (client->pool_base != NULL) {
         munmap(client->pool_base, client->map_size);
+    }
+    if (client->stale_base != NULL) {
+        munmap(client->stale_base, client->stale_size);
     }
     /* closing the socket makes the agent release this connection's grants */
     kvf_conn_destroy(client->conn);
