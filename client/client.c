@@ -12,7 +12,7 @@
 #include "common/auth.h"
 #include "common/log.h"
 #include "common/time.h"
-#include "proto/conn.h"
+#include "proto/bconn.h"
 #include "proto/frame.h"
 
 #include <errno.h>
@@ -33,12 +33,14 @@
 #define KVF_CLIENT_BACKOFF_MAX_NS (250ull * KVF_NSEC_PER_MSEC)
 
 struct kvf_client {
-    kvf_conn_t *conn; /* NULL: lost; the next call reconnects */
+    kvf_bconn_t *conn; /* NULL: lost; the next call reconnects */
     uint64_t timeout_ns;
     uint64_t next_request;
     void *pool_base;
     uint64_t pool_size;
     uint64_t map_size; /* bytes mapped at pool_base (>= pool_size) */
+    void *stale_base;  /* a grown pool's old address, still mapped */
+    uint64_t stale_size;
     uint64_t max_chunk_bytes;
     uint64_t pd_offset; /* PD receive region in the mapping (decoders) */
     uint64_t pd_size;
@@ -84,20 +86,44 @@ uint64_t kvf_client_reconnects(const kvf_client_t *client)
 }
 
 /* Maps the agent's pool. After a reconnect the new pool goes at the old
- * address when it fits, so pointers the engine derived from
- * kvf_client_pool_base() stay valid (they now see the new pool). */
+ * address, so pointers the engine derived from kvf_client_pool_base() stay
+ * valid (they now see the new pool): in place when it is not larger, else
+ * grown in place when the addresses after it are free. Otherwise it goes
+ * elsewhere, and the old range is kept mapped onto the new pool's first
+ * bytes (stale pointers read the same offsets, never fault) until
+ * disconnect. */
 static kvf_status_t kvf_client_map_pool(kvf_client_t *client, int pool_fd,
                                         uint64_t size)
 {
-    void *base;
+    const int prot = PROT_READ | PROT_WRITE;
+    uint8_t *old   = client->pool_base;
+    void *base, *tail;
 
-    if ((client->pool_base != NULL) && (size <= client->map_size)) {
-        base = mmap(client->pool_base, size, PROT_READ | PROT_WRITE,
-                    MAP_SHARED | MAP_FIXED, pool_fd, 0);
+    if ((old != NULL) && (size > client->map_size)) {
+        tail = mmap(old + client->map_size, size - client->map_size, prot,
+                    MAP_SHARED | MAP_FIXED_NOREPLACE, pool_fd,
+                    (off_t)client->map_size);
+        if (tail == old + client->map_size) {
+            client->map_size = size; /* grown in place */
+        } else if (tail != MAP_FAILED) {
+            munmap(tail, size - client->map_size); /* an old kernel */
+        }
+    }
+    if ((old != NULL) && (size <= client->map_size)) {
+        base = mmap(old, size, prot, MAP_SHARED | MAP_FIXED, pool_fd, 0);
     } else {
-        base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, pool_fd, 0);
-        if ((base != MAP_FAILED) && (client->pool_base != NULL)) {
-            munmap(client->pool_base, client->map_size);
+        base = mmap(NULL, size, prot, MAP_SHARED, pool_fd, 0);
+        if ((base != MAP_FAILED) && (old != NULL)) {
+            if (client->stale_base != NULL) {
+                munmap(client->stale_base, client->stale_size);
+            }
+            client->stale_base = old;
+            client->stale_size = client->map_size;
+            if (mmap(old, client->map_size, prot, MAP_SHARED | MAP_FIXED,
+                     pool_fd, 0) == MAP_FAILED) {
+                munmap(old, client->map_size);
+                client->stale_base = NULL;
+            }
         }
         if (base != MAP_FAILED) {
             client->map_size = size;
@@ -116,40 +142,40 @@ static kvf_status_t kvf_client_map_pool(kvf_client_t *client, int pool_fd,
 /* Connects, HELLO (+ AUTH), receives the pool and maps it. */
 static kvf_status_t kvf_client_open(kvf_client_t *client, uint64_t deadline)
 {
-    const kvf_conn_params_t cp = {
+    const kvf_bconn_params_t cp = {
         .peer      = client->peer,
         .max_frame = KVF_CLIENT_MAX_FRAME,
     };
-    const kvf_conn_hello_params_t hp = {
+    const kvf_bconn_hello_params_t hp = {
         .version = KVF_PROTOCOL_VERSION,
         .kind    = KVF__PEER_KIND__PEER_ENGINE,
         .name    = client->name,
         .secret  = &client->secret,
     };
     const Kvf__PoolInfo *info;
-    kvf_conn_t *conn;
+    kvf_bconn_t *conn;
     kvf_status_t status;
     kvf_frame_t frame;
     uint64_t pool_size;
     int fd, pool_fd = -1;
 
-    status = kvf_conn_dial_unix(client->path, deadline, &fd, client->error,
-                                sizeof(client->error));
+    status = kvf_bconn_dial_unix(client->path, deadline, &fd, client->error,
+                                 sizeof(client->error));
     if (status != KVF_OK) {
         return status;
     }
-    status = kvf_conn_create(fd, &cp, &conn); /* fd now belongs to conn */
+    status = kvf_bconn_create(fd, &cp, &conn); /* fd now belongs to conn */
     if (status != KVF_OK) {
         return kvf_client_fail(client, status, "no memory for a connection");
     }
     /* the pool's fd may arrive with the bytes of HELLO_REPLY already */
-    status = kvf_conn_hello(conn, &hp, deadline, &pool_fd);
+    status = kvf_bconn_hello(conn, &hp, deadline, &pool_fd);
     if (status == KVF_OK) {
-        status = kvf_conn_expect(conn, KVF_MSG_POOL_INFO, deadline, &pool_fd,
-                                 &frame);
+        status = kvf_bconn_expect(conn, KVF_MSG_POOL_INFO, deadline, &pool_fd,
+                                  &frame);
     }
     if (status != KVF_OK) {
-        kvf_client_fail(client, status, "%s", kvf_conn_last_error(conn));
+        kvf_client_fail(client, status, "%s", kvf_bconn_last_error(conn));
         goto err_destroy;
     }
     info                    = (const Kvf__PoolInfo *)frame.msg;
@@ -179,7 +205,7 @@ err_destroy:
     if (pool_fd >= 0) {
         close(pool_fd);
     }
-    kvf_conn_destroy(conn);
+    kvf_bconn_destroy(conn);
     return status;
 }
 
@@ -188,8 +214,8 @@ err_destroy:
 static kvf_status_t kvf_client_lose(kvf_client_t *client, kvf_status_t status)
 {
     snprintf(client->lost, sizeof(client->lost), "%.250s",
-             kvf_conn_last_error(client->conn));
-    kvf_conn_destroy(client->conn);
+             kvf_bconn_last_error(client->conn));
+    kvf_bconn_destroy(client->conn);
     client->conn        = NULL;
     client->retry_at_ns = 0; /* the first attempt at once */
     client->backoff_ns  = 0;
@@ -312,8 +338,11 @@ void kvf_client_disconnect(kvf_client_t *client)
     if (client->pool_base != NULL) {
         munmap(client->pool_base, client->map_size);
     }
+    if (client->stale_base != NULL) {
+        munmap(client->stale_base, client->stale_size);
+    }
     /* closing the socket makes the agent release this connection's grants */
-    kvf_conn_destroy(client->conn);
+    kvf_bconn_destroy(client->conn);
     kvf_auth_secret_cleanup(&client->secret);
     free(client);
 }
@@ -402,7 +431,7 @@ static kvf_status_t kvf_client_call_timeout(kvf_client_t *client, uint16_t type,
         return status;
     }
     deadline = kvf_time_deadline_ns(timeout_ns);
-    status   = kvf_conn_send(client->conn, type, msg, deadline);
+    status   = kvf_bconn_send(client->conn, type, msg, deadline);
     if (status == KVF_ERR_CLOSED) {
         /* the connection died while idle (the agent restarted): the old
          * agent cannot have served a request it did not wholly receive,
@@ -412,18 +441,18 @@ static kvf_status_t kvf_client_call_timeout(kvf_client_t *client, uint16_t type,
         if (status != KVF_OK) {
             return status;
         }
-        status = kvf_conn_send(client->conn, type, msg, deadline);
+        status = kvf_bconn_send(client->conn, type, msg, deadline);
     }
     if (status == KVF_OK) {
         status =
-            kvf_conn_expect(client->conn, reply_type, deadline, NULL, frame_p);
+            kvf_bconn_expect(client->conn, reply_type, deadline, NULL, frame_p);
     }
     if (status == KVF_ERR_CLOSED) {
         return kvf_client_lose(client, status);
     }
     if (status != KVF_OK) {
         return kvf_client_fail(client, status, "%s",
-                               kvf_conn_last_error(client->conn));
+                               kvf_bconn_last_error(client->conn));
     }
     return KVF_OK;
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Copyright (c) 2026 The kvfabric authors */
 /*
- * The admin client: kvf_conn (proto/conn.c) over TCP, or over TLS through
+ * The admin client: kvf_bconn (proto/bconn.c) over TCP, or over TLS through
  * its byte-stream ops, plus what only the controller's clients need
  * (resolving HOST:PORT, the TLS handshake).
  */
@@ -10,7 +10,7 @@
 #include "common/config.h"
 #include "common/time.h"
 #include "common/tls.h"
-#include "proto/conn.h"
+#include "proto/bconn.h"
 
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 struct kvf_ctlconn {
-    kvf_conn_t *conn;
+    kvf_bconn_t *conn;
     int fd;           /* until conn owns it */
     SSL_CTX *tls_ctx; /* NULL: plain TCP */
     SSL *ssl;
@@ -76,38 +76,38 @@ static ssize_t kvf_ctlconn_tls_write(void *arg, const void *buf, size_t len)
     return kvf_ctlconn_tls_result(arg, rc, n);
 }
 
-static const kvf_conn_stream_ops_t kvf_ctlconn_tls_ops = {
+static const kvf_bconn_stream_ops_t kvf_ctlconn_tls_ops = {
     .read  = kvf_ctlconn_tls_read,
     .write = kvf_ctlconn_tls_write,
 };
 
 kvf_status_t kvf_ctlconn_flush(kvf_ctlconn_t *conn)
 {
-    return kvf_conn_flush(conn->conn, kvf_ctlconn_deadline(conn));
+    return kvf_bconn_flush(conn->conn, kvf_ctlconn_deadline(conn));
 }
 
 kvf_status_t kvf_ctlconn_send(kvf_ctlconn_t *conn, uint16_t type,
                               const ProtobufCMessage *msg)
 {
-    return kvf_conn_send(conn->conn, type, msg, kvf_ctlconn_deadline(conn));
+    return kvf_bconn_send(conn->conn, type, msg, kvf_ctlconn_deadline(conn));
 }
 
 kvf_status_t kvf_ctlconn_queue(kvf_ctlconn_t *conn, uint16_t type,
                                const ProtobufCMessage *msg)
 {
-    return kvf_conn_queue(conn->conn, type, msg);
+    return kvf_bconn_queue(conn->conn, type, msg);
 }
 
 kvf_status_t kvf_ctlconn_queue_raw(kvf_ctlconn_t *conn, const void *data,
                                    size_t len)
 {
-    return kvf_conn_queue_raw(conn->conn, data, len);
+    return kvf_bconn_queue_raw(conn->conn, data, len);
 }
 
 kvf_status_t kvf_ctlconn_send_raw(kvf_ctlconn_t *conn, const void *data,
                                   size_t len)
 {
-    kvf_status_t status = kvf_conn_queue_raw(conn->conn, data, len);
+    kvf_status_t status = kvf_bconn_queue_raw(conn->conn, data, len);
 
     if (status != KVF_OK) {
         return status;
@@ -117,18 +117,19 @@ kvf_status_t kvf_ctlconn_send_raw(kvf_ctlconn_t *conn, const void *data,
 
 kvf_status_t kvf_ctlconn_recv(kvf_ctlconn_t *conn, kvf_frame_t *frame_p)
 {
-    return kvf_conn_recv(conn->conn, kvf_ctlconn_deadline(conn), NULL, frame_p);
+    return kvf_bconn_recv(conn->conn, kvf_ctlconn_deadline(conn), NULL,
+                          frame_p);
 }
 
 kvf_status_t kvf_ctlconn_read_some(kvf_ctlconn_t *conn)
 {
-    return kvf_conn_read_some(conn->conn, NULL);
+    return kvf_bconn_read_some(conn->conn, NULL);
 }
 
 kvf_status_t kvf_ctlconn_recv_buffered(kvf_ctlconn_t *conn,
                                        kvf_frame_t *frame_p)
 {
-    return kvf_conn_recv_buffered(conn->conn, frame_p);
+    return kvf_bconn_recv_buffered(conn->conn, frame_p);
 }
 
 kvf_status_t kvf_ctlconn_call(kvf_ctlconn_t *conn, uint16_t type,
@@ -144,17 +145,17 @@ kvf_status_t kvf_ctlconn_call(kvf_ctlconn_t *conn, uint16_t type,
 
 uint64_t kvf_ctlconn_next_id(kvf_ctlconn_t *conn)
 {
-    return kvf_conn_next_id(conn->conn);
+    return kvf_bconn_next_id(conn->conn);
 }
 
 int kvf_ctlconn_fd(const kvf_ctlconn_t *conn)
 {
-    return kvf_conn_fd(conn->conn);
+    return kvf_bconn_fd(conn->conn);
 }
 
 const char *kvf_ctlconn_last_error(const kvf_ctlconn_t *conn)
 {
-    return kvf_conn_last_error(conn->conn);
+    return kvf_bconn_last_error(conn->conn);
 }
 
 static kvf_status_t kvf_ctlconn_connect(kvf_ctlconn_t *conn,
@@ -192,7 +193,7 @@ static kvf_status_t kvf_ctlconn_connect(kvf_ctlconn_t *conn,
         }
         if ((connect(conn->fd, ai->ai_addr, ai->ai_addrlen) == 0) ||
             ((errno == EINPROGRESS) &&
-             (kvf_conn_wait_fd(conn->fd, POLLOUT, deadline) == KVF_OK) &&
+             (kvf_bconn_wait_fd(conn->fd, POLLOUT, deadline) == KVF_OK) &&
              (getsockopt(conn->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) == 0) &&
              (soerr == 0))) {
             break;
@@ -240,7 +241,7 @@ static kvf_status_t kvf_ctlconn_tls_start(kvf_ctlconn_t *conn,
         int e = SSL_get_error(conn->ssl, rc);
 
         if ((e == SSL_ERROR_WANT_READ) || (e == SSL_ERROR_WANT_WRITE)) {
-            status = kvf_conn_wait_fd(
+            status = kvf_bconn_wait_fd(
                 conn->fd, (e == SSL_ERROR_WANT_READ) ? POLLIN : POLLOUT,
                 deadline);
             if (status != KVF_OK) {
@@ -268,8 +269,8 @@ static kvf_status_t kvf_ctlconn_tls_start(kvf_ctlconn_t *conn,
 kvf_status_t kvf_ctlconn_open(const kvf_ctlconn_params_t *params,
                               kvf_ctlconn_t **conn_p, char *err, size_t err_len)
 {
-    kvf_conn_params_t cp = {.max_frame = KVF_FRAME_MAX_LIMIT};
-    kvf_conn_hello_params_t hp;
+    kvf_bconn_params_t cp = {.max_frame = KVF_FRAME_MAX_LIMIT};
+    kvf_bconn_hello_params_t hp;
     kvf_ctlconn_t *conn;
     kvf_status_t status;
 
@@ -294,7 +295,7 @@ kvf_status_t kvf_ctlconn_open(const kvf_ctlconn_params_t *params,
         cp.ops_arg = conn->ssl;
     }
     cp.peer  = conn->peer;
-    status   = kvf_conn_create(conn->fd, &cp, &conn->conn);
+    status   = kvf_bconn_create(conn->fd, &cp, &conn->conn);
     conn->fd = -1; /* the fd now belongs to conn->conn */
     if (status != KVF_OK) {
         snprintf(err, err_len, "out of memory");
@@ -306,9 +307,9 @@ kvf_status_t kvf_ctlconn_open(const kvf_ctlconn_params_t *params,
         hp.name    = params->name;
         hp.secret  = params->secret;
         status =
-            kvf_conn_hello(conn->conn, &hp, kvf_ctlconn_deadline(conn), NULL);
+            kvf_bconn_hello(conn->conn, &hp, kvf_ctlconn_deadline(conn), NULL);
         if (status != KVF_OK) {
-            snprintf(err, err_len, "%s", kvf_conn_last_error(conn->conn));
+            snprintf(err, err_len, "%s", kvf_bconn_last_error(conn->conn));
             goto err_destroy;
         }
     }
@@ -341,7 +342,7 @@ void kvf_ctlconn_destroy(kvf_ctlconn_t *conn)
     if (conn == NULL) {
         return;
     }
-    kvf_conn_destroy(conn->conn); /* closes the socket */
+    kvf_bconn_destroy(conn->conn); /* closes the socket */
     if (conn->fd >= 0) {
         close(conn->fd);
     }

@@ -3,7 +3,7 @@
 /*
  * A blocking connection to kvf-controller: connect, HELLO, then frames out
  * and replies in, each wait bounded by a timeout. Used by kvfctl, kvf-bench
- * and the tests. The framing, deadlines and HELLO + AUTH are proto/conn.c's
+ * and the tests. The framing, deadlines and HELLO + AUTH are proto/bconn.c's
  * (shared with libkvfabric); this adds TCP name resolution and TLS.
  *
  * thread: one thread per connection. Ownership: the caller owns the

@@ -130,9 +130,11 @@ KVF_API const char *kvf_client_last_error(const kvf_client_t *client);
  * serving it) fails with KVF_ERR_CLOSED, and the next call reconnects
  * (HELLO, AUTH, the new agent's pool), at most once per backoff period (10
  * ms doubling to 250 ms) while the agent is away, each such call failing
- * with KVF_ERR_CLOSED. The new pool is mapped at the same address when it
- * is not larger, so kvf_client_pool_base() is unchanged; slots and leases
- * of the old agent are gone (look up again).
+ * with KVF_ERR_CLOSED. The new pool is mapped at the same address (when it
+ * is larger and the addresses after the old one are taken, elsewhere, and
+ * the old range then shows the new pool's first bytes until disconnect:
+ * old pointers never fault), so kvf_client_pool_base() normally stays the
+ * same; slots and leases of the old agent are gone (look up again).
  *
  * thread: as the other calls on @p client.
  */

@@ -14,6 +14,7 @@
 
 #include <criterion/criterion.h>
 
+#include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -373,6 +374,51 @@ Test(client, reconnects_after_the_agent_restarts)
     cr_assert_eq(kvf_client_stats(c, &stats), KVF_OK, "%s",
                  kvf_client_last_error(c));
     cr_assert_eq(kvf_client_reconnects(c), 2);
+    kvf_client_disconnect(c);
+}
+
+/* The restarted agent has a larger pool: the new one is mapped (at the
+ * old address when the addresses after it are free), pointers from the
+ * old base still read memory, and chunks store and read back right. */
+Test(client, reconnects_to_a_larger_pool)
+{
+    kvf_client_stats_t stats;
+    kvf_lookup_result_t res;
+    kvf_slot_t slots[2];
+    kvf_key_t keys[2];
+    uint64_t sums[2];
+    bool missing[2];
+    volatile uint8_t *old;
+    uint64_t old_size;
+    kvf_client_t *c;
+    uint32_t i;
+    uint8_t *base;
+
+    agent_start("8M");
+    c        = connect_client();
+    old      = kvf_client_pool_base(c);
+    old_size = kvf_client_pool_size(c);
+    cr_assert_eq(kvf_test_proc_stop(&g_agent, 10000), 0, "%s",
+                 kvf_test_proc_log(&g_agent));
+    agent_start("32M");
+    cr_assert_eq(kvf_client_stats(c, &stats), KVF_OK, "%s",
+                 kvf_client_last_error(c));
+    cr_assert_gt(kvf_client_pool_size(c), old_size, "%" PRIu64 " bytes",
+                 kvf_client_pool_size(c));
+    (void)old[old_size - 1]; /* the old range is still mapped */
+    make_keys(keys, 2, 77);
+    store_chunks(c, keys, 2, sums);
+    cr_assert_eq(kvf_client_retrieve(c, keys, 2, slots, missing), KVF_OK, "%s",
+                 kvf_client_last_error(c));
+    base = kvf_client_pool_base(c);
+    for (i = 0; i < 2; i++) {
+        cr_assert(!missing[i]);
+        cr_assert_eq(kvf_chunk_checksum(base + slots[i].offset, CHUNK),
+                     sums[i]);
+    }
+    cr_assert_eq(kvf_client_release(c, slots, 2), KVF_OK);
+    cr_assert_eq(kvf_client_lookup(c, keys, 2, false, &res), KVF_OK);
+    cr_assert_eq(res.hit_chunks, 2);
     kvf_client_disconnect(c);
 }
 

@@ -343,3 +343,32 @@ def test_pd_duplicate_request_id_is_refused_and_harmless(pd_cluster):
         _pd_check(d, slots, 14, [PD_CHUNK, PD_CHUNK])
         gc.collect()
         d.pd_release(14)
+
+
+def test_client_rides_over_an_agent_restart(cluster):
+    """#17 item 1 through the binding: the agent under a connected Client
+    restarts; a call while it is away raises ERR_CLOSED naming the agent's
+    socket, and the same Client works again within a second of the new
+    agent registering, on the same pool address."""
+    c = cluster.client("a", timeout=5)
+    base = c.pool_base
+    assert c.stats().registered
+    cluster.exit_codes["agent-a-1"] = cluster.agents["a"].stop()
+    with pytest.raises(kvf.KvfError) as e:
+        c.stats()
+    assert e.value.status == kvf.errors.ERR_CLOSED
+    assert cluster.sockets["a"] in str(e.value), str(e.value)
+    cluster.start_agent("a")
+    cluster.wait_registered("a")
+    deadline = time.monotonic() + 1.0
+    while True:
+        try:
+            st = c.stats()
+            break
+        except kvf.KvfError as err:
+            assert err.status == kvf.errors.ERR_CLOSED, str(err)
+            assert time.monotonic() < deadline, f"not back in 1 s: {err}"
+            time.sleep(0.005)
+    assert st.registered
+    assert c.reconnects == 1 and c.pool_base == base
+    c.close()

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Copyright (c) 2026 The kvfabric authors */
-#include "proto/conn.h"
+#include "proto/bconn.h"
 
 #include "common/time.h"
 #include "proto/hello.h"
@@ -15,12 +15,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define KVF_CONN_RX_MIN   65536u
-#define KVF_CONN_RX_SLACK 4096u
+#define KVF_BCONN_RX_MIN   65536u
+#define KVF_BCONN_RX_SLACK 4096u
 
-struct kvf_conn {
+struct kvf_bconn {
     int fd;
-    const kvf_conn_stream_ops_t *ops; /* NULL: the plain socket */
+    const kvf_bconn_stream_ops_t *ops; /* NULL: the plain socket */
     void *ops_arg;
     uint32_t max_frame;
     uint64_t next_id;
@@ -36,11 +36,11 @@ struct kvf_conn {
     char error[512];
 };
 
-static kvf_status_t kvf_conn_fail(kvf_conn_t *conn, kvf_status_t status,
-                                  const char *fmt, ...) KVF_PRINTF(3, 4);
+static kvf_status_t kvf_bconn_fail(kvf_bconn_t *conn, kvf_status_t status,
+                                   const char *fmt, ...) KVF_PRINTF(3, 4);
 
-static kvf_status_t kvf_conn_fail(kvf_conn_t *conn, kvf_status_t status,
-                                  const char *fmt, ...)
+static kvf_status_t kvf_bconn_fail(kvf_bconn_t *conn, kvf_status_t status,
+                                   const char *fmt, ...)
 {
     va_list ap;
 
@@ -50,10 +50,10 @@ static kvf_status_t kvf_conn_fail(kvf_conn_t *conn, kvf_status_t status,
     return status;
 }
 
-kvf_status_t kvf_conn_create(int fd, const kvf_conn_params_t *params,
-                             kvf_conn_t **conn_p)
+kvf_status_t kvf_bconn_create(int fd, const kvf_bconn_params_t *params,
+                              kvf_bconn_t **conn_p)
 {
-    kvf_conn_t *conn = calloc(1, sizeof(*conn));
+    kvf_bconn_t *conn = calloc(1, sizeof(*conn));
 
     if (conn == NULL) {
         close(fd);
@@ -70,7 +70,7 @@ kvf_status_t kvf_conn_create(int fd, const kvf_conn_params_t *params,
     return KVF_OK;
 }
 
-void kvf_conn_destroy(kvf_conn_t *conn)
+void kvf_bconn_destroy(kvf_bconn_t *conn)
 {
     if (conn == NULL) {
         return;
@@ -83,7 +83,7 @@ void kvf_conn_destroy(kvf_conn_t *conn)
     free(conn);
 }
 
-kvf_status_t kvf_conn_wait_fd(int fd, short events, uint64_t deadline)
+kvf_status_t kvf_bconn_wait_fd(int fd, short events, uint64_t deadline)
 {
     struct pollfd pfd = {.fd = fd, .events = events};
     int rc;
@@ -102,8 +102,8 @@ kvf_status_t kvf_conn_wait_fd(int fd, short events, uint64_t deadline)
     }
 }
 
-kvf_status_t kvf_conn_dial_unix(const char *path, uint64_t deadline, int *fd_p,
-                                char *err, size_t err_len)
+kvf_status_t kvf_bconn_dial_unix(const char *path, uint64_t deadline, int *fd_p,
+                                 char *err, size_t err_len)
 {
     struct sockaddr_un sun;
     kvf_status_t status;
@@ -131,7 +131,7 @@ kvf_status_t kvf_conn_dial_unix(const char *path, uint64_t deadline, int *fd_p,
         status = KVF_ERR_IO;
         goto err_close;
     }
-    status = kvf_conn_wait_fd(fd, POLLOUT, deadline);
+    status = kvf_bconn_wait_fd(fd, POLLOUT, deadline);
     if (status != KVF_OK) {
         snprintf(err, err_len, "kvf-agent at %s: connect: %s", path,
                  kvf_strerror(status));
@@ -152,23 +152,23 @@ err_close:
     return status;
 }
 
-uint64_t kvf_conn_next_id(kvf_conn_t *conn)
+uint64_t kvf_bconn_next_id(kvf_bconn_t *conn)
 {
     return ++conn->next_id;
 }
 
-int kvf_conn_fd(const kvf_conn_t *conn)
+int kvf_bconn_fd(const kvf_bconn_t *conn)
 {
     return conn->fd;
 }
 
-const char *kvf_conn_last_error(const kvf_conn_t *conn)
+const char *kvf_bconn_last_error(const kvf_bconn_t *conn)
 {
     return conn->error;
 }
 
 /* Room for @p need more bytes at the end of tx. */
-static kvf_status_t kvf_conn_tx_reserve(kvf_conn_t *conn, size_t need)
+static kvf_status_t kvf_bconn_tx_reserve(kvf_bconn_t *conn, size_t need)
 {
     size_t cap;
     uint8_t *grown;
@@ -187,43 +187,44 @@ static kvf_status_t kvf_conn_tx_reserve(kvf_conn_t *conn, size_t need)
             return KVF_OK;
         }
     }
-    cap = (conn->tx_cap == 0) ? KVF_CONN_RX_MIN : conn->tx_cap;
+    cap = (conn->tx_cap == 0) ? KVF_BCONN_RX_MIN : conn->tx_cap;
     while (cap - conn->tx_len < need) {
         cap *= 2;
     }
     grown = realloc(conn->tx, cap);
     if (grown == NULL) {
-        return kvf_conn_fail(conn, KVF_ERR_NO_MEMORY,
-                             "no memory for a %zu-byte request", need);
+        return kvf_bconn_fail(conn, KVF_ERR_NO_MEMORY,
+                              "no memory for a %zu-byte request", need);
     }
     conn->tx     = grown;
     conn->tx_cap = cap;
     return KVF_OK;
 }
 
-kvf_status_t kvf_conn_queue(kvf_conn_t *conn, uint16_t type,
-                            const ProtobufCMessage *msg)
+kvf_status_t kvf_bconn_queue(kvf_bconn_t *conn, uint16_t type,
+                             const ProtobufCMessage *msg)
 {
     size_t need = kvf_frame_size(msg), len = 0;
     kvf_status_t status;
 
-    status = kvf_conn_tx_reserve(conn, need);
+    status = kvf_bconn_tx_reserve(conn, need);
     if (status != KVF_OK) {
         return status;
     }
     status = kvf_frame_pack(conn->tx + conn->tx_len, need, type, 0, msg,
                             conn->max_frame, &len);
     if (status != KVF_OK) {
-        return kvf_conn_fail(conn, status, "%s request too large (%zu bytes)",
-                             kvf_msg_type_name(type), need);
+        return kvf_bconn_fail(conn, status, "%s request too large (%zu bytes)",
+                              kvf_msg_type_name(type), need);
     }
     conn->tx_len += len;
     return KVF_OK;
 }
 
-kvf_status_t kvf_conn_queue_raw(kvf_conn_t *conn, const void *data, size_t len)
+kvf_status_t kvf_bconn_queue_raw(kvf_bconn_t *conn, const void *data,
+                                 size_t len)
 {
-    kvf_status_t status = kvf_conn_tx_reserve(conn, len);
+    kvf_status_t status = kvf_bconn_tx_reserve(conn, len);
 
     if (status != KVF_OK) {
         return status;
@@ -233,7 +234,7 @@ kvf_status_t kvf_conn_queue_raw(kvf_conn_t *conn, const void *data, size_t len)
     return KVF_OK;
 }
 
-static ssize_t kvf_conn_write(kvf_conn_t *conn, const void *buf, size_t len)
+static ssize_t kvf_bconn_write(kvf_bconn_t *conn, const void *buf, size_t len)
 {
     if (conn->ops != NULL) {
         return conn->ops->write(conn->ops_arg, buf, len);
@@ -241,14 +242,14 @@ static ssize_t kvf_conn_write(kvf_conn_t *conn, const void *buf, size_t len)
     return send(conn->fd, buf, len, MSG_NOSIGNAL);
 }
 
-kvf_status_t kvf_conn_flush(kvf_conn_t *conn, uint64_t deadline)
+kvf_status_t kvf_bconn_flush(kvf_bconn_t *conn, uint64_t deadline)
 {
     kvf_status_t status;
     ssize_t n;
 
     while (conn->tx_off < conn->tx_len) {
-        n = kvf_conn_write(conn, conn->tx + conn->tx_off,
-                           conn->tx_len - conn->tx_off);
+        n = kvf_bconn_write(conn, conn->tx + conn->tx_off,
+                            conn->tx_len - conn->tx_off);
         if (n > 0) {
             conn->tx_off += (size_t)n;
             continue;
@@ -257,37 +258,38 @@ kvf_status_t kvf_conn_flush(kvf_conn_t *conn, uint64_t deadline)
             continue;
         }
         if ((n < 0) && ((errno == EAGAIN) || (errno == EWOULDBLOCK))) {
-            status = kvf_conn_wait_fd(conn->fd, POLLOUT, deadline);
+            status = kvf_bconn_wait_fd(conn->fd, POLLOUT, deadline);
             if (status == KVF_ERR_TIMEOUT) {
-                return kvf_conn_fail(conn, status,
-                                     "%s did not take the request in time",
-                                     conn->peer);
+                return kvf_bconn_fail(conn, status,
+                                      "%s did not take the request in time",
+                                      conn->peer);
             }
             if (status != KVF_OK) {
-                return kvf_conn_fail(conn, status, "poll: %s", strerror(errno));
+                return kvf_bconn_fail(conn, status, "poll: %s",
+                                      strerror(errno));
             }
             continue;
         }
-        return kvf_conn_fail(conn, KVF_ERR_CLOSED, "%s connection lost: %s",
-                             conn->peer, strerror(errno));
+        return kvf_bconn_fail(conn, KVF_ERR_CLOSED, "%s connection lost: %s",
+                              conn->peer, strerror(errno));
     }
     conn->tx_off = conn->tx_len = 0;
     return KVF_OK;
 }
 
-kvf_status_t kvf_conn_send(kvf_conn_t *conn, uint16_t type,
-                           const ProtobufCMessage *msg, uint64_t deadline)
+kvf_status_t kvf_bconn_send(kvf_bconn_t *conn, uint16_t type,
+                            const ProtobufCMessage *msg, uint64_t deadline)
 {
-    kvf_status_t status = kvf_conn_queue(conn, type, msg);
+    kvf_status_t status = kvf_bconn_queue(conn, type, msg);
 
     if (status != KVF_OK) {
         return status;
     }
-    return kvf_conn_flush(conn, deadline);
+    return kvf_bconn_flush(conn, deadline);
 }
 
 /* Makes room to read: compacts, then grows up to one maximum frame. */
-static kvf_status_t kvf_conn_rx_reserve(kvf_conn_t *conn)
+static kvf_status_t kvf_bconn_rx_reserve(kvf_bconn_t *conn)
 {
     size_t cap;
     uint8_t *grown;
@@ -295,26 +297,26 @@ static kvf_status_t kvf_conn_rx_reserve(kvf_conn_t *conn)
     if (conn->rx_off == conn->rx_len) {
         conn->rx_off = conn->rx_len = 0;
     }
-    if (conn->rx_cap - conn->rx_len >= KVF_CONN_RX_SLACK) {
+    if (conn->rx_cap - conn->rx_len >= KVF_BCONN_RX_SLACK) {
         return KVF_OK;
     }
     if (conn->rx_off > 0) {
         memmove(conn->rx, conn->rx + conn->rx_off, conn->rx_len - conn->rx_off);
         conn->rx_len -= conn->rx_off;
         conn->rx_off = 0;
-        if (conn->rx_cap - conn->rx_len >= KVF_CONN_RX_SLACK) {
+        if (conn->rx_cap - conn->rx_len >= KVF_BCONN_RX_SLACK) {
             return KVF_OK;
         }
     }
-    cap = (conn->rx_cap == 0) ? KVF_CONN_RX_MIN : conn->rx_cap * 2;
+    cap = (conn->rx_cap == 0) ? KVF_BCONN_RX_MIN : conn->rx_cap * 2;
     if (cap > (size_t)conn->max_frame + KVF_FRAME_HDR_SIZE +
-                  2 * KVF_CONN_RX_SLACK + KVF_CONN_RX_MIN) {
-        return kvf_conn_fail(conn, KVF_ERR_PROTO, "%s sent an oversized frame",
-                             conn->peer);
+                  2 * KVF_BCONN_RX_SLACK + KVF_BCONN_RX_MIN) {
+        return kvf_bconn_fail(conn, KVF_ERR_PROTO, "%s sent an oversized frame",
+                              conn->peer);
     }
     grown = realloc(conn->rx, cap);
     if (grown == NULL) {
-        return kvf_conn_fail(conn, KVF_ERR_NO_MEMORY, "no memory for a reply");
+        return kvf_bconn_fail(conn, KVF_ERR_NO_MEMORY, "no memory for a reply");
     }
     conn->rx     = grown;
     conn->rx_cap = cap;
@@ -322,7 +324,7 @@ static kvf_status_t kvf_conn_rx_reserve(kvf_conn_t *conn)
 }
 
 /* One read into rx: >0 bytes, 0 EOF, -1 with errno. */
-static ssize_t kvf_conn_read(kvf_conn_t *conn, int *fd_p)
+static ssize_t kvf_bconn_read(kvf_bconn_t *conn, int *fd_p)
 {
     char control[CMSG_SPACE(sizeof(int))];
     struct cmsghdr *cmsg;
@@ -363,33 +365,33 @@ static ssize_t kvf_conn_read(kvf_conn_t *conn, int *fd_p)
     return n;
 }
 
-kvf_status_t kvf_conn_read_some(kvf_conn_t *conn, int *fd_p)
+kvf_status_t kvf_bconn_read_some(kvf_bconn_t *conn, int *fd_p)
 {
-    kvf_status_t status = kvf_conn_rx_reserve(conn);
+    kvf_status_t status = kvf_bconn_rx_reserve(conn);
     ssize_t n;
 
     if (status != KVF_OK) {
         return status;
     }
     do {
-        n = kvf_conn_read(conn, fd_p);
+        n = kvf_bconn_read(conn, fd_p);
     } while ((n < 0) && (errno == EINTR));
     if (n > 0) {
         conn->rx_len += (size_t)n;
         return KVF_OK;
     }
     if (n == 0) {
-        return kvf_conn_fail(conn, KVF_ERR_CLOSED, "%s closed the connection",
-                             conn->peer);
+        return kvf_bconn_fail(conn, KVF_ERR_CLOSED, "%s closed the connection",
+                              conn->peer);
     }
     if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
         return KVF_INPROGRESS;
     }
-    return kvf_conn_fail(conn, KVF_ERR_CLOSED, "%s connection lost: %s",
-                         conn->peer, strerror(errno));
+    return kvf_bconn_fail(conn, KVF_ERR_CLOSED, "%s connection lost: %s",
+                          conn->peer, strerror(errno));
 }
 
-kvf_status_t kvf_conn_recv_buffered(kvf_conn_t *conn, kvf_frame_t *frame_p)
+kvf_status_t kvf_bconn_recv_buffered(kvf_bconn_t *conn, kvf_frame_t *frame_p)
 {
     kvf_status_t status;
     size_t used = 0;
@@ -404,43 +406,43 @@ kvf_status_t kvf_conn_recv_buffered(kvf_conn_t *conn, kvf_frame_t *frame_p)
     if (status == KVF_INPROGRESS) {
         return status;
     }
-    return kvf_conn_fail(conn, status, "bad frame from %s: %s", conn->peer,
-                         kvf_strerror(status));
+    return kvf_bconn_fail(conn, status, "bad frame from %s: %s", conn->peer,
+                          kvf_strerror(status));
 }
 
-kvf_status_t kvf_conn_recv(kvf_conn_t *conn, uint64_t deadline, int *fd_p,
-                           kvf_frame_t *frame_p)
+kvf_status_t kvf_bconn_recv(kvf_bconn_t *conn, uint64_t deadline, int *fd_p,
+                            kvf_frame_t *frame_p)
 {
     kvf_status_t status;
 
     for (;;) {
-        status = kvf_conn_recv_buffered(conn, frame_p);
+        status = kvf_bconn_recv_buffered(conn, frame_p);
         if (status != KVF_INPROGRESS) {
             return status;
         }
-        status = kvf_conn_read_some(conn, fd_p);
+        status = kvf_bconn_read_some(conn, fd_p);
         if (status == KVF_OK) {
             continue;
         }
         if (status != KVF_INPROGRESS) {
             return status;
         }
-        status = kvf_conn_wait_fd(conn->fd, POLLIN, deadline);
+        status = kvf_bconn_wait_fd(conn->fd, POLLIN, deadline);
         if (status == KVF_ERR_TIMEOUT) {
-            return kvf_conn_fail(conn, status, "%s did not answer in time",
-                                 conn->peer);
+            return kvf_bconn_fail(conn, status, "%s did not answer in time",
+                                  conn->peer);
         }
         if (status != KVF_OK) {
-            return kvf_conn_fail(conn, status, "poll: %s", strerror(errno));
+            return kvf_bconn_fail(conn, status, "poll: %s", strerror(errno));
         }
     }
 }
 
 /* A STATUS frame's error as this connection's failure. */
-static kvf_status_t kvf_conn_fail_status(kvf_conn_t *conn,
-                                         const Kvf__Status *st)
+static kvf_status_t kvf_bconn_fail_status(kvf_bconn_t *conn,
+                                          const Kvf__Status *st)
 {
-    return kvf_conn_fail(
+    return kvf_bconn_fail(
         conn, (st->status < 0) ? (kvf_status_t)st->status : KVF_ERR_PROTO,
         "%s: %s", conn->peer,
         ((st->message != NULL) && (st->message[0] != '\0'))
@@ -448,14 +450,15 @@ static kvf_status_t kvf_conn_fail_status(kvf_conn_t *conn,
             : kvf_strerror((kvf_status_t)st->status));
 }
 
-kvf_status_t kvf_conn_expect(kvf_conn_t *conn, uint16_t type, uint64_t deadline,
-                             int *fd_p, kvf_frame_t *frame_p)
+kvf_status_t kvf_bconn_expect(kvf_bconn_t *conn, uint16_t type,
+                              uint64_t deadline, int *fd_p,
+                              kvf_frame_t *frame_p)
 {
     const Kvf__Status *st;
     kvf_frame_t frame;
     kvf_status_t status;
 
-    status = kvf_conn_recv(conn, deadline, fd_p, &frame);
+    status = kvf_bconn_recv(conn, deadline, fd_p, &frame);
     if (status != KVF_OK) {
         return status;
     }
@@ -465,19 +468,19 @@ kvf_status_t kvf_conn_expect(kvf_conn_t *conn, uint16_t type, uint64_t deadline,
     }
     st = (frame.type == KVF_MSG_STATUS) ? (const Kvf__Status *)frame.msg : NULL;
     if ((st != NULL) && (st->status != KVF_OK)) {
-        status = kvf_conn_fail_status(conn, st);
+        status = kvf_bconn_fail_status(conn, st);
         kvf_frame_release(&frame, NULL);
         return status;
     }
     kvf_frame_release(&frame, NULL);
-    return kvf_conn_fail(conn, KVF_ERR_PROTO, "%s sent %s, expected %s",
-                         conn->peer, kvf_msg_type_name(frame.type),
-                         kvf_msg_type_name(type));
+    return kvf_bconn_fail(conn, KVF_ERR_PROTO, "%s sent %s, expected %s",
+                          conn->peer, kvf_msg_type_name(frame.type),
+                          kvf_msg_type_name(type));
 }
 
-kvf_status_t kvf_conn_hello(kvf_conn_t *conn,
-                            const kvf_conn_hello_params_t *params,
-                            uint64_t deadline, int *fd_p)
+kvf_status_t kvf_bconn_hello(kvf_bconn_t *conn,
+                             const kvf_bconn_hello_params_t *params,
+                             uint64_t deadline, int *fd_p)
 {
     const Kvf__HelloReply *reply;
     const Kvf__Status *st;
@@ -495,53 +498,55 @@ kvf_status_t kvf_conn_hello(kvf_conn_t *conn,
     kvf_auth_session_init(&auth, params->secret);
     status = kvf_auth_client_hello(&auth, &nonce_len);
     if (status != KVF_OK) {
-        status = kvf_conn_fail(conn, KVF_ERR_IO, "no random auth nonce");
+        status = kvf_bconn_fail(conn, KVF_ERR_IO, "no random auth nonce");
         goto out;
     }
     kvf__hello__init(&hello);
-    hello.request_id       = kvf_conn_next_id(conn);
+    hello.request_id       = kvf_bconn_next_id(conn);
     hello.protocol_version = params->version;
     hello.kind             = (Kvf__PeerKind)params->kind;
     hello.name             = name_buf;
     hello.auth_nonce.data  = auth.own_nonce;
     hello.auth_nonce.len   = nonce_len;
-    status = kvf_conn_send(conn, KVF_MSG_HELLO, &hello.base, deadline);
+    status = kvf_bconn_send(conn, KVF_MSG_HELLO, &hello.base, deadline);
     if (status != KVF_OK) {
         goto out;
     }
-    status = kvf_conn_expect(conn, KVF_MSG_HELLO_REPLY, deadline, fd_p, &frame);
+    status =
+        kvf_bconn_expect(conn, KVF_MSG_HELLO_REPLY, deadline, fd_p, &frame);
     if (status != KVF_OK) {
         goto out;
     }
     reply  = (const Kvf__HelloReply *)frame.msg;
     status = (kvf_status_t)reply->status;
     if (status != KVF_OK) {
-        kvf_conn_fail(conn, status, "%s refused the connection: %s", conn->peer,
-                      (reply->message != NULL) ? reply->message : "");
+        kvf_bconn_fail(conn, status, "%s refused the connection: %s",
+                       conn->peer,
+                       (reply->message != NULL) ? reply->message : "");
     } else {
         status = kvf_hello_client_auth(&auth, reply, name_buf, &auth_msg, mac,
                                        text, sizeof(text));
         if (status != KVF_OK) {
-            kvf_conn_fail(conn, status, "%s: %s", conn->peer, text);
+            kvf_bconn_fail(conn, status, "%s: %s", conn->peer, text);
         }
     }
     kvf_frame_release(&frame, NULL);
     if ((status != KVF_OK) || (auth.state != KVF_AUTH_STATE_CHALLENGED)) {
         goto out;
     }
-    auth_msg.request_id = kvf_conn_next_id(conn);
-    status = kvf_conn_send(conn, KVF_MSG_AUTH, &auth_msg.base, deadline);
+    auth_msg.request_id = kvf_bconn_next_id(conn);
+    status = kvf_bconn_send(conn, KVF_MSG_AUTH, &auth_msg.base, deadline);
     if (status != KVF_OK) {
         goto out;
     }
-    /* a refusal arrives as STATUS{KVF_ERR_AUTH}: kvf_conn_expect fails */
-    status = kvf_conn_expect(conn, KVF_MSG_STATUS, deadline, fd_p, &frame);
+    /* a refusal arrives as STATUS{KVF_ERR_AUTH}: kvf_bconn_expect fails */
+    status = kvf_bconn_expect(conn, KVF_MSG_STATUS, deadline, fd_p, &frame);
     if (status != KVF_OK) {
         goto out;
     }
     st = (const Kvf__Status *)frame.msg;
     if (st->status != KVF_OK) {
-        status = kvf_conn_fail_status(conn, st);
+        status = kvf_bconn_fail_status(conn, st);
     }
     kvf_frame_release(&frame, NULL);
 out:
