@@ -162,7 +162,9 @@ Test(kernel_emu, bad_slots_copy_nothing)
     kv_case_destroy(&c);
 }
 
-/* Big aligned rows (the 16-byte unit) through the kernel code. */
+/* Big aligned rows (the 16-byte unit) through the kernel code, in every
+ * layout: HND and packed layouts take the per-head piece path with 256-byte
+ * pieces, 16 units each, so one warp spans two heads per step. */
 Test(kernel_emu, llama_shape)
 {
     static const kv_case_shape_t shape = {.layers     = 2,
@@ -170,16 +172,35 @@ Test(kernel_emu, llama_shape)
                                           .head_dim   = 128,
                                           .block_size = 16,
                                           .tokens     = 64};
+    kvf_gpu_kv_plan_t plan;
     kv_case_t c;
     emu_case_t e;
+    uint64_t st;
+    int kind;
+    bool nhd;
 
-    cr_assert_eq(kv_case_create_shape(&c, 8, KVF_GPU_LAYOUT_KV,
-                                      KVF_GPU_DTYPE_BF16, &shape),
-                 0);
-    emu_case_create(&e, &c, 0);
-    cr_assert_eq(kvf_gpu_kv_pack_cpu(&c.params), KVF_OK);
-    emu_launch(&e.params, KVF_GPU_DIR_PACK);
-    emu_expect_same(&c, &e, "llama pack", 8);
-    emu_case_destroy(&e);
-    kv_case_destroy(&c);
+    for (kind = 0; kind < KVF_GPU_LAYOUT_COUNT; kind++) {
+        cr_assert_eq(kv_case_create_shape(&c, 8 + (uint64_t)kind,
+                                          (kvf_gpu_layout_t)kind,
+                                          KVF_GPU_DTYPE_BF16, &shape),
+                     0);
+        /* NHD rows move whole (one piece), the others head by head */
+        cr_assert_eq(kvf_gpu_kv_plan_init(&c.params, &plan), KVF_OK);
+        nhd =
+            (kind <= KVF_GPU_LAYOUT_MLA) || (kind == KVF_GPU_LAYOUT_FLASHINFER);
+        cr_assert_eq(plan.num_pieces, nhd ? 1u : 8u, "%s",
+                     kvf_gpu_layout_name((kvf_gpu_layout_t)kind));
+        emu_case_create(&e, &c, 0);
+        cr_assert_eq(kvf_gpu_kv_pack_cpu(&c.params), KVF_OK);
+        emu_launch(&e.params, KVF_GPU_DIR_PACK);
+        emu_expect_same(&c, &e, kvf_gpu_layout_name((kvf_gpu_layout_t)kind), 8);
+        st = 77;
+        kv_case_fill(&st, c.chunk, c.chunk_bytes);
+        memcpy(e.chunk, c.chunk, c.chunk_bytes);
+        cr_assert_eq(kvf_gpu_kv_unpack_cpu(&c.params), KVF_OK);
+        emu_launch(&e.params, KVF_GPU_DIR_UNPACK);
+        emu_expect_same(&c, &e, kvf_gpu_layout_name((kvf_gpu_layout_t)kind), 8);
+        emu_case_destroy(&e);
+        kv_case_destroy(&c);
+    }
 }
