@@ -906,6 +906,7 @@ int main(int argc, char **argv)
     char *words[256];
     int nwords = 0, i, rc, c;
     kvf_ctlconn_t *conn;
+    kvf_status_t status;
     const char *cmd;
     char err[512];
     size_t k;
@@ -1006,10 +1007,16 @@ int main(int argc, char **argv)
     params.secret          = &secret;
     params.tls_ca          = getenv("KVF_TLS_CA");
     params.tls_server_name = getenv("KVF_TLS_SERVER_NAME");
-    rc = (kvf_ctlconn_open(&params, &conn, err, sizeof(err)) == KVF_OK) ? 0 : 1;
+    status                 = kvf_ctlconn_open(&params, &conn, err, sizeof(err));
+    rc                     = (status == KVF_OK) ? 0 : 1;
     kvf_auth_secret_cleanup(&secret);
     if (rc != 0) {
-        if (kvf_ctl_is_http(opts.controller, 1000)) {
+        /* an HTTP port answers HELLO with garbage or not at all; probe it
+         * only then, and never a TLS port (the probe would count there as
+         * a failed TLS handshake) */
+        if (((status == KVF_ERR_PROTO) || (status == KVF_ERR_TIMEOUT) ||
+             (status == KVF_ERR_TOO_BIG)) &&
+            (params.tls_ca == NULL) && kvf_ctl_is_http(opts.controller, 1000)) {
             return kvf_ctl_fail(1, "KVF_ERR_PROTO",
                                 "%s answers HTTP: that is the controller's "
                                 "HTTP port (dashboard, /metrics); the control "
