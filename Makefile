@@ -17,7 +17,8 @@ DEBS := gcc make meson ninja-build pkg-config python3 clang-format \
         protobuf-c-compiler libprotobuf-c-dev libucx-dev ucx-utils \
         libevent-dev libyaml-dev libxxhash-dev libcriterion-dev \
         libibverbs-dev libssl-dev iproute2 procps curl python3-yaml \
-        python3-numpy python3-pytest python3-torch
+        python3-numpy python3-pytest python3-torch \
+        libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack
 
 # Used by some tests when present (they skip, with the reason, otherwise):
 # Chromium renders the controller's dashboard, systemd-analyze checks the

@@ -901,6 +901,20 @@ static void kvf_index_on_route(struct evhttp_request *req, void *arg)
     kvf_index_observe(server, t0);
 }
 
+uint32_t kvf_index_block_size(const kvf_index_t *index, uint64_t ns)
+{
+    uint32_t i, r;
+
+    for (i = 0; i < index->num_models; i++) {
+        for (r = 0; r < index->models[i].tp_world; r++) {
+            if (index->models[i].ns[r] == ns) {
+                return index->models[i].chunk_size;
+            }
+        }
+    }
+    return 0;
+}
+
 void kvf_index_http_start(kvf_server_t *server)
 {
     evhttp_set_cb(server->http, "/v1/index/models", kvf_index_on_models,
