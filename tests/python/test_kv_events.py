@@ -86,6 +86,12 @@ def test_order_gaps_and_replay():
     try:
         with cl.client("a") as a:
             store(a, first)  # before anyone listens: a gap to replay
+            # the agent announces it to the controller asynchronously: wait
+            # (deadline) until batch 0 is published, seen through replay
+            deadline = time.monotonic() + 30
+            while not replay(ctx, rep_ep, 0):
+                assert time.monotonic() < deadline, cl.logs()
+                time.sleep(0.05)
             sub = ctx.socket(zmq.SUB)
             sub.setsockopt(zmq.SUBSCRIBE, b"")
             sub.connect(pub_ep)
