@@ -363,6 +363,11 @@ uint64_t kvf_events_count(const kvf_events_t *events)
     return (events != NULL) ? events->next_seq : 0;
 }
 
+uint64_t kvf_events_dropped(const kvf_events_t *events)
+{
+    return (events != NULL) ? events->dropped : 0;
+}
+
 const char *kvf_events_endpoint(const kvf_events_t *events)
 {
     return events->endpoint;

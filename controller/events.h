@@ -61,8 +61,11 @@ void kvf_events_publish(kvf_events_t *events, kvf_events_kind_t kind,
  * have signalled (called from the controller's tick). */
 void kvf_events_poll(kvf_events_t *events);
 
-/* Batches published so far (the next seq). */
+/* Batches published so far (the next seq); 0 for NULL. */
 uint64_t kvf_events_count(const kvf_events_t *events);
+
+/* Of those, batches the PUB socket refused (high-water mark); 0 for NULL. */
+uint64_t kvf_events_dropped(const kvf_events_t *events);
 
 /* The PUB and ROUTER endpoints actually bound (port 0 resolved). */
 const char *kvf_events_endpoint(const kvf_events_t *events);
