@@ -64,6 +64,14 @@ static const kvf_config_field_t kvf_controller_config_fields[] = {
                  0, 0, 0,
                  "with a cluster secret: HTTP paths served without the bearer "
                  "token (comma-separated; others need it)"),
+    KVF_CC_FIELD("events", KVF_CONFIG_STRING, events, "", 0, 0, 0,
+                 "ZeroMQ endpoint to publish KV events on, in vLLM's shape "
+                 "(e.g. tcp://127.0.0.1:5557; empty: off)"),
+    KVF_CC_FIELD("events_replay", KVF_CONFIG_STRING, events_replay, "", 0, 0, 0,
+                 "ZeroMQ endpoint answering replay requests for missed "
+                 "KV events (empty: off)"),
+    KVF_CC_FIELD("events_buffer", KVF_CONFIG_UINT, events_buffer, "10000", 1,
+                 1000000, 0, "KV event batches kept for replay"),
     KVF_CC_FIELD("print_config", KVF_CONFIG_BOOL, print_config, "false", 0, 0,
                  KVF_CONFIG_FIELD_CLI_ONLY,
                  "print the effective configuration, check what the "

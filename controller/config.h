@@ -34,6 +34,9 @@ typedef struct kvf_controller_config {
     uint64_t max_buffered;         /* bytes buffered, all connections */
     uint64_t max_buffered_preauth; /* of those, by unauthenticated ones */
     char *http_open;               /* paths served without a token */
+    char *events;                  /* ZeroMQ PUB endpoint; empty: off */
+    char *events_replay;           /* ZeroMQ ROUTER endpoint; empty: off */
+    uint64_t events_buffer;        /* batches kept for replay */
 } kvf_controller_config_t;
 
 extern const kvf_config_schema_t kvf_controller_config_schema;

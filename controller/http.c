@@ -273,6 +273,9 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
         "kvf_controller_accept_errors_total{port=\"http\"} %" PRIu64 "\n"
         "# TYPE kvf_controller_http_auth_failures_total counter\n"
         "kvf_controller_http_auth_failures_total %" PRIu64 "\n"
+        "# TYPE kvf_controller_kv_events_total counter\n"
+        "kvf_controller_kv_events_total{result=\"published\"} %" PRIu64 "\n"
+        "kvf_controller_kv_events_total{result=\"dropped\"} %" PRIu64 "\n"
         "# TYPE kvf_controller_request_seconds histogram\n",
         alive, draining, dead, rs.keys, kvf_server_recovering(server) ? 1 : 0,
         c->admits, c->evicts, c->lookups, c->lookup_hit_chunks,
@@ -281,7 +284,9 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
         c->stale_rejects, c->seq_gaps, c->backpressure, server->num_conns,
         rs.table_bytes, server->buffered, server->buffered_preauth,
         c->buffer_closes, server->listen_guard.errors,
-        server->http_guard.errors, c->http_auth_failures);
+        server->http_guard.errors, c->http_auth_failures,
+        kvf_events_count(server->events) - kvf_events_dropped(server->events),
+        kvf_events_dropped(server->events));
     for (i = 0; i < KVF_SERVER_LAT_BUCKETS; i++) {
         cum += c->lat_buckets[i];
         evbuffer_add_printf(b,

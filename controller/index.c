@@ -803,12 +803,9 @@ static void kvf_index_on_query(struct evhttp_request *req, void *arg)
         evhttp_send_error(req, HTTP_INTERNAL, NULL);
         return;
     }
-    evbuffer_add_printf(b, "{\"model\":");
-    kvf_server_http_json_str(b, m->name);
-    evbuffer_add_printf(b,
-                        ",\"block_size\":%" PRIu32 ",\"query_blocks\":%zu"
-                        ",\"default\":{",
-                        m->chunk_size, chunks);
+    /* Mooncake's shape: tenant -> instance -> figures, nothing else at
+     * the top, so clients iterating tenants see only tenants */
+    evbuffer_add_printf(b, "{\"default\":{");
     count = kvf_node_table_count(server->nodes);
     while (kvf_index_next_group(server, m, &from, &g)) {
         const char *inst   = kvf_index_node_instance(g.first);
@@ -823,8 +820,8 @@ static void kvf_index_on_query(struct evhttp_request *req, void *arg)
         kvf_server_http_json_str(b, inst);
         evbuffer_add_printf(b,
                             ":{\"longest_matched\":%" PRIu64 ",\"CPU\":%" PRIu64
-                            ",\"nodes\":{",
-                            tokens, tokens);
+                            ",\"query_tokens\":%" PRIu64 ",\"nodes\":{",
+                            tokens, tokens, (uint64_t)chunks * m->chunk_size);
         for (i = 0; i < count; i++) {
             const kvf_node_t *node = kvf_node_table_at(server->nodes, i);
 
@@ -899,6 +896,20 @@ static void kvf_index_on_route(struct evhttp_request *req, void *arg)
     kvf_server_http_reply(req, b, "application/json");
     evbuffer_free(b);
     kvf_index_observe(server, t0);
+}
+
+uint32_t kvf_index_block_size(const kvf_index_t *index, uint64_t ns)
+{
+    uint32_t i, r;
+
+    for (i = 0; i < index->num_models; i++) {
+        for (r = 0; r < index->models[i].tp_world; r++) {
+            if (index->models[i].ns[r] == ns) {
+                return index->models[i].chunk_size;
+            }
+        }
+    }
+    return 0;
 }
 
 void kvf_index_http_start(kvf_server_t *server)

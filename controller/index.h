@@ -41,6 +41,10 @@ kvf_status_t kvf_index_create(uint32_t max_keys, kvf_index_t **index_p);
 /* NULL is a no-op. */
 void kvf_index_destroy(kvf_index_t *index);
 
+/* Tokens per block of the registered model one of whose TP ranks has
+ * namespace @p ns; 0 when none has. */
+uint32_t kvf_index_block_size(const kvf_index_t *index, uint64_t ns);
+
 /* Adds the /v1/index/ and /v1/route handlers to server->http. */
 void kvf_index_http_start(kvf_server_t *server);
 

@@ -333,6 +333,75 @@ static void kvf_server_purge_kick(kvf_server_t *server)
     }
 }
 
+/* ---- KV events --------------------------------------------------------- */
+
+/* Publishes a KV event of @p node (controller/events.h); a node with
+ * stored blocks is remembered until kvf_server_events_sweep() clears it. */
+static void kvf_server_event(kvf_server_t *server, kvf_events_kind_t kind,
+                             const kvf_node_t *node, const uint8_t *keys,
+                             size_t n)
+{
+    uint32_t block_size = 0;
+    size_t i;
+
+    if ((server->events == NULL) ||
+        ((n == 0) && (kind != KVF_EVENTS_CLEARED))) {
+        return;
+    }
+    if (n > 0) {
+        kvf_key_t key;
+
+        kvf_key_unpack(keys, &key);
+        block_size = kvf_index_block_size(server->index, key.ns);
+    }
+    kvf_events_publish(server->events, kind, node->id, node->name, keys, n,
+                       block_size);
+    if (kind != KVF_EVENTS_STORED) {
+        return;
+    }
+    for (i = 0; i < server->num_event_nodes; i++) {
+        if (server->event_nodes[i] == node->id) {
+            return;
+        }
+    }
+    if (server->num_event_nodes == server->cap_event_nodes) {
+        size_t cap =
+            (server->cap_event_nodes > 0) ? 2 * server->cap_event_nodes : 64;
+        uint32_t *ids = realloc(server->event_nodes, cap * sizeof(*ids));
+
+        if (ids == NULL) {
+            return; /* its CLEARED will be missing: the stream says so */
+        }
+        server->event_nodes     = ids;
+        server->cap_event_nodes = cap;
+    }
+    server->event_nodes[server->num_event_nodes++] = node->id;
+}
+
+/* AllBlocksCleared for every node that stored blocks and is now dead,
+ * deregistered or forgotten; answers waiting replay requests. */
+static void kvf_server_events_sweep(kvf_server_t *server)
+{
+    size_t i = 0;
+
+    if (server->events == NULL) {
+        return;
+    }
+    kvf_events_poll(server->events);
+    while (i < server->num_event_nodes) {
+        uint32_t id      = server->event_nodes[i];
+        kvf_node_t *node = kvf_node_table_find(server->nodes, id);
+
+        if ((node != NULL) && (node->state != KVF_NODE_DEAD)) {
+            i++;
+            continue;
+        }
+        kvf_events_publish(server->events, KVF_EVENTS_CLEARED, id,
+                           (node != NULL) ? node->name : "", NULL, 0, 0);
+        server->event_nodes[i] = server->event_nodes[--server->num_event_nodes];
+    }
+}
+
 /* ---- handlers -------------------------------------------------------- */
 
 /* Counts a peer the handshake refused; the caller answers and closes. */
@@ -627,6 +696,7 @@ static kvf_status_t kvf_server_on_deregister(kvf_conn_t *conn,
     kvf_node_table_kill(conn->server->nodes, node, kvf_time_now_ms(),
                         "deregistered");
     kvf_server_purge_kick(conn->server);
+    kvf_server_events_sweep(conn->server);
     return kvf_conn_send_status(conn, dr->request_id, KVF_OK, NULL);
 }
 
@@ -674,6 +744,12 @@ static kvf_status_t kvf_server_on_batch(kvf_conn_t *conn, uint16_t type,
                                     &done);
         server->ctr.evicts += n;
     }
+    if (status == KVF_OK) {
+        kvf_server_event(server,
+                         (type == KVF_MSG_ADMIT) ? KVF_EVENTS_STORED
+                                                 : KVF_EVENTS_REMOVED,
+                         node, kb->keys.data, n);
+    }
     return kvf_conn_send_status(conn, kb->request_id, status,
                                 (status == KVF_OK) ? NULL
                                                    : kvf_strerror(status));
@@ -698,6 +774,7 @@ static kvf_status_t kvf_server_on_inventory(kvf_conn_t *conn,
         /* an inventory is the whole truth: start from an empty slot */
         status = kvf_node_table_reslot(server->nodes, node);
         kvf_server_purge_kick(server);
+        kvf_server_event(server, KVF_EVENTS_CLEARED, node, NULL, 0);
     }
     if (status == KVF_OK) {
         node->is_inventory_open = true;
@@ -707,6 +784,10 @@ static kvf_status_t kvf_server_on_inventory(kvf_conn_t *conn,
         server->ctr.inventory_keys += inv->keys.len / KVF_KEY_WIRE_SIZE;
         kvf_server_purge_kick(server);
         node->last_seq = inv->seq;
+        if (status == KVF_OK) {
+            kvf_server_event(server, KVF_EVENTS_STORED, node, inv->keys.data,
+                             inv->keys.len / KVF_KEY_WIRE_SIZE);
+        }
     }
     if ((status == KVF_OK) && inv->last) {
         node->is_resynced       = true;
@@ -1574,6 +1655,7 @@ static void kvf_server_on_tick(evutil_socket_t fd, short what, void *arg)
         0) {
         kvf_server_purge_kick(server);
     }
+    kvf_server_events_sweep(server);
     kvf_server_recovering(server);
 }
 
@@ -1709,6 +1791,14 @@ kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
     if (status != KVF_OK) {
         goto err_free;
     }
+    if ((cfg->events != NULL) && (cfg->events[0] != '\0')) {
+        status =
+            kvf_events_create(base, cfg->events, cfg->events_replay,
+                              (uint32_t)cfg->events_buffer, &server->events);
+        if (status != KVF_OK) {
+            goto err_free;
+        }
+    }
     server->arena_size = KVF_SERVER_ARENA_SIZE;
     server->arena      = malloc(server->arena_size);
     server->slots      = calloc(cfg->max_batch, sizeof(*server->slots));
@@ -1787,6 +1877,8 @@ void kvf_server_destroy(kvf_server_t *server)
     free(server->arena);
     free(server->pins[0].keys);
     free(server->pins[1].keys);
+    kvf_events_destroy(server->events);
+    free(server->event_nodes);
     kvf_index_destroy(server->index);
     kvf_node_table_destroy(server->nodes);
     kvf_registry_destroy(server->reg);

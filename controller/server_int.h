@@ -6,6 +6,7 @@
 
 #include "common/auth.h"
 #include "common/listen.h"
+#include "controller/events.h"
 #include "controller/index.h"
 #include "controller/node.h"
 #include "controller/registry.h"
@@ -72,8 +73,12 @@ struct kvf_server {
     struct event *purge;
     kvf_registry_t *reg;
     kvf_node_table_t *nodes;
-    kvf_index_t *index; /* what routers query over HTTP */
-    kvf_conn_t *conns;  /* doubly linked, newest first */
+    kvf_index_t *index;    /* what routers query over HTTP */
+    kvf_events_t *events;  /* NULL: no KV event stream */
+    uint32_t *event_nodes; /* ids with events since their last CLEARED */
+    size_t num_event_nodes;
+    size_t cap_event_nodes;
+    kvf_conn_t *conns; /* doubly linked, newest first */
     uint64_t num_conns;
     uint64_t buffered;         /* bytes charged by all connections */
     uint64_t buffered_preauth; /* of those, by unauthenticated ones */

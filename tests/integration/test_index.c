@@ -181,7 +181,8 @@ Test(index, longest_prefix_per_instance)
              "\"token_ids\":[%s]}",
              tokens_json(TOKENS));
     cr_assert_eq(post("/v1/index/query", g_req), 200, "%s", g_body);
-    cr_assert_not_null(strstr(g_body, "\"query_blocks\":4"), "%s", g_body);
+    cr_assert_eq(strncmp(g_body, "{\"default\":{", 12), 0, "%s", g_body);
+    cr_assert_not_null(strstr(g_body, "\"query_tokens\":64,"), "%s", g_body);
     cr_assert_not_null(strstr(g_body, "\"ia\":{\"longest_matched\":64,"), "%s",
                        g_body);
     cr_assert_not_null(strstr(g_body, "\"ib\":{\"longest_matched\":32,"), "%s",
@@ -279,6 +280,28 @@ Test(index, errors)
                       "{\"model\":\"org/model-7b\",\"seq_hashes\":[\"xyz\"]}"),
                  400);
     cr_assert_eq(post("/v1/index/models", "{\"model\":\"m\"}"), 400);
+    /* hostile bodies: nesting, unterminated, overflow, long names */
+    snprintf(g_req, sizeof(g_req), "{\"x\":%.*s}", 40,
+             "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[");
+    cr_assert_eq(post("/v1/index/query", g_req), 400);
+    cr_assert_eq(post("/v1/index/query", "{\"model\":\"org/mod"), 400);
+    cr_assert_eq(post("/v1/index/query", "{\"model\":\"org/model-7b\","
+                                         "\"token_ids\":[99999999999]}"),
+                 400);
+    cr_assert_eq(post("/v1/index/query", "{\"model\":\"org/model-7b\","
+                                         "\"token_ids\":[1,2"),
+                 400);
+    cr_assert_eq(post("/v1/index/query", "{\"model\":\"a\\u0041\\"), 400);
+    memset(g_req, 'x', 300);
+    memcpy(g_req, "{\"model\":\"", 10);
+    memcpy(g_req + 290, "\",\"token_ids\":[1]}", 18);
+    g_req[308] = '\0';
+    cr_assert_eq(post("/v1/index/query", g_req), 400);
+    cr_assert_eq(post("/v1/index/query",
+                      "{\"model\":\"org\\/model-7b\","
+                      "\"skip\":{\"a\":[\"\\\"\",null,-1.5e3]},"
+                      "\"token_ids\":[]}"),
+                 200, "%s", g_body);
     cr_assert_eq(kvf_test_http_get(http_port(), "/v1/index/query", g_body,
                                    sizeof(g_body)),
                  405);

@@ -112,7 +112,8 @@ class Cluster:
                  max_chunk: str = "4M", root: Optional[pathlib.Path] = None,
                  extra_agent_args: Optional[List[str]] = None,
                  roles: Optional[Dict[str, str]] = None,
-                 pd_buffer_size: Optional[str] = None):
+                 pd_buffer_size: Optional[str] = None,
+                 extra_controller_args: Optional[List[str]] = None):
         """@p roles: agent name -> ``--role`` (``prefill``, ``decode`` or
         ``both``, the default) for PD pairs; @p pd_buffer_size: the
         ``--pd-buffer-size`` of agents that receive (decode, both)."""
@@ -128,6 +129,7 @@ class Cluster:
         self.exit_codes: Dict[str, int] = {}
         self.roles = dict(roles or {})
         self.pd_buffer_size = pd_buffer_size
+        self.extra_controller_args = list(extra_controller_args or [])
 
     def start(self) -> "Cluster":
         try:
@@ -148,7 +150,7 @@ class Cluster:
             "kvf-controller",
             [str(self.root / "controller" / "kvf-controller"),
              "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-             "--port-file", port_file],
+             "--port-file", port_file] + self.extra_controller_args,
             os.path.join(self.dir, "controller.log"))
 
         def ready():
