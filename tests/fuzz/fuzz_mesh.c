@@ -43,9 +43,35 @@ typedef struct kvf_fuzz_agent {
     kvf_auth_secret_t secret;
 } kvf_fuzz_agent_t;
 
+static kvf_fuzz_agent_t kvf_fuzz_agents[2];
+
+/* At exit, in the agent's order: nothing left for LeakSanitizer. */
+static void kvf_fuzz_agents_destroy(void)
+{
+    kvf_fuzz_agent_t *a;
+    unsigned i;
+
+    for (i = 0; i < 2; i++) {
+        a = &kvf_fuzz_agents[i];
+        if (a->base == NULL) {
+            continue;
+        }
+        kvf_ucx_ep_put(a->ep);
+        kvf_ucx_worker_destroy(a->worker);
+        kvf_peer_destroy(a->peer);
+        kvf_pd_destroy(a->pd);
+        kvf_mesh_destroy(a->mesh);
+        kvf_ucx_mem_deregister(a->pool_mem);
+        kvf_store_destroy(a->store);
+        kvf_ucx_ctx_destroy(a->ctx);
+        event_base_free(a->base);
+        memset(a, 0, sizeof(*a));
+    }
+}
+
 static kvf_fuzz_agent_t *kvf_fuzz_agent_get(bool is_secure)
 {
-    static kvf_fuzz_agent_t agents[2];
+    kvf_fuzz_agent_t *agents = kvf_fuzz_agents;
     kvf_fuzz_agent_t *a     = &agents[is_secure ? 1 : 0];
     kvf_ucx_ctx_params_t cp = {.field_mask = KVF_UCX_CTX_FIELD_TLS,
                                .tls        = "tcp"};
@@ -68,6 +94,10 @@ static kvf_fuzz_agent_t *kvf_fuzz_agent_get(bool is_secure)
         return a;
     }
     kvf_log_set_handler(NULL, NULL);
+    if ((kvf_fuzz_agents[0].base == NULL) &&
+        (kvf_fuzz_agents[1].base == NULL)) {
+        atexit(kvf_fuzz_agents_destroy);
+    }
     if (is_secure) {
         memcpy(a->secret.key, "fuzz-cluster-secret", 19);
         a->secret.len = 19;
