@@ -72,15 +72,15 @@ static void kvf_fuzz_agents_destroy(void)
 static kvf_fuzz_agent_t *kvf_fuzz_agent_get(bool is_secure)
 {
     kvf_fuzz_agent_t *agents = kvf_fuzz_agents;
-    kvf_fuzz_agent_t *a     = &agents[is_secure ? 1 : 0];
-    kvf_ucx_ctx_params_t cp = {.field_mask = KVF_UCX_CTX_FIELD_TLS,
-                               .tls        = "tcp"};
-    kvf_pool_params_t pp    = {
-           .field_mask = KVF_POOL_FIELD_SIZE | KVF_POOL_FIELD_MAX_CHUNK |
-                         KVF_POOL_FIELD_MIN_CHUNK | KVF_POOL_FIELD_NO_HUGETLB,
-           .size      = 16 * KVF_FUZZ_CHUNK,
-           .min_chunk = KVF_FUZZ_CHUNK,
-           .max_chunk = KVF_FUZZ_CHUNK,
+    kvf_fuzz_agent_t *a      = &agents[is_secure ? 1 : 0];
+    kvf_ucx_ctx_params_t cp  = {.field_mask = KVF_UCX_CTX_FIELD_TLS,
+                                .tls        = "tcp"};
+    kvf_pool_params_t pp     = {
+            .field_mask = KVF_POOL_FIELD_SIZE | KVF_POOL_FIELD_MAX_CHUNK |
+                          KVF_POOL_FIELD_MIN_CHUNK | KVF_POOL_FIELD_NO_HUGETLB,
+            .size      = 16 * KVF_FUZZ_CHUNK,
+            .min_chunk = KVF_FUZZ_CHUNK,
+            .max_chunk = KVF_FUZZ_CHUNK,
     };
     kvf_store_params_t sp   = {.pool = &pp};
     kvf_ucx_ep_params_t epp = {.field_mask = KVF_UCX_EP_FIELD_SOCKADDR,
