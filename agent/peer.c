@@ -603,6 +603,12 @@ void kvf_peer_cancel(kvf_peer_t *peer, const void *arg)
     }
 }
 
+/* A message without payload (a miss, a damaged-chunk report) went. */
+static void kvf_peer_on_miss_sent(kvf_status_t status, void *arg)
+{
+    /* nothing to release */
+}
+
 static void kvf_peer_on_recv(kvf_status_t status, void *arg)
 {
     kvf_peer_item_t *item   = arg;
@@ -620,9 +626,17 @@ static void kvf_peer_on_recv(kvf_status_t status, void *arg)
             fetched = true;
             peer->stats.chunks_fetched++;
         } else if (status == KVF_ERR_CHECKSUM) {
+            uint8_t key[KVF_KEY_WIRE_SIZE];
+
             peer->stats.checksum_failures++;
             kvf_warn("%s: chunk from node %u failed its checksum; refused",
                      peer->name, item->holder);
+            /* the holder re-verifies and drops it if it is damaged there:
+             * nobody else fetches the same bad bytes */
+            kvf_key_pack(&item->key, key);
+            kvf_ucx_am_send(item->ep, KVF_MESH_AM_PEER_BAD, key, sizeof(key),
+                            NULL, 0, NULL, KVF_UCX_AM_SEND_EAGER,
+                            peer->timeout_ns, kvf_peer_on_miss_sent, NULL);
         }
     } else {
         kvf_store_release(peer->store, fetch->owner, item->offset);
@@ -715,11 +729,6 @@ out:
 }
 
 /* ---------------------------------------------------------- holder side */
-
-static void kvf_peer_on_miss_sent(kvf_status_t status, void *arg)
-{
-    /* a miss carries no payload: nothing to release */
-}
 
 /* One more chunk being sent to @p ep; false (nothing counted) when it
  * has KVF_PEER_SERVE_PER_PEER already. */
@@ -839,6 +848,31 @@ err_put:
     }
 }
 
+/* A requester says a chunk we served failed verification: check it here
+ * (the requester's word alone evicts nothing). */
+static kvf_status_t kvf_peer_on_bad(void *arg, const void *header,
+                                    size_t header_len,
+                                    const kvf_ucx_am_msg_t *msg)
+{
+    kvf_peer_t *peer = arg;
+    kvf_key_t key;
+
+    if (!kvf_mesh_accept(peer->mesh, msg)) {
+        return KVF_OK;
+    }
+    if ((header == NULL) || (header_len != KVF_KEY_WIRE_SIZE)) {
+        kvf_mesh_drop(peer->mesh, KVF_MESH_DROP_MALFORMED);
+        return KVF_OK;
+    }
+    kvf_key_unpack(header, &key);
+    peer->stats.bad_reports++;
+    if (kvf_store_verify(peer->store, &key) == KVF_ERR_CHECKSUM) {
+        kvf_warn("%s: a peer found a chunk we served damaged; dropped",
+                 peer->name);
+    }
+    return KVF_OK;
+}
+
 static kvf_status_t kvf_peer_on_fetch(void *arg, const void *header,
                                       size_t header_len,
                                       const kvf_ucx_am_msg_t *msg)
@@ -933,6 +967,10 @@ kvf_status_t kvf_peer_create(const kvf_peer_params_t *params,
     if (status == KVF_OK) {
         status = kvf_mesh_set_handler(peer->mesh, KVF_MESH_AM_PEER_CHUNK,
                                       kvf_peer_on_chunk, peer);
+    }
+    if (status == KVF_OK) {
+        status = kvf_mesh_set_handler(peer->mesh, KVF_MESH_AM_PEER_BAD,
+                                      kvf_peer_on_bad, peer);
     }
     if (status != KVF_OK) {
         goto err;

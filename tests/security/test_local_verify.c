@@ -22,16 +22,18 @@
 #define CHUNK (64u << 10)
 
 static kvf_th_ctl_t g_ctl;
-static kvf_sec_agent_t g_agent;
+static kvf_sec_agent_t g_agent, g_other;
 
 static void setup(void)
 {
     kvf_th_ctl_start(&g_ctl, NULL);
     kvf_sec_agent_start(&g_agent, g_ctl.addr, "verify-a", NULL);
+    kvf_sec_agent_start(&g_other, g_ctl.addr, "verify-b", NULL);
 }
 
 static void teardown(void)
 {
+    kvf_test_proc_stop(&g_other.proc, 10000);
     kvf_test_proc_stop(&g_agent.proc, 10000);
     kvf_th_ctl_stop(&g_ctl);
     kvf_test_check_leaks();
@@ -39,16 +41,21 @@ static void teardown(void)
 
 TestSuite(local_verify, .init = setup, .fini = teardown, .timeout = 60);
 
-static kvf_client_t *connect_to(void)
+static kvf_client_t *connect_agent(const kvf_sec_agent_t *a)
 {
     kvf_client_params_t p = {.field_mask = KVF_CLIENT_PARAM_SOCKET |
                                            KVF_CLIENT_PARAM_TIMEOUT,
-                             .socket_path = g_agent.sock,
+                             .socket_path = a->sock,
                              .timeout_ns  = 10000000000ull};
     kvf_client_t *c       = NULL;
 
     cr_assert_eq(kvf_client_connect(&p, &c), KVF_OK);
     return c;
+}
+
+static kvf_client_t *connect_to(void)
+{
+    return connect_agent(&g_agent);
 }
 
 Test(local_verify, a_chunk_changed_after_commit_is_a_miss_and_dropped)
@@ -96,6 +103,56 @@ Test(local_verify, a_chunk_changed_after_commit_is_a_miss_and_dropped)
         poll(NULL, 0, 10);
     }
     cr_assert_eq(res.hit_chunks, 0, "the registry still lists the chunk");
+    kvf_client_disconnect(reader);
+    kvf_client_disconnect(writer);
+}
+
+Test(local_verify, a_peer_that_fetched_a_damaged_chunk_makes_its_holder_drop_it)
+{
+    kvf_key_t key        = {.ns = 1, .hi = 0x5ec, .lo = 0xbadbad};
+    kvf_client_t *writer = connect_to(), *reader;
+    kvf_lookup_result_t res;
+    kvf_slot_t slot;
+    long long before;
+    bool missing;
+    uint64_t sum;
+    uint8_t *p;
+    int n;
+
+    before = kvf_sec_metric(&g_agent, "kvf_agent_checksum_failures_total");
+    cr_assert_eq(kvf_client_alloc(writer, CHUNK, 1, &slot), KVF_OK);
+    p = (uint8_t *)kvf_client_pool_base(writer) + slot.offset;
+    memset(p, 0x44, CHUNK);
+    sum = kvf_chunk_checksum(p, CHUNK);
+    cr_assert_eq(kvf_client_commit(writer, &key, &slot, &sum, 1), KVF_OK);
+    p[7] ^= 0x01; /* damaged at the holder after commit */
+
+    /* the other agent fetches it from the holder: refused there */
+    reader = connect_agent(&g_other);
+    for (n = 0; n < 400; n++) {
+        cr_assert_eq(kvf_client_lookup(reader, &key, 1, false, &res), KVF_OK);
+        if (res.hit_chunks == 1) {
+            break;
+        }
+        poll(NULL, 0, 10);
+    }
+    cr_assert_eq(kvf_client_retrieve(reader, &key, 1, &slot, &missing), KVF_OK);
+    cr_assert(missing, "the damaged chunk reached an engine");
+    cr_assert_geq(
+        kvf_sec_metric(&g_other, "kvf_agent_fetch_checksum_failures_total"), 1);
+    /* told, the holder re-verifies and drops it; the registry forgets */
+    for (n = 0; n < 400; n++) {
+        cr_assert_eq(kvf_client_lookup(reader, &key, 1, false, &res), KVF_OK);
+        if ((res.hit_chunks == 0) &&
+            (kvf_sec_metric(&g_agent, "kvf_agent_checksum_failures_total") ==
+             before + 1)) {
+            break;
+        }
+        poll(NULL, 0, 10);
+    }
+    cr_assert_eq(res.hit_chunks, 0, "the registry still lists the chunk");
+    cr_assert_eq(kvf_sec_metric(&g_agent, "kvf_agent_checksum_failures_total"),
+                 before + 1);
     kvf_client_disconnect(reader);
     kvf_client_disconnect(writer);
 }
