@@ -761,8 +761,8 @@ static kvf_status_t kvf_engine_retrieve_reply(kvf_engine_conn_t *conn,
                                       "out of memory");
     }
     for (i = 0; i < n; i++) {
-        if (kvf_store_pin(server->store, conn->owner, &keys[i], &slot) ==
-            KVF_OK) {
+        if (kvf_store_pin_verified(server->store, conn->owner, &keys[i],
+                                   &slot) == KVF_OK) {
             offsets[i] = slot.offset;
             lengths[i] = slot.length;
         } else {

@@ -40,9 +40,12 @@ typedef enum {
     KVF_MESH_AM_PEER_FETCH = 1, /* requester -> holder: PEER_FETCH frame */
     KVF_MESH_AM_PEER_CHUNK = 2, /* holder -> requester: PEER_CHUNK header,
                                    the chunk as payload */
-    KVF_MESH_AM_PD_CTRL = 3,    /* payload: one PD_* control frame */
-    KVF_MESH_AM_PD_DATA = 4,    /* header: PD_DATA frame; payload: chunk */
-    KVF_MESH_AM_AUTH    = 5,    /* payload: one handshake step (mesh.c) */
+    KVF_MESH_AM_PD_CTRL  = 3,   /* payload: one PD_* control frame */
+    KVF_MESH_AM_PD_DATA  = 4,   /* header: PD_DATA frame; payload: chunk */
+    KVF_MESH_AM_AUTH     = 5,   /* payload: one handshake step (mesh.c) */
+    KVF_MESH_AM_PEER_BAD = 6,   /* requester -> holder: header is the key
+                                   (wire form) of a chunk it served that
+                                   failed verification */
     KVF_MESH_AM_LAST,           /* first id this version does not use */
 } kvf_mesh_am_t;
 

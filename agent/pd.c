@@ -265,7 +265,7 @@ void kvf_pd_destroy(kvf_pd_t *pd)
     while ((push = pd->pushes) != NULL) {
         pd->pushes = push->next;
         kvf_store_owner_destroy(pd->store, push->owner);
-        kvf_ucx_ep_put(push->ep);
+        /* push->ep went with the worker (it frees every endpoint) */
         free(push->offsets);
         free(push->lengths);
         free(push->checksums);
@@ -277,6 +277,7 @@ void kvf_pd_destroy(kvf_pd_t *pd)
     }
     while (pd->reqs != NULL) {
         pd->reqs->wait_cb = NULL;
+        pd->reqs->src     = NULL; /* freed with the worker, like push->ep */
         kvf_pd_req_unlink(pd, pd->reqs);
     }
     if (pd->tick_ev != NULL) {

@@ -16,7 +16,11 @@
 
 #define KVF_PEER_MAX_KEYS  65536u /* keys in one fetch */
 #define KVF_PEER_SERVE_MAX 4096u  /* chunks being sent at once */
-#define KVF_PEER_HDR_MAX   KVF_MESH_HDR_MAX
+/* Chunks being sent to one requester at once: a peer that never receives
+ * what it asked for (rendezvous held open) ties up this many sends until
+ * they time out, not the whole service; past it a key is answered busy. */
+#define KVF_PEER_SERVE_PER_PEER 512u
+#define KVF_PEER_HDR_MAX        KVF_MESH_HDR_MAX
 
 typedef struct kvf_peer_fetch kvf_peer_fetch_t;
 
@@ -66,6 +70,7 @@ struct kvf_peer_fetch {
 typedef struct kvf_peer_serve {
     kvf_peer_t *peer;
     kvf_pool_entry_t *entry;
+    const kvf_ucx_ep_t *ep; /* the requester's (a key of peer->sending) */
     struct kvf_peer_serve *next_free;
 } kvf_peer_serve_t;
 
@@ -85,10 +90,13 @@ static inline bool kvf_peer_key_equal(kvf_key_t a, kvf_key_t b)
 KHASH_INIT(kvf_peer_keys, kvf_key_t, kvf_peer_item_t *, 1, kvf_peer_key_hash,
            kvf_peer_key_equal)
 KHASH_SET_INIT_INT(kvf_peer_holders)
+/* requester endpoint -> chunks being sent to it */
+KHASH_MAP_INIT_INT64(kvf_peer_sending, uint32_t)
 
 struct kvf_peer {
-    kvf_mesh_t *mesh;                /* node directory: holders' addresses */
-    khash_t(kvf_peer_keys) inflight; /* key -> the item getting it */
+    kvf_mesh_t *mesh;                  /* node directory: holders' addresses */
+    khash_t(kvf_peer_keys) inflight;   /* key -> the item getting it */
+    khash_t(kvf_peer_sending) sending; /* per requester, for the quota */
     kvf_ucx_worker_t *worker;
     kvf_ucx_mem_t *pool_mem;
     kvf_store_t *store;
@@ -595,6 +603,12 @@ void kvf_peer_cancel(kvf_peer_t *peer, const void *arg)
     }
 }
 
+/* A message without payload (a miss, a damaged-chunk report) went. */
+static void kvf_peer_on_miss_sent(kvf_status_t status, void *arg)
+{
+    /* nothing to release */
+}
+
 static void kvf_peer_on_recv(kvf_status_t status, void *arg)
 {
     kvf_peer_item_t *item   = arg;
@@ -612,9 +626,17 @@ static void kvf_peer_on_recv(kvf_status_t status, void *arg)
             fetched = true;
             peer->stats.chunks_fetched++;
         } else if (status == KVF_ERR_CHECKSUM) {
+            uint8_t key[KVF_KEY_WIRE_SIZE];
+
             peer->stats.checksum_failures++;
             kvf_warn("%s: chunk from node %u failed its checksum; refused",
                      peer->name, item->holder);
+            /* the holder re-verifies and drops it if it is damaged there:
+             * nobody else fetches the same bad bytes */
+            kvf_key_pack(&item->key, key);
+            kvf_ucx_am_send(item->ep, KVF_MESH_AM_PEER_BAD, key, sizeof(key),
+                            NULL, 0, NULL, KVF_UCX_AM_SEND_EAGER,
+                            peer->timeout_ns, kvf_peer_on_miss_sent, NULL);
         }
     } else {
         kvf_store_release(peer->store, fetch->owner, item->offset);
@@ -708,9 +730,37 @@ out:
 
 /* ---------------------------------------------------------- holder side */
 
-static void kvf_peer_on_miss_sent(kvf_status_t status, void *arg)
+/* One more chunk being sent to @p ep; false (nothing counted) when it
+ * has KVF_PEER_SERVE_PER_PEER already. */
+static bool kvf_peer_sending_get(kvf_peer_t *peer, const kvf_ucx_ep_t *ep)
 {
-    /* a miss carries no payload: nothing to release */
+    khiter_t it;
+    int ret;
+
+    it =
+        kh_put(kvf_peer_sending, &peer->sending, (uint64_t)(uintptr_t)ep, &ret);
+    if (ret < 0) {
+        return false;
+    }
+    if (ret > 0) {
+        kh_value(&peer->sending, it) = 0;
+    }
+    if (kh_value(&peer->sending, it) >= KVF_PEER_SERVE_PER_PEER) {
+        return false;
+    }
+    kh_value(&peer->sending, it)++;
+    return true;
+}
+
+static void kvf_peer_sending_put(kvf_peer_t *peer, const kvf_ucx_ep_t *ep)
+{
+    khiter_t it =
+        kh_get(kvf_peer_sending, &peer->sending, (uint64_t)(uintptr_t)ep);
+
+    if ((it != kh_end(&peer->sending)) &&
+        (--kh_value(&peer->sending, it) == 0)) {
+        kh_del(kvf_peer_sending, &peer->sending, it);
+    }
 }
 
 static void kvf_peer_on_served(kvf_status_t status, void *arg)
@@ -719,7 +769,9 @@ static void kvf_peer_on_served(kvf_status_t status, void *arg)
     kvf_peer_t *peer        = serve->peer;
 
     kvf_store_put_chunk(peer->store, serve->entry);
+    kvf_peer_sending_put(peer, serve->ep);
     serve->entry     = NULL;
+    serve->ep        = NULL;
     serve->next_free = peer->serve_free;
     peer->serve_free = serve;
 }
@@ -743,8 +795,16 @@ static void kvf_peer_serve_one(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
     chunk.status     = KVF_ERR_NOT_FOUND;
     /* long names stay out of the (bounded) AM header */
     chunk.holder_name = (strlen(peer->name) < 64) ? peer->name : no_name;
-    if ((serve != NULL) &&
-        (kvf_store_hold_chunk(peer->store, key, &entry) == KVF_OK)) {
+    if ((serve != NULL) && !kvf_peer_sending_get(peer, ep)) {
+        /* this requester has its share in flight: busy, not a hang */
+        peer->stats.serve_busy++;
+        chunk.status = KVF_ERR_BUSY;
+        serve        = NULL;
+    } else if ((serve != NULL) &&
+               (kvf_store_hold_chunk(peer->store, key, &entry) != KVF_OK)) {
+        kvf_peer_sending_put(peer, ep);
+    }
+    if (entry != NULL) {
         chunk.status   = KVF_OK;
         chunk.length   = kvf_pool_entry_length(entry);
         chunk.checksum = kvf_pool_entry_checksum(entry);
@@ -762,6 +822,7 @@ static void kvf_peer_serve_one(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
     }
     peer->serve_free = serve->next_free;
     serve->entry     = entry;
+    serve->ep        = ep;
     if (kvf_ucx_am_send(ep, KVF_MESH_AM_PEER_CHUNK, hdr, len,
                         (uint8_t *)kvf_store_base(peer->store) +
                             kvf_pool_entry_offset(entry),
@@ -769,8 +830,10 @@ static void kvf_peer_serve_one(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
                         peer->timeout_ns, kvf_peer_on_served,
                         serve) != KVF_OK) {
         serve->entry     = NULL;
+        serve->ep        = NULL;
         serve->next_free = peer->serve_free;
         peer->serve_free = serve;
+        kvf_peer_sending_put(peer, ep);
         goto err_put;
     }
     peer->stats.chunks_served++;
@@ -783,6 +846,31 @@ err_put:
     if (entry != NULL) {
         kvf_store_put_chunk(peer->store, entry);
     }
+}
+
+/* A requester says a chunk we served failed verification: check it here
+ * (the requester's word alone evicts nothing). */
+static kvf_status_t kvf_peer_on_bad(void *arg, const void *header,
+                                    size_t header_len,
+                                    const kvf_ucx_am_msg_t *msg)
+{
+    kvf_peer_t *peer = arg;
+    kvf_key_t key;
+
+    if (!kvf_mesh_accept(peer->mesh, msg)) {
+        return KVF_OK;
+    }
+    if ((header == NULL) || (header_len != KVF_KEY_WIRE_SIZE)) {
+        kvf_mesh_drop(peer->mesh, KVF_MESH_DROP_MALFORMED);
+        return KVF_OK;
+    }
+    kvf_key_unpack(header, &key);
+    peer->stats.bad_reports++;
+    if (kvf_store_verify(peer->store, &key) == KVF_ERR_CHECKSUM) {
+        kvf_warn("%s: a peer found a chunk we served damaged; dropped",
+                 peer->name);
+    }
+    return KVF_OK;
 }
 
 static kvf_status_t kvf_peer_on_fetch(void *arg, const void *header,
@@ -853,6 +941,7 @@ kvf_status_t kvf_peer_create(const kvf_peer_params_t *params,
         return KVF_ERR_INVALID;
     }
     kh_init_inplace(kvf_peer_keys, &peer->inflight);
+    kh_init_inplace(kvf_peer_sending, &peer->sending);
     peer->mesh     = params->mesh;
     peer->worker   = kvf_mesh_worker(params->mesh);
     peer->pool_mem = params->pool_mem;
@@ -878,6 +967,10 @@ kvf_status_t kvf_peer_create(const kvf_peer_params_t *params,
     if (status == KVF_OK) {
         status = kvf_mesh_set_handler(peer->mesh, KVF_MESH_AM_PEER_CHUNK,
                                       kvf_peer_on_chunk, peer);
+    }
+    if (status == KVF_OK) {
+        status = kvf_mesh_set_handler(peer->mesh, KVF_MESH_AM_PEER_BAD,
+                                      kvf_peer_on_bad, peer);
     }
     if (status != KVF_OK) {
         goto err;
@@ -916,6 +1009,7 @@ void kvf_peer_destroy(kvf_peer_t *peer)
         free(fetch);
     }
     kh_destroy_inplace(kvf_peer_keys, &peer->inflight);
+    kh_destroy_inplace(kvf_peer_sending, &peer->sending);
     free(peer->serves);
     free(peer);
 }

@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "common/time.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -298,6 +299,65 @@ kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
     slot_p->offset = offset;
     slot_p->length = kvf_pool_entry_length(entry);
     return KVF_OK;
+}
+
+/* A chunk failed its checksum after commit: counted, and dropped here
+ * (announced evicted) unless someone still references it. */
+static void kvf_store_drop_damaged(kvf_store_t *store, const kvf_key_t *key,
+                                   uint64_t offset)
+{
+    store->checksum_failures++;
+    kvf_warn("store: chunk at offset %" PRIu64 " changed since its commit; "
+             "dropped",
+             offset);
+    if ((kvf_pool_remove(store->pool, key) == KVF_OK) &&
+        (store->evict_cb != NULL)) {
+        store->evict_cb(store->cb_arg, key);
+    }
+}
+
+kvf_status_t kvf_store_verify(kvf_store_t *store, const kvf_key_t *key)
+{
+    kvf_pool_entry_t *entry = kvf_pool_lookup(store->pool, key);
+    uint64_t offset;
+
+    if (entry == NULL) {
+        return KVF_OK;
+    }
+    offset = kvf_pool_entry_offset(entry);
+    if (kvf_chunk_checksum(kvf_pool_ptr(store->pool, offset),
+                           kvf_pool_entry_length(entry)) ==
+        kvf_pool_entry_checksum(entry)) {
+        return KVF_OK;
+    }
+    kvf_store_drop_damaged(store, key, offset);
+    return KVF_ERR_CHECKSUM;
+}
+
+kvf_status_t kvf_store_pin_verified(kvf_store_t *store,
+                                    kvf_store_owner_t *owner,
+                                    const kvf_key_t *key, kvf_slot_t *slot_p)
+{
+    kvf_pool_entry_t *entry;
+    kvf_status_t status;
+    kvf_slot_t slot;
+
+    status = kvf_store_pin(store, owner, key, &slot);
+    if (status != KVF_OK) {
+        return status;
+    }
+    entry = kvf_pool_lookup(store->pool, key);
+    if ((entry != NULL) &&
+        (kvf_chunk_checksum(kvf_pool_ptr(store->pool, slot.offset),
+                            slot.length) == kvf_pool_entry_checksum(entry))) {
+        *slot_p = slot;
+        return KVF_OK;
+    }
+    kvf_store_release(store, owner, slot.offset);
+    /* unreferenced now unless another engine pins it: then the next
+     * retrieve finds it damaged again and drops it */
+    kvf_store_drop_damaged(store, key, slot.offset);
+    return KVF_ERR_CHECKSUM;
 }
 
 kvf_status_t kvf_store_release(kvf_store_t *store, kvf_store_owner_t *owner,

@@ -102,6 +102,22 @@ kvf_status_t kvf_store_commit(kvf_store_t *store, kvf_store_owner_t *owner,
 kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
                            const kvf_key_t *key, kvf_slot_t *slot_p);
 
+/* As kvf_store_pin, then checks the chunk's bytes against the checksum
+ * they were committed with: every byte an engine reads was verified
+ * (engines map the pool writable, so one could have changed another's
+ * chunk). A chunk that fails is unpinned, dropped here (announced evicted,
+ * so the registry forgets it), counted in checksum_failures, and
+ * KVF_ERR_CHECKSUM returned: a miss, never wrong bytes. */
+kvf_status_t kvf_store_pin_verified(kvf_store_t *store,
+                                    kvf_store_owner_t *owner,
+                                    const kvf_key_t *key, kvf_slot_t *slot_p);
+
+/* Checks the committed chunk of @p key against its checksum (a peer said
+ * what we served it failed); one that fails is dropped and counted as in
+ * kvf_store_pin_verified. KVF_OK (intact, or not held); KVF_ERR_CHECKSUM
+ * (dropped, or damaged and still referenced: the next check drops it). */
+kvf_status_t kvf_store_verify(kvf_store_t *store, const kvf_key_t *key);
+
 /* Drops one pin, or gives back an uncommitted grant, at @p offset.
  * KVF_ERR_RANGE when the owner holds nothing there. */
 kvf_status_t kvf_store_release(kvf_store_t *store, kvf_store_owner_t *owner,

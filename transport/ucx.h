@@ -473,6 +473,17 @@ kvf_status_t kvf_ucx_am_set_handler(kvf_ucx_worker_t *worker, unsigned id,
                                     kvf_ucx_am_cb_t cb, void *arg);
 
 /**
+ * Hands an eager active message @p id to its handler in process, exactly
+ * as the UCX receive path does (@p reply_ep, may be NULL, as the sender's
+ * endpoint): for fuzzing the handlers (tests/fuzz/fuzz_mesh.c) and tools.
+ *
+ * thread: owning loop only.
+ */
+void kvf_ucx_am_deliver(kvf_ucx_worker_t *worker, unsigned id,
+                        const void *header, size_t header_len, const void *data,
+                        size_t len, kvf_ucx_ep_t *reply_ep);
+
+/**
  * Receives @p msg's payload into @p dest (exactly msg->length bytes must
  * fit in @p dest_len): eager data is copied at once, rendezvous data lands
  * straight in @p dest (e.g. a pool slot inside @p mem).

@@ -119,6 +119,26 @@ kvf_status_t kvf_ucx_am_set_handler(kvf_ucx_worker_t *worker, unsigned id,
     return KVF_OK;
 }
 
+void kvf_ucx_am_deliver(kvf_ucx_worker_t *worker, unsigned id,
+                        const void *header, size_t header_len, const void *data,
+                        size_t len, kvf_ucx_ep_t *reply_ep)
+{
+    kvf_ucx_am_slot_t *slot =
+        (id < KVF_UCX_AM_ID_MAX) ? &worker->am[id] : &worker->am_unknown;
+    kvf_ucx_am_msg_t msg;
+
+    memset(&msg, 0, sizeof(msg));
+    msg.worker   = worker;
+    msg.length   = len;
+    msg.reply_ep = reply_ep;
+    msg.data     = data;
+    if (slot->cb == NULL) {
+        worker->am_dropped++;
+        return;
+    }
+    slot->cb(slot->arg, header, header_len, &msg);
+}
+
 kvf_status_t kvf_ucx_am_recv_data(const kvf_ucx_am_msg_t *msg, void *dest,
                                   size_t dest_len, const kvf_ucx_mem_t *mem,
                                   uint64_t timeout_ns, kvf_ucx_op_cb_t cb,

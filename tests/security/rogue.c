@@ -26,16 +26,38 @@ struct kvf_rogue {
     kvf_ucx_worker_t *worker;
     kvf_ucx_ep_t *ep;
     unsigned received[KVF_UCX_AM_ID_MAX];
+    bool is_holding;
+    kvf_ucx_am_msg_t *held;
+    unsigned num_held;
 };
+
+#define KVF_ROGUE_HELD_MAX 8192u
+
+static kvf_rogue_t *g_kvf_rogue; /* the one rogue, for its handlers */
 
 static kvf_status_t kvf_rogue_on_am(void *arg, const void *header,
                                     size_t header_len,
                                     const kvf_ucx_am_msg_t *msg)
 {
-    unsigned *count = arg;
+    unsigned *count    = arg;
+    kvf_rogue_t *rogue = g_kvf_rogue;
 
     (*count)++;
+    if (msg->is_rndv && rogue->is_holding &&
+        (rogue->num_held < KVF_ROGUE_HELD_MAX)) {
+        rogue->held[rogue->num_held++] = *msg;
+        return KVF_INPROGRESS; /* kept, never received */
+    }
     return KVF_OK; /* a rendezvous payload is declined */
+}
+
+void kvf_rogue_hold_rndv(kvf_rogue_t *rogue)
+{
+    if (rogue->held == NULL) {
+        rogue->held = calloc(KVF_ROGUE_HELD_MAX, sizeof(*rogue->held));
+        cr_assert_not_null(rogue->held);
+    }
+    rogue->is_holding = true;
 }
 
 typedef struct kvf_rogue_req {
@@ -53,6 +75,7 @@ kvf_rogue_t *kvf_rogue_create(const char *address)
     unsigned id;
 
     cr_assert_not_null(rogue);
+    g_kvf_rogue = rogue;
     rogue->base = event_base_new();
     cr_assert_not_null(rogue->base);
     cr_assert_eq(kvf_ucx_ctx_create(&cp, &rogue->ctx), KVF_OK);
@@ -70,14 +93,21 @@ kvf_rogue_t *kvf_rogue_create(const char *address)
 
 void kvf_rogue_destroy(kvf_rogue_t *rogue)
 {
+    unsigned i;
+
     if (rogue == NULL) {
         return;
     }
+    for (i = 0; i < rogue->num_held; i++) {
+        kvf_ucx_am_msg_release(&rogue->held[i]);
+    }
+    free(rogue->held);
     kvf_ucx_ep_put(rogue->ep);
     kvf_ucx_worker_destroy(rogue->worker);
     kvf_ucx_ctx_destroy(rogue->ctx);
     event_base_free(rogue->base);
     free(rogue);
+    g_kvf_rogue = NULL;
 }
 
 static void kvf_rogue_on_sent(void *request, ucs_status_t status,

@@ -37,6 +37,10 @@ kvf_status_t kvf_rogue_send(kvf_rogue_t *rogue, uint16_t id, const void *header,
                             size_t header_len, const void *data, size_t len,
                             bool is_rndv);
 
+/* From now on, rendezvous messages to the rogue are kept, never received
+ * (their senders' sends stay in flight) until the rogue is destroyed. */
+void kvf_rogue_hold_rndv(kvf_rogue_t *rogue);
+
 /* Messages the rogue received with id @p id (1..63) so far. */
 unsigned kvf_rogue_received(const kvf_rogue_t *rogue, uint16_t id);
 

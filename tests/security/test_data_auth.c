@@ -239,3 +239,25 @@ Test(data_auth, pd_push_between_agents_with_the_secret)
     cr_assert_eq(kvf_pd_release(dc, 42), KVF_OK);
     kvf_client_disconnect(dc);
 }
+
+Test(data_auth, pd_alloc_from_a_decode_only_node_is_refused)
+{
+    const char *args[] = {"--config", g_yaml, "--role", "decode", NULL};
+    kvf_sec_agent_t dec;
+    kvf_client_t *c;
+    kvf_slot_t slot;
+    uint64_t sum;
+    uint8_t *p;
+
+    kvf_sec_agent_start(&dec, g_ctl.addr, "auth-decode-only", args);
+    c = connect_to(&dec);
+    cr_assert_eq(kvf_client_alloc(c, CHUNK, 1, &slot), KVF_OK);
+    p = (uint8_t *)kvf_client_pool_base(c) + slot.offset;
+    memset(p, 0x11, CHUNK);
+    sum = kvf_chunk_checksum(p, CHUNK);
+    /* it proved the secret, but as a decode node: B takes no push from it */
+    cr_assert_eq(kvf_pd_push(c, 43, "auth-b", &slot, &sum, 1, true),
+                 KVF_ERR_AUTH, "%s", kvf_client_last_error(c));
+    kvf_client_disconnect(c);
+    kvf_test_proc_stop(&dec.proc, 10000);
+}

@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * Held rendezvous (issue #16.6): a rogue peer (no secret in this cluster)
+ * asks a holder for 1 100 chunks and never receives them, keeping every
+ * rendezvous open. The holder's sends to it are capped per requester, so
+ * another agent's fetch from the same holder is still served, every byte.
+ */
+#include "agent/mesh.h"
+#include "proto/frame.h"
+#include "tests/helpers/proc.h"
+#include "tests/helpers/test_helpers.h"
+#include "tests/integration/controller_harness.h"
+#include "tests/security/rogue.h"
+
+#include <kvfabric/kvfabric.h>
+
+#include <criterion/criterion.h>
+
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK (64u << 10)
+#define KEYS  8u
+#define ASKS  1100u
+
+static kvf_th_ctl_t g_ctl;
+static kvf_sec_agent_t g_holder, g_victim;
+
+static void setup(void)
+{
+    kvf_th_ctl_start(&g_ctl, NULL);
+    kvf_sec_agent_start(&g_holder, g_ctl.addr, "held-a", NULL);
+    kvf_sec_agent_start(&g_victim, g_ctl.addr, "held-b", NULL);
+}
+
+static void teardown(void)
+{
+    kvf_test_proc_stop(&g_victim.proc, 10000);
+    kvf_test_proc_stop(&g_holder.proc, 10000);
+    kvf_th_ctl_stop(&g_ctl);
+    kvf_test_check_leaks();
+}
+
+TestSuite(held, .init = setup, .fini = teardown, .timeout = 120);
+
+static kvf_client_t *connect_to(const kvf_sec_agent_t *a)
+{
+    kvf_client_params_t p = {.field_mask = KVF_CLIENT_PARAM_SOCKET |
+                                           KVF_CLIENT_PARAM_TIMEOUT,
+                             .socket_path = a->sock,
+                             .timeout_ns  = 20000000000ull};
+    kvf_client_t *c       = NULL;
+
+    cr_assert_eq(kvf_client_connect(&p, &c), KVF_OK);
+    return c;
+}
+
+Test(held, a_peer_holding_rendezvous_does_not_block_others)
+{
+    static uint8_t keybuf[ASKS * KVF_KEY_WIRE_SIZE];
+    static uint32_t indexes[ASKS];
+    static uint8_t frame[ASKS * (KVF_KEY_WIRE_SIZE + 8) + 1024];
+    static char name[] = "rogue";
+    kvf_client_t *c    = connect_to(&g_holder);
+    kvf_key_t keys[KEYS];
+    kvf_slot_t slots[KEYS];
+    uint64_t sums[KEYS];
+    bool missing[KEYS];
+    Kvf__PeerFetch req;
+    kvf_rogue_t *rogue;
+    uint32_t k, got = 0;
+    size_t len = 0;
+
+    for (k = 0; k < KEYS; k++) {
+        keys[k].lo = 0xbeef00 + k;
+        keys[k].hi = 0x5ec;
+    }
+    cr_assert_eq(kvf_client_alloc(c, CHUNK, KEYS, slots), KVF_OK);
+    for (k = 0; k < KEYS; k++) {
+        uint8_t *p = (uint8_t *)kvf_client_pool_base(c) + slots[k].offset;
+
+        memset(p, 0x20 + (int)k, CHUNK);
+        sums[k] = kvf_chunk_checksum(p, CHUNK);
+    }
+    cr_assert_eq(kvf_client_commit(c, keys, slots, sums, KEYS), KVF_OK);
+    kvf_client_disconnect(c);
+
+    /* the rogue asks for the chunks over and over, and keeps every one */
+    for (k = 0; k < ASKS; k++) {
+        kvf_key_pack(&keys[k % KEYS], keybuf + k * KVF_KEY_WIRE_SIZE);
+        indexes[k] = k;
+    }
+    kvf__peer_fetch__init(&req);
+    req.request_id     = 7;
+    req.keys.data      = keybuf;
+    req.keys.len       = sizeof(keybuf);
+    req.n_indexes      = ASKS;
+    req.indexes        = indexes;
+    req.requester      = 99;
+    req.requester_name = name;
+    cr_assert_eq(kvf_frame_pack(frame, sizeof(frame), KVF_MSG_PEER_FETCH, 0,
+                                &req.base, sizeof(frame), &len),
+                 KVF_OK);
+    rogue = kvf_rogue_create(g_holder.data);
+    kvf_rogue_hold_rndv(rogue);
+    cr_assert_eq(kvf_rogue_send(rogue, KVF_MESH_AM_PEER_FETCH, NULL, 0, frame,
+                                len, false),
+                 KVF_OK);
+    kvf_rogue_progress(rogue, 500);
+
+    /* meanwhile an engine on the other agent needs the same chunks */
+    c = connect_to(&g_victim);
+    cr_assert_eq(kvf_client_retrieve(c, keys, KEYS, slots, missing), KVF_OK);
+    for (k = 0; k < KEYS; k++) {
+        const uint8_t *p;
+
+        if (missing[k]) {
+            continue;
+        }
+        p = (const uint8_t *)kvf_client_pool_base(c) + slots[k].offset;
+        cr_assert_eq(p[0], 0x20 + k);
+        cr_assert_eq(p[CHUNK - 1], 0x20 + k);
+        kvf_client_release(c, &slots[k], 1);
+        got++;
+    }
+    kvf_client_disconnect(c);
+    kvf_rogue_destroy(rogue);
+    cr_assert_eq(got, KEYS,
+                 "only %u of %u chunks served while a peer held "
+                 "rendezvous open",
+                 got, KEYS);
+    cr_assert(kvf_test_proc_alive(&g_holder.proc));
+}

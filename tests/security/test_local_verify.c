@@ -1,0 +1,158 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * Every byte an engine reads was verified (issue #16.5): an engine
+ * changes a chunk after committing it (engines still map the pool
+ * writable); another engine's local retrieve of that chunk is a miss, not
+ * the changed bytes; the chunk is dropped at the agent, the registry
+ * forgets it, and the failure is counted.
+ */
+#include "tests/helpers/proc.h"
+#include "tests/helpers/test_helpers.h"
+#include "tests/integration/controller_harness.h"
+#include "tests/security/rogue.h"
+
+#include <kvfabric/kvfabric.h>
+
+#include <criterion/criterion.h>
+
+#include <poll.h>
+#include <string.h>
+
+#define CHUNK (64u << 10)
+
+static kvf_th_ctl_t g_ctl;
+static kvf_sec_agent_t g_agent, g_other;
+
+static void setup(void)
+{
+    kvf_th_ctl_start(&g_ctl, NULL);
+    kvf_sec_agent_start(&g_agent, g_ctl.addr, "verify-a", NULL);
+    kvf_sec_agent_start(&g_other, g_ctl.addr, "verify-b", NULL);
+}
+
+static void teardown(void)
+{
+    kvf_test_proc_stop(&g_other.proc, 10000);
+    kvf_test_proc_stop(&g_agent.proc, 10000);
+    kvf_th_ctl_stop(&g_ctl);
+    kvf_test_check_leaks();
+}
+
+TestSuite(local_verify, .init = setup, .fini = teardown, .timeout = 60);
+
+static kvf_client_t *connect_agent(const kvf_sec_agent_t *a)
+{
+    kvf_client_params_t p = {.field_mask = KVF_CLIENT_PARAM_SOCKET |
+                                           KVF_CLIENT_PARAM_TIMEOUT,
+                             .socket_path = a->sock,
+                             .timeout_ns  = 10000000000ull};
+    kvf_client_t *c       = NULL;
+
+    cr_assert_eq(kvf_client_connect(&p, &c), KVF_OK);
+    return c;
+}
+
+static kvf_client_t *connect_to(void)
+{
+    return connect_agent(&g_agent);
+}
+
+Test(local_verify, a_chunk_changed_after_commit_is_a_miss_and_dropped)
+{
+    kvf_key_t keys[2]    = {{.ns = 1, .hi = 0x5ec, .lo = 0x10ca1},
+                            {.ns = 1, .hi = 0x5ec, .lo = 0x10ca2}};
+    kvf_client_t *writer = connect_to(), *reader;
+    kvf_lookup_result_t res;
+    kvf_slot_t slots[2];
+    uint64_t sums[2];
+    bool missing[2];
+    uint8_t *p[2];
+    long long before;
+    int k, n;
+
+    before = kvf_sec_metric(&g_agent, "kvf_agent_checksum_failures_total");
+    cr_assert_geq(before, 0);
+    cr_assert_eq(kvf_client_alloc(writer, CHUNK, 2, slots), KVF_OK);
+    for (k = 0; k < 2; k++) {
+        p[k] = (uint8_t *)kvf_client_pool_base(writer) + slots[k].offset;
+        memset(p[k], 0x31 + k, CHUNK);
+        sums[k] = kvf_chunk_checksum(p[k], CHUNK);
+    }
+    cr_assert_eq(kvf_client_commit(writer, keys, slots, sums, 2), KVF_OK);
+    /* after the commit: one byte of the first chunk changes */
+    p[0][CHUNK / 2] ^= 0xff;
+
+    reader = connect_to();
+    cr_assert_eq(kvf_client_retrieve(reader, keys, 2, slots, missing), KVF_OK);
+    cr_assert(missing[0], "the changed chunk reached an engine");
+    cr_assert(!missing[1], "the intact chunk is served");
+    cr_assert_eq(((const uint8_t *)kvf_client_pool_base(reader) +
+                  slots[1].offset)[CHUNK - 1],
+                 0x32);
+    kvf_client_release(reader, &slots[1], 1);
+    cr_assert_eq(kvf_sec_metric(&g_agent, "kvf_agent_checksum_failures_total"),
+                 before + 1);
+
+    /* dropped at the agent, and the registry forgets it */
+    for (n = 0; n < 400; n++) {
+        cr_assert_eq(kvf_client_lookup(reader, keys, 1, false, &res), KVF_OK);
+        if (res.hit_chunks == 0) {
+            break;
+        }
+        poll(NULL, 0, 10);
+    }
+    cr_assert_eq(res.hit_chunks, 0, "the registry still lists the chunk");
+    kvf_client_disconnect(reader);
+    kvf_client_disconnect(writer);
+}
+
+Test(local_verify, a_peer_that_fetched_a_damaged_chunk_makes_its_holder_drop_it)
+{
+    kvf_key_t key        = {.ns = 1, .hi = 0x5ec, .lo = 0xbadbad};
+    kvf_client_t *writer = connect_to(), *reader;
+    kvf_lookup_result_t res;
+    kvf_slot_t slot;
+    long long before;
+    bool missing;
+    uint64_t sum;
+    uint8_t *p;
+    int n;
+
+    before = kvf_sec_metric(&g_agent, "kvf_agent_checksum_failures_total");
+    cr_assert_eq(kvf_client_alloc(writer, CHUNK, 1, &slot), KVF_OK);
+    p = (uint8_t *)kvf_client_pool_base(writer) + slot.offset;
+    memset(p, 0x44, CHUNK);
+    sum = kvf_chunk_checksum(p, CHUNK);
+    cr_assert_eq(kvf_client_commit(writer, &key, &slot, &sum, 1), KVF_OK);
+    p[7] ^= 0x01; /* damaged at the holder after commit */
+
+    /* the other agent fetches it from the holder: refused there */
+    reader = connect_agent(&g_other);
+    for (n = 0; n < 400; n++) {
+        cr_assert_eq(kvf_client_lookup(reader, &key, 1, false, &res), KVF_OK);
+        if (res.hit_chunks == 1) {
+            break;
+        }
+        poll(NULL, 0, 10);
+    }
+    cr_assert_eq(kvf_client_retrieve(reader, &key, 1, &slot, &missing), KVF_OK);
+    cr_assert(missing, "the damaged chunk reached an engine");
+    cr_assert_geq(
+        kvf_sec_metric(&g_other, "kvf_agent_fetch_checksum_failures_total"), 1);
+    /* told, the holder re-verifies and drops it; the registry forgets */
+    for (n = 0; n < 400; n++) {
+        cr_assert_eq(kvf_client_lookup(reader, &key, 1, false, &res), KVF_OK);
+        if ((res.hit_chunks == 0) &&
+            (kvf_sec_metric(&g_agent, "kvf_agent_checksum_failures_total") ==
+             before + 1)) {
+            break;
+        }
+        poll(NULL, 0, 10);
+    }
+    cr_assert_eq(res.hit_chunks, 0, "the registry still lists the chunk");
+    cr_assert_eq(kvf_sec_metric(&g_agent, "kvf_agent_checksum_failures_total"),
+                 before + 1);
+    kvf_client_disconnect(reader);
+    kvf_client_disconnect(writer);
+}
