@@ -355,6 +355,8 @@ Test(agent_controller, restarted_agent_takes_its_name_back_at_once)
     /* kill -9: no deregistration, its lease (2 s) still runs; the same
      * host and socket make the new process the same agent */
     kvf_test_proc_kill(&g_agent);
+    cr_assert_neq(access(g_sock, F_OK), 0,
+                  "a killed agent leaves no socket behind in /tmp");
     cr_assert_eq(kvf_test_proc_start(&g_agent, argv), 0);
     wait_registered();
     cr_assert_null(strstr(kvf_test_proc_log(&g_agent), "is held by"), "%s",
