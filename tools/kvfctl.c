@@ -1009,7 +1009,13 @@ int main(int argc, char **argv)
     rc = (kvf_ctlconn_open(&params, &conn, err, sizeof(err)) == KVF_OK) ? 0 : 1;
     kvf_auth_secret_cleanup(&secret);
     if (rc != 0) {
-        if (kvf_ctl_is_http(opts.controller, 1000)) {
+        /* an HTTP server answers a HELLO frame with "HTTP/1.1 400" (read
+         * as a frame far too big) or waits for the rest of its request
+         * (a timeout): only then probe, a probe of a TLS or control port
+         * would count as a failed handshake there */
+        if (((strstr(err, "too big") != NULL) ||
+             (strstr(err, "timed out") != NULL)) &&
+            kvf_ctl_is_http(opts.controller, 1000)) {
             return kvf_ctl_fail(1, "KVF_ERR_PROTO",
                                 "%s answers HTTP: that is the controller's "
                                 "HTTP port (dashboard, /metrics); the control "
