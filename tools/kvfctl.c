@@ -103,7 +103,7 @@ static const char *kvf_ctl_bytes(uint64_t v, char *buf, size_t len)
 static const char *kvf_ctl_usage_str(uint64_t used, uint64_t cap, char *buf,
                                      size_t len)
 {
-    char u[32], c[32];
+    char u[24], c[24];
 
     if (cap == 0) {
         snprintf(buf, len, "-");
