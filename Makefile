@@ -54,8 +54,10 @@ build: deps $(REL_DIR)/build.ninja
 test: deps optional-deps $(ASAN_DIR)/build.ninja
 	@ninja -C $(ASAN_DIR) --quiet | { grep -v '^ninja: no work to do' || true; }
 	@$(MAKE) --no-print-directory format-check
+	@echo "kvfabric: running the tests, a line per finished suite (log: $(ASAN_DIR)/meson-test.out)"
 	@$(SANITIZER_ENV) meson test -C $(ASAN_DIR) --print-errorlogs \
-	    --num-processes 2 > $(ASAN_DIR)/meson-test.out 2>&1 \
+	    --num-processes 2 2>&1 | tee $(ASAN_DIR)/meson-test.out | \
+	    { grep --line-buffered -E '^ *[0-9]+/[0-9]+ ' || true; } \
 	    || { tail -n 200 $(ASAN_DIR)/meson-test.out; \
 	         python3 tools/test-summary.py $(ASAN_DIR); exit 1; }
 	@grep -E '^(Ok|Expected Fail|Fail|Unexpected Pass|Skipped|Timeout):' \

@@ -16,8 +16,9 @@ static const char *const kvf_agent_roles[] = {"both", "prefill", "decode",
     }
 
 static const kvf_config_field_t kvf_agent_config_fields[] = {
-    KVF_AGENT_FIELD("controller", KVF_CONFIG_STRING, controller,
-                    "127.0.0.1:7400", 0, 0, "HOST:PORT of kvf-controller"),
+    {"controller", KVF_CONFIG_STRING, offsetof(kvf_agent_config_t, controller),
+     "127.0.0.1:7400", 0, 0, NULL, KVF_CONFIG_FIELD_HOSTPORT,
+     "HOST:PORT of kvf-controller"},
     KVF_AGENT_FIELD("name", KVF_CONFIG_STRING, name, "", 0, 0,
                     "node name, unique in the cluster (default: the "
                     "host name)"),
@@ -40,10 +41,12 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
     KVF_AGENT_FIELD("socket", KVF_CONFIG_STRING, socket,
                     "/run/kvfabric/agent.sock", 0, 0,
                     "Unix socket path engines connect to"),
-    KVF_AGENT_FIELD("listen", KVF_CONFIG_STRING, listen, "0.0.0.0:7410", 0, 0,
-                    "HOST:PORT of the peer data service (UCX)"),
-    KVF_AGENT_FIELD("http", KVF_CONFIG_STRING, http, "127.0.0.1:7411", 0, 0,
-                    "HOST:PORT for /healthz and /metrics; empty: off"),
+    {"listen", KVF_CONFIG_STRING, offsetof(kvf_agent_config_t, listen),
+     "0.0.0.0:7410", 0, 0, NULL, KVF_CONFIG_FIELD_HOSTPORT,
+     "HOST:PORT of the peer data service (UCX)"},
+    {"http", KVF_CONFIG_STRING, offsetof(kvf_agent_config_t, http),
+     "127.0.0.1:7411", 0, 0, NULL, KVF_CONFIG_FIELD_HOSTPORT,
+     "HOST:PORT for /healthz and /metrics; empty: off"},
     KVF_AGENT_FIELD("instance_id", KVF_CONFIG_STRING, instance_id, "", 0, 0,
                     "engine instance (TP group) this worker belongs to"),
     KVF_AGENT_FIELD("tp_rank", KVF_CONFIG_UINT, tp_rank, "0", 0, 65535,

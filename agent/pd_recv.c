@@ -267,8 +267,14 @@ void kvf_pd_req_abort(kvf_pd_t *pd, kvf_pd_req_t *req, kvf_status_t reason,
     char message[KVF_PD_MESSAGE_SIZE];
     kvf_pd_batch_t *batch = req->batch;
 
-    kvf_info("%s: PD request %llu aborted: %s", pd->name,
-             (unsigned long long)req->id, why);
+    /* damaged data is an alarm (bad memory, a bug), not routine */
+    if (reason == KVF_ERR_CHECKSUM) {
+        kvf_warn("%s: PD request %llu aborted: %s", pd->name,
+                 (unsigned long long)req->id, why);
+    } else {
+        kvf_info("%s: PD request %llu aborted: %s", pd->name,
+                 (unsigned long long)req->id, why);
+    }
     pd->stats.aborts++;
     if ((batch != NULL) && tell_sender) {
         if (!batch->is_reserved) {

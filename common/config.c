@@ -319,6 +319,20 @@ static kvf_status_t kvf_config_set(const kvf_config_field_t *field, void *cfg,
     switch (field->type) {
     case KVF_CONFIG_STRING:
     case KVF_CONFIG_LIST:
+        if ((field->flags & KVF_CONFIG_FIELD_HOSTPORT) && (value[0] != '\0')) {
+            char host[256];
+            uint16_t port;
+
+            if (kvf_config_parse_hostport(value, host, sizeof(host), &port) !=
+                KVF_OK) {
+                kvf_config_errorf(
+                    err, "%s: '%s' is not HOST:PORT (%s)", where, value,
+                    (strspn(value, "0123456789") == strlen(value))
+                        ? "a port alone: write 0.0.0.0:PORT or 127.0.0.1:PORT"
+                        : "e.g. 10.0.0.5:7400, IPv6 as [::1]:7400");
+                return KVF_ERR_CONFIG;
+            }
+        }
         status = kvf_config_set_string((char **)slot, value);
         if (status != KVF_OK) {
             kvf_config_errorf(err, "%s: out of memory", where);

@@ -42,6 +42,7 @@ typedef enum {
 enum {
     KVF_CONFIG_FIELD_CLI_ONLY = 1u << 0, /* a flag only: not in YAML or env */
     KVF_CONFIG_FIELD_SECRET   = 1u << 1, /* never printed; never a flag */
+    KVF_CONFIG_FIELD_HOSTPORT = 1u << 2, /* STRING: HOST:PORT or empty */
 };
 
 typedef struct kvf_config_field {

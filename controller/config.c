@@ -11,9 +11,11 @@
     }
 
 static const kvf_config_field_t kvf_controller_config_fields[] = {
-    KVF_CC_FIELD("listen", KVF_CONFIG_STRING, listen, "127.0.0.1:7400", 0, 0, 0,
+    KVF_CC_FIELD("listen", KVF_CONFIG_STRING, listen, "127.0.0.1:7400", 0, 0,
+                 KVF_CONFIG_FIELD_HOSTPORT,
                  "HOST:PORT for agents and kvfctl (port 0: any)"),
-    KVF_CC_FIELD("http", KVF_CONFIG_STRING, http, "127.0.0.1:7401", 0, 0, 0,
+    KVF_CC_FIELD("http", KVF_CONFIG_STRING, http, "127.0.0.1:7401", 0, 0,
+                 KVF_CONFIG_FIELD_HOSTPORT,
                  "HOST:PORT for /healthz, /v1/*, /metrics (empty: off)"),
     KVF_CC_FIELD("port_file", KVF_CONFIG_STRING, port_file, "", 0, 0, 0,
                  "write the bound control and HTTP addresses to this file"),

@@ -490,8 +490,8 @@ static void kvf_server_push_pins(kvf_server_t *server, kvf_node_t *node)
  * mistake (the refused agent retries with backoff). */
 static void kvf_server_register_refusal(kvf_server_t *server,
                                         const Kvf__Register *reg,
-                                        kvf_status_t status, uint64_t now_ms,
-                                        char *text, size_t len)
+                                        kvf_status_t status, char *text,
+                                        size_t len)
 {
     const char *name = (reg->name != NULL) ? reg->name : "";
     kvf_node_t *old  = NULL;
@@ -500,13 +500,12 @@ static void kvf_server_register_refusal(kvf_server_t *server,
         old = kvf_node_table_find_name(server->nodes, name);
     }
     if ((old != NULL) && (old->incarnation != reg->incarnation)) {
+        /* the same text on every retry: the agent warns once per text */
         snprintf(text, len,
                  "name '%.100s' is held by live node %" PRIu32
-                 " at %.100s (socket %.100s, last heartbeat %" PRIu64
-                 " ms ago): start this agent with another --name, or with "
-                 "--replace to take the name over",
-                 name, old->id, old->data_address, old->control_address,
-                 now_ms - old->last_heartbeat_ms);
+                 " at %.100s (socket %.100s): start this agent with another "
+                 "--name, or with --replace to take the name over",
+                 name, old->id, old->data_address, old->control_address);
         server->ctr.protocol_errors++;
         kvf_warn("refused registration of %.100s from %.100s: %s", name,
                  (reg->data_address != NULL) ? reg->data_address : "?", text);
@@ -554,8 +553,7 @@ static kvf_status_t kvf_server_on_register(kvf_conn_t *conn, Kvf__Register *reg)
     text[0]        = '\0';
     rep.message    = text;
     if (status != KVF_OK) {
-        kvf_server_register_refusal(server, reg, status, now_ms, text,
-                                    sizeof(text));
+        kvf_server_register_refusal(server, reg, status, text, sizeof(text));
         rep.status = status;
         return kvf_conn_send(conn, KVF_MSG_REGISTER_REPLY, &rep.base);
     }

@@ -7,16 +7,22 @@
 # second worker reuses the first one's KV through peer fetch), shows what an
 # operator sees (kvfctl, /metrics), and shuts everything down cleanly.
 #
-#   tools/demo.sh BUILD_DIR [--keep-running]
+#   tools/demo.sh BUILD_DIR [--keep-running] [--cluster-only]
+#
+# Ctrl-C, or kill of the controller, stops it cleanly (exit 0). On a
+# failure the log directory is kept and named.
+#   --cluster-only  start the cluster, skip the workloads (tests)
 set -euo pipefail
 
-build=${1:?usage: demo.sh BUILD_DIR [--keep-running]}
+build=${1:?usage: demo.sh BUILD_DIR [--keep-running] [--cluster-only]}
 shift
 keep=0
+cluster_only=0
 for arg in "$@"; do
     case $arg in
     --keep-running) keep=1 ;;
-    *) echo "demo: unknown option '$arg' (known: --keep-running)" >&2; exit 2 ;;
+    --cluster-only) cluster_only=1 ;;
+    *) echo "demo: unknown option '$arg' (known: --keep-running, --cluster-only)" >&2; exit 2 ;;
     esac
 done
 
@@ -26,6 +32,10 @@ kvfctl_bin=$build/tools/kvfctl
 engine_bin=$build/tools/kvf-demo-engine
 work=$(mktemp -d /tmp/kvf-demo.XXXXXX)
 pids=()
+names=()
+reaped=()     # exit status of a process already waited for, by index
+finished=0    # 1 once every process exited cleanly: the logs may go
+interrupted=0
 
 say() { printf '\n== %s\n' "$*"; }
 
@@ -33,23 +43,90 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-cleanup() {
-    local pid
-    for pid in "${pids[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${pids[@]}"; do
-        # every process gets 10 s to exit cleanly, then is killed
-        for _ in $(seq 100); do
-            kill -0 "$pid" 2>/dev/null || break
+# is_running PID: alive and not a zombie waiting to be reaped
+is_running() {
+    kill -0 "$1" 2>/dev/null &&
+        [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+
+# stop_all: SIGTERM to every process still running (one that already
+# exited, e.g. the controller an operator killed, is only reaped), 10 s
+# each to exit, then SIGKILL. Returns 1 when any exited uncleanly.
+stop_all() {
+    local i pid rc=0 st alive
+    if [ $interrupted -eq 1 ]; then
+        # Ctrl-C signalled every process of the terminal's group: they are
+        # shutting down already, and a second signal would make them quit
+        # without a clean shutdown; give them 3 s before SIGTERM
+        for _ in $(seq 30); do
+            alive=0
+            for pid in "${pids[@]}"; do
+                is_running "$pid" && alive=1
+            done
+            [ $alive -eq 0 ] && break
             sleep 0.1
         done
-        kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
+    fi
+    for pid in "${pids[@]}"; do
+        is_running "$pid" && kill -TERM "$pid" 2>/dev/null || true
     done
-    rm -rf "$work"
+    for i in "${!pids[@]}"; do
+        pid=${pids[$i]}
+        for _ in $(seq 100); do
+            is_running "$pid" || break
+            sleep 0.1
+        done
+        is_running "$pid" && kill -KILL "$pid" 2>/dev/null || true
+        if [ -n "${reaped[$i]:-}" ]; then
+            st=${reaped[$i]}
+        else
+            # a trapped signal interrupts wait (status > 128) while the
+            # process is still there, if only as a zombie: wait again
+            while :; do
+                st=0
+                wait "$pid" 2>/dev/null || st=$?
+                if [ "$st" -le 128 ] || ! kill -0 "$pid" 2>/dev/null; then
+                    break
+                fi
+            done
+        fi
+        if [ "$st" -eq 0 ]; then
+            echo "${names[$i]} (pid $pid) exited cleanly"
+        else
+            echo "${names[$i]} (pid $pid) exited with status $st" >&2
+            rc=1
+        fi
+    done
+    pids=()
+    return $rc
+}
+
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    if [ $interrupted -eq 1 ] && [ $finished -eq 0 ] && [ ${#pids[@]} -gt 0 ]; then
+        # Ctrl-C during a phase: the engine died with it, the cluster
+        # shuts down as usual
+        say "interrupted: shutting down"
+        if stop_all; then
+            rm -rf "$work"
+            echo "demo: stopped cleanly"
+            exit 0
+        fi
+    fi
+    if [ ${#pids[@]} -gt 0 ]; then
+        stop_all >/dev/null 2>&1 || true
+    fi
+    if [ $finished -eq 1 ]; then
+        rm -rf "$work"
+    else
+        echo "demo: failed (status $rc); logs kept in $work:" >&2
+        ls "$work"/*.log 2>/dev/null | sed 's/^/  /' >&2 || true
+    fi
 }
 trap cleanup EXIT
+# Ctrl-C and kill: a clean shutdown, not an error
+trap 'interrupted=1' INT TERM
 
 # wait_for DESCRIPTION SECONDS COMMAND...: polls until COMMAND succeeds
 wait_for() {
@@ -77,6 +154,7 @@ fi
     --initial-keys 65536 \
     >"$work/controller.log" 2>&1 &
 pids+=($!)
+names+=(kvf-controller)
 wait_for "kvf-controller on 127.0.0.1:$ctl_port" 10 \
     curl -sf "http://127.0.0.1:$ctl_http/healthz"
 echo "kvf-controller  pid ${pids[-1]}  control 127.0.0.1:$ctl_port  http 127.0.0.1:$ctl_http"
@@ -94,6 +172,7 @@ start_agent() {
         --listen "127.0.0.1:0" --http "127.0.0.1:$http" --transports tcp "$@" \
         >"$work/$name.log" 2>&1 &
     pids+=($!)
+    names+=("$name")
     wait_for "$name to register" 20 \
         bash -c "curl -sf http://127.0.0.1:$http/healthz | grep -q '\"registered\":true'"
     printf 'kvf-agent       pid %-6s %-14s %-8s http 127.0.0.1:%s\n' \
@@ -101,11 +180,17 @@ start_agent() {
 }
 # two workers that both store and reuse, and a prefill/decode pair whose
 # decoder owns a receive region for pushed KV
-start_agent demo-agent-1 both 3G --pd-buffer-size 0
-start_agent demo-agent-2 both 3G --pd-buffer-size 0
-start_agent demo-prefill prefill 1G
-start_agent demo-decode decode 256M --pd-buffer-size 1G
+if [ $cluster_only -eq 1 ]; then
+    big=128M small=64M dpool=64M region=16M # no workload: start fast
+else
+    big=3G small=1G dpool=256M region=1G
+fi
+start_agent demo-agent-1 both $big --pd-buffer-size 0
+start_agent demo-agent-2 both $big --pd-buffer-size 0
+start_agent demo-prefill prefill $small
+start_agent demo-decode decode $dpool --pd-buffer-size $region
 
+if [ $cluster_only -eq 0 ]; then
 workload="6 conversations x 3 turns over one 2048-token system prompt, then 4 RAG
 documents reused by every conversation; Llama-3-8B-shaped KV (32 layers,
 8 KV heads, head_dim 128, bf16, 256-token chunks = 32 MiB each). Every byte
@@ -162,29 +247,27 @@ GPU copies on a real GPU: the CUDA kernels are built, but no GPU is here, so
 engines write KV into the shared pool from the CPU. RDMA: UCX moves the bytes
 over TCP on loopback here; the same code uses verbs where a NIC is present.
 TXT
+fi
 
-if [ $keep -eq 1 ]; then
+if [ $keep -eq 1 ] && [ $interrupted -eq 0 ]; then
     say "cluster left running (Ctrl-C here, or kill ${pids[0]}, stops it)"
     echo "  dashboard: http://127.0.0.1:$ctl_http/"
     echo "  curl http://127.0.0.1:${agent_http[0]}/metrics"
     echo "  curl http://127.0.0.1:$ctl_http/metrics"
     [ -x "$kvfctl_bin" ] && echo "  $kvfctl_bin --controller 127.0.0.1:$ctl_port nodes"
     echo "  logs: $work/*.log"
-    wait "${pids[0]}" || true
+    # returns when the controller exits or a signal arrives (trapped)
+    st=0
+    wait "${pids[0]}" 2>/dev/null || st=$?
+    if ! is_running "${pids[0]}" && [ $interrupted -eq 0 ]; then
+        reaped[0]=$st # the operator stopped the controller: reaped here
+    fi
 fi
 
 say "shutting down"
-for pid in "${pids[@]}"; do
-    kill -TERM "$pid"
-done
-rc=0
-for pid in "${pids[@]}"; do
-    if wait "$pid"; then
-        echo "pid $pid exited cleanly"
-    else
-        echo "pid $pid exited with status $?" >&2
-        rc=1
-    fi
-done
-pids=()
-exit $rc
+if stop_all; then
+    finished=1
+    echo "demo: stopped cleanly"
+    exit 0
+fi
+exit 1

@@ -103,7 +103,7 @@ static const char *kvf_ctl_bytes(uint64_t v, char *buf, size_t len)
 static const char *kvf_ctl_usage_str(uint64_t used, uint64_t cap, char *buf,
                                      size_t len)
 {
-    char u[32], c[32];
+    char u[24], c[24];
 
     if (cap == 0) {
         snprintf(buf, len, "-");
@@ -1011,11 +1011,13 @@ int main(int argc, char **argv)
     rc                     = (status == KVF_OK) ? 0 : 1;
     kvf_auth_secret_cleanup(&secret);
     if (rc != 0) {
-        /* an HTTP port answers HELLO with garbage or not at all; probe it
-         * only then, and never a TLS port (the probe would count there as
-         * a failed TLS handshake) */
-        if (((status == KVF_ERR_PROTO) || (status == KVF_ERR_TIMEOUT) ||
-             (status == KVF_ERR_TOO_BIG)) &&
+        /* an HTTP server answers a HELLO frame with "HTTP/1.1 400" (read
+         * as a frame far too big) or waits for the rest of its request
+         * (a timeout): only then probe, a probe of a TLS or control port
+         * would count as a failed handshake there */
+        if (((status == KVF_ERR_TOO_BIG) || (status == KVF_ERR_TIMEOUT) ||
+             (strstr(err, "too big") != NULL) ||
+             (strstr(err, "timed out") != NULL)) &&
             (params.tls_ca == NULL) && kvf_ctl_is_http(opts.controller, 1000)) {
             return kvf_ctl_fail(1, "KVF_ERR_PROTO",
                                 "%s answers HTTP: that is the controller's "

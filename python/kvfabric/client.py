@@ -54,6 +54,22 @@ class Stats:
     registered: bool
 
 
+def _pd_request_id(request_id) -> int:
+    """Checks a PD request id: an int that fits in 64 bits. A str (a vLLM
+    request id) or anything else raises a TypeError that says what to do,
+    rather than ctypes' ArgumentError."""
+    if isinstance(request_id, bool) or not isinstance(request_id, int):
+        raise TypeError(
+            f"kvfabric: a PD request id is an int (u64), not "
+            f"{type(request_id).__name__} {request_id!r}; map string ids to "
+            f"one, e.g. int.from_bytes(hashlib.blake2b(s.encode(), "
+            f"digest_size=8).digest(), 'little') >> 1")
+    if not 0 <= request_id < 1 << 64:
+        raise ValueError(f"kvfabric: PD request id {request_id} is outside "
+                         f"0..2**64-1")
+    return request_id
+
+
 def _slots_to_c(slots: Sequence[Slot]):
     arr = (_lib.SlotStruct * len(slots))()
     for i, s in enumerate(slots):
@@ -314,6 +330,11 @@ class Client:
             ``length`` may be less than its grant (a partial last chunk).
             The slots stay the caller's: ``release`` or ``commit`` them
             after."""
+            request_id = _pd_request_id(request_id)
+            if not isinstance(decoder, str) or not decoder:
+                raise TypeError(f"kvfabric: decoder is the decode agent's "
+                                f"node name (a non-empty str), not "
+                                f"{decoder!r}")
             n = len(slots)
             if len(checksums) != n:
                 raise ValueError("kvfabric: slots and checksums differ in "
@@ -336,6 +357,7 @@ class Client:
             ``pd_release`` or ``close``. @p max_chunks is only the first
             guess of room: a larger request is asked again with room for
             all of it (the agent keeps it claimed for us)."""
+            request_id = _pd_request_id(request_id)
             timeout_ns = 0 if timeout is None else max(int(timeout * 1e9), 1)
             room = max(int(max_chunks), 1)
             while True:
@@ -357,6 +379,7 @@ class Client:
             (a request not complete yet is aborted). KvfError
             KVF_ERR_NOT_FOUND for an unknown id, KVF_ERR_BUSY for one
             another connection claimed."""
+            request_id = _pd_request_id(request_id)
             with self._lock:
                 self._check(_lib.lib.kvf_pd_release(self._handle(),
                                                     request_id),

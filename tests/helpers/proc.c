@@ -39,9 +39,15 @@ const char *kvf_test_build_path(const char *rel)
 
 int kvf_test_proc_start(kvf_test_proc_t *proc, const char *const argv[])
 {
-    int fd;
+    int fd, i;
 
     memset(proc, 0, sizeof(*proc));
+    for (i = 1; (argv[i] != NULL) && (argv[i + 1] != NULL); i++) {
+        if (strcmp(argv[i], "--socket") == 0) {
+            snprintf(proc->socket_path, sizeof(proc->socket_path), "%s",
+                     argv[i + 1]);
+        }
+    }
     snprintf(proc->log_path, sizeof(proc->log_path),
              "/tmp/kvf-test-proc-XXXXXX");
     fd = mkstemp(proc->log_path);
@@ -74,6 +80,9 @@ static void kvf_test_proc_reap(kvf_test_proc_t *proc, int status)
     proc->exit_status =
         WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     unlink(proc->log_path);
+    if (proc->socket_path[0] != '\0') {
+        unlink(proc->socket_path); /* gone already after a clean exit */
+    }
 }
 
 bool kvf_test_proc_alive(kvf_test_proc_t *proc)

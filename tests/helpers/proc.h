@@ -15,7 +15,9 @@
 typedef struct kvf_test_proc {
     pid_t pid;
     char log_path[256];
-    int exit_status; /* valid once reaped: exit code, or 128 + signal */
+    char socket_path[256]; /* its --socket, removed when reaped: a killed
+                              agent leaves no /tmp/kvf-* socket behind */
+    int exit_status;       /* valid once reaped: exit code, or 128 + signal */
     bool reaped;
 } kvf_test_proc_t;
 

@@ -296,6 +296,7 @@ Test(agent_controller, a_held_name_is_refused_naming_the_holder)
 {
     char sock[128], before[8192], after[8192];
     kvf_test_proc_t dup;
+    int i;
 
     nodes_json(before, sizeof(before));
     start_namesake(&dup, sock, sizeof(sock), NULL);
@@ -303,6 +304,25 @@ Test(agent_controller, a_held_name_is_refused_naming_the_holder)
               "log: %s", kvf_test_proc_log(&dup));
     cr_assert(strstr(kvf_test_proc_log(&dup), "--replace") != NULL, "%s",
               kvf_test_proc_log(&dup));
+    /* it keeps retrying (--reconnect-max 100ms), but says it once */
+    for (i = 0; i < 400; i++) {
+        char count[64];
+
+        kvf_th_run(count, sizeof(count),
+                   "grep -c 'refused registration of it-node-a' %s", g_ctl.log);
+        if (atoi(count) >= 4) {
+            break;
+        }
+        poll(NULL, 0, 25);
+    }
+    cr_assert_geq(i, 0);
+    {
+        const char *log   = kvf_test_proc_log(&dup);
+        const char *first = strstr(log, "is held by live node");
+
+        cr_assert_null(strstr(first + 1, "is held by live node"),
+                       "one warning, not one per retry: %s", log);
+    }
     /* the holder kept its name, id and registration */
     cr_assert(agent_registered(), "%s", kvf_test_proc_log(&g_agent));
     nodes_json(after, sizeof(after));
@@ -355,6 +375,8 @@ Test(agent_controller, restarted_agent_takes_its_name_back_at_once)
     /* kill -9: no deregistration, its lease (2 s) still runs; the same
      * host and socket make the new process the same agent */
     kvf_test_proc_kill(&g_agent);
+    cr_assert_neq(access(g_sock, F_OK), 0,
+                  "a killed agent leaves no socket behind in /tmp");
     cr_assert_eq(kvf_test_proc_start(&g_agent, argv), 0);
     wait_registered();
     cr_assert_null(strstr(kvf_test_proc_log(&g_agent), "is held by"), "%s",

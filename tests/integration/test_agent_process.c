@@ -68,6 +68,23 @@ Test(agent_process, unknown_yaml_key_names_file_and_line)
     unlink(path);
 }
 
+Test(agent_process, a_port_alone_names_file_line_and_the_fix)
+{
+    const char *path = kvf_test_write_temp("name: a\nlisten: 7500\n");
+    char flag[128];
+    const char *argv[] = {agent_bin(), flag, NULL};
+    kvf_test_proc_t proc;
+
+    snprintf(flag, sizeof(flag), "--config=%s", path);
+    cr_assert_eq(kvf_test_proc_start(&proc, argv), 0);
+    cr_assert_eq(kvf_test_proc_wait_exit(&proc, 10000), 1);
+    cr_assert(strstr(kvf_test_proc_log(&proc),
+                     ":2: key 'listen': '7500' is not HOST:PORT (a port "
+                     "alone: write 0.0.0.0:PORT") != NULL,
+              "log: %s", kvf_test_proc_log(&proc));
+    unlink(path);
+}
+
 Test(agent_process, serves_health_and_metrics_and_stops_cleanly)
 {
     uint16_t http = kvf_test_free_port();

@@ -612,9 +612,8 @@ Test(pd, metrics_and_kvfctl_show_roles_and_region_usage)
     argv[3] = "nodes";
     argv[4] = NULL;
     cr_assert_eq(kvf_test_run(argv, out, sizeof(out), 5000), 0, "%s", out);
-    /* the human table: PD region used/capacity in binary units */
     cr_assert_not_null(strstr(out, " PD "), "%s", out);
-    cr_assert_not_null(strstr(out, "1.0 MiB/4.0 MiB"), "%s", out);
+    cr_assert_not_null(strstr(out, "1.0 MiB/4.0 MiB 25%"), "%s", out);
     wait_and_check(dc, 90, 4);
     cr_assert_eq(kvf_pd_release(dc, 90), KVF_OK);
     kvf_client_disconnect(pc);
@@ -688,6 +687,19 @@ Test(pd, damaged_chunk_fails_the_push_and_is_never_handed_out)
     cr_assert_eq(num, 0);
     cr_assert(metric_becomes(&g_d, REGION_USED, 0, 2000));
     cr_assert_eq(metric(&g_d, "kvf_agent_pd_checksum_failures_total"), 1);
+    /* logged at warn: damaged data is an alarm */
+    {
+        const char *log = kvf_test_proc_log(&g_d.proc);
+        const char *hit = strstr(log, "failed its checksum");
+        const char *bol = hit;
+
+        cr_assert_not_null(hit, "%s", log);
+        while ((bol > log) && (bol[-1] != '\n')) {
+            bol--;
+        }
+        cr_assert(strncmp(strchr(bol, ' ') + 1, "warn ", 5) == 0, "%.*s",
+                  (int)(hit - bol), bol);
+    }
     kvf_client_disconnect(pc);
     kvf_client_disconnect(dc);
 }

@@ -328,6 +328,16 @@ def test_pd_errors_carry_their_status(pd_cluster):
         # bad arguments stay on this side
         with pytest.raises(ValueError):
             p.pd_push(13, dec, [kvf.Slot(0, 1)], [], final=True)
+        # a vLLM-style string id: a TypeError that says what to do, not
+        # ctypes.ArgumentError
+        with pytest.raises(TypeError, match="request id is an int"):
+            p.pd_push("req-1", dec, [kvf.Slot(0, 1)], [0], final=True)
+        with pytest.raises(TypeError, match="request id is an int"):
+            d.pd_wait("req-1", timeout=0.1)
+        with pytest.raises(ValueError, match="outside"):
+            d.pd_release(-1)
+        with pytest.raises(TypeError, match="node name"):
+            p.pd_push(13, None, [kvf.Slot(0, 1)], [0], final=True)
 
 
 def test_pd_duplicate_request_id_is_refused_and_harmless(pd_cluster):
