@@ -95,7 +95,7 @@ Test(local_verify, a_chunk_changed_after_commit_is_a_miss_and_dropped)
                  before + 1);
 
     /* dropped at the agent, and the registry forgets it */
-    for (n = 0; n < 400; n++) {
+    for (n = 0; n < 1000; n++) {
         cr_assert_eq(kvf_client_lookup(reader, keys, 1, false, &res), KVF_OK);
         if (res.hit_chunks == 0) {
             break;
@@ -129,7 +129,7 @@ Test(local_verify, a_peer_that_fetched_a_damaged_chunk_makes_its_holder_drop_it)
 
     /* the other agent fetches it from the holder: refused there */
     reader = connect_agent(&g_other);
-    for (n = 0; n < 400; n++) {
+    for (n = 0; n < 1000; n++) {
         cr_assert_eq(kvf_client_lookup(reader, &key, 1, false, &res), KVF_OK);
         if (res.hit_chunks == 1) {
             break;
@@ -141,7 +141,7 @@ Test(local_verify, a_peer_that_fetched_a_damaged_chunk_makes_its_holder_drop_it)
     cr_assert_geq(
         kvf_sec_metric(&g_other, "kvf_agent_fetch_checksum_failures_total"), 1);
     /* told, the holder re-verifies and drops it; the registry forgets */
-    for (n = 0; n < 400; n++) {
+    for (n = 0; n < 1000; n++) {
         cr_assert_eq(kvf_client_lookup(reader, &key, 1, false, &res), KVF_OK);
         if ((res.hit_chunks == 0) &&
             (kvf_sec_metric(&g_agent, "kvf_agent_checksum_failures_total") ==
