@@ -11,6 +11,7 @@ import select
 import time
 
 import pytest
+from conftest import doc_command
 
 lmcache = pytest.importorskip(
     "lmcache", reason="lmcache not installed: run make venv-sglang")
@@ -66,6 +67,34 @@ def memory_obj(seed=None):
 def obj_key(i, rank=0, model="org/tiny-llama"):
     return ObjectKey(chunk_hash=bytes([i]) * 32, model_name=model,
                      kv_rank=rank)
+
+
+def test_the_documented_command_builds_the_tier(cluster):
+    """docs/integration-lmcache.md's command: its storage flags go through
+    LMCache's own storage-manager parser and adapter factory."""
+    from lmcache.v1.distributed.config import (add_storage_manager_args,
+                                               parse_args_to_config)
+
+    argv = doc_command("integration-lmcache.md")
+    assert argv[:3] == ["python", "-m", "lmcache.v1.multiprocess.server"]
+    i = argv.index("--l2-adapter")
+    cfg = json.loads(argv[i + 1])
+    cfg["adapter_params"].update(socket=cluster.sockets["a"], num_layers=LAYERS,
+                                 num_kv_heads=HEADS, head_dim=DIM,
+                                 chunk_size=CHUNK)
+    argv[i + 1] = json.dumps(cfg)
+    parser = add_storage_manager_args(argparse.ArgumentParser())
+    config = parse_args_to_config(parser.parse_args(argv[3:]))
+    [l2] = config.l2_adapter_config.adapters
+    ad = create_l2_adapter_from_registry(l2)
+    try:
+        k, obj = obj_key(99), memory_obj(seed=99)
+        assert store(ad, [k], [obj]).is_successful()
+        dst = memory_obj()
+        assert load(ad, [k], [dst]) == [True]
+        assert bytes(dst.byte_array) == bytes(obj.byte_array)
+    finally:
+        ad.close()
 
 
 def wait_result(fd, query, timeout=20.0):

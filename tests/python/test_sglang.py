@@ -6,9 +6,11 @@ make venv-sglang): SGLang's own StorageBackendFactory loads the backend as
 (MHATokenToKVPoolHost) is registered, pages keyed by SGLang's own chained
 page hashes go through the zero-copy v1 calls into agent a and come back
 out of agent b (fetched over UCX), byte for byte."""
+import json
 import time
 
 import pytest
+from conftest import doc_command
 
 sglang = pytest.importorskip(
     "sglang", reason="sglang not installed: run make venv-sglang")
@@ -40,7 +42,7 @@ def eventually(fn, want, timeout=20.0):
         time.sleep(0.01)
 
 
-def host_pool(layout="page_first_direct", tokens=256):
+def host_pool(layout="page_first_direct", tokens=256, page=PAGE):
     """SGLang's host KV pool on CPU, over CPU stand-ins of the device
     buffers (only their geometry is read)."""
     k = tuple(torch.zeros(tokens, HEADS, DIM, dtype=DTYPE)
@@ -52,9 +54,9 @@ def host_pool(layout="page_first_direct", tokens=256):
     info = MHABufferInfo(
         buffers=KVBuffers(k=k, v=v, k_data_ptrs=ptrs[0], v_data_ptrs=ptrs[1],
                           layout=KVBufferLayout.NHD),
-        page_size=PAGE, head_num=HEADS, head_dim=DIM, v_head_dim=DIM,
+        page_size=page, head_num=HEADS, head_dim=DIM, v_head_dim=DIM,
         dtype=DTYPE, device=torch.device("cpu"))
-    pool = MHATokenToKVPoolHost(info, 2.0, 0, PAGE, layout, pin_memory=False,
+    pool = MHATokenToKVPoolHost(info, 2.0, 0, page, layout, pin_memory=False,
                                 device="cpu", device_capacity_tokens=tokens,
                                 start_layer=0, end_layer=LAYERS)
     pool._keep = (k, v)
@@ -88,10 +90,10 @@ def page_hashes(tokens):
     return get_hash_str(tokens, None, PAGE)
 
 
-def fill(pool, indices, seed):
+def fill(pool, indices, seed, page=PAGE):
     """Random bytes into the pages at @p indices (every K and V buffer)."""
     g = torch.Generator().manual_seed(seed)
-    for p in range(0, len(indices), PAGE):
+    for p in range(0, len(indices), page):
         page = pool.get_data_page(int(indices[p]), flat=False)
         page.copy_(torch.randn(page.shape, generator=g).to(DTYPE))
 
@@ -112,6 +114,50 @@ def test_factory_loads_the_backend_as_sglang_does(cluster):
         assert store.page_bytes == 2 * LAYERS * PAGE * HEADS * DIM * 2
     finally:
         store.close()
+
+
+def test_the_documented_command_configures_the_backend(cluster):
+    """docs/integration-sglang.md's command, parsed by SGLang's own server
+    arguments; its backend name, extra config, layout and page size build
+    the backend through SGLang's factory, and a page stored through agent a
+    comes back through agent b."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    argv = doc_command("integration-sglang.md")
+    assert argv[:3] == ["python", "-m", "sglang.launch_server"]
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    args = parser.parse_args(argv[3:])
+    assert args.enable_hierarchical_cache
+    stores = []
+    try:
+        for agent in ("a", "b"):
+            extra = json.loads(args.hicache_storage_backend_extra_config)
+            extra["socket"] = cluster.sockets[agent]
+            cfg = storage_config(None)
+            cfg.extra_config = extra
+            pool = host_pool(args.hicache_mem_layout, page=args.page_size)
+            store = StorageBackendFactory.create_backend(
+                args.hicache_storage_backend, cfg, pool)
+            store.register_mem_pool_host(pool)
+            stores.append((store, pool))
+        (a, pool_a), (b, pool_b) = stores
+        keys = get_hash_str(list(range(7, 7 + args.page_size)), None,
+                            args.page_size)
+        src = pool_a.alloc(args.page_size)
+        fill(pool_a, src, seed=6, page=args.page_size)
+        assert a.batch_set_v1(keys, src) == [True]
+        assert eventually(lambda: b.batch_exists(keys), 1) == 1
+        dst = pool_b.alloc(args.page_size)
+        assert b.batch_get_v1(keys, dst) == [True]
+        assert torch.equal(
+            pool_a.get_data_page(int(src[0])).view(torch.int16),
+            pool_b.get_data_page(int(dst[0])).view(torch.int16))
+    finally:
+        for store, _ in stores:
+            store.close()
 
 
 def test_pages_set_on_one_node_are_got_on_another(cluster):
