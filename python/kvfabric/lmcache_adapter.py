@@ -47,7 +47,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import _lib
 from .client import Client
-from .errors import KvfError
 from .keys import (Key, _buffer_address, dtype_code, key_from_digest,
                    namespace_fingerprint)
 
@@ -161,8 +160,9 @@ class KvfabricConnector:
                 # per-key answers only then
                 ok = fn == self._do_exists or all(bools)
                 done = (fid, ok, "", bools)
-            except (KvfError, ValueError) as e:
-                done = (fid, False, str(e), [False] * len(keys))
+            except Exception as e:  # noqa: BLE001 (LMCache waits for each)
+                done = (fid, False, f"{type(e).__name__}: {e}",
+                        [False] * len(keys))
             with self._lock:
                 self._done.append(done)
             os.eventfd_write(self._efd, 1)

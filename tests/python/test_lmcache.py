@@ -225,3 +225,31 @@ def test_connector_maps_lmcache_keys_with_the_key_helpers(cluster):
             c.release([slot])
     finally:
         ad.close()
+
+
+def test_a_failed_batch_completes_with_its_error(cluster):
+    """LMCache waits for every future id: a batch that fails (a key that is
+    not LMCache's, a buffer of another size) completes, never hangs."""
+    from kvfabric.lmcache_adapter import KvfabricConnector
+
+    c = KvfabricConnector("bf16", LAYERS, HEADS, DIM, CHUNK,
+                          socket=cluster.sockets["a"], timeout=20)
+    try:
+        bad = c.submit_batch_exists(["not-a-key"])
+        good = "m@00000000@0@" + "ab" * 32
+        obj = memory_obj(seed=1)
+        stored = c.submit_batch_set([good], [obj.byte_array])
+        small = memoryview(bytearray(16))
+        short = c.submit_batch_get([good], [small])
+        done = {}
+        deadline = time.monotonic() + 20
+        while len(done) < 3:
+            assert time.monotonic() < deadline, f"only {done} completed"
+            select.select([c.event_fd()], [], [], 0.1)
+            for fid, ok, err, bools in c.drain_completions():
+                done[fid] = (ok, err, bools)
+        assert done[bad][0] is False and "not an LMCache key" in done[bad][1]
+        assert done[stored] == (True, "", [True])
+        assert done[short] == (False, "", [False])
+    finally:
+        c.close()
