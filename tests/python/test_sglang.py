@@ -20,6 +20,8 @@ from sglang.srt.mem_cache.device_pool_info import (  # noqa: E402
     KVBufferLayout, KVBuffers, MHABufferInfo)
 from sglang.srt.mem_cache.hicache_storage import (  # noqa: E402
     HiCacheStorage, HiCacheStorageConfig)
+from sglang.srt.mem_cache.pool_host.base import \
+    host_memory_budget_scope  # noqa: E402
 from sglang.srt.mem_cache.pool_host.mha import \
     MHATokenToKVPoolHost  # noqa: E402
 from sglang.srt.mem_cache.storage.backend_factory import \
@@ -56,9 +58,14 @@ def host_pool(layout="page_first_direct", tokens=256, page=PAGE):
                           layout=KVBufferLayout.NHD),
         page_size=page, head_num=HEADS, head_dim=DIM, v_head_dim=DIM,
         dtype=DTYPE, device=torch.device("cpu"))
-    pool = MHATokenToKVPoolHost(info, 2.0, 0, page, layout, pin_memory=False,
-                                device="cpu", device_capacity_tokens=tokens,
-                                start_layer=0, end_layer=LAYERS)
+    # SGLang sizes a pool against the machine's free RAM less a reserve of
+    # GBs; these pools are a few MiB, booked against a budget of their own
+    # so that a busy machine does not fail them
+    with host_memory_budget_scope(1 << 30):
+        pool = MHATokenToKVPoolHost(info, 2.0, 0, page, layout,
+                                    pin_memory=False, device="cpu",
+                                    device_capacity_tokens=tokens,
+                                    start_layer=0, end_layer=LAYERS)
     pool._keep = (k, v)
     return pool
 
