@@ -51,7 +51,7 @@ $(REL_DIR)/build.ninja: | deps
 build: deps $(REL_DIR)/build.ninja
 	@ninja -C $(REL_DIR) --quiet | { grep -v '^ninja: no work to do' || true; }
 
-test: deps optional-deps $(ASAN_DIR)/build.ninja
+test: deps optional-deps venv-sglang $(ASAN_DIR)/build.ninja
 	@ninja -C $(ASAN_DIR) --quiet | { grep -v '^ninja: no work to do' || true; }
 	@$(MAKE) --no-print-directory format-check
 	@echo "kvfabric: running the tests, a line per finished suite (log: $(ASAN_DIR)/meson-test.out)"
@@ -63,6 +63,25 @@ test: deps optional-deps $(ASAN_DIR)/build.ninja
 	@grep -E '^(Ok|Expected Fail|Fail|Unexpected Pass|Skipped|Timeout):' \
 	    $(ASAN_DIR)/meson-test.out || true
 	@python3 tools/test-summary.py $(ASAN_DIR)
+
+# The SGLang and LMCache integrations' venv (tests/python/venv_pytest.py):
+# pinned packages, installed --no-deps (python/requirements-integrations.txt
+# says why), again only when that file changes. A failed install does not
+# stop `make test`: those tests then skip, naming the log.
+INTEGRATIONS_VENV := build/venv-sglang
+
+.PHONY: venv-sglang
+venv-sglang: $(INTEGRATIONS_VENV)/.installed
+
+$(INTEGRATIONS_VENV)/.installed: python/requirements-integrations.txt | deps
+	@rm -rf $(INTEGRATIONS_VENV) && mkdir -p build
+	@echo "kvfabric: installing $(INTEGRATIONS_VENV) (sglang, lmcache)" >&2
+	@{ /usr/bin/python3 -m venv --system-site-packages $(INTEGRATIONS_VENV) && \
+	   $(INTEGRATIONS_VENV)/bin/pip install -q --no-deps \
+	       -r python/requirements-integrations.txt && touch $@; \
+	 } > $(INTEGRATIONS_VENV).log 2>&1 || { tail -n 20 $(INTEGRATIONS_VENV).log; \
+	   echo "kvfabric: $(INTEGRATIONS_VENV) failed ($(INTEGRATIONS_VENV).log);" \
+	        "the sglang/lmcache tests skip" >&2; }
 
 # SOAK_SECONDS (default 600) of mixed load with random faults, ASan build;
 # ends with one JSON line (tests/faults/soak.c)

@@ -4,6 +4,8 @@
 KVF_BUILD_ROOT (meson test sets it), a loopback cluster fixture."""
 import os
 import pathlib
+import re
+import shlex
 import sys
 
 import pytest
@@ -23,6 +25,14 @@ def torch_or_skip():
         pytest.skip(f"python3-torch not installed ({e}); "
                     "make test installs it with apt")
     return torch
+
+
+def doc_command(doc: str):
+    """The argv of the one ``sh`` block of docs/@p doc (line continuations
+    joined), for tests that run what a page tells users to run."""
+    text = (SRC / "docs" / doc).read_text()
+    [block] = re.findall(r"```sh\n(.*?)```", text, re.S)
+    return shlex.split(block.replace("\\\n", " "))
 
 
 def _run_cluster(**kw):
