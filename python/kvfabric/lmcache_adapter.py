@@ -8,7 +8,7 @@ LMCache's multiprocess server loads it from its ``--l2-adapter`` JSON::
     --l2-adapter '{"type": "native_plugin",
                    "module_path": "kvfabric.lmcache_adapter",
                    "class_name": "KvfabricConnector",
-                   "adapter_params": {"socket": "/run/kvfabric/agent.sock",
+                   "adapter_params": {"socket": "/run/kvfabric/gpu0/agent.sock",
                        "dtype": "bf16", "num_layers": 32, "num_kv_heads": 8,
                        "head_dim": 128, "chunk_size": 256}}'
 

@@ -7,7 +7,7 @@ SGLang loads it with its own factory (``--hicache-storage-backend dynamic``)::
     --hicache-storage-backend dynamic
     --hicache-storage-backend-extra-config '{"backend_name": "kvfabric",
         "module_path": "kvfabric.sglang", "class_name": "KvfabricStore",
-        "interface_v1": 1, "socket": "/run/kvfabric/agent.sock"}'
+        "interface_v1": 1, "socket": "/run/kvfabric/gpu0/agent.sock"}'
 
 and constructs it as ``KvfabricStore(storage_config, kwargs)``; the cache
 controller then calls ``register_mem_pool_host`` with its host KV pool, and
