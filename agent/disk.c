@@ -276,7 +276,6 @@ static void kvf_disk_complete_write(kvf_disk_t *disk, kvf_disk_op_t *op,
 {
     kvf_disk_slot_t *s = &disk->slots[op->slot];
     uint64_t want      = KVF_DISK_ALIGN + kvf_disk_round(s->length);
-    uint32_t *cell;
 
     if (disk->faults & KVF_DISK_FAULT_WRITE_EIO) {
         disk->faults &= ~(unsigned)KVF_DISK_FAULT_WRITE_EIO;
@@ -289,11 +288,7 @@ static void kvf_disk_complete_write(kvf_disk_t *disk, kvf_disk_op_t *op,
                  " to slot %u failed: %s",
                  disk->path, s->key.hi, s->key.lo, op->slot,
                  res < 0 ? strerror(-res) : "short write");
-        cell = kvf_disk_index_find(disk, &s->key);
-        if (cell != NULL) {
-            kvf_disk_index_delete(disk, cell);
-        }
-        kvf_disk_slot_free(disk, op->slot);
+        kvf_disk_slot_drop(disk, op->slot);
     } else {
         disk->st.writes++;
         disk->st.write_bytes += s->length;
@@ -483,6 +478,13 @@ uint64_t kvf_disk_length(const kvf_disk_t *disk, const kvf_key_t *key)
     uint32_t *cell = kvf_disk_index_find(disk, key);
 
     return cell == NULL ? 0 : disk->slots[*cell].length;
+}
+
+uint64_t kvf_disk_checksum(const kvf_disk_t *disk, const kvf_key_t *key)
+{
+    uint32_t *cell = kvf_disk_index_find(disk, key);
+
+    return cell == NULL ? 0 : disk->slots[*cell].checksum;
 }
 
 kvf_status_t kvf_disk_read(kvf_disk_t *disk, const kvf_key_t *key, void *dst,

@@ -115,6 +115,9 @@ bool kvf_disk_contains(const kvf_disk_t *disk, const kvf_key_t *key);
 /* Length of the chunk of @p key on disk, 0 when absent. */
 uint64_t kvf_disk_length(const kvf_disk_t *disk, const kvf_key_t *key);
 
+/* Commit checksum of the chunk of @p key on disk, 0 when absent. */
+uint64_t kvf_disk_checksum(const kvf_disk_t *disk, const kvf_key_t *key);
+
 /* Reads the chunk of @p key into @p dst (4 KiB aligned, @p dst_cap bytes,
  * at least its length rounded up to 4 KiB). KVF_INPROGRESS: @p cb runs
  * later from kvf_disk_progress (or the loop); KVF_OK: done at once (the

@@ -460,3 +460,145 @@ Test(disk, event_loop_submits_and_reaps)
     kvf_disk_destroy(disk);
     event_base_free(base);
 }
+
+/* ---- the tier behind the store: spill on eviction, promotion ---------- */
+
+#include "agent/store.h"
+
+static int g_promotions;
+static uint32_t g_promoted, g_failed;
+
+static void on_promoted(void *arg, uint32_t promoted, uint32_t failed)
+{
+    g_promotions++;
+    g_promoted = promoted;
+    g_failed   = failed;
+}
+
+static kvf_store_t *store_with_disk(kvf_disk_t **disk_p)
+{
+    kvf_pool_params_t pp = {
+        .field_mask = KVF_POOL_FIELD_SIZE | KVF_POOL_FIELD_MAX_CHUNK |
+                      KVF_POOL_FIELD_MIN_CHUNK | KVF_POOL_FIELD_NO_HUGETLB,
+        .size      = 4 * SLOT,
+        .min_chunk = SLOT,
+        .max_chunk = SLOT,
+    };
+    kvf_store_params_t sp = {.pool = &pp};
+    kvf_store_t *store;
+
+    cr_assert_eq(kvf_store_create(&sp, &store), KVF_OK);
+    *disk_p = open_disk(16);
+    kvf_store_set_disk(store, *disk_p);
+    return store;
+}
+
+static void commit_chunk(kvf_store_t *store, kvf_store_owner_t *o, uint64_t i)
+{
+    kvf_key_t k = key_of(i);
+    kvf_slot_t slot;
+    uint64_t csum = fill(i, SLOT);
+
+    cr_assert_eq(kvf_store_alloc(store, o, SLOT, &slot), KVF_OK);
+    memcpy((uint8_t *)kvf_store_base(store) + slot.offset, g_src, SLOT);
+    cr_assert_eq(kvf_store_commit(store, o, &k, slot.offset, csum), KVF_OK);
+}
+
+Test(disk, store_spills_evictions_and_promotes_them_back)
+{
+    kvf_disk_t *disk;
+    kvf_store_t *store = store_with_disk(&disk);
+    kvf_store_owner_t *o;
+    kvf_store_stats_t st;
+    kvf_key_t keys[8];
+    kvf_slot_t slot;
+    uint64_t i;
+
+    cr_assert_eq(kvf_store_owner_create(store, &o), KVF_OK);
+    for (i = 0; i < 8; i++) {
+        keys[i] = key_of(i);
+        commit_chunk(store, o, i);
+        kvf_disk_drain(disk);
+    }
+    kvf_store_get_stats(store, &st);
+    cr_assert_geq(st.spilled, 4, "the pool holds 4: the rest went to disk");
+    cr_assert_eq(kvf_store_local_prefix(store, keys, 8), 0);
+    cr_assert_eq(kvf_store_tier_prefix(store, keys, 8), 8);
+
+    cr_assert_eq(kvf_store_promote(store, keys, 2, on_promoted, NULL),
+                 KVF_INPROGRESS);
+    cr_assert_eq(g_promotions, 0);
+    kvf_disk_drain(disk);
+    cr_assert_eq(g_promotions, 1);
+    cr_assert_eq(g_promoted, 2);
+    cr_assert_eq(g_failed, 0);
+    for (i = 0; i < 2; i++) {
+        cr_assert_eq(kvf_store_pin(store, o, &keys[i], &slot), KVF_OK);
+        cr_assert(
+            matches(i, (uint8_t *)kvf_store_base(store) + slot.offset, SLOT));
+        cr_assert_eq(kvf_store_release(store, o, slot.offset), KVF_OK);
+    }
+    /* in the pool already: nothing to read */
+    cr_assert_eq(kvf_store_promote(store, keys, 2, on_promoted, NULL), KVF_OK);
+    kvf_store_get_stats(store, &st);
+    cr_assert_eq(st.promoted, 2);
+    kvf_store_owner_destroy(store, o);
+    kvf_disk_destroy(disk);
+    kvf_store_destroy(store);
+}
+
+Test(disk, damaged_slot_is_a_promotion_miss_never_wrong_bytes)
+{
+    kvf_disk_t *disk;
+    kvf_store_t *store = store_with_disk(&disk);
+    kvf_store_owner_t *o;
+    kvf_store_stats_t st;
+    kvf_key_t k = key_of(0);
+    kvf_slot_t slot;
+    uint64_t i;
+
+    cr_assert_eq(kvf_store_owner_create(store, &o), KVF_OK);
+    for (i = 0; i < 5; i++) {
+        commit_chunk(store, o, i);
+    }
+    kvf_disk_drain(disk); /* chunk 0 is in slot 0 */
+    damage(0, ALIGN + 100, 0x01);
+    cr_assert_eq(kvf_store_promote(store, &k, 1, on_promoted, NULL),
+                 KVF_INPROGRESS);
+    kvf_disk_drain(disk);
+    cr_assert_eq(g_failed, 1);
+    cr_assert_eq(g_promoted, 0);
+    cr_assert_eq(kvf_store_pin(store, o, &k, &slot), KVF_ERR_NOT_FOUND);
+    cr_assert_eq(kvf_store_tier_prefix(store, &k, 1), 0);
+    kvf_store_get_stats(store, &st);
+    cr_assert_eq(st.promote_failures, 1);
+    cr_assert_eq(st.pool.allocated, 0, "the block went back");
+    kvf_store_owner_destroy(store, o);
+    kvf_disk_destroy(disk);
+    kvf_store_destroy(store);
+}
+
+Test(disk, canceled_promotion_still_lands_and_never_calls_back)
+{
+    kvf_disk_t *disk;
+    kvf_store_t *store = store_with_disk(&disk);
+    kvf_store_owner_t *o;
+    kvf_key_t k = key_of(0);
+    uint64_t i;
+    int token;
+
+    cr_assert_eq(kvf_store_owner_create(store, &o), KVF_OK);
+    for (i = 0; i < 5; i++) {
+        commit_chunk(store, o, i);
+    }
+    kvf_disk_drain(disk);
+    cr_assert_eq(kvf_store_promote(store, &k, 1, on_promoted, &token),
+                 KVF_INPROGRESS);
+    kvf_store_promote_cancel(store, &token);
+    kvf_disk_drain(disk);
+    cr_assert_eq(g_promotions, 0);
+    cr_assert_eq(kvf_store_local_prefix(store, &k, 1), 1);
+    kvf_store_owner_destroy(store, o);
+    kvf_disk_destroy(disk);
+    kvf_store_destroy(store);
+}
