@@ -2,9 +2,12 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "agent/disk.h"
 
+#include "agent/config.h"
+#include "agent/store.h"
 #include "common/log.h"
 #include "common/time.h"
 
+#include <event2/buffer.h>
 #include <event2/event.h>
 #include <liburing.h>
 
@@ -948,4 +951,87 @@ void kvf_disk_destroy(kvf_disk_t *disk)
     free(disk->slots);
     free(disk->path);
     free(disk);
+}
+
+kvf_status_t kvf_disk_start(struct kvf_store *store,
+                            const struct kvf_agent_config *config,
+                            struct event_base *base, kvf_disk_t **disk_p)
+{
+    kvf_disk_params_t params;
+    kvf_status_t status;
+
+    if (config->disk_size < 2 * (KVF_DISK_ALIGN + config->max_chunk)) {
+        kvf_error("disk_size %" PRIu64 " holds less than one slot of "
+                  "max_chunk %" PRIu64 " (docs/disk-tier.md)",
+                  config->disk_size, config->max_chunk);
+        return KVF_ERR_CONFIG;
+    }
+    memset(&params, 0, sizeof(params));
+    params.path        = config->disk_path;
+    params.size        = config->disk_size;
+    params.slot_size   = config->max_chunk;
+    params.queue_depth = (unsigned)config->disk_queue_depth;
+    params.base        = base;
+    status             = kvf_disk_create(&params, disk_p);
+    if (status == KVF_OK) {
+        kvf_store_set_disk(store, *disk_p);
+    }
+    return status;
+}
+
+void kvf_disk_print_metrics(const kvf_disk_t *disk, struct evbuffer *body)
+{
+    const kvf_disk_stats_t *st;
+
+    if (disk == NULL) {
+        return;
+    }
+    st = &disk->st;
+    evbuffer_add_printf(
+        body,
+        "# HELP kvf_agent_disk_capacity_bytes bytes of the disk tier\n"
+        "# TYPE kvf_agent_disk_capacity_bytes gauge\n"
+        "kvf_agent_disk_capacity_bytes %" PRIu64 "\n"
+        "# HELP kvf_agent_disk_used_bytes bytes of chunks on the disk tier\n"
+        "# TYPE kvf_agent_disk_used_bytes gauge\n"
+        "kvf_agent_disk_used_bytes %" PRIu64 "\n"
+        "# HELP kvf_agent_disk_chunks chunks on the disk tier\n"
+        "# TYPE kvf_agent_disk_chunks gauge\n"
+        "kvf_agent_disk_chunks %" PRIu64 "\n"
+        "# HELP kvf_agent_disk_direct 1 when the tier uses O_DIRECT\n"
+        "# TYPE kvf_agent_disk_direct gauge\n"
+        "kvf_agent_disk_direct %d\n"
+        "# HELP kvf_agent_disk_writes_total chunks written behind\n"
+        "# TYPE kvf_agent_disk_writes_total counter\n"
+        "kvf_agent_disk_writes_total %" PRIu64 "\n"
+        "# HELP kvf_agent_disk_write_bytes_total bytes written behind\n"
+        "# TYPE kvf_agent_disk_write_bytes_total counter\n"
+        "kvf_agent_disk_write_bytes_total %" PRIu64 "\n"
+        "# HELP kvf_agent_disk_write_drops_total evicted chunks not "
+        "written (write-behind buffers busy)\n"
+        "# TYPE kvf_agent_disk_write_drops_total counter\n"
+        "kvf_agent_disk_write_drops_total %" PRIu64 "\n"
+        "# HELP kvf_agent_disk_reads_total chunks read back and verified\n"
+        "# TYPE kvf_agent_disk_reads_total counter\n"
+        "kvf_agent_disk_reads_total %" PRIu64 "\n"
+        "# HELP kvf_agent_disk_read_bytes_total bytes read back\n"
+        "# TYPE kvf_agent_disk_read_bytes_total counter\n"
+        "kvf_agent_disk_read_bytes_total %" PRIu64 "\n"
+        "# HELP kvf_agent_disk_errors_total disk tier failures, by kind\n"
+        "# TYPE kvf_agent_disk_errors_total counter\n"
+        "kvf_agent_disk_errors_total{kind=\"write\"} %" PRIu64 "\n"
+        "kvf_agent_disk_errors_total{kind=\"read\"} %" PRIu64 "\n"
+        "kvf_agent_disk_errors_total{kind=\"checksum\"} %" PRIu64 "\n"
+        "# HELP kvf_agent_disk_evictions_total disk slots reused for a "
+        "newer chunk\n"
+        "# TYPE kvf_agent_disk_evictions_total counter\n"
+        "kvf_agent_disk_evictions_total %" PRIu64 "\n"
+        "# HELP kvf_agent_disk_recovered_chunks chunks found on disk at "
+        "start\n"
+        "# TYPE kvf_agent_disk_recovered_chunks gauge\n"
+        "kvf_agent_disk_recovered_chunks %" PRIu64 "\n",
+        st->capacity_bytes, st->used_bytes, st->used_slots,
+        disk->is_direct ? 1 : 0, st->writes, st->write_bytes, st->write_drops,
+        st->reads, st->read_bytes, st->write_errors, st->read_errors,
+        st->checksum_failures, st->evictions, st->recovered);
 }

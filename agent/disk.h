@@ -35,6 +35,9 @@
 #include <stdint.h>
 
 struct event_base;
+struct evbuffer;
+struct kvf_agent_config;
+struct kvf_store;
 
 typedef struct kvf_disk kvf_disk_t;
 
@@ -143,6 +146,16 @@ void kvf_disk_get_stats(const kvf_disk_t *disk, kvf_disk_stats_t *stats_p);
 
 /* Calls @p cb with every key readable on disk (an inventory). */
 void kvf_disk_foreach_key(kvf_disk_t *disk, kvf_disk_key_cb_t cb, void *arg);
+
+/* Creates the tier the agent's config asks for (disk_path, disk_size,
+ * disk_queue_depth, slots of max_chunk) on @p base and puts it behind
+ * @p store. KVF_ERR_CONFIG (disk_size too small), or kvf_disk_create's. */
+kvf_status_t kvf_disk_start(struct kvf_store *store,
+                            const struct kvf_agent_config *config,
+                            struct event_base *base, kvf_disk_t **disk_p);
+
+/* Appends the tier's Prometheus series to @p body (NULL disk: none). */
+void kvf_disk_print_metrics(const kvf_disk_t *disk, struct evbuffer *body);
 
 /* Arms the fault-injection hook (kvf_disk_fault_t bits; tests only). */
 void kvf_disk_set_faults(kvf_disk_t *disk, unsigned faults);
