@@ -791,6 +791,9 @@ static kvf_status_t kvf_disk_alloc_tables(kvf_disk_t *disk)
                         disk->depth * disk->stride) != 0)) {
         return KVF_ERR_NO_MEMORY;
     }
+    /* touch the staging buffers now: their first page faults would
+     * otherwise land on the eviction path */
+    memset(disk->staging, 0, disk->depth * disk->stride);
     for (i = 0; i < cells; i++) {
         disk->table[i] = KVF_DISK_NONE;
     }
