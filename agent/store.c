@@ -21,10 +21,13 @@ typedef struct kvf_store_hold {
 
 typedef struct kvf_store_promotion kvf_store_promotion_t;
 
-/* One key of a promotion: a disk read into a held pool block. */
+/* One key of a promotion: a disk read into a held pool block, or a chunk
+ * of the request already in the pool, held so that the promotion's own
+ * allocations cannot evict it before the reader pins it. */
 typedef struct kvf_store_promo_read {
     kvf_store_promotion_t *promotion;
     kvf_pool_entry_t *entry;
+    kvf_pool_entry_t *hit;
 } kvf_store_promo_read_t;
 
 /* One kvf_store_promote call: its reads and who waits for them. */
@@ -34,6 +37,7 @@ struct kvf_store_promotion {
     kvf_store_promote_cb_t cb; /* NULL: nobody waits (any more) */
     void *arg;
     uint32_t pending, promoted, failed;
+    uint32_t num;
     kvf_store_promo_read_t reads[];
 };
 
@@ -393,6 +397,17 @@ uint32_t kvf_store_tier_prefix(kvf_store_t *store, const kvf_key_t *keys,
     return i;
 }
 
+static void kvf_store_promotion_put_hits(kvf_store_promotion_t *promotion)
+{
+    uint32_t i;
+
+    for (i = 0; i < promotion->num; i++) {
+        if (promotion->reads[i].hit != NULL) {
+            kvf_pool_entry_put(promotion->store->pool, promotion->reads[i].hit);
+        }
+    }
+}
+
 static void kvf_store_promotion_step(kvf_store_promotion_t *promotion)
 {
     kvf_store_t *store = promotion->store;
@@ -407,6 +422,9 @@ static void kvf_store_promotion_step(kvf_store_promotion_t *promotion)
             break;
         }
     }
+    /* the reader pins the hits from its callback, before anything else
+     * can allocate */
+    kvf_store_promotion_put_hits(promotion);
     if (promotion->cb != NULL) {
         promotion->cb(promotion->arg, promotion->promoted, promotion->failed);
     }
@@ -452,15 +470,35 @@ kvf_status_t kvf_store_promote(kvf_store_t *store, const kvf_key_t *keys,
     if (store->disk == NULL) {
         return KVF_OK;
     }
+    /* the pool-hit path stays as it was: nothing allocated unless some
+     * chunk is only on disk */
+    for (i = 0; i < num; i++) {
+        if ((kvf_pool_lookup(store->pool, &keys[i]) == NULL) &&
+            kvf_disk_contains(store->disk, &keys[i])) {
+            break;
+        }
+    }
+    if (i == num) {
+        return KVF_OK;
+    }
     promotion = calloc(1, sizeof(*promotion) + (size_t)num * sizeof(*read));
     if (promotion == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
     promotion->store   = store;
+    promotion->num     = num;
     promotion->pending = 1; /* this call's own, dropped at the end */
     for (i = 0; i < num; i++) {
+        entry = kvf_pool_lookup(store->pool, &keys[i]);
+        if (entry != NULL) {
+            kvf_pool_entry_hold(store->pool, entry);
+            promotion->reads[i].hit = entry;
+        }
+    }
+    for (i = 0; i < num; i++) {
         length = kvf_disk_length(store->disk, &keys[i]);
-        if ((length == 0) || (kvf_pool_lookup(store->pool, &keys[i]) != NULL)) {
+        if ((length == 0) || (promotion->reads[i].hit != NULL) ||
+            (kvf_pool_lookup(store->pool, &keys[i]) != NULL)) {
             continue;
         }
         status = kvf_pool_alloc(store->pool, length, UINT64_MAX, &entry);
@@ -487,7 +525,9 @@ kvf_status_t kvf_store_promote(kvf_store_t *store, const kvf_key_t *keys,
         }
     }
     if (promotion->pending == 1) {
-        free(promotion); /* nothing in flight: nobody to call back */
+        /* nothing in flight: nobody to call back */
+        kvf_store_promotion_put_hits(promotion);
+        free(promotion);
         return KVF_OK;
     }
     promotion->pending--;

@@ -602,3 +602,33 @@ Test(disk, canceled_promotion_still_lands_and_never_calls_back)
     kvf_disk_destroy(disk);
     kvf_store_destroy(store);
 }
+
+Test(disk, promotion_never_evicts_the_requests_own_pool_hits)
+{
+    kvf_disk_t *disk;
+    kvf_store_t *store = store_with_disk(&disk);
+    kvf_store_owner_t *o;
+    kvf_key_t keys[5];
+    uint64_t i;
+
+    cr_assert_eq(kvf_store_owner_create(store, &o), KVF_OK);
+    for (i = 0; i < 8; i++) {
+        commit_chunk(store, o, i);
+    }
+    kvf_disk_drain(disk); /* pool: 4..7, disk: 0..3 */
+    keys[0] = key_of(7);
+    for (i = 1; i < 5; i++) {
+        keys[i] = key_of(i - 1);
+    }
+    cr_assert_eq(kvf_store_promote(store, keys, 5, on_promoted, NULL),
+                 KVF_INPROGRESS);
+    kvf_disk_drain(disk);
+    cr_assert_eq(g_promotions, 1);
+    cr_assert_eq(g_promoted + g_failed, 4);
+    cr_assert_eq(g_promoted, 3, "room for three beside the held hit");
+    cr_assert_eq(kvf_store_local_prefix(store, keys, 1), 1,
+                 "the request's hit stayed in the pool");
+    kvf_store_owner_destroy(store, o);
+    kvf_disk_destroy(disk);
+    kvf_store_destroy(store);
+}
