@@ -1229,6 +1229,11 @@ void kvf_agent_destroy(kvf_agent_t *agent)
     kvf_ucx_mem_deregister(agent->pd_host_mem);
     kvf_ucx_mem_deregister(agent->pool_mem);
     kvf_ucx_ctx_destroy(agent->ucx);
+    if ((agent->disk != NULL) && agent->config->disk_flush_on_stop) {
+        kvf_info("agent %s: wrote %llu pool chunks to the disk tier",
+                 agent->name,
+                 (unsigned long long)kvf_store_spill_all(agent->store));
+    }
     kvf_disk_destroy(agent->disk); /* its last reads land in the pool */
     kvf_store_destroy(agent->store);
     kvf_auth_secret_cleanup(&agent->secret);

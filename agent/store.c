@@ -659,6 +659,38 @@ uint64_t kvf_store_clear(kvf_store_t *store)
     return dropped;
 }
 
+static void kvf_store_spill_entry(const kvf_pool_entry_t *entry, void *arg)
+{
+    kvf_store_t *store = arg;
+    kvf_status_t status;
+
+    /* writes only: the tier was drained, no read can complete into the
+     * pool while this iterates it */
+    do {
+        status = kvf_disk_put(
+            store->disk, kvf_pool_entry_key(entry),
+            kvf_pool_ptr(store->pool, kvf_pool_entry_offset(entry)),
+            kvf_pool_entry_length(entry), kvf_pool_entry_checksum(entry));
+    } while ((status == KVF_ERR_BUSY) &&
+             (kvf_disk_progress(store->disk, true) > 0));
+    if (status == KVF_OK) {
+        store->spilled++;
+    }
+}
+
+uint64_t kvf_store_spill_all(kvf_store_t *store)
+{
+    uint64_t before = store->spilled;
+
+    if (store->disk == NULL) {
+        return 0;
+    }
+    kvf_disk_drain(store->disk);
+    kvf_pool_foreach_committed(store->pool, kvf_store_spill_entry, store);
+    kvf_disk_drain(store->disk);
+    return store->spilled - before;
+}
+
 static void kvf_store_on_evict(const kvf_key_t *key, uint64_t offset,
                                uint64_t length, void *arg)
 {

@@ -162,6 +162,11 @@ kvf_status_t kvf_store_promote(kvf_store_t *store, const kvf_key_t *keys,
                                uint32_t num, kvf_store_promote_cb_t cb,
                                void *arg);
 
+/* Writes every committed chunk of the pool that is not on disk yet to the
+ * disk tier and waits until they landed (a clean stop: the next start on
+ * the same disk_path finds them). Blocks; returns how many were written. */
+uint64_t kvf_store_spill_all(kvf_store_t *store);
+
 /* Makes sure no promotion calls back with @p arg any more (the reads still
  * land in the pool). */
 void kvf_store_promote_cancel(kvf_store_t *store, void *arg);
