@@ -36,6 +36,7 @@ struct kvf_agent {
     struct event_base *base;
     kvf_ctl_client_t *ctl;
     kvf_store_t *store;
+    kvf_disk_t *disk; /* disk tier behind the store; NULL: none */
     kvf_engine_server_t *engines;
     kvf_peer_t *peer;
     kvf_pd_t *pd;
@@ -557,6 +558,7 @@ static void kvf_agent_on_metrics(struct evhttp_request *req, void *arg)
     kvf_ctl_client_get_stats(agent->ctl, &st);
     kvf_agent_metrics_store(agent, body);
     kvf_agent_metrics_pd(agent, body);
+    kvf_disk_print_metrics(agent->disk, body);
     evbuffer_add_printf(
         body,
         "# HELP kvf_agent_controller_registered 1 while registered with "
@@ -744,6 +746,10 @@ static kvf_status_t kvf_agent_store_start(kvf_agent_t *agent)
     sparams.evict_cb         = kvf_agent_on_evict;
     sparams.cb_arg           = agent;
     status                   = kvf_store_create(&sparams, &agent->store);
+    if ((status == KVF_OK) && (config->disk_path[0] != '\0')) {
+        status =
+            kvf_disk_start(agent->store, config, agent->base, &agent->disk);
+    }
     return status;
 }
 
@@ -1223,6 +1229,12 @@ void kvf_agent_destroy(kvf_agent_t *agent)
     kvf_ucx_mem_deregister(agent->pd_host_mem);
     kvf_ucx_mem_deregister(agent->pool_mem);
     kvf_ucx_ctx_destroy(agent->ucx);
+    if ((agent->disk != NULL) && agent->config->disk_flush_on_stop) {
+        kvf_info("agent %s: wrote %llu pool chunks to the disk tier",
+                 agent->name,
+                 (unsigned long long)kvf_store_spill_all(agent->store));
+    }
+    kvf_disk_destroy(agent->disk); /* its last reads land in the pool */
     kvf_store_destroy(agent->store);
     kvf_auth_secret_cleanup(&agent->secret);
     free(agent);

@@ -32,6 +32,18 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
                     0,
                     "allocate the pool's memory at start (faster "
                     "transfers, full RSS at once)"),
+    KVF_AGENT_FIELD("disk_path", KVF_CONFIG_STRING, disk_path, "", 0, 0,
+                    "slot file of the local-disk tier behind the pool "
+                    "(docs/disk-tier.md); empty: no disk tier"),
+    KVF_AGENT_FIELD("disk_size", KVF_CONFIG_SIZE, disk_size, "0", 0, 1ull << 50,
+                    "bytes of the disk tier's slot file"),
+    KVF_AGENT_FIELD("disk_queue_depth", KVF_CONFIG_UINT, disk_queue_depth, "16",
+                    1, 1024,
+                    "disk tier: write-behind buffers and reads in flight"),
+    KVF_AGENT_FIELD("disk_flush_on_stop", KVF_CONFIG_BOOL, disk_flush_on_stop,
+                    "true", 0, 0,
+                    "a clean stop writes the pool's chunks to the disk tier "
+                    "first (takes pool_size / disk speed)"),
     KVF_AGENT_FIELD("grant_timeout", KVF_CONFIG_DURATION, grant_timeout, "30s",
                     1000000ull, 3600000000000ull,
                     "an allocation not committed this long is taken back"),

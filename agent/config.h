@@ -26,6 +26,10 @@ typedef struct kvf_agent_config {
     uint64_t pool_size;        /* bytes of the shared chunk pool */
     uint64_t max_chunk;        /* largest chunk an engine may store */
     bool pool_prefault;        /* allocate the pool's pages at start */
+    char *disk_path;           /* disk tier slot file; "": no disk tier */
+    uint64_t disk_size;        /* bytes of the slot file */
+    uint64_t disk_queue_depth; /* write-behind buffers, reads in flight */
+    bool disk_flush_on_stop;   /* a clean stop spills the pool to disk */
     uint64_t grant_timeout;    /* ns: uncommitted allocations taken back */
     int eviction;              /* kvf_pool_policy_t: lru, lfu, fifo */
     char *socket;              /* Unix socket path for engines */

@@ -150,6 +150,7 @@ static void kvf_engine_conn_close(kvf_engine_conn_t *conn)
         if (server->ctl != NULL) {
             kvf_ctl_client_cancel(server->ctl, wait);
         }
+        kvf_store_promote_cancel(server->store, wait);
         free(wait);
     }
     /* its PD waits and claims end, its pushes finish without it */
@@ -713,7 +714,12 @@ static kvf_status_t kvf_engine_conn_lookup(kvf_engine_conn_t *conn,
         return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_NO_MEMORY,
                                       "out of memory");
     }
-    local = kvf_store_local_prefix(server->store, wait->keys, wait->num);
+    /* chunks on the local disk are local hits; a prefetching lookup
+     * starts reading them back at once */
+    local = kvf_store_tier_prefix(server->store, wait->keys, wait->num);
+    if (req->prefetch && (local > 0)) {
+        kvf_store_promote(server->store, wait->keys, local, NULL, NULL);
+    }
     if ((local == wait->num) || (server->ctl == NULL) ||
         !kvf_ctl_client_is_registered(server->ctl)) {
         uint64_t lease_id = 0;
@@ -801,30 +807,22 @@ static void kvf_engine_on_fetched(void *arg, uint32_t fetched, uint32_t missed)
     free(wait);
 }
 
-static kvf_status_t kvf_engine_conn_retrieve(kvf_engine_conn_t *conn,
-                                             const Kvf__EngineRetrieve *req)
+/* Fetches from peers what is still absent, then answers (or the fetch's
+ * callback does). Frees @p wait unless it is linked for the fetch. */
+static kvf_status_t kvf_engine_retrieve_fetch(kvf_engine_conn_t *conn,
+                                              kvf_engine_wait_t *wait)
 {
     kvf_engine_server_t *server = conn->server;
-    kvf_engine_wait_t *wait;
     kvf_key_t *absent;
     uint32_t i, m = 0;
     kvf_status_t status;
 
-    if (!kvf_engine_keys_ok(&req->keys)) {
-        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_INVALID,
-                                      "retrieve needs 1..65536 24-byte keys");
-    }
-    wait = kvf_engine_wait_create(conn, KVF_MSG_ENGINE_RETRIEVE,
-                                  req->request_id, &req->keys);
-    if (wait == NULL) {
-        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_NO_MEMORY,
-                                      "out of memory");
-    }
     absent = malloc(((size_t)wait->num + 1) * sizeof(*absent));
     if (absent == NULL) {
+        status = kvf_engine_conn_status(conn, wait->request_id,
+                                        KVF_ERR_NO_MEMORY, "out of memory");
         free(wait);
-        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_NO_MEMORY,
-                                      "out of memory");
+        return status;
     }
     for (i = 0; i < wait->num; i++) {
         if (kvf_store_local_prefix(server->store, &wait->keys[i], 1) == 0) {
@@ -842,10 +840,48 @@ static kvf_status_t kvf_engine_conn_retrieve(kvf_engine_conn_t *conn,
         kvf_engine_wait_link(wait);
         return KVF_OK;
     }
-    status =
-        kvf_engine_retrieve_reply(conn, req->request_id, wait->keys, wait->num);
+    status = kvf_engine_retrieve_reply(conn, wait->request_id, wait->keys,
+                                       wait->num);
     free(wait);
     return status;
+}
+
+/* The chunks of a RETRIEVE that were on disk are in the pool (or not). */
+static void kvf_engine_on_promoted(void *arg, uint32_t promoted,
+                                   uint32_t failed)
+{
+    kvf_engine_wait_t *wait = arg;
+    kvf_engine_conn_t *conn = wait->conn;
+
+    kvf_engine_wait_unlink(wait);
+    if (kvf_engine_retrieve_fetch(conn, wait) != KVF_OK) {
+        kvf_engine_conn_error(conn, "cannot queue a reply");
+    }
+}
+
+static kvf_status_t kvf_engine_conn_retrieve(kvf_engine_conn_t *conn,
+                                             const Kvf__EngineRetrieve *req)
+{
+    kvf_engine_server_t *server = conn->server;
+    kvf_engine_wait_t *wait;
+
+    if (!kvf_engine_keys_ok(&req->keys)) {
+        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_INVALID,
+                                      "retrieve needs 1..65536 24-byte keys");
+    }
+    wait = kvf_engine_wait_create(conn, KVF_MSG_ENGINE_RETRIEVE,
+                                  req->request_id, &req->keys);
+    if (wait == NULL) {
+        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_NO_MEMORY,
+                                      "out of memory");
+    }
+    /* chunks on the local disk come back into the pool first */
+    if (kvf_store_promote(server->store, wait->keys, wait->num,
+                          kvf_engine_on_promoted, wait) == KVF_INPROGRESS) {
+        kvf_engine_wait_link(wait);
+        return KVF_OK;
+    }
+    return kvf_engine_retrieve_fetch(conn, wait);
 }
 
 static kvf_status_t kvf_engine_conn_release(kvf_engine_conn_t *conn,

@@ -20,6 +20,28 @@ typedef struct kvf_store_hold {
     bool is_grant;
 } kvf_store_hold_t;
 
+typedef struct kvf_store_promotion kvf_store_promotion_t;
+
+/* One key of a promotion: a disk read into a held pool block, or a chunk
+ * of the request already in the pool, held so that the promotion's own
+ * allocations cannot evict it before the reader pins it. */
+typedef struct kvf_store_promo_read {
+    kvf_store_promotion_t *promotion;
+    kvf_pool_entry_t *entry;
+    kvf_pool_entry_t *hit;
+} kvf_store_promo_read_t;
+
+/* One kvf_store_promote call: its reads and who waits for them. */
+struct kvf_store_promotion {
+    kvf_store_promotion_t *next;
+    kvf_store_t *store;
+    kvf_store_promote_cb_t cb; /* NULL: nobody waits (any more) */
+    void *arg;
+    uint32_t pending, promoted, failed;
+    uint32_t num;
+    kvf_store_promo_read_t reads[];
+};
+
 /* Open addressing by offset, linear probing, backward-shift deletion. */
 struct kvf_store_owner {
     kvf_store_hold_t *holds;
@@ -40,6 +62,9 @@ struct kvf_store {
     uint64_t commits, duplicates, hits, misses, checksum_failures;
     uint64_t expired_grants;
     uint64_t owners;
+    kvf_disk_t *disk; /* borrowed; NULL: no disk tier */
+    kvf_store_promotion_t *promotions;
+    uint64_t spilled, promoted, promote_failures;
 };
 
 #define KVF_STORE_EMPTY UINT64_MAX
@@ -412,6 +437,179 @@ uint32_t kvf_store_local_prefix(kvf_store_t *store, const kvf_key_t *keys,
     return i;
 }
 
+void kvf_store_set_disk(kvf_store_t *store, kvf_disk_t *disk)
+{
+    store->disk = disk;
+}
+
+uint32_t kvf_store_tier_prefix(kvf_store_t *store, const kvf_key_t *keys,
+                               uint32_t num)
+{
+    uint32_t i;
+
+    for (i = 0; i < num; i++) {
+        if ((kvf_pool_lookup(store->pool, &keys[i]) == NULL) &&
+            ((store->disk == NULL) ||
+             !kvf_disk_contains(store->disk, &keys[i]))) {
+            break;
+        }
+    }
+    return i;
+}
+
+static void kvf_store_promotion_put_hits(kvf_store_promotion_t *promotion)
+{
+    uint32_t i;
+
+    for (i = 0; i < promotion->num; i++) {
+        if (promotion->reads[i].hit != NULL) {
+            kvf_pool_entry_put(promotion->store->pool, promotion->reads[i].hit);
+        }
+    }
+}
+
+static void kvf_store_promotion_step(kvf_store_promotion_t *promotion)
+{
+    kvf_store_t *store = promotion->store;
+    kvf_store_promotion_t **pp;
+
+    if (--promotion->pending > 0) {
+        return;
+    }
+    for (pp = &store->promotions; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == promotion) {
+            *pp = promotion->next;
+            break;
+        }
+    }
+    /* the reader pins the hits from its callback, before anything else
+     * can allocate */
+    kvf_store_promotion_put_hits(promotion);
+    if (promotion->cb != NULL) {
+        promotion->cb(promotion->arg, promotion->promoted, promotion->failed);
+    }
+    free(promotion);
+}
+
+/* A chunk came back from disk (or not): commit it to the pool. */
+static void kvf_store_on_disk_read(void *arg, const kvf_key_t *key,
+                                   kvf_status_t status, uint64_t length,
+                                   uint64_t checksum)
+{
+    kvf_store_promo_read_t *read     = arg;
+    kvf_store_promotion_t *promotion = read->promotion;
+    kvf_store_t *store               = promotion->store;
+
+    kvf_pool_entry_put(store->pool, read->entry);
+    if ((status == KVF_OK) &&
+        (kvf_pool_commit(store->pool, read->entry, key, checksum) == KVF_OK)) {
+        store->promoted++;
+        promotion->promoted++;
+    } else {
+        /* damaged or torn on disk, or promoted meanwhile by another read */
+        kvf_pool_free(store->pool, read->entry);
+        if (status != KVF_OK) {
+            store->promote_failures++;
+            promotion->failed++;
+        }
+    }
+    kvf_store_promotion_step(promotion);
+}
+
+kvf_status_t kvf_store_promote(kvf_store_t *store, const kvf_key_t *keys,
+                               uint32_t num, kvf_store_promote_cb_t cb,
+                               void *arg)
+{
+    kvf_store_promotion_t *promotion;
+    kvf_store_promo_read_t *read;
+    kvf_pool_entry_t *entry;
+    kvf_status_t status;
+    uint64_t length;
+    uint32_t i;
+
+    if (store->disk == NULL) {
+        return KVF_OK;
+    }
+    /* the pool-hit path stays as it was: nothing allocated unless some
+     * chunk is only on disk */
+    for (i = 0; i < num; i++) {
+        if ((kvf_pool_lookup(store->pool, &keys[i]) == NULL) &&
+            kvf_disk_contains(store->disk, &keys[i])) {
+            break;
+        }
+    }
+    if (i == num) {
+        return KVF_OK;
+    }
+    promotion = calloc(1, sizeof(*promotion) + (size_t)num * sizeof(*read));
+    if (promotion == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    promotion->store   = store;
+    promotion->num     = num;
+    promotion->pending = 1; /* this call's own, dropped at the end */
+    for (i = 0; i < num; i++) {
+        entry = kvf_pool_lookup(store->pool, &keys[i]);
+        if (entry != NULL) {
+            kvf_pool_entry_hold(store->pool, entry);
+            promotion->reads[i].hit = entry;
+        }
+    }
+    for (i = 0; i < num; i++) {
+        length = kvf_disk_length(store->disk, &keys[i]);
+        if ((length == 0) || (promotion->reads[i].hit != NULL) ||
+            (kvf_pool_lookup(store->pool, &keys[i]) != NULL)) {
+            continue;
+        }
+        status = kvf_pool_alloc(store->pool, length, UINT64_MAX, &entry);
+        if (status != KVF_OK) {
+            store->promote_failures++;
+            promotion->failed++;
+            continue;
+        }
+        kvf_pool_entry_hold(store->pool, entry); /* not reclaimed meanwhile */
+        read            = &promotion->reads[i];
+        read->promotion = promotion;
+        read->entry     = entry;
+        promotion->pending++;
+        status = kvf_disk_read(
+            store->disk, &keys[i],
+            kvf_pool_ptr(store->pool, kvf_pool_entry_offset(entry)),
+            kvf_pool_entry_block_size(store->pool, entry),
+            kvf_store_on_disk_read, read);
+        if (status == KVF_OK) {
+            kvf_store_on_disk_read(read, &keys[i], KVF_OK, length,
+                                   kvf_disk_checksum(store->disk, &keys[i]));
+        } else if (status != KVF_INPROGRESS) {
+            kvf_store_on_disk_read(read, &keys[i], status, length, 0);
+        }
+    }
+    if (promotion->pending == 1) {
+        /* nothing in flight: nobody to call back */
+        kvf_store_promotion_put_hits(promotion);
+        free(promotion);
+        return KVF_OK;
+    }
+    promotion->pending--;
+    promotion->cb     = cb;
+    promotion->arg    = arg;
+    promotion->next   = store->promotions;
+    store->promotions = promotion;
+    return KVF_INPROGRESS;
+}
+
+void kvf_store_promote_cancel(kvf_store_t *store, void *arg)
+{
+    kvf_store_promotion_t *promotion;
+
+    for (promotion = store->promotions; promotion != NULL;
+         promotion = promotion->next) {
+        if (promotion->arg == arg) {
+            promotion->cb = NULL;
+        }
+    }
+}
+
 typedef struct kvf_store_foreach_ctx {
     kvf_store_key_cb_t cb;
     void *arg;
@@ -521,11 +719,54 @@ uint64_t kvf_store_clear(kvf_store_t *store)
     return dropped;
 }
 
+static void kvf_store_spill_entry(const kvf_pool_entry_t *entry, void *arg)
+{
+    kvf_store_t *store = arg;
+    kvf_status_t status;
+
+    /* writes only: the tier was drained, no read can complete into the
+     * pool while this iterates it */
+    do {
+        status = kvf_disk_put(
+            store->disk, kvf_pool_entry_key(entry),
+            kvf_pool_ptr(store->pool, kvf_pool_entry_offset(entry)),
+            kvf_pool_entry_length(entry), kvf_pool_entry_checksum(entry));
+    } while ((status == KVF_ERR_BUSY) &&
+             (kvf_disk_progress(store->disk, true) > 0));
+    if (status == KVF_OK) {
+        store->spilled++;
+    }
+}
+
+uint64_t kvf_store_spill_all(kvf_store_t *store)
+{
+    uint64_t before = store->spilled;
+
+    if (store->disk == NULL) {
+        return 0;
+    }
+    kvf_disk_drain(store->disk);
+    kvf_pool_foreach_committed(store->pool, kvf_store_spill_entry, store);
+    kvf_disk_drain(store->disk);
+    return store->spilled - before;
+}
+
 static void kvf_store_on_evict(const kvf_key_t *key, uint64_t offset,
                                uint64_t length, void *arg)
 {
     kvf_store_t *store = arg;
+    kvf_pool_entry_t *entry;
 
+    if (store->disk != NULL) {
+        /* write-behind: the tier copies the bytes before the block is
+         * reused; a busy tier drops the chunk (it counts that) */
+        entry = kvf_pool_entry_find(store->pool, offset);
+        if ((entry != NULL) &&
+            (kvf_disk_put(store->disk, key, kvf_pool_ptr(store->pool, offset),
+                          length, kvf_pool_entry_checksum(entry)) == KVF_OK)) {
+            store->spilled++;
+        }
+    }
     if (store->evict_cb != NULL) {
         store->evict_cb(store->cb_arg, key);
     }
@@ -588,6 +829,9 @@ void kvf_store_get_stats(const kvf_store_t *store, kvf_store_stats_t *stats_p)
     stats_p->checksum_failures = store->checksum_failures;
     stats_p->expired_grants    = store->expired_grants;
     stats_p->owners            = store->owners;
+    stats_p->spilled           = store->spilled;
+    stats_p->promoted          = store->promoted;
+    stats_p->promote_failures  = store->promote_failures;
 }
 
 int kvf_store_fd(const kvf_store_t *store)

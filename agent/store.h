@@ -15,6 +15,7 @@
 #ifndef KVF_AGENT_STORE_H
 #define KVF_AGENT_STORE_H
 
+#include "agent/disk.h"
 #include "agent/pool.h"
 
 #include <kvfabric/keys.h>
@@ -29,6 +30,11 @@ typedef struct kvf_store kvf_store_t;
 typedef struct kvf_store_owner kvf_store_owner_t;
 
 typedef void (*kvf_store_key_cb_t)(void *arg, const kvf_key_t *key);
+
+/* A kvf_store_promote finished: @p promoted chunks came from disk into the
+ * pool, @p failed could not (damaged, I/O error, no room). */
+typedef void (*kvf_store_promote_cb_t)(void *arg, uint32_t promoted,
+                                       uint32_t failed);
 
 typedef struct kvf_store_params {
     const kvf_pool_params_t *pool; /* the pool to create */
@@ -48,6 +54,9 @@ typedef struct kvf_store_stats {
     uint64_t checksum_failures; /* commits whose bytes did not match */
     uint64_t expired_grants;    /* grants taken back uncommitted */
     uint64_t owners;            /* open owners */
+    uint64_t spilled;           /* evicted chunks handed to the disk tier */
+    uint64_t promoted;          /* chunks read back from disk to the pool */
+    uint64_t promote_failures;  /* reads back that gave no chunk */
 } kvf_store_stats_t;
 
 /* Creates the store and its pool. Logs and returns the pool's failure. */
@@ -149,5 +158,33 @@ uint64_t kvf_store_clear(kvf_store_t *store);
 /* Calls @p cb with the key of every committed chunk (the inventory). */
 void kvf_store_foreach_key(kvf_store_t *store, kvf_store_key_cb_t cb,
                            void *arg);
+
+/* Puts the local-disk tier behind the pool (NULL: none): from now on every
+ * chunk the pool evicts is written behind to @p disk, and
+ * kvf_store_promote reads chunks back. The disk is borrowed: destroy it
+ * before the store (its last completions land in the pool). */
+void kvf_store_set_disk(kvf_store_t *store, kvf_disk_t *disk);
+
+/* Number of leading keys of @p keys held locally, in the pool or on disk. */
+uint32_t kvf_store_tier_prefix(kvf_store_t *store, const kvf_key_t *keys,
+                               uint32_t num);
+
+/* Reads the chunks of @p keys that are on disk and not in the pool into
+ * pool blocks, verifies them and commits them there (promotion).
+ * KVF_INPROGRESS: @p cb runs when every read is done (NULL @p cb: fire and
+ * forget, as a prefetch); KVF_OK: nothing to wait for, @p cb not called;
+ * KVF_ERR_NO_MEMORY. */
+kvf_status_t kvf_store_promote(kvf_store_t *store, const kvf_key_t *keys,
+                               uint32_t num, kvf_store_promote_cb_t cb,
+                               void *arg);
+
+/* Writes every committed chunk of the pool that is not on disk yet to the
+ * disk tier and waits until they landed (a clean stop: the next start on
+ * the same disk_path finds them). Blocks; returns how many were written. */
+uint64_t kvf_store_spill_all(kvf_store_t *store);
+
+/* Makes sure no promotion calls back with @p arg any more (the reads still
+ * land in the pool). */
+void kvf_store_promote_cancel(kvf_store_t *store, void *arg);
 
 #endif /* KVF_AGENT_STORE_H */

@@ -26,6 +26,8 @@ static const kvf_bench_cmd_t kvf_bench_cmds[] = {
      "N concurrent engine clients against one agent"},
     {"load-controller", kvf_bench_load_controller_main,
      "N simulated agents (register, heartbeat, admit/evict, lookup)"},
+    {"disk", kvf_bench_disk_main,
+     "the agent's local-disk tier: write-behind and read-back vs fio"},
     {"index", kvf_bench_index_main,
      "router index: /v1/index/query and /v1/route latency at N keys"},
 };

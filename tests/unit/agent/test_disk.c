@@ -1,0 +1,634 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+#include "agent/disk.h"
+#include "tests/helpers/test_helpers.h"
+
+#include <criterion/criterion.h>
+#include <event2/event.h>
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define SLOT  (64u << 10)
+#define ALIGN 4096u
+
+static char g_dir[64];
+static char g_path[128];
+static uint8_t *g_buf; /* SLOT bytes, aligned: read destination */
+static uint8_t *g_src; /* SLOT bytes: what gets written */
+static int g_stored, g_dropped, g_reads;
+static kvf_status_t g_read_status;
+
+static void on_stored(void *arg, const kvf_key_t *key)
+{
+    g_stored++;
+}
+
+static void on_dropped(void *arg, const kvf_key_t *key)
+{
+    g_dropped++;
+}
+
+static void on_read(void *arg, const kvf_key_t *key, kvf_status_t status,
+                    uint64_t length, uint64_t checksum)
+{
+    g_reads++;
+    g_read_status = status;
+}
+
+static kvf_key_t key_of(uint64_t i)
+{
+    kvf_key_t k = {.ns = 7, .hi = i * 3 + 1, .lo = i};
+
+    return k;
+}
+
+/* Deterministic bytes per chunk, so a test can tell right from wrong. */
+static uint64_t fill(uint64_t i, uint64_t len)
+{
+    uint64_t j;
+
+    for (j = 0; j < len; j++) {
+        g_src[j] = (uint8_t)(i * 31 + j * 7 + (j >> 12));
+    }
+    return kvf_chunk_checksum(g_src, len);
+}
+
+static bool matches(uint64_t i, const uint8_t *got, uint64_t len)
+{
+    fill(i, len);
+    return memcmp(got, g_src, len) == 0;
+}
+
+static void disk_setup(void)
+{
+    snprintf(g_dir, sizeof(g_dir), "/tmp/kvf-disk-XXXXXX");
+    cr_assert_not_null(mkdtemp(g_dir));
+    snprintf(g_path, sizeof(g_path), "%s/tier", g_dir);
+    cr_assert_eq(posix_memalign((void **)&g_buf, ALIGN, SLOT), 0);
+    g_src    = malloc(SLOT);
+    g_stored = g_dropped = g_reads = 0;
+    g_read_status                  = KVF_OK;
+}
+
+static void disk_teardown(void)
+{
+    unlink(g_path);
+    rmdir(g_dir);
+    free(g_buf);
+    free(g_src);
+    kvf_test_check_leaks();
+}
+
+TestSuite(disk, .init = disk_setup, .fini = disk_teardown, .timeout = 20);
+
+static kvf_disk_params_t params_of(uint64_t slots)
+{
+    kvf_disk_params_t p = {
+        .path        = g_path,
+        .size        = ALIGN + slots * (ALIGN + SLOT),
+        .slot_size   = SLOT,
+        .queue_depth = 4,
+        .stored_cb   = on_stored,
+        .dropped_cb  = on_dropped,
+    };
+
+    return p;
+}
+
+static kvf_disk_t *open_disk(uint64_t slots)
+{
+    kvf_disk_params_t p = params_of(slots);
+    kvf_disk_t *disk;
+
+    cr_assert_eq(kvf_disk_create(&p, &disk), KVF_OK);
+    return disk;
+}
+
+static void put(kvf_disk_t *disk, uint64_t i, uint64_t len)
+{
+    kvf_key_t k   = key_of(i);
+    uint64_t csum = fill(i, len);
+
+    cr_assert_eq(kvf_disk_put(disk, &k, g_src, len, csum), KVF_OK);
+    kvf_disk_drain(disk);
+}
+
+static kvf_status_t read_back(kvf_disk_t *disk, uint64_t i)
+{
+    kvf_key_t k = key_of(i);
+    int before  = g_reads;
+    kvf_status_t status;
+
+    memset(g_buf, 0xee, SLOT);
+    status = kvf_disk_read(disk, &k, g_buf, SLOT, on_read, NULL);
+    if (status != KVF_INPROGRESS) {
+        return status;
+    }
+    kvf_disk_drain(disk);
+    cr_assert_eq(g_reads, before + 1);
+    return g_read_status;
+}
+
+static void damage(uint64_t slot, uint64_t at, uint8_t byte)
+{
+    int fd = open(g_path, O_RDWR);
+
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(
+        pwrite(fd, &byte, 1, (off_t)(ALIGN + slot * (ALIGN + SLOT) + at)), 1);
+    close(fd);
+}
+
+Test(disk, writes_behind_and_reads_back_verified)
+{
+    kvf_disk_t *disk = open_disk(8);
+    kvf_disk_stats_t st;
+    uint64_t i;
+
+    for (i = 0; i < 4; i++) {
+        put(disk, i, SLOT - i * 1000);
+    }
+    cr_assert_eq(g_stored, 4);
+    for (i = 0; i < 4; i++) {
+        cr_assert(kvf_disk_contains(disk, &(kvf_key_t){7, i * 3 + 1, i}));
+        cr_assert_eq(read_back(disk, i), KVF_OK);
+        cr_assert(matches(i, g_buf, SLOT - i * 1000));
+    }
+    kvf_disk_get_stats(disk, &st);
+    cr_assert_eq(st.writes, 4);
+    cr_assert_eq(st.reads, 4);
+    cr_assert_eq(st.used_slots, 4);
+    cr_assert(st.is_direct, "ext4 /tmp takes O_DIRECT");
+    cr_assert_eq(read_back(disk, 99), KVF_ERR_NOT_FOUND);
+    kvf_disk_get_stats(disk, &st);
+    cr_assert_eq(st.read_misses, 1);
+    kvf_disk_destroy(disk);
+}
+
+Test(disk, reads_a_chunk_still_in_its_staging_buffer)
+{
+    kvf_disk_t *disk = open_disk(8);
+    kvf_key_t k      = key_of(1);
+    uint64_t csum    = fill(1, 5000);
+
+    cr_assert_eq(kvf_disk_put(disk, &k, g_src, 5000, csum), KVF_OK);
+    cr_assert_eq(kvf_disk_put(disk, &k, g_src, 5000, csum), KVF_ERR_EXISTS);
+    memset(g_src, 0, SLOT); /* the tier copied the bytes */
+    cr_assert_eq(kvf_disk_read(disk, &k, g_buf, SLOT, on_read, NULL), KVF_OK);
+    cr_assert(matches(1, g_buf, 5000));
+    cr_assert_eq(kvf_disk_read(disk, &k, g_buf + 1, SLOT, on_read, NULL),
+                 KVF_ERR_RANGE);
+    kvf_disk_destroy(disk);
+}
+
+Test(disk, full_tier_evicts_least_recently_used)
+{
+    kvf_disk_t *disk = open_disk(3);
+    kvf_disk_stats_t st;
+    uint64_t i;
+
+    for (i = 0; i < 3; i++) {
+        put(disk, i, 4096);
+    }
+    cr_assert_eq(read_back(disk, 0), KVF_OK); /* 0 is now the newest */
+    put(disk, 3, 4096);
+    put(disk, 4, 4096);
+    cr_assert(kvf_disk_contains(disk, &(kvf_key_t){7, 1, 0}));
+    cr_assert_not(kvf_disk_contains(disk, &(kvf_key_t){7, 4, 1}));
+    cr_assert_not(kvf_disk_contains(disk, &(kvf_key_t){7, 7, 2}));
+    cr_assert_eq(g_dropped, 2);
+    kvf_disk_get_stats(disk, &st);
+    cr_assert_eq(st.evictions, 2);
+    cr_assert_eq(st.used_slots, 3);
+    kvf_disk_destroy(disk);
+}
+
+Test(disk, drops_and_counts_when_every_staging_buffer_is_busy)
+{
+    kvf_disk_t *disk = open_disk(16);
+    kvf_disk_stats_t st;
+    kvf_key_t k;
+    uint64_t i;
+
+    for (i = 0; i < 4; i++) { /* queue_depth 4, nothing reaped */
+        k = key_of(i);
+        cr_assert_eq(kvf_disk_put(disk, &k, g_src, 4096, 0), KVF_OK);
+    }
+    k = key_of(4);
+    cr_assert_eq(kvf_disk_put(disk, &k, g_src, 4096, 0), KVF_ERR_BUSY);
+    k = key_of(5);
+    cr_assert_eq(kvf_disk_put(disk, &k, g_src, SLOT + 1, 0), KVF_ERR_TOO_BIG);
+    kvf_disk_get_stats(disk, &st);
+    cr_assert_eq(st.write_drops, 1);
+    kvf_disk_drain(disk);
+    cr_assert_eq(kvf_disk_put(disk, &k, g_src, 4096, 0), KVF_OK);
+    kvf_disk_destroy(disk);
+}
+
+Test(disk, warm_restart_readmits_and_verifies)
+{
+    kvf_disk_t *disk = open_disk(8);
+    kvf_disk_stats_t st;
+    uint64_t i;
+
+    for (i = 0; i < 5; i++) {
+        put(disk, i, 20000 + i);
+    }
+    kvf_disk_destroy(disk);
+
+    disk = open_disk(8);
+    kvf_disk_get_stats(disk, &st);
+    cr_assert_eq(st.recovered, 5);
+    cr_assert_eq(st.used_slots, 5);
+    for (i = 0; i < 5; i++) {
+        cr_assert_eq(read_back(disk, i), KVF_OK);
+        cr_assert(matches(i, g_buf, 20000 + i));
+    }
+    /* new writes after a restart do not overwrite what was kept */
+    put(disk, 10, 4096);
+    for (i = 0; i < 5; i++) {
+        cr_assert(kvf_disk_contains(disk, &(kvf_key_t){7, i * 3 + 1, i}));
+    }
+    kvf_disk_destroy(disk);
+}
+
+Test(disk, torn_slot_is_a_counted_miss_never_wrong_bytes)
+{
+    kvf_disk_t *disk = open_disk(4);
+    kvf_disk_stats_t st;
+
+    put(disk, 1, 30000);
+    kvf_disk_destroy(disk);
+    /* a crash between data and record: the record is the new one, the
+     * data partly old */
+    damage(0, ALIGN + 12345, 0x5a);
+
+    disk = open_disk(4);
+    cr_assert_eq(read_back(disk, 1), KVF_ERR_CHECKSUM);
+    cr_assert_not(kvf_disk_contains(disk, &(kvf_key_t){7, 4, 1}));
+    cr_assert_eq(g_dropped, 1);
+    kvf_disk_get_stats(disk, &st);
+    cr_assert_eq(st.checksum_failures, 1);
+    cr_assert_eq(st.reads, 0);
+    cr_assert_eq(st.used_slots, 0);
+    kvf_disk_destroy(disk);
+}
+
+Test(disk, half_written_record_is_ignored_at_restart)
+{
+    kvf_disk_t *disk = open_disk(4);
+    kvf_disk_stats_t st;
+
+    put(disk, 1, 4096);
+    put(disk, 2, 4096);
+    kvf_disk_destroy(disk);
+    damage(1, 20, 0x33); /* inside the second slot's record */
+
+    disk = open_disk(4);
+    kvf_disk_get_stats(disk, &st);
+    cr_assert_eq(st.recovered, 1);
+    cr_assert_eq(st.ignored, 1);
+    cr_assert_eq(read_back(disk, 1), KVF_OK);
+    cr_assert_eq(read_back(disk, 2), KVF_ERR_NOT_FOUND);
+    kvf_disk_destroy(disk);
+}
+
+Test(disk, restart_with_another_slot_size_ignores_old_slots_once)
+{
+    kvf_disk_params_t p = params_of(4);
+    kvf_disk_t *disk    = open_disk(4);
+    kvf_disk_stats_t st;
+
+    put(disk, 1, 4096);
+    kvf_disk_destroy(disk);
+
+    p.slot_size = SLOT / 2; /* max_chunk changed */
+    kvf_test_log_capture_start();
+    cr_assert_eq(kvf_disk_create(&p, &disk), KVF_OK);
+    kvf_test_log_capture_stop();
+    cr_assert(kvf_test_log_contains("old slots are ignored"));
+    kvf_disk_get_stats(disk, &st);
+    cr_assert_eq(st.recovered, 0);
+    cr_assert_eq(read_back(disk, 1), KVF_ERR_NOT_FOUND);
+    kvf_disk_destroy(disk);
+
+    /* and the old size again: the old records belong to an old epoch */
+    disk = open_disk(4);
+    kvf_disk_get_stats(disk, &st);
+    cr_assert_eq(st.recovered, 0);
+    kvf_disk_destroy(disk);
+}
+
+Test(disk, buffered_fallback_says_so_and_works)
+{
+    kvf_disk_params_t p = params_of(4);
+    kvf_disk_t *disk;
+    kvf_disk_stats_t st;
+
+    p.faults = KVF_DISK_FAULT_NO_DIRECT;
+    kvf_test_log_capture_start();
+    cr_assert_eq(kvf_disk_create(&p, &disk), KVF_OK);
+    kvf_test_log_capture_stop();
+    cr_assert(kvf_test_log_contains("refuses O_DIRECT"));
+    kvf_disk_get_stats(disk, &st);
+    cr_assert_not(st.is_direct);
+    put(disk, 3, 7777);
+    cr_assert_eq(read_back(disk, 3), KVF_OK);
+    cr_assert(matches(3, g_buf, 7777));
+    kvf_disk_destroy(disk);
+}
+
+Test(disk, io_errors_drop_the_slot_and_are_counted)
+{
+    kvf_disk_t *disk = open_disk(4);
+    kvf_disk_stats_t st;
+    kvf_key_t k = key_of(1);
+
+    kvf_disk_set_faults(disk, KVF_DISK_FAULT_WRITE_EIO);
+    cr_assert_eq(kvf_disk_put(disk, &k, g_src, 4096, fill(1, 4096)), KVF_OK);
+    kvf_disk_drain(disk);
+    cr_assert_not(kvf_disk_contains(disk, &k));
+    cr_assert_eq(g_stored, 0);
+
+    put(disk, 2, 4096);
+    kvf_disk_set_faults(disk, KVF_DISK_FAULT_READ_EIO);
+    cr_assert_eq(read_back(disk, 2), KVF_ERR_IO);
+    cr_assert_not(kvf_disk_contains(disk, &(kvf_key_t){7, 7, 2}));
+    kvf_disk_get_stats(disk, &st);
+    cr_assert_eq(st.write_errors, 1);
+    cr_assert_eq(st.read_errors, 1);
+    cr_assert_eq(st.used_slots, 0);
+    kvf_disk_destroy(disk);
+}
+
+Test(disk, disk_full_is_a_clear_error_at_start)
+{
+    kvf_disk_params_t p;
+    kvf_disk_t *disk;
+
+    /* a 1 MiB tmpfs in a private mount namespace (this test's process) */
+    if ((unshare(CLONE_NEWNS) != 0) ||
+        (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) ||
+        (mount("tmpfs", g_dir, "tmpfs", 0, "size=1m") != 0)) {
+        cr_skip_test("needs CAP_SYS_ADMIN to mount a small tmpfs");
+    }
+    p = params_of(64); /* 4 MiB */
+    kvf_test_log_capture_start();
+    cr_assert_eq(kvf_disk_create(&p, &disk), KVF_ERR_IO);
+    kvf_test_log_capture_stop();
+    cr_assert(kvf_test_log_contains("cannot preallocate"));
+    umount(g_dir);
+}
+
+Test(disk, kill_during_write_behind_leaves_only_whole_chunks)
+{
+    kvf_disk_stats_t st;
+    kvf_disk_t *disk;
+    pid_t pid;
+    int wstatus, good = 0;
+    uint64_t i;
+
+    pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        kvf_disk_params_t p = params_of(32);
+        kvf_key_t k;
+
+        if (kvf_disk_create(&p, &disk) != KVF_OK) {
+            _exit(1);
+        }
+        for (i = 0; i < 40; i++) { /* wraps: overwrites older slots */
+            k = key_of(i);
+            while (kvf_disk_put(disk, &k, g_src, SLOT, fill(i, SLOT)) ==
+                   KVF_ERR_BUSY) {
+                kvf_disk_progress(disk, true);
+            }
+            kvf_disk_progress(disk, false);
+        }
+        kill(getpid(), SIGKILL); /* writes still in flight */
+        _exit(2);
+    }
+    cr_assert_eq(waitpid(pid, &wstatus, 0), pid);
+    cr_assert(WIFSIGNALED(wstatus) && (WTERMSIG(wstatus) == SIGKILL));
+
+    disk = open_disk(32);
+    for (i = 0; i < 40; i++) {
+        kvf_status_t status = read_back(disk, i);
+
+        cr_assert((status == KVF_OK) || (status == KVF_ERR_NOT_FOUND) ||
+                  (status == KVF_ERR_CHECKSUM));
+        if (status == KVF_OK) {
+            cr_assert(matches(i, g_buf, SLOT), "chunk %lu wrong", (long)i);
+            good++;
+        }
+    }
+    kvf_disk_get_stats(disk, &st);
+    cr_assert_gt(good, 0);
+    cr_assert_leq(st.recovered, 32);
+    kvf_disk_destroy(disk);
+}
+
+static void on_stored_break(void *arg, const kvf_key_t *key)
+{
+    g_stored++;
+    event_base_loopbreak(arg);
+}
+
+Test(disk, event_loop_submits_and_reaps)
+{
+    struct event_base *base = event_base_new();
+    kvf_disk_params_t p     = params_of(4);
+    kvf_disk_t *disk;
+    kvf_key_t k = key_of(9);
+
+    p.base      = base;
+    p.stored_cb = on_stored_break;
+    p.cb_arg    = base;
+    cr_assert_eq(kvf_disk_create(&p, &disk), KVF_OK);
+    cr_assert_eq(kvf_disk_put(disk, &k, g_src, 4096, fill(9, 4096)), KVF_OK);
+    event_base_dispatch(base); /* the suite's timeout bounds it */
+    cr_assert_eq(g_stored, 1);
+    cr_assert_eq(read_back(disk, 9), KVF_OK);
+    kvf_disk_destroy(disk);
+    event_base_free(base);
+}
+
+/* ---- the tier behind the store: spill on eviction, promotion ---------- */
+
+#include "agent/store.h"
+
+static int g_promotions;
+static uint32_t g_promoted, g_failed;
+
+static void on_promoted(void *arg, uint32_t promoted, uint32_t failed)
+{
+    g_promotions++;
+    g_promoted = promoted;
+    g_failed   = failed;
+}
+
+static kvf_store_t *store_with_disk(kvf_disk_t **disk_p)
+{
+    kvf_pool_params_t pp = {
+        .field_mask = KVF_POOL_FIELD_SIZE | KVF_POOL_FIELD_MAX_CHUNK |
+                      KVF_POOL_FIELD_MIN_CHUNK | KVF_POOL_FIELD_NO_HUGETLB,
+        .size      = 4 * SLOT,
+        .min_chunk = SLOT,
+        .max_chunk = SLOT,
+    };
+    kvf_store_params_t sp = {.pool = &pp};
+    kvf_store_t *store;
+
+    cr_assert_eq(kvf_store_create(&sp, &store), KVF_OK);
+    *disk_p = open_disk(16);
+    kvf_store_set_disk(store, *disk_p);
+    return store;
+}
+
+static void commit_chunk(kvf_store_t *store, kvf_store_owner_t *o, uint64_t i)
+{
+    kvf_key_t k = key_of(i);
+    kvf_slot_t slot;
+    uint64_t csum = fill(i, SLOT);
+
+    cr_assert_eq(kvf_store_alloc(store, o, SLOT, &slot), KVF_OK);
+    memcpy((uint8_t *)kvf_store_base(store) + slot.offset, g_src, SLOT);
+    cr_assert_eq(kvf_store_commit(store, o, &k, slot.offset, csum), KVF_OK);
+}
+
+Test(disk, store_spills_evictions_and_promotes_them_back)
+{
+    kvf_disk_t *disk;
+    kvf_store_t *store = store_with_disk(&disk);
+    kvf_store_owner_t *o;
+    kvf_store_stats_t st;
+    kvf_key_t keys[8];
+    kvf_slot_t slot;
+    uint64_t i;
+
+    cr_assert_eq(kvf_store_owner_create(store, &o), KVF_OK);
+    for (i = 0; i < 8; i++) {
+        keys[i] = key_of(i);
+        commit_chunk(store, o, i);
+        kvf_disk_drain(disk);
+    }
+    kvf_store_get_stats(store, &st);
+    cr_assert_geq(st.spilled, 4, "the pool holds 4: the rest went to disk");
+    cr_assert_eq(kvf_store_local_prefix(store, keys, 8), 0);
+    cr_assert_eq(kvf_store_tier_prefix(store, keys, 8), 8);
+
+    cr_assert_eq(kvf_store_promote(store, keys, 2, on_promoted, NULL),
+                 KVF_INPROGRESS);
+    cr_assert_eq(g_promotions, 0);
+    kvf_disk_drain(disk);
+    cr_assert_eq(g_promotions, 1);
+    cr_assert_eq(g_promoted, 2);
+    cr_assert_eq(g_failed, 0);
+    for (i = 0; i < 2; i++) {
+        cr_assert_eq(kvf_store_pin(store, o, &keys[i], &slot), KVF_OK);
+        cr_assert(
+            matches(i, (uint8_t *)kvf_store_base(store) + slot.offset, SLOT));
+        cr_assert_eq(kvf_store_release(store, o, slot.offset), KVF_OK);
+    }
+    /* in the pool already: nothing to read */
+    cr_assert_eq(kvf_store_promote(store, keys, 2, on_promoted, NULL), KVF_OK);
+    kvf_store_get_stats(store, &st);
+    cr_assert_eq(st.promoted, 2);
+    kvf_store_owner_destroy(store, o);
+    kvf_disk_destroy(disk);
+    kvf_store_destroy(store);
+}
+
+Test(disk, damaged_slot_is_a_promotion_miss_never_wrong_bytes)
+{
+    kvf_disk_t *disk;
+    kvf_store_t *store = store_with_disk(&disk);
+    kvf_store_owner_t *o;
+    kvf_store_stats_t st;
+    kvf_key_t k = key_of(0);
+    kvf_slot_t slot;
+    uint64_t i;
+
+    cr_assert_eq(kvf_store_owner_create(store, &o), KVF_OK);
+    for (i = 0; i < 5; i++) {
+        commit_chunk(store, o, i);
+    }
+    kvf_disk_drain(disk); /* chunk 0 is in slot 0 */
+    damage(0, ALIGN + 100, 0x01);
+    cr_assert_eq(kvf_store_promote(store, &k, 1, on_promoted, NULL),
+                 KVF_INPROGRESS);
+    kvf_disk_drain(disk);
+    cr_assert_eq(g_failed, 1);
+    cr_assert_eq(g_promoted, 0);
+    cr_assert_eq(kvf_store_pin(store, o, &k, &slot), KVF_ERR_NOT_FOUND);
+    cr_assert_eq(kvf_store_tier_prefix(store, &k, 1), 0);
+    kvf_store_get_stats(store, &st);
+    cr_assert_eq(st.promote_failures, 1);
+    cr_assert_eq(st.pool.allocated, 0, "the block went back");
+    kvf_store_owner_destroy(store, o);
+    kvf_disk_destroy(disk);
+    kvf_store_destroy(store);
+}
+
+Test(disk, canceled_promotion_still_lands_and_never_calls_back)
+{
+    kvf_disk_t *disk;
+    kvf_store_t *store = store_with_disk(&disk);
+    kvf_store_owner_t *o;
+    kvf_key_t k = key_of(0);
+    uint64_t i;
+    int token;
+
+    cr_assert_eq(kvf_store_owner_create(store, &o), KVF_OK);
+    for (i = 0; i < 5; i++) {
+        commit_chunk(store, o, i);
+    }
+    kvf_disk_drain(disk);
+    cr_assert_eq(kvf_store_promote(store, &k, 1, on_promoted, &token),
+                 KVF_INPROGRESS);
+    kvf_store_promote_cancel(store, &token);
+    kvf_disk_drain(disk);
+    cr_assert_eq(g_promotions, 0);
+    cr_assert_eq(kvf_store_local_prefix(store, &k, 1), 1);
+    kvf_store_owner_destroy(store, o);
+    kvf_disk_destroy(disk);
+    kvf_store_destroy(store);
+}
+
+Test(disk, promotion_never_evicts_the_requests_own_pool_hits)
+{
+    kvf_disk_t *disk;
+    kvf_store_t *store = store_with_disk(&disk);
+    kvf_store_owner_t *o;
+    kvf_key_t keys[5];
+    uint64_t i;
+
+    cr_assert_eq(kvf_store_owner_create(store, &o), KVF_OK);
+    for (i = 0; i < 8; i++) {
+        commit_chunk(store, o, i);
+    }
+    kvf_disk_drain(disk); /* pool: 4..7, disk: 0..3 */
+    keys[0] = key_of(7);
+    for (i = 1; i < 5; i++) {
+        keys[i] = key_of(i - 1);
+    }
+    cr_assert_eq(kvf_store_promote(store, keys, 5, on_promoted, NULL),
+                 KVF_INPROGRESS);
+    kvf_disk_drain(disk);
+    cr_assert_eq(g_promotions, 1);
+    cr_assert_eq(g_promoted + g_failed, 4);
+    cr_assert_eq(g_promoted, 3, "room for three beside the held hit");
+    cr_assert_eq(kvf_store_local_prefix(store, keys, 1), 1,
+                 "the request's hit stayed in the pool");
+    kvf_store_owner_destroy(store, o);
+    kvf_disk_destroy(disk);
+    kvf_store_destroy(store);
+}

@@ -1,0 +1,393 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * kvf-bench disk: the local-disk tier of a real kvf-agent (issue #20)
+ * beside fio on the same file system, block size, O_DIRECT and queue
+ * depth, in the same run.
+ *
+ * Write-behind: an engine stores chunks into a pool of 2 x depth chunks,
+ * so every further chunk is evicted and written behind; GB/s is the bytes
+ * the tier wrote over the time from the first store into the full pool
+ * until the last write landed (drops, when the disk cannot keep up, are
+ * reported). Read-back:
+ * the engine retrieves chunks that are only on disk, depth at a time (one
+ * promotion reads them in parallel); GB/s over the whole phase, p99 of one
+ * retrieve. fio runs rw=write and rw=read with ioengine=io_uring,
+ * direct=1, bs=SIZE, iodepth=depth on a file in the same directory.
+ */
+#include "tools/bench/bench.h"
+
+#include "common/time.h"
+
+#include <kvfabric/kvfabric.h>
+
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define KVF_BENCH_DISK_MAX_SIZES 8
+
+typedef struct kvf_bench_disk_opts {
+    char dir[256];
+    uint64_t sizes[KVF_BENCH_DISK_MAX_SIZES];
+    unsigned num_sizes;
+    uint64_t total; /* bytes stored per size */
+    unsigned depth;
+    bool use_fio;
+} kvf_bench_disk_opts_t;
+
+typedef struct kvf_bench_disk_result {
+    double gbps;
+    double p99_us;
+    uint64_t drops;
+} kvf_bench_disk_result_t;
+
+static uint64_t kvf_bench_disk_metric(uint16_t port, const char *name)
+{
+    static char buf[1 << 16];
+    struct sockaddr_in sin;
+    char needle[128];
+    const char *p;
+    size_t off = 0;
+    ssize_t n;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    memset(&sin, 0, sizeof(sin));
+    sin.sin_family      = AF_INET;
+    sin.sin_port        = htons(port);
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if ((fd < 0) || (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0)) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return 0;
+    }
+    n = write(fd, "GET /metrics HTTP/1.0\r\n\r\n", 25);
+    while ((n > 0) && (off < sizeof(buf) - 1)) {
+        n = read(fd, buf + off, sizeof(buf) - 1 - off);
+        off += (n > 0) ? (size_t)n : 0;
+    }
+    buf[off] = '\0';
+    close(fd);
+    snprintf(needle, sizeof(needle), "\n%s ", name);
+    p = strstr(buf, needle);
+    return p == NULL ? 0 : strtoull(p + strlen(needle), NULL, 10);
+}
+
+/* fio's bandwidth (GB/s) and clat p99 (us) of one direction. */
+static int kvf_bench_disk_fio(const kvf_bench_disk_opts_t *o, uint64_t size,
+                              const char *rw, kvf_bench_disk_result_t *res)
+{
+    char cmd[1024], *out = malloc(1 << 20);
+    /* the job's section, not its options ("rw" : "write") */
+    const char *dir =
+        (strcmp(rw, "read") == 0) ? "\"read\" : {" : "\"write\" : {";
+    const char *sec, *p;
+    uint64_t file = o->total < (1ull << 30) ? o->total : (1ull << 30);
+    size_t off    = 0, n;
+    FILE *f;
+
+    if (out == NULL) {
+        return -1;
+    }
+    snprintf(cmd, sizeof(cmd),
+             "fio --name=kvf --filename=%s/kvf-bench-fio.dat --size=%" PRIu64
+             " --bs=%" PRIu64 " --direct=1 --ioengine=io_uring --iodepth=%u"
+             " --rw=%s --output-format=json 2>/dev/null",
+             o->dir, file, size, o->depth, rw);
+    f = popen(cmd, "r");
+    if (f == NULL) {
+        free(out);
+        return -1;
+    }
+    while ((n = fread(out + off, 1, (1 << 20) - 1 - off, f)) > 0) {
+        off += n;
+    }
+    out[off] = '\0';
+    pclose(f);
+    sec = strstr(out, dir);
+    p   = (sec != NULL) ? strstr(sec, "\"bw_bytes\"") : NULL;
+    if (p == NULL) {
+        free(out);
+        return -1;
+    }
+    res->gbps = (double)strtoull(strchr(p, ':') + 1, NULL, 10) / 1e9;
+    p         = strstr(sec, "\"99.000000\"");
+    res->p99_us =
+        (p != NULL) ? (double)strtoull(strchr(p, ':') + 1, NULL, 10) / 1e3 : 0;
+    free(out);
+    return 0;
+}
+
+static void kvf_bench_disk_keys(kvf_key_t *keys, uint64_t n, uint64_t salt)
+{
+    uint64_t i;
+
+    for (i = 0; i < n; i++) {
+        keys[i].ns = 0xd15c;
+        keys[i].hi = salt;
+        keys[i].lo = i;
+    }
+}
+
+static int kvf_bench_disk_one(const kvf_bench_disk_opts_t *o, uint64_t size,
+                              kvf_bench_disk_result_t *w,
+                              kvf_bench_disk_result_t *r)
+{
+    uint64_t n = o->total / size, pool = 2ull * o->depth * size, i, b;
+    uint64_t slot = size + 4096, t0, t1, evicted, *lat;
+    char sock[300], tier[300], log[300], bin[4096], http[32], pool_s[32],
+        chunk_s[32], disk_s[32], depth_s[16];
+    kvf_slot_t *slots = calloc(o->depth, sizeof(*slots));
+    bool *missing     = calloc(o->depth, sizeof(*missing));
+    uint64_t *sums    = calloc(o->depth, sizeof(*sums));
+    kvf_key_t *keys;
+    kvf_client_t *c;
+    uint16_t port = kvf_bench_free_port();
+    uint32_t nlat = 0;
+    uint8_t *base;
+    pid_t pid;
+    int rc = -1;
+
+    if (n < 4ull * o->depth) {
+        n = 4ull * o->depth;
+    }
+    keys = calloc(n, sizeof(*keys));
+    lat  = calloc(n, sizeof(*lat));
+    if ((slots == NULL) || (missing == NULL) || (sums == NULL) ||
+        (keys == NULL) || (lat == NULL)) {
+        goto out;
+    }
+    kvf_bench_disk_keys(keys, n, size);
+    snprintf(sock, sizeof(sock), "%s/kvf-bench-disk.sock", o->dir);
+    snprintf(tier, sizeof(tier), "%s/kvf-bench-disk.tier", o->dir);
+    snprintf(log, sizeof(log), "%s/kvf-bench-disk.log", o->dir);
+    snprintf(http, sizeof(http), "127.0.0.1:%u", port);
+    snprintf(pool_s, sizeof(pool_s), "%" PRIu64, pool);
+    snprintf(chunk_s, sizeof(chunk_s), "%" PRIu64, size);
+    snprintf(disk_s, sizeof(disk_s), "%" PRIu64, 4096 + (n + 4) * slot);
+    snprintf(depth_s, sizeof(depth_s), "%u", o->depth);
+    kvf_bench_sibling_path("agent/kvf-agent", bin, sizeof(bin));
+    fflush(stdout); /* the child must not print our buffer again */
+    unlink(tier);
+    {
+        const char *argv[] = {bin,           "--controller",
+                              "127.0.0.1:1", "--listen",
+                              "127.0.0.1:0", "--name",
+                              "bench-disk",  "--socket",
+                              sock,          "--http",
+                              http,          "--pool-size",
+                              pool_s,        "--max-chunk",
+                              chunk_s,       "--disk-path",
+                              tier,          "--disk-size",
+                              disk_s,        "--disk-queue-depth",
+                              depth_s,       NULL};
+
+        pid = kvf_bench_spawn(argv, log);
+    }
+    c = kvf_bench_connect(sock, 20 * KVF_NSEC_PER_SEC);
+    if (c == NULL) {
+        fprintf(stderr, "kvf-bench disk: agent did not start (log %s)\n", log);
+        goto out_stop;
+    }
+    base = kvf_client_pool_base(c);
+
+    /* write-behind: the clock starts when the pool is full and every
+     * further store evicts (before that the tier has nothing to write) */
+    t0 = 0;
+    for (b = 0; b < n; b += o->depth) {
+        if (b == 2ull * o->depth) {
+            t0 = kvf_time_now_ns();
+        }
+        if (kvf_client_alloc(c, size, o->depth, slots) != KVF_OK) {
+            fprintf(stderr, "alloc: %s\n", kvf_client_last_error(c));
+            goto out_disconnect;
+        }
+        for (i = 0; i < o->depth; i++) {
+            uint8_t *p = base + slots[i].offset;
+
+            memset(p, (int)(b + i), size);
+            memcpy(p, &keys[b + i].lo, sizeof(uint64_t));
+            sums[i] = kvf_chunk_checksum(p, size);
+        }
+        if (kvf_client_commit(c, keys + b, slots, sums, o->depth) != KVF_OK) {
+            fprintf(stderr, "commit: %s\n", kvf_client_last_error(c));
+            goto out_disconnect;
+        }
+    }
+    for (;;) {
+        evicted = kvf_bench_disk_metric(port, "kvf_agent_evictions_total");
+        w->drops =
+            kvf_bench_disk_metric(port, "kvf_agent_disk_write_drops_total");
+        if (kvf_bench_disk_metric(port, "kvf_agent_disk_writes_total") +
+                w->drops >=
+            evicted) {
+            break;
+        }
+        usleep(200);
+    }
+    t1      = kvf_time_now_ns();
+    w->gbps = (double)kvf_bench_disk_metric(
+                  port, "kvf_agent_disk_write_bytes_total") /
+              (double)(t1 - t0);
+    w->p99_us = 0;
+
+    /* read-back: the oldest chunks are only on disk */
+    t0 = kvf_time_now_ns();
+    for (b = 0; b + o->depth <= n - 2ull * o->depth; b += o->depth) {
+        uint64_t s = kvf_time_now_ns();
+
+        if (kvf_client_retrieve(c, keys + b, o->depth, slots, missing) !=
+            KVF_OK) {
+            fprintf(stderr, "retrieve: %s\n", kvf_client_last_error(c));
+            goto out_disconnect;
+        }
+        lat[nlat++] = kvf_time_now_ns() - s;
+        for (i = 0; i < o->depth; i++) {
+            if (!missing[i]) {
+                kvf_client_release(c, &slots[i], 1);
+            }
+        }
+    }
+    t1 = kvf_time_now_ns();
+    r->gbps =
+        (double)kvf_bench_disk_metric(port, "kvf_agent_disk_read_bytes_total") /
+        (double)(t1 - t0);
+    r->p99_us = (double)kvf_bench_percentile(lat, nlat, 99.0) / 1e3;
+    r->drops  = 0;
+    rc        = 0;
+
+out_disconnect:
+    kvf_client_disconnect(c);
+out_stop:
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    unlink(tier);
+out:
+    free(slots);
+    free(missing);
+    free(sums);
+    free(keys);
+    free(lat);
+    return rc;
+}
+
+static uint64_t kvf_bench_disk_parse_size(const char *s)
+{
+    char *end;
+    uint64_t v = strtoull(s, &end, 10);
+
+    switch (*end) {
+    case 'K':
+    case 'k':
+        return v << 10;
+    case 'M':
+    case 'm':
+        return v << 20;
+    case 'G':
+    case 'g':
+        return v << 30;
+    default:
+        return v;
+    }
+}
+
+static void kvf_bench_disk_usage(FILE *out)
+{
+    fprintf(out, "usage: kvf-bench disk [--dir DIR] [--sizes 256K,1M,4M,32M] "
+                 "[--total BYTES] [--depth N] [--no-fio]\n"
+                 "  the agent's disk tier vs fio (io_uring, O_DIRECT, same bs "
+                 "and queue depth) on DIR (default /var/tmp)\n");
+}
+
+int kvf_bench_disk_main(int argc, char **argv)
+{
+    kvf_bench_disk_opts_t o = {
+        .total = 1ull << 30, .depth = 8, .use_fio = true};
+    kvf_bench_disk_result_t w, r, fw, fr;
+    char *list, *tok, *save = NULL;
+    unsigned s;
+    int i;
+
+    snprintf(o.dir, sizeof(o.dir), "/var/tmp");
+    o.sizes[0]  = 256ull << 10;
+    o.sizes[1]  = 1ull << 20;
+    o.sizes[2]  = 4ull << 20;
+    o.sizes[3]  = 32ull << 20;
+    o.num_sizes = 4;
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i];
+
+        if ((strcmp(a, "--help") == 0) || (strcmp(a, "-h") == 0)) {
+            kvf_bench_disk_usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--no-fio") == 0) {
+            o.use_fio = false;
+        } else if (i + 1 >= argc) {
+            kvf_bench_disk_usage(stderr);
+            return 2;
+        } else if (strcmp(a, "--dir") == 0) {
+            snprintf(o.dir, sizeof(o.dir), "%s", argv[++i]);
+        } else if (strcmp(a, "--total") == 0) {
+            o.total = kvf_bench_disk_parse_size(argv[++i]);
+        } else if (strcmp(a, "--depth") == 0) {
+            o.depth = (unsigned)strtoul(argv[++i], NULL, 10);
+        } else if (strcmp(a, "--sizes") == 0) {
+            list        = argv[++i];
+            o.num_sizes = 0;
+            for (tok = strtok_r(list, ",", &save);
+                 (tok != NULL) && (o.num_sizes < KVF_BENCH_DISK_MAX_SIZES);
+                 tok = strtok_r(NULL, ",", &save)) {
+                o.sizes[o.num_sizes++] = kvf_bench_disk_parse_size(tok);
+            }
+        } else {
+            kvf_bench_disk_usage(stderr);
+            return 2;
+        }
+    }
+    if ((o.depth == 0) || (o.num_sizes == 0)) {
+        kvf_bench_disk_usage(stderr);
+        return 2;
+    }
+    printf("# kvf-bench disk: dir %s, depth %u, %" PRIu64
+           " MiB per size, fio %s\n",
+           o.dir, o.depth, o.total >> 20, o.use_fio ? "on" : "off");
+    printf("%-8s %-6s %9s %9s %9s %10s %10s %6s\n", "KiB", "dir", "tier GB/s",
+           "fio GB/s", "ratio", "tier p99us", "fio p99us", "drops");
+    for (s = 0; s < o.num_sizes; s++) {
+        memset(&fw, 0, sizeof(fw));
+        memset(&fr, 0, sizeof(fr));
+        if (kvf_bench_disk_one(&o, o.sizes[s], &w, &r) != 0) {
+            return 1;
+        }
+        if (o.use_fio &&
+            ((kvf_bench_disk_fio(&o, o.sizes[s], "write", &fw) != 0) ||
+             (kvf_bench_disk_fio(&o, o.sizes[s], "read", &fr) != 0))) {
+            fprintf(stderr, "kvf-bench disk: fio failed or is missing "
+                            "(apt install fio); --no-fio skips it\n");
+            o.use_fio = false;
+        }
+        printf("%-8" PRIu64 " %-6s %9.2f %9.2f %9.2f %10s %10.0f %6" PRIu64
+               "\n",
+               o.sizes[s] >> 10, "write", w.gbps, fw.gbps,
+               fw.gbps > 0 ? w.gbps / fw.gbps : 0, "-", fw.p99_us, w.drops);
+        printf("%-8" PRIu64 " %-6s %9.2f %9.2f %9.2f %10.0f %10.0f %6s\n",
+               o.sizes[s] >> 10, "read", r.gbps, fr.gbps,
+               fr.gbps > 0 ? r.gbps / fr.gbps : 0, r.p99_us, fr.p99_us, "-");
+        fflush(stdout);
+    }
+    if (o.use_fio) {
+        char path[300];
+
+        snprintf(path, sizeof(path), "%s/kvf-bench-fio.dat", o.dir);
+        unlink(path);
+    }
+    return 0;
+}
