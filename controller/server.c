@@ -1887,6 +1887,13 @@ void kvf_server_destroy(kvf_server_t *server)
     free(server);
 }
 
+void kvf_server_addresses(const kvf_server_t *server, const char **control_p,
+                          const char **http_p)
+{
+    *control_p = server->listen_addr;
+    *http_p    = server->http_addr;
+}
+
 kvf_status_t kvf_server_run(kvf_server_t *server)
 {
     if (event_base_dispatch(server->base) < 0) {

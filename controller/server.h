@@ -27,6 +27,10 @@ kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
 /* Closes every connection and frees everything; NULL is a no-op. */
 void kvf_server_destroy(kvf_server_t *server);
 
+/* The bound control and HTTP addresses ("" when HTTP is off). */
+void kvf_server_addresses(const kvf_server_t *server, const char **control_p,
+                          const char **http_p);
+
 /* Runs the loop until SIGTERM/SIGINT. */
 kvf_status_t kvf_server_run(kvf_server_t *server);
 
