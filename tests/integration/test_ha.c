@@ -33,6 +33,7 @@ typedef struct ha_cluster {
     char url[64];
     kvf_test_proc_t ctl[HA_CTLS];
     char ports[HA_CTLS][128];
+    char listen[HA_CTLS][32]; /* "": 127.0.0.1:0 */
     bool running[HA_CTLS];
 } ha_cluster_t;
 
@@ -99,7 +100,8 @@ static void ha_ctl_start(ha_cluster_t *c, int i)
 {
     const char *argv[] = {kvf_th_build_path("controller/kvf-controller"),
                           "--listen",
-                          "127.0.0.1:0",
+                          (c->listen[i][0] != '\0') ? c->listen[i]
+                                                    : "127.0.0.1:0",
                           "--http",
                           "127.0.0.1:0",
                           "--port-file",
@@ -320,4 +322,90 @@ Test(ha, leader_cut_off_from_etcd_stops_serving, .timeout = 120)
     fprintf(stderr, "ha: etcd back: the standby answered after %.0f ms\n",
             (double)took / 1e6);
     ha_stop_all(&c);
+}
+
+/* kvfctl --controller @p list nodes --json; true when it answered and
+ * lists @p name. */
+static bool ha_kvfctl_lists(const char *list, const char *name)
+{
+    char bin[4096], out[8192];
+    const char *argv[] = {bin, "--controller", list, "nodes", "--json", NULL};
+
+    snprintf(bin, sizeof(bin), "%s", kvf_test_build_path("tools/kvfctl"));
+    return (kvf_test_run(argv, out, sizeof(out), 10000) == 0) &&
+           (strstr(out, name) != NULL);
+}
+
+Test(ha, agent_and_kvfctl_follow_the_leader, .timeout = 120)
+{
+    char list[128], addr[128], sock[96], bin[4096];
+    kvf_test_proc_t agent;
+    uint64_t t0, deadline, took;
+    int i, leader;
+
+    {
+        ha_cluster_t c;
+        const char *argv[] = {bin,
+                              "--controller",
+                              list,
+                              "--name",
+                              "ha-agent",
+                              "--socket",
+                              sock,
+                              "--http",
+                              "",
+                              "--listen",
+                              "127.0.0.1:0",
+                              "--pool-size",
+                              "16M",
+                              "--max-chunk",
+                              "1M",
+                              "--reconnect-max",
+                              "200ms",
+                              NULL};
+
+        memset(&c, 0, sizeof(c));
+        snprintf(bin, sizeof(bin), "%s", kvf_th_build_path("agent/kvf-agent"));
+        ha_etcd_start(&c);
+        list[0] = '\0';
+        for (i = 0; i < HA_CTLS; i++) {
+            snprintf(c.listen[i], sizeof(c.listen[i]), "127.0.0.1:%u",
+                     kvf_test_free_port());
+            snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s",
+                     (i > 0) ? "," : "", c.listen[i]);
+            ha_ctl_start(&c, i);
+        }
+        leader = ha_wait_leader(&c, 20000, addr, sizeof(addr));
+        snprintf(sock, sizeof(sock), "/tmp/kvf-ha-agent-%d.sock",
+                 (int)getpid());
+        cr_assert_eq(kvf_test_proc_start(&agent, argv), 0);
+        deadline = kvf_time_deadline_ns(20 * KVF_NSEC_PER_SEC);
+        while (!ha_kvfctl_lists(list, "\"ha-agent\"")) {
+            cr_assert(!kvf_time_expired(deadline), "agent not registered: %s",
+                      kvf_test_proc_log(&agent));
+            ha_pause();
+        }
+
+        kvf_test_proc_kill(&c.ctl[leader]);
+        c.running[leader] = false;
+        t0                = kvf_time_now_ns();
+        deadline          = kvf_time_deadline_ns(20 * KVF_NSEC_PER_SEC);
+        /* kvfctl finds the new leader in the list; the agent re-registered
+         * there on its own */
+        while (!ha_kvfctl_lists(list, "\"ha-agent\"")) {
+            cr_assert(!kvf_time_expired(deadline),
+                      "agent did not follow the leader: %s",
+                      kvf_test_proc_log(&agent));
+            ha_pause();
+        }
+        took = kvf_time_now_ns() - t0;
+        fprintf(stderr,
+                "ha: kill -9 of the leader: the agent was registered "
+                "with the new leader after %.0f ms\n",
+                (double)took / 1e6);
+        cr_assert(kvf_test_proc_alive(&agent));
+        cr_assert_eq(kvf_test_proc_stop(&agent, 10000), 0, "%s",
+                     kvf_test_proc_log(&agent));
+        ha_stop_all(&c);
+    }
 }
