@@ -173,6 +173,9 @@ int main(int argc, char **argv)
         goto out_election; /* logged */
     }
     kvf_server_addresses(server, &control, &http);
+    if (election != NULL) {
+        kvf_server_set_term(server, kvf_election_term(election));
+    }
     if (((election == NULL) ||
          (kvf_election_publish(election, control, http) == KVF_OK)) &&
         (kvf_server_run(server) == KVF_OK)) {

@@ -551,6 +551,7 @@ static kvf_status_t kvf_server_on_register(kvf_conn_t *conn, Kvf__Register *reg)
     status = kvf_node_table_register(server->nodes, &params, now_ms, &node);
     kvf__register_reply__init(&rep);
     rep.request_id = reg->request_id;
+    rep.term       = server->term;
     text[0]        = '\0';
     rep.message    = text;
     if (status != KVF_OK) {
@@ -665,6 +666,7 @@ static kvf_status_t kvf_server_on_heartbeat(kvf_conn_t *conn,
     }
     kvf__heartbeat_reply__init(&rep);
     rep.request_id = hb->request_id;
+    rep.term       = server->term;
     rep.status     = KVF_OK;
     rep.message    = text;
     for (i = 0; i < node->num_cmds; i++) {
@@ -846,6 +848,7 @@ static kvf_status_t kvf_server_lookup_reply(kvf_conn_t *conn, uint64_t req_id,
     rep.holders.data = server->holders;
     rep.holders.len  = 4 * n;
     rep.recovering   = server->is_recovering && kvf_server_recovering(server);
+    rep.term         = server->term;
     return kvf_conn_send(conn, KVF_MSG_LOOKUP_REPLY, &rep.base);
 }
 
@@ -1892,6 +1895,11 @@ void kvf_server_addresses(const kvf_server_t *server, const char **control_p,
 {
     *control_p = server->listen_addr;
     *http_p    = server->http_addr;
+}
+
+void kvf_server_set_term(kvf_server_t *server, uint64_t term)
+{
+    server->term = term;
 }
 
 kvf_status_t kvf_server_run(kvf_server_t *server)

@@ -31,6 +31,10 @@ void kvf_server_destroy(kvf_server_t *server);
 void kvf_server_addresses(const kvf_server_t *server, const char **control_p,
                           const char **http_p);
 
+/* The leader's term (HA on etcd), carried in REGISTER, HEARTBEAT and
+ * LOOKUP replies. */
+void kvf_server_set_term(kvf_server_t *server, uint64_t term);
+
 /* Runs the loop until SIGTERM/SIGINT. */
 kvf_status_t kvf_server_run(kvf_server_t *server);
 
