@@ -82,6 +82,7 @@ struct kvf_ctl_client {
     struct sockaddr_storage addrs[KVF_CTL_MAX_ADDRS];
     socklen_t addr_lens[KVF_CTL_MAX_ADDRS];
     unsigned num_addrs, addr_idx;
+    uint64_t term; /* highest leader term seen (HA on etcd), kept */
 
     char *controller;
     char *name;
@@ -1055,12 +1056,49 @@ static void kvf_ctl_client_on_node_info_reply(kvf_ctl_client_t *client,
     free(p);
 }
 
+/* Replies carry the leader's term (HA on etcd; 0 without): one older than
+ * a term already seen comes from a deposed leader and is not believed. */
+static bool kvf_ctl_client_term_ok(kvf_ctl_client_t *client,
+                                   const kvf_frame_t *frame)
+{
+    uint64_t term;
+
+    switch (frame->type) {
+    case KVF_MSG_REGISTER_REPLY:
+        term = ((const Kvf__RegisterReply *)frame->msg)->term;
+        break;
+    case KVF_MSG_HEARTBEAT_REPLY:
+        term = ((const Kvf__HeartbeatReply *)frame->msg)->term;
+        break;
+    case KVF_MSG_LOOKUP_REPLY:
+        term = ((const Kvf__LookupReply *)frame->msg)->term;
+        break;
+    default:
+        return true;
+    }
+    if ((term != 0) && (term < client->term)) {
+        char why[96];
+
+        snprintf(why, sizeof(why), "reply of term %llu, older than %llu",
+                 (unsigned long long)term, (unsigned long long)client->term);
+        kvf_ctl_client_reset(client, why);
+        return false;
+    }
+    if (term > client->term) {
+        client->term = term;
+    }
+    return true;
+}
+
 static void kvf_ctl_client_dispatch(kvf_ctl_client_t *client,
                                     const kvf_frame_t *frame)
 {
     const Kvf__HelloReply *hello;
 
     client->last_reply_ns = kvf_time_now_ns();
+    if (!kvf_ctl_client_term_ok(client, frame)) {
+        return; /* the connection was reset */
+    }
     switch (frame->type) {
     case KVF_MSG_HELLO_REPLY:
         hello = (const Kvf__HelloReply *)frame->msg;
