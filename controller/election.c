@@ -30,7 +30,8 @@ struct kvf_election {
     int64_t ttl_s;
     int64_t lease;
     int64_t term;
-    uint64_t valid_until_ns; /* lease surely valid before this */
+    uint64_t valid_until_ns;         /* lease surely valid before this */
+    _Atomic uint64_t serve_until_ns; /* valid_until_ns - guard_ns */
     uint64_t guard_ns;
     pthread_t thread;
     bool thread_started;
@@ -187,6 +188,8 @@ kvf_status_t kvf_election_campaign(kvf_election_t *el)
             if (el->guard_ns > 500 * KVF_NSEC_PER_MSEC) {
                 el->guard_ns = 500 * KVF_NSEC_PER_MSEC;
             }
+            atomic_store(&el->serve_until_ns,
+                         el->valid_until_ns - el->guard_ns);
             kvf_info("etcd: elected leader of %s, term %" PRId64
                      ", lease %" PRIx64 " ttl %" PRId64 "s",
                      el->key, rev, (uint64_t)el->lease, ttl);
@@ -261,7 +264,9 @@ static void *kvf_election_thread(void *arg)
         status = kvf_etcd_lease_keepalive(el->ka, el->lease, &ttl);
         if ((status == KVF_OK) && (ttl > 0)) {
             el->valid_until_ns = sent + (uint64_t)ttl * KVF_NSEC_PER_SEC;
-            next               = sent + interval;
+            atomic_store(&el->serve_until_ns,
+                         el->valid_until_ns - el->guard_ns);
+            next = sent + interval;
         } else if (status == KVF_OK) {
             kvf_error("etcd: lease %" PRIx64 " is gone", (uint64_t)el->lease);
             break;
@@ -323,6 +328,11 @@ kvf_status_t kvf_election_publish(kvf_election_t *el, const char *control,
     return KVF_OK;
 }
 
+const _Atomic uint64_t *kvf_election_serve_until(kvf_election_t *el)
+{
+    return &el->serve_until_ns;
+}
+
 uint64_t kvf_election_term(const kvf_election_t *el)
 {
     return (uint64_t)el->term;
@@ -330,5 +340,6 @@ uint64_t kvf_election_term(const kvf_election_t *el)
 
 bool kvf_election_lost(kvf_election_t *el)
 {
-    return atomic_load(&el->lost);
+    return atomic_load(&el->lost) ||
+           (kvf_time_now_ns() >= atomic_load(&el->serve_until_ns));
 }

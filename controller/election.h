@@ -63,10 +63,17 @@ void kvf_election_stopped(kvf_election_t *el);
 kvf_status_t kvf_election_publish(kvf_election_t *el, const char *control,
                                   const char *http);
 
+/* Monotonic time (kvf_time_now_ns()) until which the leader may answer,
+ * renewed with the lease; the server checks it before each request, so a
+ * leader resumed after a pause (SIGSTOP, VM freeze) answers nothing even
+ * before the keep-alive thread wakes up. */
+const _Atomic uint64_t *kvf_election_serve_until(kvf_election_t *el);
+
 /* The leader's term (0 before it won). */
 uint64_t kvf_election_term(const kvf_election_t *el);
 
-/* true once the lease was lost (on_lost ran). */
+/* true once the lease was lost or is about to be (on_lost ran, or the
+ * serve-until time passed). */
 bool kvf_election_lost(kvf_election_t *el);
 
 #endif /* KVF_CONTROLLER_ELECTION_H */

@@ -175,6 +175,7 @@ int main(int argc, char **argv)
     kvf_server_addresses(server, &control, &http);
     if (election != NULL) {
         kvf_server_set_term(server, kvf_election_term(election));
+        kvf_server_set_lease(server, kvf_election_serve_until(election));
     }
     if (((election == NULL) ||
          (kvf_election_publish(election, control, http) == KVF_OK)) &&

@@ -21,6 +21,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1409,7 +1410,16 @@ static void kvf_conn_process(kvf_conn_t *conn)
             event_del(conn->ev_read);
             break;
         }
-        t0                 = kvf_time_now_ns();
+        t0 = kvf_time_now_ns();
+        if ((server->serve_until_ns != NULL) &&
+            (t0 >= atomic_load_explicit(server->serve_until_ns,
+                                        memory_order_relaxed))) {
+            /* leader lease about to expire: answer nothing more */
+            kvf_error("leader lease expired: not answering; stopping");
+            event_base_loopbreak(server->base);
+            kvf_conn_destroy(conn);
+            return;
+        }
         server->arena_used = 0;
         status = kvf_frame_decode(conn->in, kvf_conn_max_frame(conn), &alloc,
                                   &frame);
@@ -1900,6 +1910,12 @@ void kvf_server_addresses(const kvf_server_t *server, const char **control_p,
 void kvf_server_set_term(kvf_server_t *server, uint64_t term)
 {
     server->term = term;
+}
+
+void kvf_server_set_lease(kvf_server_t *server,
+                          const _Atomic uint64_t *serve_until_ns)
+{
+    server->serve_until_ns = serve_until_ns;
 }
 
 kvf_status_t kvf_server_run(kvf_server_t *server)

@@ -35,6 +35,11 @@ void kvf_server_addresses(const kvf_server_t *server, const char **control_p,
  * LOOKUP replies. */
 void kvf_server_set_term(kvf_server_t *server, uint64_t term);
 
+/* HA on etcd: no request is answered at or after *@p serve_until_ns
+ * (monotonic ns, updated by another thread); then the loop stops. */
+void kvf_server_set_lease(kvf_server_t *server,
+                          const _Atomic uint64_t *serve_until_ns);
+
 /* Runs the loop until SIGTERM/SIGINT. */
 kvf_status_t kvf_server_run(kvf_server_t *server);
 
