@@ -228,7 +228,15 @@ static uint64_t ha_time_to_answer(ha_cluster_t *c, int timeout_ms, int *who)
             *who = i;
             return kvf_time_now_ns() - t0;
         }
-        cr_assert(!kvf_time_expired(deadline), "no controller answers");
+        if (kvf_time_expired(deadline)) {
+            for (i = 0; i < HA_CTLS; i++) {
+                if (c->running[i]) {
+                    fprintf(stderr, "controller %d:\n%s\n", i,
+                            kvf_test_proc_log(&c->ctl[i]));
+                }
+            }
+            cr_assert_fail("no controller answers");
+        }
         ha_pause();
     }
 }
@@ -408,4 +416,52 @@ Test(ha, agent_and_kvfctl_follow_the_leader, .timeout = 120)
                      kvf_test_proc_log(&agent));
         ha_stop_all(&c);
     }
+}
+
+Test(ha, paused_leader_answers_nothing_after_resume, .timeout = 120)
+{
+    ha_cluster_t c;
+    kvf_ctlconn_t *conn = NULL;
+    char addr[128], err[256];
+    uint8_t keys[KVF_KEY_WIRE_SIZE];
+    kvf_frame_t frame;
+    Kvf__Lookup lk;
+    kvf_status_t status;
+    int leader, next, status_exit;
+
+    memset(&c, 0, sizeof(c));
+    ha_etcd_start(&c);
+    ha_ctl_start(&c, 0);
+    leader = ha_wait_leader(&c, 20000, addr, sizeof(addr));
+    ha_ctl_start(&c, 1);
+    cr_assert(kvf_test_proc_wait_log(&c.ctl[1], "standby", 10000));
+    cr_assert_eq(kvf_ctlconn_create(addr, KVF__PEER_KIND__PEER_AGENT, "ha",
+                                    KVF_PROTOCOL_VERSION, 8000, &conn, err,
+                                    sizeof(err)),
+                 KVF_OK, "%s", err);
+
+    /* the leader freezes (SIGSTOP: a VM pause, a long GC) past its lease;
+     * the standby takes over */
+    cr_assert_eq(kill(c.ctl[leader].pid, SIGSTOP), 0);
+    ha_time_to_answer(&c, 20000, &next);
+    cr_assert_eq(next, 1);
+
+    /* a request waits in the frozen leader's socket; it resumes */
+    kvf_th_keys(keys, 1, 0);
+    kvf__lookup__init(&lk);
+    lk.request_id = kvf_ctlconn_next_id(conn);
+    lk.keys.data  = keys;
+    lk.keys.len   = sizeof(keys);
+    cr_assert_eq(kvf_ctlconn_send(conn, KVF_MSG_LOOKUP, &lk.base), KVF_OK);
+    cr_assert_eq(kill(c.ctl[leader].pid, SIGCONT), 0);
+    status = kvf_ctlconn_recv(conn, &frame);
+    if (status == KVF_OK) {
+        kvf_frame_release(&frame, NULL);
+    }
+    cr_assert_neq(status, KVF_OK, "a deposed leader answered after resume");
+    kvf_ctlconn_destroy(conn);
+    status_exit       = kvf_test_proc_wait_exit(&c.ctl[leader], 10000);
+    c.running[leader] = false;
+    cr_assert_eq(status_exit, 3, "%s", kvf_test_proc_log(&c.ctl[leader]));
+    ha_stop_all(&c);
 }
