@@ -37,9 +37,11 @@ struct kvf_election {
     bool thread_started;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    bool stop;           /* under lock */
-    atomic_bool lost;    /* on_lost was asked for */
-    atomic_bool stopped; /* the loop confirmed it stopped serving */
+    bool stop;            /* under lock */
+    atomic_bool lost;     /* on_lost was asked for */
+    atomic_bool stopped;  /* the loop confirmed it stopped serving */
+    char value[1024];     /* published addresses */
+    bool publish_pending; /* under lock: the keep-alive thread retries */
     int pipe_fd[2];
     struct event *lost_ev;
     void (*on_lost)(void *arg);
@@ -240,6 +242,25 @@ static bool kvf_election_wait(kvf_election_t *el, uint64_t when_ns)
     return stop;
 }
 
+/* Keep-alive thread: publishes what the loop thread could not. */
+static void kvf_election_publish_retry(kvf_election_t *el)
+{
+    char value[sizeof(el->value)];
+    bool pending;
+
+    pthread_mutex_lock(&el->lock);
+    pending = el->publish_pending;
+    memcpy(value, el->value, sizeof(value));
+    pthread_mutex_unlock(&el->lock);
+    if (pending && (kvf_etcd_update_key(el->ka, el->key, value, el->lease,
+                                        el->term) == KVF_OK)) {
+        pthread_mutex_lock(&el->lock);
+        el->publish_pending = false;
+        pthread_mutex_unlock(&el->lock);
+        kvf_info("etcd: published %s", value);
+    }
+}
+
 static void *kvf_election_thread(void *arg)
 {
     kvf_election_t *el = arg;
@@ -267,6 +288,7 @@ static void *kvf_election_thread(void *arg)
             atomic_store(&el->serve_until_ns,
                          el->valid_until_ns - el->guard_ns);
             next = sent + interval;
+            kvf_election_publish_retry(el);
         } else if (status == KVF_OK) {
             kvf_error("etcd: lease %" PRIx64 " is gone", (uint64_t)el->lease);
             break;
@@ -312,19 +334,26 @@ void kvf_election_stopped(kvf_election_t *el)
 kvf_status_t kvf_election_publish(kvf_election_t *el, const char *control,
                                   const char *http)
 {
-    char value[1024];
+    char value[sizeof(el->value)];
     kvf_status_t status;
 
     snprintf(value, sizeof(value),
              "{\"control\":\"%s\",\"http\":\"%s\",\"term\":%" PRId64 "}",
              control, http, el->term);
     status = kvf_etcd_update_key(el->etcd, el->key, value, el->lease, el->term);
-    if (status != KVF_OK) {
-        kvf_error("etcd: cannot publish the leader's addresses: %s",
-                  kvf_status_name(status));
-        return status;
+    if (status == KVF_OK) {
+        kvf_info("etcd: published %s", value);
+        return KVF_OK;
     }
-    kvf_info("etcd: published %s", value);
+    /* serving does not depend on it (clients list the controllers): the
+     * keep-alive thread retries after each renewal */
+    kvf_warn("etcd: cannot publish the leader's addresses yet (%s); "
+             "retrying",
+             kvf_status_name(status));
+    pthread_mutex_lock(&el->lock);
+    memcpy(el->value, value, sizeof(value));
+    el->publish_pending = true;
+    pthread_mutex_unlock(&el->lock);
     return KVF_OK;
 }
 

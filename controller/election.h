@@ -59,7 +59,9 @@ kvf_status_t kvf_election_start(kvf_election_t *el, struct event_base *base,
 /* The loop no longer answers anything (called after on_lost). */
 void kvf_election_stopped(kvf_election_t *el);
 
-/* Publishes the bound addresses of the leader under its key. */
+/* Publishes the bound addresses of the leader under its key; when etcd
+ * does not take it now, the keep-alive thread retries (never fails the
+ * leader: clients find it through their list of controllers). */
 kvf_status_t kvf_election_publish(kvf_election_t *el, const char *control,
                                   const char *http);
 
