@@ -188,11 +188,13 @@ static int ha_leaders(ha_cluster_t *c)
 static void ha_stop_all(ha_cluster_t *c)
 {
     int i;
+    int status;
 
     for (i = 0; i < HA_CTLS; i++) {
         if (c->running[i]) {
-            cr_expect_eq(kvf_test_proc_stop(&c->ctl[i], 10000), 0,
-                         "controller %d: %s", i, kvf_test_proc_log(&c->ctl[i]));
+            status = kvf_test_proc_stop(&c->ctl[i], 10000);
+            cr_expect_eq(status, 0, "controller %d exited %d: %s", i, status,
+                         kvf_test_proc_log(&c->ctl[i]));
             c->running[i] = false;
         }
     }
