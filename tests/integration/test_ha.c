@@ -492,3 +492,16 @@ Test(ha, paused_leader_answers_nothing_after_resume, .timeout = 120)
     cr_assert_eq(status_exit, 3, "%s", kvf_test_proc_log(&c.ctl[leader]));
     ha_stop_all(&c);
 }
+
+Test(ha, agent_print_config_accepts_a_controller_list)
+{
+    char bin[4096], out[8192];
+    const char *ok[]  = {bin, "--print-config", "--controller",
+                         "127.0.0.1:7400,127.0.0.1:7500", NULL};
+    const char *bad[] = {bin, "--print-config", "--controller",
+                         "127.0.0.1:7400,nope", NULL};
+
+    snprintf(bin, sizeof(bin), "%s", kvf_th_build_path("agent/kvf-agent"));
+    cr_assert_eq(kvf_test_run(ok, out, sizeof(out), 10000), 0, "%s", out);
+    cr_assert_neq(kvf_test_run(bad, out, sizeof(out), 10000), 0, "%s", out);
+}
