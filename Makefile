@@ -19,7 +19,8 @@ DEBS := gcc make meson ninja-build pkg-config python3 clang-format \
         libibverbs-dev libssl-dev iproute2 procps curl python3-yaml \
         python3-numpy python3-pytest python3-torch python3-pip \
         python3-setuptools libzmq3-dev libmsgpack-dev python3-zmq \
-        python3-msgpack liburing-dev fio
+        python3-msgpack liburing-dev fio libcurl4-openssl-dev \
+        libjson-c-dev etcd-server etcd-client
 
 # Used by some tests when present (they skip, with the reason, otherwise):
 # Chromium renders the controller's dashboard, systemd-analyze checks the

@@ -16,9 +16,10 @@ static const char *const kvf_agent_roles[] = {"both", "prefill", "decode",
     }
 
 static const kvf_config_field_t kvf_agent_config_fields[] = {
-    {"controller", KVF_CONFIG_STRING, offsetof(kvf_agent_config_t, controller),
-     "127.0.0.1:7400", 0, 0, NULL, KVF_CONFIG_FIELD_HOSTPORT,
-     "HOST:PORT of kvf-controller"},
+    KVF_AGENT_FIELD("controller", KVF_CONFIG_STRING, controller,
+                    "127.0.0.1:7400", 0, 0,
+                    "HOST:PORT of kvf-controller (several, comma-separated: "
+                    "the leader among them)"),
     KVF_AGENT_FIELD("name", KVF_CONFIG_STRING, name, "", 0, 0,
                     "node name, unique in the cluster (default: the "
                     "host name)"),

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #define KVF_CTL_BACKOFF_MIN_NS (100ull * KVF_NSEC_PER_MSEC)
+#define KVF_CTL_MAX_ADDRS      8
 #define KVF_CTL_HEARTBEAT_NS   (1000ull * KVF_NSEC_PER_MSEC)
 #define KVF_CTL_MAX_BATCH_KEYS 65536u
 #define KVF_CTL_NAMES          64u /* data address -> node name, for logs */
@@ -74,8 +75,14 @@ struct kvf_ctl_client {
     struct event *pending_ev;   /* request deadlines and deferred failures */
     kvf_ctl_pending_t *pending;
     kvf_ctl_state_t state;
-    struct sockaddr_storage addr;
+    struct sockaddr_storage addr; /* the one tried now: addrs[addr_idx] */
     socklen_t addr_len;
+    /* "controller" may list several (HA on etcd: only the leader listens);
+     * every reset moves on to the next */
+    struct sockaddr_storage addrs[KVF_CTL_MAX_ADDRS];
+    socklen_t addr_lens[KVF_CTL_MAX_ADDRS];
+    unsigned num_addrs, addr_idx;
+    uint64_t term; /* highest leader term seen (HA on etcd), kept */
 
     char *controller;
     char *name;
@@ -574,6 +581,15 @@ static void kvf_ctl_client_reset(kvf_ctl_client_t *client, const char *why)
     delay =
         client->backoff_ns + (uint64_t)rand() % (client->backoff_ns / 4 + 1);
     kvf_ctl_client_arm(client->retry_ev, delay);
+    if (client->num_addrs > 1) {
+        client->addr_idx = (client->addr_idx + 1) % client->num_addrs;
+        memcpy(&client->addr, &client->addrs[client->addr_idx],
+               sizeof(client->addr));
+        client->addr_len = client->addr_lens[client->addr_idx];
+        if (client->addr_idx != 0) {
+            return; /* back off once per round of the list */
+        }
+    }
     client->backoff_ns *= 2;
     if (client->backoff_ns > client->reconnect_max_ns) {
         client->backoff_ns = client->reconnect_max_ns;
@@ -1040,12 +1056,49 @@ static void kvf_ctl_client_on_node_info_reply(kvf_ctl_client_t *client,
     free(p);
 }
 
+/* Replies carry the leader's term (HA on etcd; 0 without): one older than
+ * a term already seen comes from a deposed leader and is not believed. */
+static bool kvf_ctl_client_term_ok(kvf_ctl_client_t *client,
+                                   const kvf_frame_t *frame)
+{
+    uint64_t term;
+
+    switch (frame->type) {
+    case KVF_MSG_REGISTER_REPLY:
+        term = ((const Kvf__RegisterReply *)frame->msg)->term;
+        break;
+    case KVF_MSG_HEARTBEAT_REPLY:
+        term = ((const Kvf__HeartbeatReply *)frame->msg)->term;
+        break;
+    case KVF_MSG_LOOKUP_REPLY:
+        term = ((const Kvf__LookupReply *)frame->msg)->term;
+        break;
+    default:
+        return true;
+    }
+    if ((term != 0) && (term < client->term)) {
+        char why[96];
+
+        snprintf(why, sizeof(why), "reply of term %llu, older than %llu",
+                 (unsigned long long)term, (unsigned long long)client->term);
+        kvf_ctl_client_reset(client, why);
+        return false;
+    }
+    if (term > client->term) {
+        client->term = term;
+    }
+    return true;
+}
+
 static void kvf_ctl_client_dispatch(kvf_ctl_client_t *client,
                                     const kvf_frame_t *frame)
 {
     const Kvf__HelloReply *hello;
 
     client->last_reply_ns = kvf_time_now_ns();
+    if (!kvf_ctl_client_term_ok(client, frame)) {
+        return; /* the connection was reset */
+    }
     switch (frame->type) {
     case KVF_MSG_HELLO_REPLY:
         hello = (const Kvf__HelloReply *)frame->msg;
@@ -1206,18 +1259,22 @@ static void kvf_ctl_client_connect(kvf_ctl_client_t *client)
     }
 }
 
-/* Resolves HOST:PORT (numeric addresses or names) once, at create. */
-static kvf_status_t kvf_ctl_client_resolve(kvf_ctl_client_t *client)
+/* Resolves one HOST:PORT (numeric addresses or names) into addrs[]. */
+static kvf_status_t kvf_ctl_client_resolve_one(kvf_ctl_client_t *client,
+                                               const char *hostport)
 {
     struct evutil_addrinfo hints, *res = NULL;
     char host[256], port_str[8];
+    unsigned n = client->num_addrs;
     uint16_t port;
     int rc;
 
-    if (kvf_config_parse_hostport(client->controller, host, sizeof(host),
-                                  &port) != KVF_OK) {
-        kvf_error("controller address '%s' is not HOST:PORT",
-                  client->controller);
+    if ((n == KVF_CTL_MAX_ADDRS) ||
+        (kvf_config_parse_hostport(hostport, host, sizeof(host), &port) !=
+         KVF_OK)) {
+        kvf_error("controller address '%s' is not HOST:PORT (at most %d, "
+                  "comma-separated)",
+                  hostport, KVF_CTL_MAX_ADDRS);
         return KVF_ERR_INVALID;
     }
     snprintf(port_str, sizeof(port_str), "%u", port);
@@ -1226,13 +1283,36 @@ static kvf_status_t kvf_ctl_client_resolve(kvf_ctl_client_t *client)
     hints.ai_socktype = SOCK_STREAM;
     rc                = evutil_getaddrinfo(host, port_str, &hints, &res);
     if ((rc != 0) || (res == NULL)) {
-        kvf_error("controller address '%s': cannot resolve: %s",
-                  client->controller, evutil_gai_strerror(rc));
+        kvf_error("controller address '%s': cannot resolve: %s", hostport,
+                  evutil_gai_strerror(rc));
         return KVF_ERR_INVALID;
     }
-    memcpy(&client->addr, res->ai_addr, res->ai_addrlen);
-    client->addr_len = (socklen_t)res->ai_addrlen;
+    memcpy(&client->addrs[n], res->ai_addr, res->ai_addrlen);
+    client->addr_lens[n] = (socklen_t)res->ai_addrlen;
+    client->num_addrs    = n + 1;
     evutil_freeaddrinfo(res);
+    return KVF_OK;
+}
+
+/* Resolves HOST:PORT[,HOST:PORT...] once, at create. */
+static kvf_status_t kvf_ctl_client_resolve(kvf_ctl_client_t *client)
+{
+    char list[1024], *tok, *save = NULL;
+    kvf_status_t status;
+
+    snprintf(list, sizeof(list), "%s", client->controller);
+    for (tok = strtok_r(list, ",", &save); tok != NULL;
+         tok = strtok_r(NULL, ",", &save)) {
+        status = kvf_ctl_client_resolve_one(client, tok);
+        if (status != KVF_OK) {
+            return status;
+        }
+    }
+    if (client->num_addrs == 0) {
+        return kvf_ctl_client_resolve_one(client, "");
+    }
+    memcpy(&client->addr, &client->addrs[0], sizeof(client->addr));
+    client->addr_len = client->addr_lens[0];
     return KVF_OK;
 }
 

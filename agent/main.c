@@ -58,12 +58,24 @@ static bool kvf_agent_main_check(const kvf_agent_config_t *config)
     size_t i;
 
     for (i = 0; i < sizeof(addrs) / sizeof(addrs[0]); i++) {
-        if ((addrs[i][1][0] != '\0') &&
-            (kvf_config_parse_hostport(addrs[i][1], host, sizeof(host),
-                                       &port) != KVF_OK)) {
-            fprintf(stderr, "kvf-agent: %s '%s' is not HOST:PORT\n",
-                    addrs[i][0], addrs[i][1]);
-            ok = false;
+        const char *p = addrs[i][1], *comma;
+        char one[300];
+
+        /* controller: HOST:PORT[,HOST:PORT...] (HA on etcd) */
+        for (; (p != NULL) && (p[0] != '\0');
+             p = ((comma != NULL) && (i == 0)) ? comma + 1 : NULL) {
+            comma = strchr(p, ',');
+            snprintf(one, sizeof(one), "%.*s",
+                     (int)(((comma != NULL) && (i == 0)) ? (size_t)(comma - p)
+                                                         : strlen(p)),
+                     p);
+            if (kvf_config_parse_hostport(one, host, sizeof(host), &port) !=
+                KVF_OK) {
+                fprintf(stderr, "kvf-agent: %s '%s' is not HOST:PORT\n",
+                        addrs[i][0], addrs[i][1]);
+                ok = false;
+                break;
+            }
         }
     }
     memset(&secret, 0, sizeof(secret));

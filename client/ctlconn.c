@@ -266,8 +266,9 @@ static kvf_status_t kvf_ctlconn_tls_start(kvf_ctlconn_t *conn,
     return KVF_OK;
 }
 
-kvf_status_t kvf_ctlconn_open(const kvf_ctlconn_params_t *params,
-                              kvf_ctlconn_t **conn_p, char *err, size_t err_len)
+static kvf_status_t kvf_ctlconn_open_one(const kvf_ctlconn_params_t *params,
+                                         kvf_ctlconn_t **conn_p, char *err,
+                                         size_t err_len)
 {
     kvf_bconn_params_t cp = {.max_frame = KVF_FRAME_MAX_LIMIT};
     kvf_bconn_hello_params_t hp;
@@ -318,6 +319,32 @@ kvf_status_t kvf_ctlconn_open(const kvf_ctlconn_params_t *params,
 
 err_destroy:
     kvf_ctlconn_destroy(conn);
+    return status;
+}
+
+/* HOST:PORT[,HOST:PORT...]: the first that accepts and answers HELLO
+ * (with HA on etcd only the leader listens); the last error otherwise. */
+kvf_status_t kvf_ctlconn_open(const kvf_ctlconn_params_t *params,
+                              kvf_ctlconn_t **conn_p, char *err, size_t err_len)
+{
+    kvf_ctlconn_params_t one = *params;
+    const char *p            = params->hostport, *comma;
+    kvf_status_t status      = KVF_ERR_CONFIG;
+    char addr[300];
+
+    if (strchr(p, ',') == NULL) {
+        return kvf_ctlconn_open_one(params, conn_p, err, err_len);
+    }
+    one.hostport = addr;
+    for (; p != NULL; p = (comma != NULL) ? comma + 1 : NULL) {
+        comma = strchr(p, ',');
+        snprintf(addr, sizeof(addr), "%.*s",
+                 (int)((comma != NULL) ? (size_t)(comma - p) : strlen(p)), p);
+        status = kvf_ctlconn_open_one(&one, conn_p, err, err_len);
+        if ((status == KVF_OK) || (status == KVF_ERR_AUTH)) {
+            break; /* a refused proof is not a standby: say so */
+        }
+    }
     return status;
 }
 

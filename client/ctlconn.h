@@ -24,7 +24,10 @@
 typedef struct kvf_ctlconn kvf_ctlconn_t;
 
 /*
- * Connects to @p hostport and exchanges HELLO (@p kind is a Kvf__PeerKind,
+ * Connects to @p hostport (HOST:PORT, or several comma-separated: the first
+ * that accepts and answers HELLO, e.g. the leader of controllers with HA on
+ * etcd, where standbys do not listen) and exchanges HELLO (@p kind is a
+ * Kvf__PeerKind,
  * @p version normally KVF_PROTOCOL_VERSION; 0 skips HELLO, for tests). On
  * failure writes a one-line reason to @p err: KVF_ERR_CONFIG bad address,
  * KVF_ERR_IO cannot connect, KVF_ERR_TIMEOUT, KVF_ERR_VERSION / other status

@@ -74,6 +74,15 @@ static const kvf_config_field_t kvf_controller_config_fields[] = {
                  "KV events (empty: off)"),
     KVF_CC_FIELD("events_buffer", KVF_CONFIG_UINT, events_buffer, "10000", 1,
                  1000000, 0, "KV event batches kept for replay"),
+    KVF_CC_FIELD("etcd", KVF_CONFIG_STRING, etcd, "", 0, 0, 0,
+                 "etcd endpoints (http://HOST:PORT[,...]): campaign for "
+                 "leadership, serve only while leader (empty: run alone)"),
+    KVF_CC_FIELD("etcd_prefix", KVF_CONFIG_STRING, etcd_prefix, "/kvfabric", 0,
+                 0, 0, "etcd key prefix of this cluster's election"),
+    KVF_CC_FIELD("etcd_lease", KVF_CONFIG_DURATION, etcd_lease_ns, "2s",
+                 1000000000ull, 60000000000ull, 0,
+                 "leader lease TTL in etcd (whole seconds): a dead leader is "
+                 "replaced after about this long"),
     KVF_CC_FIELD("print_config", KVF_CONFIG_BOOL, print_config, "false", 0, 0,
                  KVF_CONFIG_FIELD_CLI_ONLY,
                  "print the effective configuration, check what the "

@@ -34,6 +34,9 @@ typedef struct kvf_controller_config {
     uint64_t max_buffered;         /* bytes buffered, all connections */
     uint64_t max_buffered_preauth; /* of those, by unauthenticated ones */
     char *http_open;               /* paths served without a token */
+    char *etcd;                    /* etcd endpoints; empty: no HA */
+    char *etcd_prefix;             /* key prefix of the election */
+    uint64_t etcd_lease_ns;        /* leader lease TTL */
     char *events;                  /* ZeroMQ PUB endpoint; empty: off */
     char *events_replay;           /* ZeroMQ ROUTER endpoint; empty: off */
     uint64_t events_buffer;        /* batches kept for replay */

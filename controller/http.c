@@ -224,6 +224,10 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
     }
     kvf_registry_stats(server->reg, &rs);
     kvf_node_table_census(server->nodes, &alive, &draining, &dead);
+    evbuffer_add_printf(b,
+                        "# TYPE kvf_controller_leader_term gauge\n"
+                        "kvf_controller_leader_term %" PRIu64 "\n",
+                        server->term);
     evbuffer_add_printf(
         b,
         "# TYPE kvf_controller_nodes gauge\n"

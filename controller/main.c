@@ -2,12 +2,14 @@
 /* Copyright (c) 2026 The kvfabric authors */
 /* kvf-controller: parse config, build the server, run the loop. */
 #include "controller/config.h"
+#include "controller/election.h"
 #include "controller/server.h"
 #include "common/auth.h"
 #include "common/log.h"
 #include "common/tls.h"
 #include "common/version.h"
 
+#include <curl/curl.h>
 #include <event2/event.h>
 
 #include <openssl/ssl.h>
@@ -58,6 +60,41 @@ static bool kvf_controller_main_check(const kvf_controller_config_t *cfg)
     return ok;
 }
 
+/* Lease about to be lost: answer nothing more (the loop stops at once). */
+static void kvf_controller_main_lost(void *arg)
+{
+    event_base_loopbreak(arg);
+}
+
+/* With --etcd: waits to be leader, then keeps the lease on @p base.
+ * Returns false when the controller must exit (*rc_p says how). */
+static bool kvf_controller_main_elect(const kvf_controller_config_t *cfg,
+                                      struct event_base *base,
+                                      kvf_election_t **el_p, int *rc_p)
+{
+    kvf_status_t status;
+
+    *el_p = NULL;
+    if (cfg->etcd[0] == '\0') {
+        return true;
+    }
+    if ((curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) ||
+        (kvf_election_create(cfg, el_p) != KVF_OK)) {
+        fprintf(stderr, "kvf-controller: cannot set up the etcd client\n");
+        return false;
+    }
+    status = kvf_election_campaign(*el_p);
+    if (status == KVF_OK) {
+        status =
+            kvf_election_start(*el_p, base, kvf_controller_main_lost, base);
+    }
+    if (status != KVF_OK) {
+        *rc_p = (status == KVF_ERR_CANCELED) ? 0 : 1;
+        return false;
+    }
+    return true;
+}
+
 static void kvf_controller_main_env(void)
 {
     char text[2048], *line, *save = NULL;
@@ -77,7 +114,9 @@ int main(int argc, char **argv)
     kvf_controller_config_t cfg;
     kvf_config_error_t err;
     kvf_server_t *server;
+    kvf_election_t *election = NULL;
     struct event_base *base;
+    const char *control, *http;
     int argi, rc = 1;
     int i;
 
@@ -127,14 +166,32 @@ int main(int argc, char **argv)
         fprintf(stderr, "kvf-controller: cannot create event loop\n");
         goto out_cfg;
     }
-    if (kvf_server_create(&cfg, base, &server) != KVF_OK) {
-        goto out_base; /* logged */
+    if (!kvf_controller_main_elect(&cfg, base, &election, &rc)) {
+        goto out_election;
     }
-    if (kvf_server_run(server) == KVF_OK) {
+    if (kvf_server_create(&cfg, base, &server) != KVF_OK) {
+        goto out_election; /* logged */
+    }
+    kvf_server_addresses(server, &control, &http);
+    if (election != NULL) {
+        kvf_server_set_term(server, kvf_election_term(election));
+        kvf_server_set_lease(server, kvf_election_serve_until(election));
+    }
+    if (((election == NULL) ||
+         (kvf_election_publish(election, control, http) == KVF_OK)) &&
+        (kvf_server_run(server) == KVF_OK)) {
         rc = 0;
     }
+    if ((election != NULL) && kvf_election_lost(election)) {
+        kvf_election_stopped(election); /* the loop answers nothing now */
+        rc = KVF_ELECTION_EXIT_LOST;
+    }
     kvf_server_destroy(server);
-out_base:
+out_election:
+    kvf_election_destroy(election);
+    if (cfg.etcd[0] != '\0') {
+        curl_global_cleanup();
+    }
     event_base_free(base);
 out_cfg:
     kvf_config_cleanup(&kvf_controller_config_schema, &cfg);

@@ -21,6 +21,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -550,6 +551,7 @@ static kvf_status_t kvf_server_on_register(kvf_conn_t *conn, Kvf__Register *reg)
     status = kvf_node_table_register(server->nodes, &params, now_ms, &node);
     kvf__register_reply__init(&rep);
     rep.request_id = reg->request_id;
+    rep.term       = server->term;
     text[0]        = '\0';
     rep.message    = text;
     if (status != KVF_OK) {
@@ -663,6 +665,7 @@ static kvf_status_t kvf_server_on_heartbeat(kvf_conn_t *conn,
     }
     kvf__heartbeat_reply__init(&rep);
     rep.request_id = hb->request_id;
+    rep.term       = server->term;
     rep.status     = KVF_OK;
     rep.message    = text;
     for (i = 0; i < node->num_cmds; i++) {
@@ -844,6 +847,7 @@ static kvf_status_t kvf_server_lookup_reply(kvf_conn_t *conn, uint64_t req_id,
     rep.holders.data = server->holders;
     rep.holders.len  = 4 * n;
     rep.recovering   = server->is_recovering && kvf_server_recovering(server);
+    rep.term         = server->term;
     return kvf_conn_send(conn, KVF_MSG_LOOKUP_REPLY, &rep.base);
 }
 
@@ -1404,7 +1408,16 @@ static void kvf_conn_process(kvf_conn_t *conn)
             event_del(conn->ev_read);
             break;
         }
-        t0                 = kvf_time_now_ns();
+        t0 = kvf_time_now_ns();
+        if ((server->serve_until_ns != NULL) &&
+            (t0 >= atomic_load_explicit(server->serve_until_ns,
+                                        memory_order_relaxed))) {
+            /* leader lease about to expire: answer nothing more */
+            kvf_error("leader lease expired: not answering; stopping");
+            event_base_loopbreak(server->base);
+            kvf_conn_destroy(conn);
+            return;
+        }
         server->arena_used = 0;
         status = kvf_frame_decode(conn->in, kvf_conn_max_frame(conn), &alloc,
                                   &frame);
@@ -1883,6 +1896,24 @@ void kvf_server_destroy(kvf_server_t *server)
     kvf_auth_secret_cleanup(&server->secret);
     SSL_CTX_free(server->tls);
     free(server);
+}
+
+void kvf_server_addresses(const kvf_server_t *server, const char **control_p,
+                          const char **http_p)
+{
+    *control_p = server->listen_addr;
+    *http_p    = server->http_addr;
+}
+
+void kvf_server_set_term(kvf_server_t *server, uint64_t term)
+{
+    server->term = term;
+}
+
+void kvf_server_set_lease(kvf_server_t *server,
+                          const _Atomic uint64_t *serve_until_ns)
+{
+    server->serve_until_ns = serve_until_ns;
 }
 
 kvf_status_t kvf_server_run(kvf_server_t *server)

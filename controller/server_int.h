@@ -104,6 +104,8 @@ struct kvf_server {
     struct ssl_ctx_st *tls;   /* NULL: plain TCP */
     char listen_addr[300];
     char http_addr[300];
+    uint64_t term; /* leader term with HA on etcd, else 0 */
+    const _Atomic uint64_t *serve_until_ns; /* NULL: no HA */
 };
 
 /* Starts HTTP on cfg->http (no-op when empty). */

@@ -47,6 +47,7 @@ typedef struct fake {
     bool resync_next_hb;   /* send COMMAND_RESYNC in the next HB reply */
     bool pin_next_hb;      /* send COMMAND_PIN in the next HB reply */
     bool ignore_lookups;   /* never answer LOOKUP */
+    uint64_t term;         /* leader term carried in replies */
 } fake_t;
 
 static fake_t g_fake;
@@ -109,10 +110,12 @@ static void fake_handle(fake_t *f, const kvf_frame_t *frame)
         reg.node_id      = 7;
         reg.heartbeat_ms = 20;
         reg.lease_ms     = 2000;
+        reg.term         = f->term;
         fake_reply(f, KVF_MSG_REGISTER_REPLY, &reg.base);
         break;
     case KVF_MSG_HEARTBEAT:
         kvf__heartbeat_reply__init(&hb);
+        hb.term = f->term;
         kvf__command__init(&cmd);
         if (f->resync_next_hb || f->pin_next_hb) {
             cmd.type = f->resync_next_hb ? KVF__COMMAND_TYPE__COMMAND_RESYNC
@@ -157,6 +160,7 @@ static void fake_handle(fake_t *f, const kvf_frame_t *frame)
         rep.hit_chunks   = (uint32_t)(n - 1);
         rep.holders.data = holders;
         rep.holders.len  = 4 * n;
+        rep.term         = f->term;
         fake_reply(f, KVF_MSG_LOOKUP_REPLY, &rep.base);
         break;
     }
@@ -275,12 +279,10 @@ static const kvf_ctl_client_ops_t test_ops = {
         } \
     } while (0)
 
-static void start_client(void)
+static void start_client_at(const char *addr)
 {
     kvf_ctl_client_params_t p;
-    char addr[64];
 
-    snprintf(addr, sizeof(addr), "127.0.0.1:%u", g_fake.port);
     memset(&p, 0, sizeof(p));
     p.base               = g_base;
     p.controller         = addr;
@@ -294,6 +296,14 @@ static void start_client(void)
     p.max_frame          = KVF_FRAME_MAX_DEFAULT;
     p.ops                = &test_ops;
     cr_assert_eq(kvf_ctl_client_create(&p, &g_client), KVF_OK);
+}
+
+static void start_client(void)
+{
+    char addr[64];
+
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", g_fake.port);
+    start_client_at(addr);
 }
 
 static void ctl_setup(void)
@@ -572,4 +582,54 @@ Test(ctl_client, lookup_honors_its_own_timeout)
     cr_assert_eq(g_lookup_status, KVF_ERR_TIMEOUT);
     cr_assert_geq(took, 50 * KVF_NSEC_PER_MSEC);
     cr_assert_lt(took, 500 * KVF_NSEC_PER_MSEC, "not the 1 s default");
+}
+
+Test(ctl_client, several_controllers_the_one_that_listens_wins)
+{
+    char addr[128];
+    struct evconnlistener *dead;
+    struct sockaddr_in sin;
+    socklen_t len = sizeof(sin);
+
+    /* a port nobody listens on (bound, then closed): a standby */
+    memset(&sin, 0, sizeof(sin));
+    sin.sin_family      = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    dead = evconnlistener_new_bind(g_base, NULL, NULL, LEV_OPT_CLOSE_ON_FREE, 1,
+                                   (struct sockaddr *)&sin, sizeof(sin));
+    cr_assert_not_null(dead);
+    getsockname(evconnlistener_get_fd(dead), (struct sockaddr *)&sin, &len);
+    evconnlistener_free(dead);
+    kvf_ctl_client_destroy(g_client);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u,127.0.0.1:%u",
+             ntohs(sin.sin_port), g_fake.port);
+    start_client_at(addr);
+    RUN_UNTIL(kvf_ctl_client_is_registered(g_client));
+    cr_assert_eq(g_fake.registrations, 1);
+}
+
+Test(ctl_client, replies_of_an_older_term_are_not_believed)
+{
+    kvf_key_t keys[2] = {{1, 1, 1}, {1, 1, 2}};
+
+    g_fake.term = 5;
+    RUN_UNTIL(kvf_ctl_client_is_registered(g_client));
+    /* a deposed leader (older term) answers: its holders are not used */
+    g_fake.term = 4;
+    g_lookups   = 0;
+    kvf_ctl_client_lookup(g_client, keys, 2, false, 0, on_lookup, NULL);
+    RUN_UNTIL(g_lookups == 1);
+    cr_assert_neq(g_lookup_status, KVF_OK);
+    cr_assert_eq(g_lookup_hit, 0);
+    RUN_UNTIL(g_fake.accepts >= 2); /* it reconnected */
+    cr_assert(!kvf_ctl_client_is_registered(g_client),
+              "a registration of term 4 after 5 is refused");
+    /* the newer leader is followed */
+    g_fake.term = 6;
+    RUN_UNTIL(kvf_ctl_client_is_registered(g_client));
+    g_lookups = 0;
+    kvf_ctl_client_lookup(g_client, keys, 2, false, 0, on_lookup, NULL);
+    RUN_UNTIL(g_lookups == 1);
+    cr_assert_eq(g_lookup_status, KVF_OK);
+    cr_assert_eq(g_lookup_hit, 1);
 }
