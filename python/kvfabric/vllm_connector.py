@@ -71,6 +71,10 @@ STAT_NAMES = ("lookups", "hit_tokens", "loaded_chunks", "saved_chunks",
               "pd_released", "agent_errors", "bytes_loaded", "bytes_saved")
 
 
+class _AgentAway(kvf.KvfError):
+    """The agent was unreachable and the next reconnect is not due."""
+
+
 @dataclass
 class ReqMeta:
     """One request's work in one step (built by the scheduler side)."""
@@ -287,8 +291,8 @@ class KVFabricConnector(KVConnectorBase_V1):
         unreachable and the next retry is not due."""
         if self._client is None:
             if time.monotonic() < self._retry_at:
-                raise kvf.KvfError(ERR_CLOSED, "kvf_client_connect",
-                                   "agent unreachable, retry pending")
+                raise _AgentAway(ERR_CLOSED, "kvf_client_connect",
+                                 "agent unreachable, retry pending")
             self._client = kvf.Client(
                 self._socket, timeout=self._timeout,
                 name=f"vllm-{self.role.name.lower()}-{self._rank}")
@@ -303,6 +307,8 @@ class KVFabricConnector(KVConnectorBase_V1):
         """A call to the agent failed: counted, logged once per outage; the
         connection is dropped at the end of the step (views may be alive
         until then) and retried after retry_s."""
+        if isinstance(e, _AgentAway):
+            return
         self._count("agent_errors")
         if self._down_since is None:
             self._down_since = time.monotonic()
@@ -604,10 +610,8 @@ class KVFabricConnector(KVConnectorBase_V1):
         st = self._reqs.pop(request.request_id, None)
         if st is None:
             return False, None
-        if st.pd_recv is not None and not st.pd_load:
+        if st.pd_recv is not None:  # never handed to the worker
             self._pd_release(st)
-        elif st.pd_recv is not None and st.pd_load and st.load is not None:
-            self._pd_release(st)  # never handed to the worker
         if st.pd_push is None:
             return False, None
         rid, decoder, n = st.pd_push
