@@ -133,7 +133,7 @@ class PagedLayout:
     @property
     def token_major(self) -> bool:
         """A token's row (heads x dim) is contiguous in the cache."""
-        return self.kind in ("vllm", "kv", "sglang", "flashinfer")
+        return self.kind in ("vllm", "kv", "sglang")
 
     def blocks4(self, caches, layer: int, kv: int):
         """[num_blocks][block_size][heads][dim] view (strided, no copy) of
