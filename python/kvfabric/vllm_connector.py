@@ -68,7 +68,8 @@ _KV_DTYPES = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn",
 STAT_NAMES = ("lookups", "hit_tokens", "loaded_chunks", "saved_chunks",
               "missed_chunks", "pd_pushes", "pd_pushed_chunks",
               "pd_push_errors", "pd_received_chunks", "pd_wait_errors",
-              "pd_released", "agent_errors", "bytes_loaded", "bytes_saved")
+              "pd_released", "agent_errors", "bytes_loaded", "bytes_saved",
+              "resumed_requests")
 
 
 class _AgentAway(kvf.KvfError):
@@ -571,6 +572,7 @@ class KVFabricConnector(KVConnectorBase_V1):
                 # resumed after a preemption: vLLM's new block ids replace
                 # the old ones (which were freed and may be reused)
                 st.block_ids = list(new_blocks[0]) if new_blocks else []
+                self._count("resumed_requests")
             elif new_blocks is not None:
                 st.block_ids.extend(new_blocks[0])
             m = self._req_meta(req_id, st, cached.num_computed_tokens[i] +
