@@ -95,19 +95,7 @@ class VllmEngine:
                 "stats_dir", self.stats_dir)
         spec = dict(model=model, kv_transfer_config=kv_transfer_config,
                     llm_kwargs=llm_kwargs)
-        env = dict(os.environ)
-        env.pop("LD_PRELOAD", None)  # vLLM runs without the ASan runtime
-        env.pop("ASAN_OPTIONS", None)
-        lib = vllm_lib()
-        if lib:
-            env["KVF_LIB"] = lib
-        env["PYTHONPATH"] = str(SRC / "python")
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        env["VLLM_CPU_OMP_THREADS_BIND"] = str(cpu)
-        env["HF_HUB_OFFLINE"] = "1"
-        env["VLLM_NO_USAGE_STATS"] = "1"
-        env["VLLM_DO_NOT_TRACK"] = "1"
-        env["TOKENIZERS_PARALLELISM"] = "false"
+        env = _vllm_env(cpu)
         self._log = open(self.log_path, "ab")
         self.t_start = time.monotonic()
         self.proc = subprocess.Popen(
@@ -270,3 +258,115 @@ def _serve(spec: dict) -> int:
 
 if __name__ == "__main__":
     sys.exit(_serve(json.loads(sys.argv[1])))
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve_argv(model: str, port: int,
+               kv_transfer_config: Optional[dict] = None,
+               block_size: int = 128, max_model_len: int = 4096
+               ) -> List[str]:
+    """The `vllm serve` command line of an instance (the OpenAI server by
+    module: vllm-cpu's distribution is not named "vllm", which the `vllm`
+    script's version lookup wants)."""
+    argv = [vllm_python(), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", model, "--host", "127.0.0.1", "--port", str(port),
+            "--load-format", "dummy", "--skip-tokenizer-init",
+            "--enforce-eager", "--block-size", str(block_size),
+            "--max-model-len", str(max_model_len), "--seed", "0"]
+    if kv_transfer_config is not None:
+        argv += ["--kv-transfer-config", json.dumps(kv_transfer_config)]
+    return argv
+
+
+class VllmServer:
+    """`vllm serve` (the OpenAI-compatible server) in a child process."""
+
+    def __init__(self, model: str, kv_transfer_config: Optional[dict] = None,
+                 cpu: int = 0, startup_timeout: float = 300, **kw):
+        import urllib.request
+
+        self.dir = tempfile.mkdtemp(prefix="kvf-vllm-serve-")
+        self.log_path = os.path.join(self.dir, "serve.log")
+        self.stats_dir = os.path.join(self.dir, "stats")
+        os.makedirs(self.stats_dir)
+        if kv_transfer_config is not None:
+            kv_transfer_config = json.loads(json.dumps(kv_transfer_config))
+            kv_transfer_config["kv_connector_extra_config"].setdefault(
+                "stats_dir", self.stats_dir)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = _vllm_env(cpu)
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            serve_argv(model, self.port, kv_transfer_config, **kw),
+            stdin=subprocess.DEVNULL, stdout=self._log,
+            stderr=subprocess.STDOUT, env=env, cwd=self.dir)
+        self.model = model
+        deadline = time.monotonic() + startup_timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vllm serve exited "
+                                   f"({self.proc.returncode})\n{self.log()}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2):
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                self.close()
+                raise TimeoutError(f"vllm serve not up in {startup_timeout}"
+                                   f"s\n{self.log()}")
+            time.sleep(0.5)
+
+    log = VllmEngine.log
+    stats = VllmEngine.stats
+
+    def close(self, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+def completion(url: str, model: str, prompt: List[int], max_tokens: int,
+               timeout: float = 300, **extra) -> dict:
+    """POST /v1/completions with token ids (greedy); the answer's JSON."""
+    import urllib.request
+
+    body = dict(model=model, prompt=prompt, max_tokens=max_tokens,
+                temperature=0.0, return_token_ids=True, detokenize=False,
+                ignore_eos=True, **extra)
+    req = urllib.request.Request(url + "/v1/completions",
+                                 data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def _vllm_env(cpu: int) -> Dict[str, str]:
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)  # vLLM runs without the ASan runtime
+    env.pop("ASAN_OPTIONS", None)
+    lib = vllm_lib()
+    if lib:
+        env["KVF_LIB"] = lib
+    env["PYTHONPATH"] = str(SRC / "python")
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env["VLLM_CPU_OMP_THREADS_BIND"] = str(cpu)
+    env["HF_HUB_OFFLINE"] = "1"
+    env["VLLM_NO_USAGE_STATS"] = "1"
+    env["VLLM_DO_NOT_TRACK"] = "1"
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    return env
