@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     tmp = tempfile.mkdtemp(prefix="kvf-demo-vllm-")
     model = tiny_llama_dir(tmp, **({} if a.tiny else TTFT_MODEL))
     n, C = a.tokens, a.chunk
-    mml = max(8192, n + 256)
+    mml = 4096 if a.tiny else max(8192, n + 256)
     print(f"kvfabric demo-vllm: model {model}, prompts of {n} tokens, "
           f"chunks of {C}", flush=True)
     with Cluster(agents=("a", "b"), pool_size="256M", max_chunk="4M",
