@@ -215,3 +215,51 @@ def test_aborted_decode_request_releases_its_slot(model, agents):
             cl.pd_wait(rid, timeout=0.2)
         assert e.value.name in ("KVF_ERR_NOT_FOUND", "KVF_ERR_TIMEOUT")
     d.shutdown()
+
+
+def test_resumed_request_replaces_its_block_ids(model, agents):
+    """vLLM's SchedulerOutput for a request resumed after a preemption
+    (CachedRequestData.resumed_req_ids): its new block ids replace the old
+    ones, so its reload lands in the blocks it now owns (before: appended
+    to the freed ones). A request not resumed appends."""
+    from vllm.v1.core.sched.output import SchedulerOutput
+
+    c = connector(vllm_config(model, agents.sockets["a"]))
+    tokens = _prompt(3 * C + 10, 11)
+    with agents.client("a") as cl:
+        _store(cl, kvf.key_chain(c._ns[0], tokens, C))
+    req = request("pre-1", tokens)
+    assert c.get_num_new_matched_tokens(req, 0) == (3 * C, False)
+    c._reqs["pre-1"].block_ids = [1, 2, 3, 4]  # its first run
+    # preempted: vLLM frees 1-4; resumed with blocks 9, 8, 7, 6
+    so = SchedulerOutput.make_empty()
+    so.preempted_req_ids = {"pre-1"}
+    c.build_connector_meta(so)
+    assert c.get_num_new_matched_tokens(req, 0) == (3 * C, False)
+
+    class Blocks:
+        def get_block_ids(self):
+            return ([9, 8, 7, 6],)
+
+    c.update_state_after_alloc(req, Blocks(), 3 * C)
+    so = SchedulerOutput.make_empty()
+    cr = so.scheduled_cached_reqs
+    cr.req_ids, cr.resumed_req_ids = ["pre-1"], {"pre-1"}
+    cr.new_block_ids, cr.num_computed_tokens = [([9, 8, 7, 6],)], [3 * C]
+    cr.num_output_tokens, cr.new_token_ids = [5], [[]]
+    so.num_scheduled_tokens = {"pre-1": 10}
+    meta = c.build_connector_meta(so)
+    (m,) = meta.requests
+    assert m.block_ids == [9, 8, 7, 6]
+    assert (m.load_start, m.load_end) == (0, 3 * C)
+    assert c.stats["resumed_requests"] == 1
+    # not resumed: appended
+    so = SchedulerOutput.make_empty()
+    cr = so.scheduled_cached_reqs
+    cr.req_ids, cr.resumed_req_ids = ["pre-1"], set()
+    cr.new_block_ids, cr.num_computed_tokens = [([5],)], [4 * C]
+    cr.num_output_tokens, cr.new_token_ids = [6], [[]]
+    so.num_scheduled_tokens = {"pre-1": 1}
+    c.build_connector_meta(so)
+    assert c._reqs["pre-1"].block_ids == [9, 8, 7, 6, 5]
+    c.shutdown()
