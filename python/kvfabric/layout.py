@@ -12,12 +12,25 @@ token position ``chunk_offset + i``.
 
 Cache layouts (``caches`` argument):
 
-* ``"vllm"`` (flash-attention): one tensor per layer,
+* ``"vllm"`` (flash-attention, NHD): one tensor per layer,
   ``[2][num_blocks][block_size][num_kv_heads][head_dim]``;
+* ``"vllm_hnd"`` (flash-attention, HND; also vLLM's older CPU backend):
+  ``[2][num_blocks][num_kv_heads][block_size][head_dim]``;
+* ``"flashinfer"`` (NHD): ``[num_blocks][2][block_size][num_kv_heads]
+  [head_dim]``; ``"flashinfer_hnd"``: ``[num_blocks][2][num_kv_heads]
+  [block_size][head_dim]``;
+* ``"cpu"`` (vLLM's CPU attention backend, 0.11 on): declared
+  ``[num_blocks][num_kv_heads][block_size][2 * head_dim]``, which the
+  backend reads as ``[num_blocks][num_kv_heads][2][block_size][head_dim]``
+  (``view(B, H, 2 * block_size, D).chunk(2, dim=2)``: each head of a block
+  holds its block_size K rows, then its V rows; not K|V per token);
 * ``"kv"``: a (K, V) pair per layer, each
   ``[num_blocks][block_size][num_kv_heads][head_dim]``;
 * ``"sglang"``: a (K, V) pair per layer, each
   ``[num_slots][num_kv_heads][head_dim]`` (block_size 1).
+
+The C copies (``pack_c``/``unpack_c``) exist for the layouts gpu/ has
+(``"vllm"``, ``"kv"``, ``"sglang"``); the torch copies take every layout.
 
 Two implementations with one signature: ``pack``/``unpack`` in torch (any
 device; what an engine calls) and ``pack_c``/``unpack_c`` through
@@ -31,6 +44,8 @@ from . import _lib
 from .errors import check
 
 LAYOUTS = {"vllm": 0, "kv": 1, "sglang": 2}
+# layouts only the torch copies take (gpu/ may add them under other codes)
+TORCH_LAYOUTS = ("vllm_hnd", "flashinfer", "flashinfer_hnd", "cpu")
 
 # kvf_gpu_dtype_t by element size is what the copies need; name it properly
 _GPU_DTYPES = {"float16": 0, "bfloat16": 1, "float32": 2,
@@ -57,7 +72,7 @@ class PagedLayout:
     num_blocks: int      # sglang: the slot count (block_size 1)
 
     def __post_init__(self):
-        if self.kind not in LAYOUTS:
+        if self.kind not in LAYOUTS and self.kind not in TORCH_LAYOUTS:
             raise ValueError(f"kvfabric: unknown layout {self.kind!r}")
         if self.kind == "sglang" and self.block_size != 1:
             raise ValueError("kvfabric: the sglang layout has block_size 1")
@@ -75,7 +90,11 @@ class PagedLayout:
         return (2, self.num_layers, chunk_tokens, self.row)
 
     def chunk_bytes(self, chunk_tokens: int) -> int:
-        """kvf_gpu_kv_chunk_bytes() of this layout."""
+        """kvf_gpu_kv_chunk_bytes() of this layout (the chunk format is the
+        same for every layout: 2 x layers x tokens x row elements)."""
+        if self.kind not in LAYOUTS:
+            return (2 * self.num_layers * chunk_tokens * self.row *
+                    _elem_size(self.dtype))
         n = ctypes.c_size_t()
         lay = self._c_layout()
         check(_lib.lib.kvf_gpu_kv_chunk_bytes(ctypes.byref(lay), chunk_tokens,
@@ -92,9 +111,10 @@ class PagedLayout:
             return x
 
         h, d = self.num_kv_heads, self.head_dim
-        if self.kind == "vllm":
-            return [t(2, self.num_blocks, self.block_size, h, d)
-                    for _ in range(self.num_layers)]
+        if self.kind in _SINGLE_SHAPES:
+            shape = _SINGLE_SHAPES[self.kind](self.num_blocks,
+                                              self.block_size, h, d)
+            return [t(*shape) for _ in range(self.num_layers)]
         if self.kind == "kv":
             return [(t(self.num_blocks, self.block_size, h, d),
                      t(self.num_blocks, self.block_size, h, d))
@@ -106,9 +126,51 @@ class PagedLayout:
 
     def rows(self, caches, layer: int, kv: int):
         """[num_slots, row] view (no copy) of layer @p layer's K (0) or V (1)
-        in @p caches."""
+        in @p caches (token-major layouts: vllm, kv, sglang)."""
         # .view, never .reshape: a copy would swallow unpack's writes
         return caches[layer][kv].view(self.num_slots, self.row)
+
+    @property
+    def token_major(self) -> bool:
+        """A token's row (heads x dim) is contiguous in the cache."""
+        return self.kind in ("vllm", "kv", "sglang")
+
+    def blocks4(self, caches, layer: int, kv: int):
+        """[num_blocks][block_size][heads][dim] view (strided, no copy) of
+        layer @p layer's K (0) or V (1) in @p caches."""
+        t = caches[layer]
+        B, bs, h, d = (self.num_blocks, self.block_size, self.num_kv_heads,
+                       self.head_dim)
+        if self.kind in ("vllm", "kv"):
+            return t[kv].view(B, bs, h, d)
+        if self.kind == "sglang":
+            return t[kv].view(B, 1, h, d)
+        if self.kind == "vllm_hnd":
+            return t[kv].permute(0, 2, 1, 3)
+        if self.kind == "flashinfer":
+            return t[:, kv]
+        if self.kind == "flashinfer_hnd":
+            return t[:, kv].permute(0, 2, 1, 3)
+        # cpu: [B][H][bs][2D] read as [B][H][2][bs][D]
+        return t.view(B, h, 2, bs, d)[:, :, kv].permute(0, 2, 1, 3)
+
+    def check_caches(self, caches) -> None:
+        """Raises ValueError unless @p caches have this layout's shapes."""
+        self._check_caches(caches)
+        if self.kind not in _SINGLE_SHAPES:
+            return
+        want = tuple(_SINGLE_SHAPES[self.kind](
+            self.num_blocks, self.block_size, self.num_kv_heads,
+            self.head_dim))
+        for i, c in enumerate(caches):
+            if tuple(c.shape) != want or c.dtype != self.dtype:
+                raise ValueError(
+                    f"kvfabric: layer {i} cache is {tuple(c.shape)} "
+                    f"{c.dtype}, layout {self.kind} wants {want} "
+                    f"{self.dtype}")
+            if not c.is_contiguous():
+                raise ValueError(f"kvfabric: layer {i} cache is not "
+                                 "contiguous")
 
     def _chunk4(self, chunk, chunk_tokens: Optional[int]):
         """@p chunk as [2][L][T][row] of the cache dtype (a view)."""
@@ -161,6 +223,16 @@ class PagedLayout:
         slots, pos, layers = self._plan(slot_mapping, token_begin, num_tokens,
                                         c4, chunk_offset, layer_begin,
                                         layer_count)
+        if not self.token_major:
+            bs = self.block_size
+            for layer in layers:
+                for kv in (0, 1):
+                    src = self.blocks4(caches, layer, kv)
+                    s = slots.to(src.device)
+                    rows = src[s // bs, s % bs].reshape(-1, self.row)
+                    c4[kv, layer].index_copy_(0, pos.to(c4.device),
+                                              rows.to(c4.device))
+            return
         for layer in layers:
             for kv in (0, 1):
                 src = self.rows(caches, layer, kv)
@@ -178,6 +250,16 @@ class PagedLayout:
         slots, pos, layers = self._plan(slot_mapping, token_begin, num_tokens,
                                         c4, chunk_offset, layer_begin,
                                         layer_count)
+        if not self.token_major:
+            bs, h, d = self.block_size, self.num_kv_heads, self.head_dim
+            for layer in layers:
+                for kv in (0, 1):
+                    dst = self.blocks4(caches, layer, kv)
+                    s = slots.to(dst.device)
+                    # index_put_ on the strided view writes the cache
+                    dst[s // bs, s % bs] = c4[kv, layer].index_select(
+                        0, pos.to(c4.device)).view(-1, h, d).to(dst.device)
+            return
         for layer in layers:
             for kv in (0, 1):
                 dst = self.rows(caches, layer, kv)
@@ -189,6 +271,9 @@ class PagedLayout:
     # C implementation (kvf_gpu_kv_pack_cpu / unpack_cpu) -----------------
 
     def _c_layout(self) -> _lib.GpuKvLayout:
+        if self.kind not in LAYOUTS:
+            raise ValueError(f"kvfabric: no C copy of layout {self.kind} "
+                             "here; use pack/unpack")
         lay = _lib.GpuKvLayout()
         lay.field_mask = _lib.GPU_LAYOUT_FIELDS_ALL
         lay.layout = LAYOUTS[self.kind]
@@ -273,11 +358,79 @@ class PagedLayout:
                      chunk_offset, chunk_tokens, layer_begin, layer_count)
 
 
-def vllm_layout(kv_caches: Sequence, dtype=None) -> PagedLayout:
-    """The PagedLayout of a list of vLLM flash-attention layer tensors."""
+def _elem_size(dtype) -> int:
+    import torch
+
+    return torch.empty((), dtype=dtype).element_size()
+
+
+# per-layer tensor shape of the single-tensor layouts, (B, bs, H, D) -> shape
+_SINGLE_SHAPES = {
+    "vllm": lambda B, bs, h, d: (2, B, bs, h, d),
+    "vllm_hnd": lambda B, bs, h, d: (2, B, h, bs, d),
+    "flashinfer": lambda B, bs, h, d: (B, 2, bs, h, d),
+    "flashinfer_hnd": lambda B, bs, h, d: (B, 2, h, bs, d),
+    "cpu": lambda B, bs, h, d: (B, h, bs, 2 * d),
+}
+
+
+def vllm_layout(kv_caches: Sequence, dtype=None, kind: Optional[str] = None,
+                num_kv_heads: Optional[int] = None,
+                head_dim: Optional[int] = None,
+                block_size: Optional[int] = None) -> PagedLayout:
+    """The PagedLayout of a list of vLLM per-layer KV cache tensors.
+
+    @p kind names the layout (see the module doc); without it the tensor
+    shape decides, with @p num_kv_heads / @p head_dim / @p block_size (from
+    vLLM's config) to tell the layouts apart: a shape no layout explains, or
+    one two layouts explain equally (heads == block_size and no @p kind),
+    raises ValueError rather than guess."""
     t = kv_caches[0]
-    _, nb, bs, h, d = t.shape
-    return PagedLayout("vllm", dtype or t.dtype, len(kv_caches), h, d, bs, nb)
+    shape = tuple(t.shape)
+    for c in kv_caches[1:]:
+        if tuple(c.shape) != shape:
+            raise ValueError("kvfabric: KV cache layers differ in shape")
+    kinds = [kind] if kind else list(_SINGLE_SHAPES)
+    found = []
+    for k in kinds:
+        if k not in _SINGLE_SHAPES:
+            raise ValueError(f"kvfabric: unknown vLLM layout {k!r}")
+        if len(shape) != (4 if k == "cpu" else 5):
+            continue
+        if k == "cpu":
+            B, h, bs, d2 = shape
+            cand = (B, bs, h, d2 // 2) if d2 % 2 == 0 else None
+        elif k in ("vllm", "vllm_hnd"):
+            if shape[0] != 2:
+                continue
+            B = shape[1]
+            a, b_, d = shape[2:]
+            cand = (B, a, b_, d) if k == "vllm" else (B, b_, a, d)
+        else:
+            if shape[1] != 2:
+                continue
+            B = shape[0]
+            a, b_, d = shape[2:]
+            cand = (B, a, b_, d) if k == "flashinfer" else (B, b_, a, d)
+        if cand is None:
+            continue
+        B, bs, h, d = cand
+        if ((num_kv_heads is not None and h != num_kv_heads) or
+                (head_dim is not None and d != head_dim) or
+                (block_size is not None and bs != block_size)):
+            continue
+        found.append((k, cand))
+    if not found:
+        raise ValueError(f"kvfabric: no known vLLM KV cache layout has shape "
+                         f"{shape} (heads {num_kv_heads}, head_dim "
+                         f"{head_dim}, block_size {block_size})")
+    if len(found) > 1:
+        raise ValueError(f"kvfabric: KV cache shape {shape} fits layouts "
+                         f"{[f[0] for f in found]}: name one")
+    k, (B, bs, h, d) = found[0]
+    lay = PagedLayout(k, dtype or t.dtype, len(kv_caches), h, d, bs, B)
+    lay.check_caches(kv_caches)
+    return lay
 
 
 def sglang_layout(k_buffers: Sequence, dtype=None) -> PagedLayout:

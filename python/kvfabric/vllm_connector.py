@@ -1,140 +1,91 @@
 # SPDX-License-Identifier: Apache-2.0
 # Copyright (c) 2026 The kvfabric authors
 """KVFabricConnector: vLLM's KV connector interface (KVConnectorBase_V1)
-over kvfabric. Import-safe without vLLM (a local stand-in of the base
-class is used then); docs/integration-vllm.md shows the configuration.
+over kvfabric. Needs vLLM (it subclasses vLLM's own classes);
+docs/integration-vllm.md shows the configuration and what each hook does.
 
-Scheduler side (engine core process, connection to the local agent):
+Scheduler side (engine core process, connection to the agent of rank 0):
 
-* ``get_num_new_matched_tokens``: chained keys of the prompt's full chunks,
-  one lookup (with prefetch: the agent starts pulling remote chunks at
-  once); answers the hit beyond what vLLM's own prefix cache holds, never
-  the whole prompt (one token is always computed);
+* ``get_num_new_matched_tokens``: chained keys of the prompt's full chunks
+  for every TP rank, one lookup per rank (prefetch on rank 0's); the hit is
+  the minimum over ranks (an engine can skip only tokens every rank holds),
+  beyond what vLLM's own prefix cache holds, never the whole prompt.
+  Answered once per request (vLLM may ask again: the same answer, no new
+  lookup or prefetch) until the request is preempted;
 * ``update_state_after_alloc``: remembers which tokens to load;
-* ``build_connector_meta``: per scheduled request, the slot mapping of its
-  blocks, the chunks to load and the chunks that become complete in this
-  step (to save), with their keys;
-* ``request_finished``: forgets the request; blocks are freed at once
-  (saves are synchronous), except after a PD push (below).
+* ``build_connector_meta``: per scheduled request, its block ids (replaced,
+  not extended, when vLLM resumes it after a preemption), the chunks to
+  load and the chunks that become complete in this step (to save);
+* ``request_finished``: forgets the request; a decode-side PD request that
+  never loaded releases its slot at the agent.
 
-Worker side (one per GPU worker, connection to that worker's agent):
+Worker side (one per worker, connection to that worker's agent; its TP rank
+from vLLM's parallel state): ``register_kv_caches`` detects the layout
+(layout.vllm_layout: flash-attention NHD/HND, FlashInfer, the CPU backend)
+and checks the shape; ``start_load_kv`` retrieves and unpacks;
+``save_kv_layer`` packs; ``wait_for_save`` checksums, pushes (PD) and
+commits; PD loads on the decode side are asynchronous (a thread waits for
+the push; ``get_finished`` reports them as finished receiving).
 
-* ``register_kv_caches``: the per-layer flash-attention tensors
-  ``[2][num_blocks][block_size][heads][dim]``;
-* ``start_load_kv``: retrieve (fetched from peers when remote), unpack into
-  the paged cache, release; chunks that could not be had are reported
-  through ``get_block_ids_with_load_errors`` so vLLM recomputes them;
-* ``wait_for_layer_load``: nothing to wait for (loads complete in
-  start_load_kv);
-* ``save_kv_layer``: packs this layer's rows of the chunks completed in
-  this step into pool slots granted on the first layer;
-* ``wait_for_save``: checksums and commits them;
-* ``get_finished``: requests whose PD push is done, as finished sending.
-
-PD push (a prefill instance pushing a request's KV straight into a decode
-instance's receive region, kvf_pd_push/wait/release), in vLLM's P/D flow
-(the proxy sends the request to P with ``max_tokens=1`` and
-``kv_transfer_params={"do_remote_decode": true}``, then to D with the
-``kv_transfer_params`` P's response carried):
-
-* P (kv_role ``kv_producer`` or ``kv_both``): a request with
-  ``do_remote_decode`` gets a PD request id (``kvf_request_id`` in its
-  params, else derived from vLLM's id) and a decoder (``kvf_decoder`` in its
-  params, else ``decoder`` in kv_connector_extra_config). Its full chunks
-  but the one holding the last prompt token (D computes that token, as with
-  vLLM's other P/D connectors) are packed per layer in ``save_kv_layer``
-  and pushed in ``wait_for_save`` of the step that computed them
-  (streaming), ``final`` with the last; they are then committed too
-  (``pd_store``, default true), so the prefill side keeps them for prefix
-  reuse. ``request_finished`` returns ``True`` (blocks held) and
-  ``{"do_remote_prefill": true, "kvf_request_id", "kvf_decoder",
-  "kvf_chunks", "kvf_chunk_size"}``; ``get_finished`` reports the request
-  as finished sending, which frees the blocks.
-* D (kv_role ``kv_consumer`` or ``kv_both``): a request whose params say
-  ``do_remote_prefill`` with a ``kvf_request_id`` gets ``kvf_chunks``
-  chunks as external tokens (no lookup); ``start_load_kv`` waits for the
-  request (``pd_wait``, ``pd_wait_timeout_s``), unpacks, releases it. A
-  failed wait (the push failed or P died: ``KVF_ERR_CANCELED``, or a
-  timeout) reports the request's blocks through
-  ``get_block_ids_with_load_errors`` so vLLM recomputes them. Loads are
-  synchronous (``load_async`` False).
+The agent being away never fails the engine: every call that reaches it is
+guarded; a failure is counted, logged once per outage, and answered as "no
+external hit" (scheduler) or "recompute" (worker, through
+``get_block_ids_with_load_errors``; the connector sets vLLM's
+``kv_load_failure_policy`` to ``recompute``). Reconnects are tried at most
+every ``retry_s`` seconds.
 """
-import enum
 import hashlib
+import json
 import logging
 import os
+import queue
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole)
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
+    KVConnectorPromMetrics, KVConnectorStats)
+
 import kvfabric as kvf
+from kvfabric.errors import ERR_CLOSED, ERR_NOT_FOUND
 
 log = logging.getLogger("kvfabric.vllm")
 
-try:  # the real interface when vLLM is installed
-    from vllm.distributed.kv_transfer.kv_connector.v1.base import (
-        KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole)
-    HAVE_VLLM = True
-except ImportError:
-    HAVE_VLLM = False
+__all__ = ["KVFabricConnector", "KVFabricConnectorMetadata",
+           "KVFabricStats", "KVConnectorRole"]
 
-    class KVConnectorRole(enum.Enum):
-        SCHEDULER = 0
-        WORKER = 1
+_ERRORS = (kvf.KvfError, OSError)
 
-    class KVConnectorMetadata:
-        """Scheduler -> worker metadata of one step."""
+# vLLM --kv-cache-dtype -> the dtype name the namespace is built from
+_KV_DTYPES = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn",
+              "fp8_e5m2": "float8_e5m2", "fp8_inc": "float8_e4m3fn",
+              "fp8_ds_mla": "float8_e4m3fn"}
 
-    class KVConnectorBase_V1:
-        """Stand-in with vLLM's constructor and metadata plumbing, so this
-        module imports and its logic runs without vLLM."""
+# counters of the connector (stats, KVConnectorStats, Prometheus)
+STAT_NAMES = ("lookups", "hit_tokens", "loaded_chunks", "saved_chunks",
+              "missed_chunks", "pd_pushes", "pd_pushed_chunks",
+              "pd_push_errors", "pd_received_chunks", "pd_wait_errors",
+              "pd_released", "agent_errors", "bytes_loaded", "bytes_saved",
+              "resumed_requests")
 
-        def __init__(self, vllm_config, role, kv_cache_config=None):
-            self._connector_metadata = None
-            self._vllm_config = vllm_config
-            self._kv_transfer_config = vllm_config.kv_transfer_config
-            self._kv_cache_config = kv_cache_config
-            self._role = role
 
-        @property
-        def role(self):
-            return self._role
-
-        def bind_connector_metadata(self, connector_metadata):
-            self._connector_metadata = connector_metadata
-
-        def clear_connector_metadata(self):
-            self._connector_metadata = None
-
-        def _get_connector_metadata(self):
-            assert self._connector_metadata is not None
-            return self._connector_metadata
-
-        def has_connector_metadata(self):
-            return self._connector_metadata is not None
-
-        def register_kv_caches(self, kv_caches):
-            return
-
-        def get_finished(self, finished_req_ids):
-            return None, None
-
-        def get_block_ids_with_load_errors(self):
-            return set()
-
-        def request_finished(self, request, block_ids):
-            return False, None
+class _AgentAway(kvf.KvfError):
+    """The agent was unreachable and the next reconnect is not due."""
 
 
 @dataclass
 class ReqMeta:
     """One request's work in one step (built by the scheduler side)."""
     req_id: str
-    slot_mapping: List[int]            # slot of every token with a block
+    block_ids: List[int]
     load_start: int = 0                # tokens [load_start, load_end) load
     load_end: int = 0
-    load_keys: List[Any] = field(default_factory=list)   # chunks to fetch
+    load_keys: List[List[Any]] = field(default_factory=list)  # per rank
     load_first_chunk: int = 0
-    save_keys: List[Any] = field(default_factory=list)   # chunks to store
+    save_keys: List[List[Any]] = field(default_factory=list)  # per rank
     save_first_chunk: int = 0
     # PD, producer: push the first pd_push_count chunks of save_keys
     pd_request_id: int = 0
@@ -142,7 +93,7 @@ class ReqMeta:
     pd_push_count: int = 0
     pd_final: bool = False
     pd_store: bool = True              # commit the saved chunks as well
-    # PD, consumer: the load comes from PD request pd_request_id
+    # PD, consumer: an asynchronous load from PD request pd_request_id
     pd_load: bool = False
 
 
@@ -152,13 +103,57 @@ class KVFabricConnectorMetadata(KVConnectorMetadata):
 
 
 @dataclass
+class KVFabricStats(KVConnectorStats):
+    """The connector's counters of one interval (summed over workers)."""
+
+    def reset(self):
+        self.data = {}
+
+    def aggregate(self, other: "KVConnectorStats") -> "KVConnectorStats":
+        for k, v in (other.data or {}).items():
+            self.data[k] = self.data.get(k, 0) + v
+        return self
+
+    def reduce(self) -> Dict[str, Any]:
+        return dict(self.data)
+
+    def is_empty(self) -> bool:
+        return not any(self.data.values())
+
+
+class KVFabricPromMetrics(KVConnectorPromMetrics):
+    """``vllm:kvfabric_<counter>`` counters, per engine."""
+
+    def __init__(self, vllm_config, metric_types, labelnames,
+                 per_engine_labelvalues):
+        super().__init__(vllm_config, metric_types, labelnames,
+                         per_engine_labelvalues)
+        self._counters = {}
+        for name in STAT_NAMES:
+            c = self._counter_cls(
+                name=f"vllm:kvfabric_{name}",
+                documentation=f"kvfabric connector: {name.replace('_', ' ')}",
+                labelnames=labelnames)
+            self._counters[name] = {
+                idx: c.labels(*vals)
+                for idx, vals in per_engine_labelvalues.items()}
+
+    def observe(self, transfer_stats_data: Dict[str, Any],
+                engine_idx: int = 0):
+        for k, v in transfer_stats_data.items():
+            c = self._counters.get(k, {}).get(engine_idx)
+            if c is not None and v:
+                c.inc(v)
+
+
+@dataclass
 class _ReqState:
     tokens: List[int]
-    keys: List[Any]
+    keys: List[List[Any]]        # per rank
     block_ids: List[int]
-    hit_chunks: int = 0          # chunks the fabric held at lookup
     saved_chunks: int = 0        # chunks [0, saved) are held or saved
-    lookup: Optional[Tuple[int, int]] = None  # (vLLM's computed, hit)
+    matched: Optional[Tuple[int, int]] = None  # (vLLM's computed, answer)
+    lookup: Optional[Tuple[int, int]] = None   # (vLLM's computed, hit)
     load: Optional[Tuple[int, int]] = None
     # PD, producer: (request id, decoder, chunks to push); chunks scheduled
     pd_push: Optional[Tuple[int, str, int]] = None
@@ -173,22 +168,46 @@ def _extra(cfg) -> Dict[str, Any]:
     return dict(getattr(ktc, "kv_connector_extra_config", None) or {})
 
 
+def kv_dtype_name(cache_dtype, model_dtype) -> str:
+    """The KV dtype name of vLLM's ``--kv-cache-dtype`` (``auto``: the
+    model's dtype; ``fp8``, ``fp8_e4m3``, ``fp8_e5m2``: the torch float8
+    names)."""
+    d = str(cache_dtype or "auto")
+    if d == "auto":
+        d = str(model_dtype)
+    d = d.replace("torch.", "")
+    return _KV_DTYPES.get(d, d)
+
+
+def worker_tp_rank(default: int = 0) -> int:
+    """This worker's TP rank from vLLM's parallel state (the scheduler
+    process has none: @p default)."""
+    try:
+        from vllm.distributed.parallel_state import (
+            get_tensor_model_parallel_rank, model_parallel_is_initialized)
+        if model_parallel_is_initialized():
+            return int(get_tensor_model_parallel_rank())
+    except (ImportError, AssertionError, RuntimeError):
+        pass
+    return default
+
+
 def _model_shape(cfg, extra):
-    """(model_id, dtype name, layers, kv heads, head dim, tp rank, tp world)
-    from vLLM's config, each overridable in kv_connector_extra_config."""
+    """(model_id, dtype name, layers, kv heads, head dim, tp world) from
+    vLLM's config, each overridable in kv_connector_extra_config. The
+    model id carries the exact KV dtype (fp8 e4m3 and e5m2 are one
+    kvf_dtype_t but not interchangeable)."""
     mc, pc = cfg.model_config, cfg.parallel_config
+    dtype = str(extra.get("dtype") or kv_dtype_name(
+        getattr(cfg.cache_config, "cache_dtype", "auto"), mc.dtype))
     model_id = extra.get("model_id") or str(mc.model)
-    dtype = str(extra.get("dtype") or getattr(cfg.cache_config, "cache_dtype",
-                                              "auto"))
-    if dtype == "auto":
-        dtype = str(mc.dtype)
+    if dtype.startswith("float8"):
+        model_id = f"{model_id}#kv={dtype}"
     layers = int(extra.get("num_layers") or mc.get_num_layers(pc))
     heads = int(extra.get("num_kv_heads") or mc.get_num_kv_heads(pc))
     head_dim = int(extra.get("head_dim") or mc.get_head_size())
-    rank = int(extra.get("tp_rank", getattr(pc, "rank", 0)))
     world = int(extra.get("tp_world", getattr(pc, "tensor_parallel_size", 1)))
-    return model_id, dtype.replace("torch.", ""), layers, heads, head_dim, \
-        rank % world, world
+    return model_id, dtype, layers, heads, head_dim, world
 
 
 class KVFabricConnector(KVConnectorBase_V1):
@@ -199,11 +218,7 @@ class KVFabricConnector(KVConnectorBase_V1):
     "chunk_size": 256}}``."""
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
-        if HAVE_VLLM:
-            super().__init__(vllm_config, role, kv_cache_config)
-        else:
-            KVConnectorBase_V1.__init__(self, vllm_config, role,
-                                        kv_cache_config)
+        super().__init__(vllm_config, role, kv_cache_config)
         extra = _extra(vllm_config)
         ktc = vllm_config.kv_transfer_config
         self._kv_role = getattr(ktc, "kv_role", None) or "kv_both"
@@ -212,24 +227,45 @@ class KVFabricConnector(KVConnectorBase_V1):
         if self._chunk % self._block_size:
             raise ValueError(f"kvfabric: chunk_size {self._chunk} must be a "
                              f"multiple of block_size {self._block_size}")
-        (model_id, dtype, layers, heads, head_dim, rank,
+        (model_id, dtype, layers, heads, head_dim,
          world) = _model_shape(vllm_config, extra)
-        self._ns = kvf.namespace_fingerprint(
-            model_id, dtype, layers, heads, head_dim, tp_rank=rank,
-            tp_world=world, chunk_size=self._chunk)
+        self._shape = (layers, heads, head_dim)
+        self._world = world
+        self._ns = [kvf.namespace_fingerprint(
+            model_id, "fp8" if dtype.startswith("float8") else dtype, layers,
+            heads, head_dim, tp_rank=r, tp_world=world,
+            chunk_size=self._chunk) for r in range(world)]
+        if role == KVConnectorRole.WORKER:
+            self._rank = int(extra.get("tp_rank", worker_tp_rank()))
+        else:
+            self._rank = 0  # the scheduler talks to rank 0's agent
+        self._rank %= world
         self._socket = str(extra.get("socket", "/run/kvfabric/agent.sock")
-                           ).format(rank=rank)
+                           ).format(rank=self._rank)
         self._timeout = float(extra.get("timeout_s", 5.0))
+        self._retry_s = float(extra.get("retry_s", 1.0))
         self._prefetch = bool(extra.get("prefetch", True))
         # "{rank}" in a decoder name becomes the pushing worker's TP rank
         self._decoder = str(extra.get("decoder", ""))
-        self._rank = rank
         self._pd_store = bool(extra.get("pd_store", True))
         self._pd_wait_timeout = float(extra.get("pd_wait_timeout_s", 30.0))
+        self._layout_kind = extra.get("layout")  # None: from the shape
+        self._stats_dir = extra.get("stats_dir")
         self._nonce = os.urandom(8).hex()
         self._client: Optional[kvf.Client] = None
+        self._down_since: Optional[float] = None  # agent unreachable
+        self._retry_at = 0.0
+        self._broken = False
+        self._lock = threading.Lock()   # stats, finished sets
+        # vLLM's default is "fail"; a kvfabric miss is always recomputable
+        if (role == KVConnectorRole.SCHEDULER and
+                extra.get("kv_load_failure_policy", "recompute") ==
+                "recompute" and
+                getattr(ktc, "kv_load_failure_policy", None) == "fail"):
+            ktc.kv_load_failure_policy = "recompute"
         # scheduler side
         self._reqs: Dict[str, _ReqState] = {}
+        self._events: List[Any] = []
         # worker side
         self._layers: Dict[str, int] = {}
         self._kv: List[Any] = []
@@ -237,19 +273,76 @@ class KVFabricConnector(KVConnectorBase_V1):
         self._pending: List[Tuple[ReqMeta, List[kvf.Slot]]] = []
         self._load_errors: Set[int] = set()
         self._pd_sending: Set[str] = set()   # requests with a PD push
-        self.stats = dict(lookups=0, hit_tokens=0, loaded_chunks=0,
-                          saved_chunks=0, missed_chunks=0, pd_pushes=0,
-                          pd_pushed_chunks=0, pd_push_errors=0,
-                          pd_received_chunks=0, pd_wait_errors=0)
+        self._recv_q: "queue.Queue[Optional[ReqMeta]]" = queue.Queue()
+        self._recv_thread: Optional[threading.Thread] = None
+        self._recv_done: Set[str] = set()
+        self.stats = {k: 0 for k in STAT_NAMES}
+        self._interval = {k: 0 for k in STAT_NAMES}
 
     # shared ------------------------------------------------------------
 
+    def _count(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self.stats[name] += n
+            self._interval[name] += n
+
     @property
     def client(self) -> kvf.Client:
+        """The agent connection; raises KvfError while the agent is
+        unreachable and the next retry is not due."""
         if self._client is None:
-            self._client = kvf.Client(self._socket, timeout=self._timeout,
-                                      name=f"vllm-{self.role.name.lower()}")
+            if time.monotonic() < self._retry_at:
+                raise _AgentAway(ERR_CLOSED, "kvf_client_connect",
+                                 "agent unreachable, retry pending")
+            self._client = kvf.Client(
+                self._socket, timeout=self._timeout,
+                name=f"vllm-{self.role.name.lower()}-{self._rank}")
+            if self._down_since is not None:
+                log.warning("kvfabric: agent %s is back after %.1f s",
+                            self._socket,
+                            time.monotonic() - self._down_since)
+                self._down_since = None
         return self._client
+
+    def _agent_failed(self, what: str, e: Exception) -> None:
+        """A call to the agent failed: counted, logged once per outage; the
+        connection is dropped at the end of the step (views may be alive
+        until then) and retried after retry_s."""
+        if isinstance(e, _AgentAway):
+            return
+        self._count("agent_errors")
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+            log.warning("kvfabric: %s on agent %s failed (%s): no external "
+                        "hits, recomputing, until it is back", what,
+                        self._socket, e)
+        else:
+            log.debug("kvfabric: %s failed: %s", what, e)
+        self._broken = True
+        self._retry_at = time.monotonic() + self._retry_s
+
+    def _end_step(self) -> None:
+        if self._broken:
+            self._broken = False
+            c, self._client = self._client, None
+            if c is not None:
+                try:
+                    c.close(force=True)
+                except _ERRORS + (RuntimeError,):
+                    pass
+        self._write_stats()
+
+    def _write_stats(self) -> None:
+        if not self._stats_dir:
+            return
+        path = os.path.join(self._stats_dir, f"{self.role.name.lower()}-"
+                            f"{self._rank}-{os.getpid()}.json")
+        try:
+            with open(path + ".tmp", "w") as f:
+                json.dump(self.stats, f)
+            os.replace(path + ".tmp", path)
+        except OSError:
+            pass
 
     @property
     def is_producer(self) -> bool:
@@ -260,9 +353,46 @@ class KVFabricConnector(KVConnectorBase_V1):
         return self._kv_role in ("kv_consumer", "kv_both")
 
     def shutdown(self):
+        if self._recv_thread is not None:
+            self._recv_q.put(None)
+            self._recv_thread.join(timeout=5)
+            self._recv_thread = None
         if self._client is not None:
-            self._client.close(force=True)
+            try:
+                self._client.close(force=True)
+            except _ERRORS + (RuntimeError,):
+                pass
             self._client = None
+
+    @classmethod
+    def get_required_kvcache_layout(cls, vllm_config) -> Optional[str]:
+        """None (every layout layout.vllm_layout knows works), unless
+        ``kv_cache_layout`` ("NHD" or "HND") is set in the extra config."""
+        lay = _extra(vllm_config).get("kv_cache_layout")
+        return str(lay) if lay else None
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config) -> bool:
+        """save_kv_layer packs between attention layers: full-graph replay
+        would skip it (a P/D push could miss its final chunk)."""
+        return True
+
+    @classmethod
+    def build_kv_connector_stats(cls, data=None):
+        return KVFabricStats(data=dict(data or {}))
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config, metric_types, labelnames,
+                           per_engine_labelvalues):
+        return KVFabricPromMetrics(vllm_config, metric_types, labelnames,
+                                   per_engine_labelvalues)
+
+    def get_kv_connector_stats(self):
+        with self._lock:
+            data, self._interval = self._interval, {k: 0 for k in STAT_NAMES}
+        if not any(data.values()):
+            return None
+        return KVFabricStats(data=data)
 
     # scheduler side ----------------------------------------------------
 
@@ -270,16 +400,15 @@ class KVFabricConnector(KVConnectorBase_V1):
         st = self._reqs.get(request.request_id)
         if st is None:
             tokens = list(request.prompt_token_ids)
-            st = _ReqState(tokens, kvf.key_chain(self._ns, tokens,
-                                                 self._chunk), [])
+            st = _ReqState(tokens, [kvf.key_chain(ns, tokens, self._chunk)
+                                    for ns in self._ns], [])
             self._pd_state(request, st)
             self._reqs[request.request_id] = st
         return st
 
     def _pd_request_id(self, req_id: str) -> int:
         """A PD request id for vLLM request @p req_id: 63 bits of a hash
-        of it and this instance's nonce (unique among a decoder's
-        requests in flight in practice), never 0."""
+        of it and this instance's nonce, never 0."""
         h = hashlib.blake2b(f"{self._nonce}/{req_id}".encode(),
                             digest_size=8).digest()
         return (int.from_bytes(h, "big") >> 1) or 1
@@ -311,74 +440,87 @@ class KVFabricConnector(KVConnectorBase_V1):
             st.pd_recv = (int(params["kvf_request_id"]),
                           int(params.get("kvf_chunks", 0)))
 
+    def _lookup_hit(self, st: _ReqState) -> int:
+        """Chunks held for every rank (rank 0's lookup prefetches)."""
+        hit = None
+        for r in range(self._world):
+            res = self.client.lookup(st.keys[r], prefetch=self._prefetch and
+                                     r == 0)
+            hit = res.hit_chunks if hit is None else min(hit,
+                                                         res.hit_chunks)
+            if hit == 0:
+                break
+        return hit or 0
+
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int
                                    ) -> Tuple[int, bool]:
         st = self._state(request)
+        if st.matched is not None and st.matched[0] == num_computed_tokens:
+            return st.matched[1], st.pd_load  # asked again: same answer
         if st.pd_recv is not None:
-            # pushed by the prefill instance: no lookup, wait for it
+            # pushed by the prefill instance: no lookup, an async load
             n = st.pd_recv[1]
             hit = min(n * self._chunk,
                       ((len(st.tokens) - 1) // self._chunk) * self._chunk)
-            if n == 0:
-                st.pd_recv = None
+            if n == 0 or hit <= num_computed_tokens:
+                # nothing to load: the pushed request is released now
+                self._pd_release(st)
+                st.matched = (num_computed_tokens, 0)
                 return 0, False
-            # the load also claims and releases the pushed request, even
-            # when vLLM's own prefix cache already holds all of it
-            st.lookup = (num_computed_tokens, max(hit, num_computed_tokens))
+            st.lookup = (num_computed_tokens, hit)
             st.pd_load = True
-            return max(hit - num_computed_tokens, 0), False
-        if not self.is_consumer or not st.keys:
+            st.matched = (num_computed_tokens, hit - num_computed_tokens)
+            return st.matched[1], True
+        if not self.is_consumer or not st.keys[0]:
             return 0, False
-        r = self.client.lookup(st.keys, prefetch=self._prefetch)
-        self.stats["lookups"] += 1
-        st.hit_chunks = r.hit_chunks
+        try:
+            hit_chunks = self._lookup_hit(st)
+        except _ERRORS as e:
+            self._agent_failed("lookup", e)
+            self._end_step()
+            return 0, False
+        self._count("lookups")
         if st.pd_push is None:  # loaded chunks are pushed all the same
-            st.saved_chunks = max(st.saved_chunks, r.hit_chunks)
-        hit = r.hit_chunks * self._chunk
+            st.saved_chunks = max(st.saved_chunks, hit_chunks)
+        hit = hit_chunks * self._chunk
         # vLLM must compute at least the last prompt token
         if hit >= len(st.tokens):
             hit = ((len(st.tokens) - 1) // self._chunk) * self._chunk
         if hit <= num_computed_tokens:
             st.lookup = None
+            st.matched = (num_computed_tokens, 0)
             return 0, False
         st.lookup = (num_computed_tokens, hit)
-        return hit - num_computed_tokens, False
+        st.matched = (num_computed_tokens, hit - num_computed_tokens)
+        return st.matched[1], False
 
     def update_state_after_alloc(self, request, blocks,
                                  num_external_tokens: int):
         st = self._state(request)
-        if st.pd_load and st.lookup is not None:
+        if num_external_tokens > 0 and st.lookup is not None:
             start = st.lookup[0]
             st.load = (start, start + num_external_tokens)
-        elif num_external_tokens > 0 and st.lookup is not None:
-            start = st.lookup[0]
-            st.load = (start, start + num_external_tokens)
-
-    def _slot_mapping(self, block_ids: List[int]) -> List[int]:
-        bs = self._block_size
-        return [b * bs + o for b in block_ids for o in range(bs)]
+            self._count("hit_tokens", num_external_tokens)
+            if st.pd_load:
+                # asynchronous: the request waits for the load unscheduled,
+                # so its blocks come from here, not from a scheduler output
+                st.block_ids = list(blocks.get_block_ids()[0])
 
     def _req_meta(self, req_id: str, st: _ReqState, computed_end: int
                   ) -> Optional[ReqMeta]:
-        m = ReqMeta(req_id, self._slot_mapping(st.block_ids))
+        m = ReqMeta(req_id, list(st.block_ids))
         C = self._chunk
-        if st.load is not None:
+        if st.load is not None and not st.pd_load:
             m.load_start, m.load_end = st.load
             first = m.load_start // C
             m.load_first_chunk = first
-            m.load_keys = st.keys[first:m.load_end // C]
+            m.load_keys = [k[first:m.load_end // C] for k in st.keys]
             st.load = None
-            if st.pd_load:
-                # every pushed chunk is claimed; those before load_start
-                # (vLLM's own prefix cache) are skipped by the worker
-                m.pd_load, m.pd_request_id = True, st.pd_recv[0]
-                m.load_first_chunk, m.load_keys = 0, []
-                st.pd_load, st.pd_recv = False, None
         if self.is_producer:
             full = min(computed_end, len(st.tokens)) // C
             if full > st.saved_chunks:
                 m.save_first_chunk = st.saved_chunks
-                m.save_keys = st.keys[st.saved_chunks:full]
+                m.save_keys = [k[st.saved_chunks:full] for k in st.keys]
                 st.saved_chunks = full
             if st.pd_push is not None and m.save_keys:
                 rid, decoder, n = st.pd_push
@@ -389,13 +531,26 @@ class KVFabricConnector(KVConnectorBase_V1):
                     st.pd_pushed = m.save_first_chunk + count
                     m.pd_final = st.pd_pushed == n
                     m.pd_store = self._pd_store
-        if not m.load_keys and not m.save_keys and not m.pd_load:
+        if not m.load_keys and not (m.save_keys and m.save_keys[0]):
             return None
+        return m
+
+    def _recv_meta(self, req_id: str, st: _ReqState) -> ReqMeta:
+        """The asynchronous PD load of @p req_id (all pushed chunks are
+        claimed; those before load_start, vLLM's own prefix cache, are
+        skipped by the worker)."""
+        m = ReqMeta(req_id, list(st.block_ids))
+        m.load_start, m.load_end = st.load
+        m.pd_load, m.pd_request_id = True, st.pd_recv[0]
+        st.load, st.pd_load, st.pd_recv = None, False, None
         return m
 
     def build_connector_meta(self, scheduler_output
                              ) -> KVFabricConnectorMetadata:
         meta = KVFabricConnectorMetadata()
+        for req_id, st in self._reqs.items():
+            if st.pd_load and st.load is not None:
+                meta.requests.append(self._recv_meta(req_id, st))
         nst = scheduler_output.num_scheduled_tokens
         for new in scheduler_output.scheduled_new_reqs:
             st = self._reqs.get(new.req_id)
@@ -407,28 +562,59 @@ class KVFabricConnector(KVConnectorBase_V1):
             if m is not None:
                 meta.requests.append(m)
         cached = scheduler_output.scheduled_cached_reqs
+        resumed = set(getattr(cached, "resumed_req_ids", None) or ())
         for i, req_id in enumerate(getattr(cached, "req_ids", [])):
             st = self._reqs.get(req_id)
             if st is None:
                 continue
             new_blocks = cached.new_block_ids[i]
-            if new_blocks is not None:
+            if req_id in resumed:
+                # resumed after a preemption: vLLM's new block ids replace
+                # the old ones (which were freed and may be reused)
+                st.block_ids = list(new_blocks[0]) if new_blocks else []
+                self._count("resumed_requests")
+            elif new_blocks is not None:
                 st.block_ids.extend(new_blocks[0])
             m = self._req_meta(req_id, st, cached.num_computed_tokens[i] +
                                nst.get(req_id, 0))
             if m is not None:
                 meta.requests.append(m)
+        for req_id in getattr(scheduler_output, "preempted_req_ids",
+                              None) or ():
+            st = self._reqs.get(req_id)
+            if st is not None:  # asked again when it is rescheduled
+                st.matched, st.lookup, st.load = None, None, None
+        self._write_stats()
         return meta
+
+    def _pd_release(self, st: _ReqState) -> None:
+        """Gives back a pushed request D will never load (decode side)."""
+        rid = st.pd_recv[0]
+        st.pd_recv = None
+        try:
+            self.client.pd_release(rid)
+            self._count("pd_released")
+        except kvf.KvfError as e:
+            if e.status == ERR_NOT_FOUND:
+                return  # not arrived yet: the agent's claim timeout frees it
+            self._agent_failed("pd_release", e)
+            self._end_step()
+        except OSError as e:
+            self._agent_failed("pd_release", e)
+            self._end_step()
 
     def request_finished(self, request, block_ids
                          ) -> Tuple[bool, Optional[Dict[str, Any]]]:
         """A PD-pushed request keeps its blocks until the worker reports it
         finished sending (get_finished), and hands D its PD request in
-        kv_transfer_params (once the final push was scheduled: a request
-        aborted half-way is aborted at the decoder when no push follows,
-        and D is given nothing to wait for)."""
+        kv_transfer_params. A decode-side request that ends before its load
+        was scheduled (aborted) releases its pushed request at the agent."""
         st = self._reqs.pop(request.request_id, None)
-        if st is None or st.pd_push is None:
+        if st is None:
+            return False, None
+        if st.pd_recv is not None:  # never handed to the worker
+            self._pd_release(st)
+        if st.pd_push is None:
             return False, None
         rid, decoder, n = st.pd_push
         params = None
@@ -438,6 +624,11 @@ class KVFabricConnector(KVConnectorBase_V1):
                           kvf_chunks=n, kvf_chunk_size=self._chunk)
         return st.pd_pushed > 0, params
 
+    def take_events(self):
+        """KV events: none beyond vLLM's own (the fabric's holders are
+        the controller's to report)."""
+        return ()
+
     # worker side -------------------------------------------------------
 
     def register_kv_caches(self, kv_caches: Dict[str, Any]):
@@ -445,166 +636,246 @@ class KVFabricConnector(KVConnectorBase_V1):
 
         self._layers = {name: i for i, name in enumerate(kv_caches)}
         self._kv = list(kv_caches.values())
-        self._layout = vllm_layout(self._kv)
+        layers, heads, head_dim = self._shape
+        if len(self._kv) != layers:
+            raise ValueError(f"kvfabric: {len(self._kv)} KV cache layers, "
+                             f"the model has {layers}")
+        self._layout = vllm_layout(self._kv, kind=self._layout_kind,
+                                   num_kv_heads=heads, head_dim=head_dim,
+                                   block_size=self._block_size)
         self._chunk_bytes = self._layout.chunk_bytes(self._chunk)
+        log.info("kvfabric: rank %d, %d layers in layout %s (%s), chunks "
+                 "of %d tokens, %d bytes, agent %s", self._rank, layers,
+                 self._layout.kind, self._layout.dtype, self._chunk,
+                 self._chunk_bytes, self._socket)
 
-    def _chunk_view(self, slot: kvf.Slot):
-        return self.client.slot_tensor(kvf.Slot(slot.offset,
-                                                self._chunk_bytes),
-                                       self._layout.dtype)
+    def _chunk_view(self, client, slot: kvf.Slot):
+        return client.slot_tensor(kvf.Slot(slot.offset, self._chunk_bytes),
+                                  self._layout.dtype)
 
-    def start_load_kv(self, forward_context, **kwargs) -> None:
+    def _slot_mapping(self, m: ReqMeta, c0: int):
+        """Slots of tokens [c0, c0 + chunk) of @p m (-1 past its blocks)."""
         import torch
 
-        meta = self._get_connector_metadata()
-        C = self._chunk
-        for m in meta.requests:
-            if m.pd_load:
-                self._pd_load(m)
-                continue
-            if not m.load_keys:
-                continue
-            slots, missing = self.client.retrieve(m.load_keys)
-            try:
-                for j, (s, miss) in enumerate(zip(slots, missing)):
-                    c0 = (m.load_first_chunk + j) * C
-                    sm = torch.tensor(m.slot_mapping[c0:c0 + C],
-                                      dtype=torch.int64)
-                    # tokens vLLM already holds (local prefix) stay as are
-                    sm[:max(m.load_start - c0, 0)] = -1
-                    if miss:
-                        self.stats["missed_chunks"] += 1
-                        bs = self._block_size
-                        self._load_errors.update(
-                            int(x) // bs for x in sm.tolist() if x >= 0)
-                        continue
-                    src = self._chunk_view(s)
-                    self._layout.unpack(self._kv, sm, src)
-                    del src
-                    self.stats["loaded_chunks"] += 1
-            finally:
-                self.client.release(slots)
+        bs = self._block_size
+        t = torch.arange(c0, c0 + self._chunk, dtype=torch.int64)
+        blocks = torch.tensor(m.block_ids, dtype=torch.int64)
+        idx = t // bs
+        ok = idx < len(m.block_ids)
+        sm = torch.full_like(t, -1)
+        sm[ok] = blocks[idx[ok]] * bs + t[ok] % bs
+        return sm
 
     def _load_failed(self, m: ReqMeta, c0: int, c1: int) -> None:
         """Tokens [c0, c1) of @p m could not be loaded: their blocks go to
         get_block_ids_with_load_errors (vLLM recomputes them)."""
         bs = self._block_size
-        self._load_errors.update(
-            x // bs for x in m.slot_mapping[max(c0, m.load_start):c1]
-            if x >= 0)
+        lo = max(c0, m.load_start)
+        with self._lock:
+            self._load_errors.update(
+                m.block_ids[t // bs] for t in range(lo, c1)
+                if t // bs < len(m.block_ids))
 
-    def _pd_load(self, m: ReqMeta) -> None:
+    def start_load_kv(self, forward_context, **kwargs) -> None:
+        meta = self._get_connector_metadata()
+        C = self._chunk
+        for m in meta.requests:
+            if m.pd_load:
+                self._recv_start(m)
+                continue
+            if not m.load_keys:
+                continue
+            keys = m.load_keys[self._rank]
+            try:
+                client = self.client
+                slots, missing = client.retrieve(keys)
+            except _ERRORS as e:
+                self._agent_failed("retrieve", e)
+                self._load_failed(m, m.load_start, m.load_end)
+                continue
+            try:
+                for j, (s, miss) in enumerate(zip(slots, missing)):
+                    c0 = (m.load_first_chunk + j) * C
+                    if miss:
+                        self._count("missed_chunks")
+                        self._load_failed(m, c0, c0 + C)
+                        continue
+                    sm = self._slot_mapping(m, c0)
+                    # tokens vLLM already holds (local prefix) stay as are
+                    sm[:max(m.load_start - c0, 0)] = -1
+                    src = self._chunk_view(client, s)
+                    self._layout.unpack(self._kv, sm, src)
+                    del src
+                    self._count("loaded_chunks")
+                    self._count("bytes_loaded", self._chunk_bytes)
+            finally:
+                try:
+                    client.release(slots)
+                except _ERRORS as e:
+                    self._agent_failed("release", e)
+        self._end_step()
+
+    # decode side, asynchronous PD loads --------------------------------
+
+    def _recv_start(self, m: ReqMeta) -> None:
+        if self._recv_thread is None:
+            self._recv_thread = threading.Thread(
+                target=self._recv_loop, name="kvfabric-pd-recv", daemon=True)
+            self._recv_thread.start()
+        self._recv_q.put(m)
+
+    def _recv_loop(self) -> None:
+        """The PD receive thread: its own agent connection; waits for each
+        request in turn, unpacks it into the request's blocks (vLLM does
+        not run the request until get_finished reports it), releases it."""
+        client = None
+        while True:
+            m = self._recv_q.get()
+            if m is None:
+                break
+            try:
+                if client is None:
+                    client = kvf.Client(self._socket, timeout=self._timeout,
+                                        name=f"vllm-pd-recv-{self._rank}")
+                self._pd_load(client, m)
+            except _ERRORS as e:
+                self._count("pd_wait_errors")
+                log.warning("kvfabric: PD load of %s: %s; recomputed",
+                            m.req_id, e)
+                self._load_failed(m, 0, m.load_end)
+                if client is not None:
+                    try:
+                        client.close(force=True)
+                    except _ERRORS + (RuntimeError,):
+                        pass
+                    client = None
+            with self._lock:
+                self._recv_done.add(m.req_id)
+        if client is not None:
+            client.close(force=True)
+
+    def _pd_load(self, client, m: ReqMeta) -> None:
         """Waits for PD request m.pd_request_id, unpacks its chunks into
         tokens [load_start, load_end), releases it."""
-        import torch
-
         C = self._chunk
         need = (m.load_end + C - 1) // C
         try:
-            slots = self.client.pd_wait(m.pd_request_id,
-                                        timeout=self._pd_wait_timeout)
+            slots = client.pd_wait(m.pd_request_id,
+                                   timeout=self._pd_wait_timeout)
         except kvf.KvfError as e:
-            log.error("kvfabric: PD request %x (%s): %s; recomputed",
-                      m.pd_request_id, m.req_id, e)
-            self.stats["pd_wait_errors"] += 1
+            log.warning("kvfabric: PD request %x (%s): %s; recomputed",
+                        m.pd_request_id, m.req_id, e)
+            self._count("pd_wait_errors")
             self._load_failed(m, 0, m.load_end)
             try:  # a timed-out request may still arrive: give it back
-                self.client.pd_release(m.pd_request_id)
+                client.pd_release(m.pd_request_id)
             except kvf.KvfError:
                 pass
             return
         try:
-            self.stats["pd_received_chunks"] += len(slots)
+            self._count("pd_received_chunks", len(slots))
             for j in range(need):
                 c0 = j * C
                 c1 = min(c0 + C, m.load_end)
                 if c1 <= m.load_start:
                     continue
                 if j >= len(slots) or slots[j].length != self._chunk_bytes:
-                    self.stats["missed_chunks"] += 1
+                    self._count("missed_chunks")
                     self._load_failed(m, c0, c1)
                     continue
-                sm = torch.tensor(m.slot_mapping[c0:c0 + C],
-                                  dtype=torch.int64)
+                sm = self._slot_mapping(m, c0)
                 sm[:max(m.load_start - c0, 0)] = -1
                 sm[c1 - c0:] = -1
-                src = self._chunk_view(slots[j])
+                src = self._chunk_view(client, slots[j])
                 self._layout.unpack(self._kv, sm, src)
                 del src
-                self.stats["loaded_chunks"] += 1
+                self._count("loaded_chunks")
+                self._count("bytes_loaded", self._chunk_bytes)
         finally:
-            self.client.pd_release(m.pd_request_id)
+            client.pd_release(m.pd_request_id)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         return
 
     def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata,
                       **kwargs) -> None:
-        import torch
-
         if not self.has_connector_metadata():
             return
         li = self._layers[layer_name]
         if li == 0:
             self._pending = []
             for m in self._get_connector_metadata().requests:
-                if m.save_keys:
-                    self._pending.append(
-                        (m, self.client.alloc(self._chunk_bytes,
-                                              len(m.save_keys))))
+                if m.save_keys and m.save_keys[self._rank]:
+                    try:
+                        slots = self.client.alloc(
+                            self._chunk_bytes, len(m.save_keys[self._rank]))
+                    except _ERRORS as e:
+                        self._agent_failed("alloc", e)
+                        break
+                    self._pending.append((m, slots))
         C = self._chunk
         for m, slots in self._pending:
             for j, s in enumerate(slots):
-                c0 = (m.save_first_chunk + j) * C
-                sm = torch.tensor(m.slot_mapping[c0:c0 + C],
-                                  dtype=torch.int64)
-                dst = self._chunk_view(s)
+                sm = self._slot_mapping(m, (m.save_first_chunk + j) * C)
+                dst = self._chunk_view(self._client, s)
                 self._layout.pack(self._kv, sm, dst, layer_begin=li,
                                   layer_count=1)
                 del dst
 
     def wait_for_save(self):
         pending, self._pending = self._pending, []
+        client = self._client
         for m, slots in pending:
-            sums = []
-            for s in slots:
-                v = self._chunk_view(s)
-                sums.append(kvf.chunk_checksum(v))
-                del v
-            chunks = [kvf.Slot(s.offset, self._chunk_bytes) for s in slots]
-            if m.pd_push_count > 0:
-                self._pd_push(m, chunks, sums)
-            if m.pd_push_count > 0 and not m.pd_store:
-                self.client.release(slots)
-                continue
-            self.client.commit(m.save_keys, chunks, sums)
-            self.stats["saved_chunks"] += len(slots)
+            if self._broken:
+                break
+            try:
+                sums = []
+                for s in slots:
+                    v = self._chunk_view(client, s)
+                    sums.append(kvf.chunk_checksum(v))
+                    del v
+                chunks = [kvf.Slot(s.offset, self._chunk_bytes)
+                          for s in slots]
+                if m.pd_push_count > 0:
+                    self._pd_push(client, m, chunks, sums)
+                if m.pd_push_count > 0 and not m.pd_store:
+                    client.release(slots)
+                    continue
+                client.commit(m.save_keys[self._rank], chunks, sums)
+                self._count("saved_chunks", len(slots))
+                self._count("bytes_saved", len(slots) * self._chunk_bytes)
+            except _ERRORS as e:
+                self._agent_failed("commit", e)
+        self._end_step()
 
-    def _pd_push(self, m: ReqMeta, chunks, sums) -> None:
+    def _pd_push(self, client, m: ReqMeta, chunks, sums) -> None:
         """Pushes the first m.pd_push_count chunks of this step to the
         decoder (returns once it verified them). A failure is logged, not
         raised: the decoder aborts the request and D recomputes."""
         k = m.pd_push_count
         self._pd_sending.add(m.req_id)
         try:
-            self.client.pd_push(m.pd_request_id,
-                                m.pd_decoder.format(rank=self._rank),
-                                chunks[:k], sums[:k], m.pd_final)
-            self.stats["pd_pushes"] += 1
-            self.stats["pd_pushed_chunks"] += k
+            client.pd_push(m.pd_request_id,
+                           m.pd_decoder.format(rank=self._rank),
+                           chunks[:k], sums[:k], m.pd_final)
+            self._count("pd_pushes")
+            self._count("pd_pushed_chunks", k)
         except kvf.KvfError as e:
-            log.error("kvfabric: PD push of %s (request %x) to %r: %s",
-                      m.req_id, m.pd_request_id, m.pd_decoder, e)
-            self.stats["pd_push_errors"] += 1
+            log.warning("kvfabric: PD push of %s (request %x) to %r: %s",
+                        m.req_id, m.pd_request_id, m.pd_decoder, e)
+            self._count("pd_push_errors")
 
     def get_finished(self, finished_req_ids):
         """(finished sending, finished receiving): the finished requests
-        whose PD push this worker made (their pushes completed in the step
-        that scheduled them); nothing is received asynchronously."""
+        whose PD push this worker made (pushes complete in the step that
+        scheduled them), and the PD loads the receive thread completed."""
         done = {r for r in finished_req_ids if r in self._pd_sending}
         self._pd_sending -= done
-        return (done or None), None
+        with self._lock:
+            recv, self._recv_done = self._recv_done, set()
+        return (done or None), (recv or None)
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
-        out, self._load_errors = self._load_errors, set()
+        with self._lock:
+            out, self._load_errors = self._load_errors, set()
         return out

@@ -141,3 +141,67 @@ def test_bad_ranges_raise():
         lay.unpack(caches, torch.tensor([99, 0, 1, 2]), chunk)
     with pytest.raises(ValueError):
         PagedLayout("paged", torch.float16, 1, 1, 1, 1, 1)
+
+
+# layout -> (per-layer tensor, logical K and V [B][bs][H][D]) for the
+# layouts only the torch copies take, built from the same logical KV
+def _logical_to(torch, kind, k, v):
+    B, bs, h, d = k.shape
+    if kind == "vllm_hnd":
+        return torch.stack([k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3)])
+    if kind == "flashinfer":
+        return torch.stack([k, v], dim=1)
+    if kind == "flashinfer_hnd":
+        return torch.stack([k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3)],
+                           dim=1)
+    assert kind == "cpu"
+    # vLLM's CPU backend: [B][H][bs][2D] read as [B][H][2][bs][D]
+    t = torch.stack([k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3)], dim=2)
+    return t.contiguous().view(B, h, bs, 2 * d)
+
+
+@pytest.mark.parametrize("kind", ["vllm_hnd", "flashinfer",
+                                  "flashinfer_hnd", "cpu"])
+def test_other_vllm_layouts_match_flash_nhd(kind):
+    """Every vLLM layout packs the chunk the flash-attention NHD layout
+    packs from the same KV (bit for bit), and unpacks it back; the layout
+    is found from the shape."""
+    torch = torch_or_skip()
+    from kvfabric.layout import PagedLayout, vllm_layout
+
+    gen = torch.Generator().manual_seed(7)
+    L, h, d, bs, B, T = 2, 2, 64, 16, 6, 40
+    ref = PagedLayout("vllm", torch.bfloat16, L, h, d, bs, B)
+    nhd = ref.allocate()
+    randomize(torch, nhd, gen)
+    other = [_logical_to(torch, kind, c[0], c[1]).contiguous() for c in nhd]
+    lay = vllm_layout(other, num_kv_heads=h, head_dim=d, block_size=bs)
+    assert lay.kind == kind and lay.num_blocks == B
+    sm = torch.randperm(B * bs, generator=gen)[:T]
+    sm[5] = -1
+    want = torch.zeros(ref.chunk_shape(T), dtype=torch.bfloat16)
+    got = torch.zeros(ref.chunk_shape(T), dtype=torch.bfloat16)
+    ref.pack(nhd, sm, want)
+    lay.pack(other, sm, got)
+    assert same(torch, want, got)
+    assert lay.chunk_bytes(T) == ref.chunk_bytes(T)
+    back = lay.allocate()
+    lay.unpack(back, sm, got)
+    again = torch.zeros_like(got)
+    lay.pack(back, sm, again)
+    assert same(torch, want, again)
+
+
+def test_vllm_layout_refuses_unknown_or_ambiguous_shapes():
+    torch = torch_or_skip()
+    from kvfabric.layout import vllm_layout
+
+    with pytest.raises(ValueError):
+        vllm_layout([torch.zeros(3, 4, 5)])
+    # heads == block_size: NHD and HND both fit; naming one settles it
+    t = [torch.zeros(2, 4, 8, 8, 64, dtype=torch.float16)]
+    with pytest.raises(ValueError):
+        vllm_layout(t, head_dim=64)
+    assert vllm_layout(t, kind="vllm_hnd").kind == "vllm_hnd"
+    with pytest.raises(ValueError):  # wrong heads for the model
+        vllm_layout([torch.zeros(2, 4, 16, 8, 64)], num_kv_heads=4)

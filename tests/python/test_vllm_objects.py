@@ -1,0 +1,265 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright (c) 2026 The kvfabric authors
+"""KVFabricConnector built by vLLM's own factory from vLLM's own config
+objects (EngineArgs -> VllmConfig), fed vLLM's own Request objects, on real
+kvf-agents: the hooks whose effect no engine output shows (which rank's
+namespace, how many lookups, released PD slots, errors swallowed, stats).
+Runs in build/venv (tests/python/run_in_venv.py)."""
+import os
+import random
+
+import pytest
+
+from vllm.config import KVTransferConfig
+from vllm.distributed.kv_transfer.kv_connector.factory import (
+    KVConnectorFactory)
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorRole)
+from vllm.engine.arg_utils import EngineArgs
+from vllm.sampling_params import SamplingParams
+from vllm.v1.request import Request
+
+import kvfabric as kvf
+from kvfabric import vllm_connector as vc
+from kvfabric.testing.vllm_engine import kv_config, tiny_llama_dir
+
+C = 128
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return tiny_llama_dir(str(tmp_path_factory.mktemp("model")))
+
+
+@pytest.fixture(scope="module")
+def agents():
+    from conftest import _run_cluster
+
+    yield from _run_cluster(agents=("a", "p", "d"),
+                            roles={"p": "prefill", "d": "decode"},
+                            pd_buffer_size="16M")
+
+
+def vllm_config(model, socket, role="kv_both", tp=1, cache_dtype="auto",
+                **extra):
+    cfg = kv_config(socket, role, C, **extra)
+    args = EngineArgs(model=model, load_format="dummy",
+                      skip_tokenizer_init=True, enforce_eager=True,
+                      block_size=C, max_model_len=4096,
+                      kv_cache_dtype=cache_dtype,
+                      kv_transfer_config=KVTransferConfig(**cfg))
+    vcfg = args.create_engine_config()
+    vcfg.parallel_config.tensor_parallel_size = tp
+    return vcfg
+
+
+def connector(vcfg, role=KVConnectorRole.SCHEDULER):
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+
+    c = KVConnectorFactory.create_connector(
+        vcfg, role, KVCacheConfig(num_blocks=64, kv_cache_tensors=[],
+                                  kv_cache_groups=[]))
+    assert isinstance(c, vc.KVFabricConnector)
+    return c
+
+
+def request(rid, tokens, params=None):
+    sp = SamplingParams(max_tokens=4)
+    if params is not None:
+        sp.extra_args = {"kv_transfer_params": params}
+    return Request(rid, tokens, sp, None)
+
+
+def _prompt(n, seed):
+    r = random.Random(seed)
+    return [r.randrange(3, 2000) for _ in range(n)]
+
+
+def _store(client, keys, chunk_bytes=4096):
+    slots = client.alloc(chunk_bytes, len(keys))
+    sums = []
+    for s in slots:
+        v = client.slot_view(s)
+        v[:] = 7
+        sums.append(kvf.chunk_checksum(v))
+        del v
+    client.commit(keys, slots, sums)
+
+
+def test_hooks_vllm_calls_are_declared(model, agents):
+    vcfg = vllm_config(model, agents.sockets["a"])
+    cls = KVConnectorFactory.get_connector_class(vcfg.kv_transfer_config)
+    assert cls is vc.KVFabricConnector
+    assert cls.requires_piecewise_for_cudagraph({}) is True
+    assert cls.get_required_kvcache_layout(vcfg) is None
+    vcfg2 = vllm_config(model, agents.sockets["a"], kv_cache_layout="HND")
+    assert cls.get_required_kvcache_layout(vcfg2) == "HND"
+    # vLLM's default "fail" becomes "recompute" (a miss is recomputable)
+    connector(vcfg)
+    assert vcfg.kv_transfer_config.kv_load_failure_policy == "recompute"
+    st = cls.build_kv_connector_stats({"loaded_chunks": 2})
+    st.aggregate(cls.build_kv_connector_stats({"loaded_chunks": 3}))
+    assert st.reduce()["loaded_chunks"] == 5
+
+
+def test_prom_metrics_register_with_vllm(model, agents):
+    from prometheus_client import Counter, Gauge, Histogram
+
+    vcfg = vllm_config(model, agents.sockets["a"])
+    m = vc.KVFabricConnector.build_prom_metrics(
+        vcfg, {Gauge: Gauge, Counter: Counter, Histogram: Histogram},
+        ["model_name", "engine"], {0: ["tiny", "0"]})
+    m.observe({"loaded_chunks": 4}, 0)
+    from prometheus_client import REGISTRY
+
+    assert REGISTRY.get_sample_value(
+        "vllm:kvfabric_loaded_chunks_total",
+        {"model_name": "tiny", "engine": "0"}) == 4
+
+
+def test_fp8_kv_cache_dtypes(model, agents):
+    """--kv-cache-dtype fp8_e4m3 / fp8_e5m2 are accepted, and they never
+    share a namespace (same kvf_dtype_t, different bytes)."""
+    ns = {}
+    for d in ("auto", "fp8", "fp8_e4m3", "fp8_e5m2"):
+        c = connector(vllm_config(model, agents.sockets["a"],
+                                  cache_dtype=d))
+        ns[d] = c._ns[0]
+    assert ns["fp8"] == ns["fp8_e4m3"]
+    assert len({ns["auto"], ns["fp8_e4m3"], ns["fp8_e5m2"]}) == 3
+
+
+def test_lookup_is_idempotent(model, agents):
+    """vLLM may ask get_num_new_matched_tokens several times for one
+    request: one lookup (one prefetch lease), the same answer."""
+    c = connector(vllm_config(model, agents.sockets["a"]))
+    tokens = _prompt(4 * C + 5, 1)
+    with agents.client("a") as cl:
+        _store(cl, kvf.key_chain(c._ns[0], tokens, C))
+    req = request("r1", tokens)
+    first = c.get_num_new_matched_tokens(req, 0)
+    assert first == (4 * C, False)
+    for _ in range(3):
+        assert c.get_num_new_matched_tokens(req, 0) == first
+    assert c.stats["lookups"] == 1
+    c.shutdown()
+
+
+def test_tp_group_lookup_is_min_over_ranks(model, agents):
+    """TP=2 (vLLM's config objects): every rank has its own namespace; the
+    scheduler's hit is what every rank holds; a worker uses its own rank's
+    namespace and socket."""
+    sock = agents.sockets["a"].replace("agent-a", "agent-{rank}")
+    vcfg = vllm_config(model, sock, tp=2)
+    sched = connector(vcfg)
+    sched._socket = agents.sockets["a"]  # both ranks' chains on agent a
+    assert sched._ns[0] != sched._ns[1]
+    tokens = _prompt(3 * C + 1, 2)
+    k0 = kvf.key_chain(sched._ns[0], tokens, C)
+    k1 = kvf.key_chain(sched._ns[1], tokens, C)
+    with agents.client("a") as cl:
+        _store(cl, k0)              # rank 0 holds 3 chunks
+        _store(cl, k1[:1])          # rank 1 only the first
+    assert sched.get_num_new_matched_tokens(request("t1", tokens), 0) == \
+        (C, False)
+    with agents.client("a") as cl:
+        _store(cl, k1[1:])
+    assert sched.get_num_new_matched_tokens(request("t2", tokens), 0) == \
+        (3 * C, False)
+    # the worker of rank 1 (tp_rank as vLLM's parallel state gives it)
+    w = connector(vllm_config(model, sock, tp=2, tp_rank=1),
+                  KVConnectorRole.WORKER)
+    assert w._rank == 1 and w._socket.endswith("agent-1.sock")
+    sched.shutdown()
+
+
+def test_agent_away_degrades(model, tmp_path):
+    """No agent: no external hit, counted, nothing raised; nothing is
+    retried before retry_s."""
+    c = connector(vllm_config(model, str(tmp_path / "none.sock"),
+                              retry_s=60))
+    req = request("x", _prompt(3 * C, 3))
+    assert c.get_num_new_matched_tokens(req, 0) == (0, False)
+    assert c.get_num_new_matched_tokens(request("y", _prompt(3 * C, 4)),
+                                        0) == (0, False)
+    assert c.stats["agent_errors"] == 1  # the second call did not retry
+
+
+@pytest.mark.skipif(not kvf.HAS_PD, reason="libkvfabric without PD calls")
+def test_aborted_decode_request_releases_its_slot(model, agents):
+    """D is handed a pushed request, which is aborted before it was
+    scheduled: request_finished releases it at the agent (before, only
+    the agent's claim timeout did)."""
+    d = connector(vllm_config(model, agents.sockets["d"], "kv_consumer"))
+    rid = 0x5eed
+    with agents.client("p") as p:
+        slots = p.alloc(4096, 2)
+        sums = []
+        for s in slots:
+            v = p.slot_view(s)
+            v[:] = 3
+            sums.append(kvf.chunk_checksum(v))
+            del v
+        p.pd_push(rid, agents.node_name("d"), slots, sums, True)
+        p.release(slots)
+    tokens = _prompt(2 * C + 1, 5)
+    req = request("pd-1", tokens, dict(
+        do_remote_prefill=True, kvf_request_id=rid, kvf_chunks=2,
+        kvf_chunk_size=C, kvf_decoder=agents.node_name("d")))
+    n, is_async = d.get_num_new_matched_tokens(req, 0)
+    assert (n, is_async) == (2 * C, True)
+    assert d.request_finished(req, []) == (False, None)
+    assert d.stats["pd_released"] == 1
+    with agents.client("d") as cl:
+        with pytest.raises(kvf.KvfError) as e:
+            cl.pd_wait(rid, timeout=0.2)
+        assert e.value.name in ("KVF_ERR_NOT_FOUND", "KVF_ERR_TIMEOUT")
+    d.shutdown()
+
+
+def test_resumed_request_replaces_its_block_ids(model, agents):
+    """vLLM's SchedulerOutput for a request resumed after a preemption
+    (CachedRequestData.resumed_req_ids): its new block ids replace the old
+    ones, so its reload lands in the blocks it now owns (before: appended
+    to the freed ones). A request not resumed appends."""
+    from vllm.v1.core.sched.output import SchedulerOutput
+
+    c = connector(vllm_config(model, agents.sockets["a"]))
+    tokens = _prompt(3 * C + 10, 11)
+    with agents.client("a") as cl:
+        _store(cl, kvf.key_chain(c._ns[0], tokens, C))
+    req = request("pre-1", tokens)
+    assert c.get_num_new_matched_tokens(req, 0) == (3 * C, False)
+    c._reqs["pre-1"].block_ids = [1, 2, 3, 4]  # its first run
+    # preempted: vLLM frees 1-4; resumed with blocks 9, 8, 7, 6
+    so = SchedulerOutput.make_empty()
+    so.preempted_req_ids = {"pre-1"}
+    c.build_connector_meta(so)
+    assert c.get_num_new_matched_tokens(req, 0) == (3 * C, False)
+
+    class Blocks:
+        def get_block_ids(self):
+            return ([9, 8, 7, 6],)
+
+    c.update_state_after_alloc(req, Blocks(), 3 * C)
+    so = SchedulerOutput.make_empty()
+    cr = so.scheduled_cached_reqs
+    cr.req_ids, cr.resumed_req_ids = ["pre-1"], {"pre-1"}
+    cr.new_block_ids, cr.num_computed_tokens = [([9, 8, 7, 6],)], [3 * C]
+    cr.num_output_tokens, cr.new_token_ids = [5], [[]]
+    so.num_scheduled_tokens = {"pre-1": 10}
+    meta = c.build_connector_meta(so)
+    (m,) = meta.requests
+    assert m.block_ids == [9, 8, 7, 6]
+    assert (m.load_start, m.load_end) == (0, 3 * C)
+    assert c.stats["resumed_requests"] == 1
+    # not resumed: appended
+    so = SchedulerOutput.make_empty()
+    cr = so.scheduled_cached_reqs
+    cr.req_ids, cr.resumed_req_ids = ["pre-1"], set()
+    cr.new_block_ids, cr.num_computed_tokens = [([5],)], [4 * C]
+    cr.num_output_tokens, cr.new_token_ids = [6], [[]]
+    so.num_scheduled_tokens = {"pre-1": 1}
+    c.build_connector_meta(so)
+    assert c._reqs["pre-1"].block_ids == [9, 8, 7, 6, 5]
+    c.shutdown()

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright (c) 2026 The kvfabric authors
+#
+# tools/vllm-venv.sh DIR REQUIREMENTS: the virtual environment of the
+# real-vLLM tests (Debian's python3, every package pinned in REQUIREMENTS,
+# installed with --no-deps). Idempotent and quiet: does nothing when DIR was
+# made from the same REQUIREMENTS; pip's cache makes a rebuild quick.
+set -euo pipefail
+dir=$1
+req=$2
+stamp="$dir/.kvf-requirements"
+if [ -f "$stamp" ] && cmp -s "$stamp" "$req" && [ -x "$dir/bin/python" ]; then
+    exit 0
+fi
+log="$dir.log"
+mkdir -p "$(dirname "$dir")"
+start=$(date +%s)
+echo "kvfabric: installing vLLM into $dir (pinned in $req; log $log)" >&2
+rm -rf "$dir"
+if ! { /usr/bin/python3 -m venv "$dir" &&
+       "$dir/bin/pip" install --quiet --disable-pip-version-check \
+           --no-deps -r "$req"; } >"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    echo "kvfabric: pip install of $req failed (log: $log)" >&2
+    exit 1
+fi
+cp "$req" "$stamp"
+echo "kvfabric: $dir ready in $(( $(date +%s) - start )) s" >&2
