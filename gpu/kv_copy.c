@@ -255,10 +255,10 @@ static uint64_t kvf_gpu_kv_plan_set_strides(kvf_gpu_kv_plan_t *plan,
         plan->token_stride = d;
         plan->head_stride  = s * d;
         break;
-    case KVF_GPU_LAYOUT_VLLM_CPU: /* [blocks][heads][S][2*dim] */
-        v_offset           = d;
+    case KVF_GPU_LAYOUT_VLLM_CPU: /* [blocks][heads][2][S][dim] in memory */
+        v_offset           = s * d;
         plan->block_stride = 2 * s * r;
-        plan->token_stride = 2 * d;
+        plan->token_stride = d;
         plan->head_stride  = 2 * s * d;
         break;
     case KVF_GPU_LAYOUT_VLLM_PACKED_NHD: /* [blocks][S][heads][2*dim] */

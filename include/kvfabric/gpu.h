@@ -87,12 +87,13 @@ typedef enum {
      * `[num_blocks][2][num_kv_heads][block_size][head_dim]`; k_layers
      * only. */
     KVF_GPU_LAYOUT_FLASHINFER_HND = 6,
-    /** "vllm_cpu": K and V packed in the last dimension, HND:
-     * `[num_blocks][num_kv_heads][block_size][2 * head_dim]`, K in the
-     * first half (`[..., :head_dim]`), V in the second; k_layers only.
-     * vLLM CPU attention backend whose get_kv_cache_shape() is
-     * `(num_blocks, num_kv_heads, block_size, 2 * head_size)` with the
-     * identity stride order. */
+    /** "vllm_cpu": vLLM's CPU attention backend. Its get_kv_cache_shape()
+     * is `(num_blocks, num_kv_heads, block_size, 2 * head_size)`, but the
+     * backend reads that memory as
+     * `[num_blocks][num_kv_heads][2][block_size][head_dim]`: per block and
+     * head, the K rows of every token, then their V rows (checked against
+     * real vLLM by tests/python/test_layout.py and the real-vLLM tests);
+     * k_layers only. */
     KVF_GPU_LAYOUT_VLLM_CPU = 7,
     /** "vllm_packed_nhd": the same logical shape as ::KVF_GPU_LAYOUT_VLLM_CPU
      * laid out with the NHD stride order (block, token, head, K|V, dim):

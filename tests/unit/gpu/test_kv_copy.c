@@ -52,8 +52,8 @@ static uint64_t naive_paged_off(const kv_case_t *c, uint32_t kv, uint64_t slot,
     case KVF_GPU_LAYOUT_FLASHINFER_HND: /* [blocks][2][heads][bs][dim] */
         idx = (((b * 2 + kv) * nh + h) * bs + o) * hd + d;
         break;
-    case KVF_GPU_LAYOUT_VLLM_CPU: /* [blocks][heads][bs][2*dim], K|V */
-        idx = ((b * nh + h) * bs + o) * (2 * hd) + kv * hd + d;
+    case KVF_GPU_LAYOUT_VLLM_CPU: /* [blocks][heads][2][bs][dim] */
+        idx = (((b * nh + h) * 2 + kv) * bs + o) * hd + d;
         break;
     case KVF_GPU_LAYOUT_VLLM_PACKED_NHD: /* [blocks][bs][heads][2*dim] */
         idx = ((b * bs + o) * nh + h) * (2 * hd) + kv * hd + d;
