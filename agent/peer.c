@@ -37,6 +37,7 @@ typedef struct kvf_peer_item {
     uint32_t holder;
     kvf_ucx_ep_t *ep;  /* where it was asked: only it may answer */
     uint64_t offset;   /* the granted slot while receiving */
+    uint64_t length;   /* of the chunk being received */
     uint64_t checksum; /* as the holder announced it */
     uint8_t state;
     /* one transfer per key: a fetch asking for a key that an earlier fetch
@@ -623,8 +624,16 @@ static void kvf_peer_on_recv(kvf_status_t status, void *arg)
         status = kvf_store_commit(peer->store, fetch->owner, &item->key,
                                   item->offset, item->checksum);
         if ((status == KVF_OK) || (status == KVF_ERR_EXISTS)) {
+            kvf_peer_link_stats_t *link =
+                kvf_peer_link(peer, item->holder, NULL);
+
+            /* counted once verified, per peer as in total: a refused or
+             * torn transfer is no fetched chunk */
             fetched = true;
             peer->stats.chunks_fetched++;
+            peer->stats.bytes_fetched += item->length;
+            link->chunks_fetched++;
+            link->bytes_fetched += item->length;
         } else if (status == KVF_ERR_CHECKSUM) {
             uint8_t key[KVF_KEY_WIRE_SIZE];
 
@@ -654,7 +663,6 @@ static kvf_status_t kvf_peer_on_chunk(void *arg, const void *header,
 {
     kvf_peer_t *peer = arg;
     const Kvf__PeerChunk *chunk;
-    kvf_peer_link_stats_t *link;
     kvf_peer_fetch_t *fetch;
     static const uint16_t types[] = {KVF_MSG_PEER_CHUNK};
     kvf_peer_item_t *item         = NULL;
@@ -702,6 +710,7 @@ static kvf_status_t kvf_peer_on_chunk(void *arg, const void *header,
         goto out;
     }
     item->offset   = slot.offset;
+    item->length   = chunk->length;
     item->checksum = chunk->checksum;
     status         = kvf_ucx_am_recv_data(
                 msg, (uint8_t *)kvf_store_base(peer->store) + slot.offset,
@@ -714,10 +723,8 @@ static kvf_status_t kvf_peer_on_chunk(void *arg, const void *header,
     }
     item->state = KVF_PEER_ITEM_RECV;
     fetch->inflight++;
-    peer->stats.bytes_fetched += chunk->length;
-    link = kvf_peer_link(peer, item->holder, chunk->holder_name);
-    link->chunks_fetched++;
-    link->bytes_fetched += chunk->length;
+    /* names the holder's traffic row; counted when the chunk verified */
+    kvf_peer_link(peer, item->holder, chunk->holder_name);
     ret = msg->is_rndv ? KVF_INPROGRESS : KVF_OK;
 
 out:

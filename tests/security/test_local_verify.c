@@ -17,6 +17,7 @@
 #include <criterion/criterion.h>
 
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 
 #define CHUNK (64u << 10)
@@ -113,6 +114,7 @@ Test(local_verify, a_peer_that_fetched_a_damaged_chunk_makes_its_holder_drop_it)
     kvf_client_t *writer = connect_to(), *reader;
     kvf_lookup_result_t res;
     kvf_slot_t slot;
+    char series[192];
     long long before;
     bool missing;
     uint64_t sum;
@@ -140,6 +142,13 @@ Test(local_verify, a_peer_that_fetched_a_damaged_chunk_makes_its_holder_drop_it)
     cr_assert(missing, "the damaged chunk reached an engine");
     cr_assert_geq(
         kvf_sec_metric(&g_other, "kvf_agent_fetch_checksum_failures_total"), 1);
+    /* a refused transfer is no fetched chunk, per peer as in total */
+    snprintf(series, sizeof(series),
+             "kvf_agent_peer_fetch_chunks_total{peer=\"%s\"}", g_agent.name);
+    cr_assert_eq(
+        kvf_sec_metric(&g_other, series),
+        kvf_sec_metric(&g_other,
+                       "kvf_agent_fetch_chunks_total{result=\"fetched\"}"));
     /* told, the holder re-verifies and drops it; the registry forgets */
     for (n = 0; n < 1000; n++) {
         cr_assert_eq(kvf_client_lookup(reader, &key, 1, false, &res), KVF_OK);
