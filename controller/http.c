@@ -350,7 +350,9 @@ kvf_status_t kvf_server_http_start(kvf_server_t *server)
         return KVF_ERR_IO;
     }
     getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &len);
-    snprintf(server->http_addr, sizeof(server->http_addr), "%s:%u", host,
+    /* sin_port and sin6_port share their offset; IPv6 hosts in brackets */
+    snprintf(server->http_addr, sizeof(server->http_addr),
+             (strchr(host, ':') != NULL) ? "[%s]:%u" : "%s:%u", host,
              ntohs(((struct sockaddr_in *)&ss)->sin_port));
     snprintf(what, sizeof(what), "http port %s", server->http_addr);
     if (kvf_listen_guard_init(&server->http_guard, server->base,

@@ -234,7 +234,7 @@ Test(agent_process, controller_listens_on_ipv6_loopback)
                           "--listen",
                           "[::1]:0",
                           "--http",
-                          "",
+                          "[::1]:0",
                           NULL};
     kvf_test_proc_t proc;
     int fd                = socket(AF_INET6, SOCK_STREAM, 0);
@@ -250,6 +250,8 @@ Test(agent_process, controller_listens_on_ipv6_loopback)
     close(fd);
     cr_assert_eq(kvf_test_proc_start(&proc, argv), 0);
     cr_assert(kvf_test_proc_wait_log(&proc, "listening on [::1]:", 10000),
+              "log: %s", kvf_test_proc_log(&proc));
+    cr_assert(kvf_test_proc_wait_log(&proc, "http listening on [::1]:", 10000),
               "log: %s", kvf_test_proc_log(&proc));
     cr_assert(strstr(kvf_test_proc_log(&proc), "authentication off") != NULL,
               "log: %s", kvf_test_proc_log(&proc));
