@@ -202,12 +202,19 @@ kvf_status_t kvf_election_campaign(kvf_election_t *el)
         el->lease = 0;
         logged    = false;
     }
-    sigaction(SIGTERM, &old_term, NULL);
-    sigaction(SIGINT, &old_int, NULL);
     if (status != KVF_OK) {
+        sigaction(SIGTERM, &old_term, NULL);
+        sigaction(SIGINT, &old_int, NULL);
         kvf_info("signal while standby: exiting");
     }
+    /* elected: the handler stays until the server installs its own, so a
+     * signal in between is not lost (kvf_election_quit_requested) */
     return status;
+}
+
+bool kvf_election_quit_requested(void)
+{
+    return kvf_election_quit != 0;
 }
 
 static void kvf_election_on_pipe(evutil_socket_t fd, short what, void *arg)

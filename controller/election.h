@@ -50,6 +50,11 @@ void kvf_election_destroy(kvf_election_t *el);
  * arrived while waiting (KVF_ERR_CANCELED). */
 kvf_status_t kvf_election_campaign(kvf_election_t *el);
 
+/* Whether SIGTERM/SIGINT arrived since the campaign began and before the
+ * server installed its own handlers (a stop asked for at the moment of the
+ * election): the caller then exits instead of serving. */
+bool kvf_election_quit_requested(void);
+
 /* Starts the keep-alive thread; @p on_lost runs on @p base's loop when
  * the lease is about to be lost; it must stop serving and return, then
  * the caller calls kvf_election_stopped(). */

@@ -173,6 +173,13 @@ int main(int argc, char **argv)
         goto out_election; /* logged */
     }
     kvf_server_addresses(server, &control, &http);
+    if ((election != NULL) && kvf_election_quit_requested()) {
+        /* stopped while being elected: the server's own signal handlers
+         * came too late to see it; hand the lease back and exit */
+        kvf_info("signal during the election: exiting");
+        rc = 0;
+        goto out_server;
+    }
     if (election != NULL) {
         kvf_server_set_term(server, kvf_election_term(election));
         kvf_server_set_lease(server, kvf_election_serve_until(election));
@@ -186,6 +193,7 @@ int main(int argc, char **argv)
         kvf_election_stopped(election); /* the loop answers nothing now */
         rc = KVF_ELECTION_EXIT_LOST;
     }
+out_server:
     kvf_server_destroy(server);
 out_election:
     kvf_election_destroy(election);
