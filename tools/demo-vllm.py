@@ -20,9 +20,11 @@ large enough that recomputing the prompt takes about a second or more here.
     build/venv/bin/python tools/demo-vllm.py [--tokens 6144] [--tiny]
 """
 import argparse
+import atexit
 import os
 import pathlib
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -62,6 +64,7 @@ def main(argv=None) -> int:
                     help="the tests' tiny model (quick; TTFT meaningless)")
     a = ap.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="kvf-demo-vllm-")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # the model dir
     model = tiny_llama_dir(tmp, **({} if a.tiny else TTFT_MODEL))
     n, C = a.tokens, a.chunk
     mml = 4096 if a.tiny else max(8192, n + 256)

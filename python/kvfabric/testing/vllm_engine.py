@@ -18,9 +18,11 @@ in every instance) and answers JSON lines on stdin/stdout:
 
 vLLM writes its log to the instance's log file; every wait is bounded.
 """
+import atexit
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -86,6 +88,8 @@ class VllmEngine:
                  cpu: int = 0, log_path: Optional[str] = None,
                  startup_timeout: float = 300, **llm_kwargs):
         self.dir = tempfile.mkdtemp(prefix="kvf-vllm-")
+        # logs and stats are read until the end of the test run
+        atexit.register(shutil.rmtree, self.dir, ignore_errors=True)
         self.log_path = log_path or os.path.join(self.dir, "vllm.log")
         self.stats_dir = os.path.join(self.dir, "stats")
         os.makedirs(self.stats_dir)
@@ -293,6 +297,8 @@ class VllmServer:
         import urllib.request
 
         self.dir = tempfile.mkdtemp(prefix="kvf-vllm-serve-")
+        # logs and stats are read until the end of the test run
+        atexit.register(shutil.rmtree, self.dir, ignore_errors=True)
         self.log_path = os.path.join(self.dir, "serve.log")
         self.stats_dir = os.path.join(self.dir, "stats")
         os.makedirs(self.stats_dir)
