@@ -8,6 +8,7 @@
 #include "agent/pd.h"
 #include "agent/peer.h"
 #include "agent/store.h"
+#include "common/evjson.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "transport/ucx.h"
@@ -249,26 +250,6 @@ static void kvf_agent_http_reply(struct evhttp_request *req, int code,
     evhttp_send_reply(req, code, (code == 200) ? "OK" : "Error", body);
 }
 
-/* Adds @p prefix then @p s as a JSON string (the same escaping as the
- * controller's http.c, which keeps its copy static). */
-static void kvf_agent_json_string(struct evbuffer *b, const char *prefix,
-                                  const char *s)
-{
-    evbuffer_add_printf(b, "%s\"", prefix);
-    for (; *s != '\0'; s++) {
-        unsigned char c = (unsigned char)*s;
-
-        if ((c == '"') || (c == '\\')) {
-            evbuffer_add_printf(b, "\\%c", c);
-        } else if (c < 0x20) {
-            evbuffer_add_printf(b, "\\u%04x", c);
-        } else {
-            evbuffer_add(b, s, 1);
-        }
-    }
-    evbuffer_add(b, "\"", 1);
-}
-
 static void kvf_agent_on_healthz(struct evhttp_request *req, void *arg)
 {
     kvf_agent_t *agent    = arg;
@@ -290,8 +271,8 @@ static void kvf_agent_on_healthz(struct evhttp_request *req, void *arg)
         registered ? "true" : "false", kvf_ctl_client_node_id(agent->ctl),
         agent->draining ? "true" : "false");
     if (!registered) {
-        kvf_agent_json_string(
-            body, ",\"problem\":", kvf_ctl_client_problem(agent->ctl));
+        evbuffer_add_printf(body, ",\"problem\":");
+        kvf_evjson_add_str(body, kvf_ctl_client_problem(agent->ctl));
     }
     evbuffer_add(body, "}\n", 2);
     kvf_agent_http_reply(req, (registered && !agent->stopping) ? 200 : 503,

@@ -3,6 +3,7 @@
 #include "controller/server_int.h"
 #include "controller/dashboard.h"
 #include "controller/index.h"
+#include "common/evjson.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "proto/frame.h"
@@ -21,23 +22,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
-
-void kvf_server_http_json_str(struct evbuffer *b, const char *s)
-{
-    evbuffer_add(b, "\"", 1);
-    for (; *s != '\0'; s++) {
-        unsigned char c = (unsigned char)*s;
-
-        if ((c == '"') || (c == '\\')) {
-            evbuffer_add_printf(b, "\\%c", c);
-        } else if (c < 0x20) {
-            evbuffer_add_printf(b, "\\u%04x", c);
-        } else {
-            evbuffer_add(b, s, 1);
-        }
-    }
-    evbuffer_add(b, "\"", 1);
-}
 
 void kvf_server_http_reply(struct evhttp_request *req, struct evbuffer *b,
                            const char *type)
@@ -153,7 +137,7 @@ static void kvf_http_on_nodes(struct evhttp_request *req, void *arg)
 
         evbuffer_add_printf(
             b, "%s{\"id\":%" PRIu32 ",\"name\":", (i > 0) ? "," : "", node->id);
-        kvf_server_http_json_str(b, node->name);
+        kvf_evjson_add_str(b, node->name);
         evbuffer_add_printf(
             b,
             ",\"state\":\"%s\",\"role\":\"%s\","
@@ -165,11 +149,11 @@ static void kvf_http_on_nodes(struct evhttp_request *req, void *arg)
             node->incarnation, kvf_registry_slot_keys(server->reg, node->slot),
             node->pool_capacity, node->pool_used, node->pd_capacity,
             node->pd_used, now - node->last_heartbeat_ms);
-        kvf_server_http_json_str(b, node->control_address);
+        kvf_evjson_add_str(b, node->control_address);
         evbuffer_add_printf(b, ",\"data_address\":");
-        kvf_server_http_json_str(b, node->data_address);
+        kvf_evjson_add_str(b, node->data_address);
         evbuffer_add_printf(b, ",\"instance_id\":");
-        kvf_server_http_json_str(b, node->instance_id);
+        kvf_evjson_add_str(b, node->instance_id);
         evbuffer_add_printf(b, ",\"tp_rank\":%" PRIu32 ",\"tp_world\":%" PRIu32,
                             node->tp_rank, node->tp_world);
         kvf_http_node_traffic(b, node);

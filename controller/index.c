@@ -3,6 +3,7 @@
 #include "controller/index.h"
 
 #include "controller/server_int.h"
+#include "common/evjson.h"
 #include "common/log.h"
 #include "common/time.h"
 
@@ -414,7 +415,7 @@ static void kvf_index_error(struct evhttp_request *req, int code,
         return;
     }
     evbuffer_add_printf(b, "{\"error\":");
-    kvf_server_http_json_str(b, text);
+    kvf_evjson_add_str(b, text);
     evbuffer_add_printf(b, "}\n");
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "application/json");
@@ -472,7 +473,7 @@ static void kvf_index_model_json(struct evbuffer *b, const kvf_index_model_t *m)
     uint32_t r;
 
     evbuffer_add_printf(b, "{\"model\":");
-    kvf_server_http_json_str(b, m->name);
+    kvf_evjson_add_str(b, m->name);
     evbuffer_add_printf(b,
                         ",\"block_size\":%" PRIu32 ",\"tp_world\":%" PRIu32
                         ",\"namespaces\":[",
@@ -817,7 +818,7 @@ static void kvf_index_on_query(struct evhttp_request *req, void *arg)
         }
         evbuffer_add_printf(b, "%s", is_first ? "" : ",");
         is_first = false;
-        kvf_server_http_json_str(b, inst);
+        kvf_evjson_add_str(b, inst);
         evbuffer_add_printf(b,
                             ":{\"longest_matched\":%" PRIu64 ",\"CPU\":%" PRIu64
                             ",\"query_tokens\":%" PRIu64 ",\"nodes\":{",
@@ -831,7 +832,7 @@ static void kvf_index_on_query(struct evhttp_request *req, void *arg)
             }
             evbuffer_add_printf(b, "%s", is_first_node ? "" : ",");
             is_first_node = false;
-            kvf_server_http_json_str(b, node->name);
+            kvf_evjson_add_str(b, node->name);
             evbuffer_add_printf(b, ":%" PRIu64,
                                 (uint64_t)server->index->matched[node->slot] *
                                     m->chunk_size);
@@ -884,9 +885,9 @@ static void kvf_index_on_route(struct evhttp_request *req, void *arg)
         return;
     }
     evbuffer_add_printf(b, "{\"instance_id\":");
-    kvf_server_http_json_str(b, kvf_index_node_instance(best.first));
+    kvf_evjson_add_str(b, kvf_index_node_instance(best.first));
     evbuffer_add_printf(b, ",\"node\":");
-    kvf_server_http_json_str(b, best.first->name);
+    kvf_evjson_add_str(b, best.first->name);
     evbuffer_add_printf(b,
                         ",\"node_id\":%" PRIu32 ",\"matched_tokens\":%" PRIu64
                         ",\"query_blocks\":%zu,\"pool_used\":%" PRIu64

@@ -121,9 +121,6 @@ void kvf_server_http_stop(kvf_server_t *server);
 bool kvf_server_http_begin(kvf_server_t *server, struct evhttp_request *req,
                            const char *path, int methods);
 
-/* Appends @p s as a JSON string (quoted, escaped). */
-void kvf_server_http_json_str(struct evbuffer *b, const char *s);
-
 /* 200 with @p b as body of Content-Type @p type. */
 void kvf_server_http_reply(struct evhttp_request *req, struct evbuffer *b,
                            const char *type);
