@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Copyright (c) 2026 The kvfabric authors */
-/* Server internals shared by server.c and http.c (controller/ only). */
+/* Server internals shared by server.c, conn.c, handlers.c and http.c
+ * (controller/ only). */
 #ifndef KVF_CONTROLLER_SERVER_INT_H
 #define KVF_CONTROLLER_SERVER_INT_H
 
@@ -24,6 +25,9 @@ struct evbuffer;
 struct event;
 
 #define KVF_SERVER_LAT_BUCKETS 12
+
+/* the decode arena: a frame's message unpacks here */
+#define KVF_SERVER_ARENA_SIZE (256u << 10)
 
 typedef struct kvf_server_counters {
     uint64_t admits; /* keys */
@@ -54,6 +58,7 @@ typedef struct kvf_server_counters {
 extern const double kvf_server_lat_bounds_us[KVF_SERVER_LAT_BUCKETS];
 
 typedef struct kvf_conn kvf_conn_t;
+struct kvf_frame;
 
 /* Keys pinned cluster-wide by kvfctl, packed; delivered to every node that
  * registers later too. */
@@ -64,6 +69,8 @@ typedef struct kvf_server_pins {
 
 struct kvf_server {
     const kvf_controller_config_t *cfg;
+    /* answers a frame (handlers.c: kvf_server_dispatch) */
+    kvf_status_t (*dispatch)(kvf_conn_t *conn, struct kvf_frame *frame);
     struct event_base *base;
     struct evconnlistener *listener;
     struct evhttp *http;
