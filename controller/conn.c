@@ -28,10 +28,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-const double kvf_server_lat_bounds_us[KVF_SERVER_LAT_BUCKETS] = {
-    1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 10000, 100000,
-};
-
 static void kvf_conn_process(kvf_conn_t *conn);
 static void kvf_conn_on_read(evutil_socket_t fd, short what, void *arg);
 
@@ -260,20 +256,6 @@ void kvf_conn_reject(kvf_conn_t *conn, uint64_t req_id, kvf_status_t code,
     kvf_conn_send_status(conn, req_id, code, text);
 }
 
-static void kvf_server_observe(kvf_server_t *server, uint64_t ns)
-{
-    unsigned b;
-
-    server->ctr.requests++;
-    server->ctr.lat_sum_ns += ns;
-    for (b = 0; b < KVF_SERVER_LAT_BUCKETS; b++) {
-        if ((double)ns <= kvf_server_lat_bounds_us[b] * 1000.0) {
-            server->ctr.lat_buckets[b]++;
-            break;
-        }
-    }
-}
-
 static void *kvf_server_arena_alloc(void *data, size_t size)
 {
     kvf_server_t *server = data;
@@ -419,7 +401,8 @@ static void kvf_conn_process(kvf_conn_t *conn)
         }
         status = server->dispatch(conn, &frame);
         kvf_frame_release(&frame, &alloc);
-        kvf_server_observe(server, kvf_time_now_ns() - t0);
+        kvf_server_latency_observe(&server->ctr.requests,
+                                   kvf_time_now_ns() - t0);
         if (status == KVF_ERR_PROTO) {
             kvf_conn_close_after_flush(conn);
             return;

@@ -19,6 +19,7 @@
 #include <event2/util.h>
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct event;
@@ -87,5 +88,11 @@ void kvf_conn_on_accept(struct evconnlistener *lst, evutil_socket_t fd,
 
 /* Closes the connections that did not authenticate in handshake_timeout. */
 void kvf_conn_expire_handshakes(kvf_server_t *server);
+
+/*
+ * Serves @p len bytes as if one new connection had sent them, then closes
+ * that connection; replies go to a socket nobody reads (fuzzing, tests).
+ */
+void kvf_server_feed(kvf_server_t *server, const void *data, size_t len);
 
 #endif /* KVF_CONTROLLER_CONN_H */

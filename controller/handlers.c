@@ -778,6 +778,28 @@ void kvf_server_stats_fill(kvf_server_t *server, Kvf__StatsReply *rep_p)
     *rep_p = rep;
 }
 
+void kvf_server_snapshot(void *arg, kvf_server_stats_t *stats)
+{
+    kvf_server_t *server = arg;
+
+    stats->ctr = server->ctr;
+    kvf_registry_stats(server->reg, &stats->reg);
+    kvf__stats_reply__init(&stats->reply);
+    kvf_server_stats_fill(server, &stats->reply);
+    kvf_node_table_census(server->nodes, &stats->nodes_alive,
+                          &stats->nodes_draining, &stats->nodes_dead);
+    stats->is_recovering    = kvf_server_recovering(server);
+    stats->term             = server->term;
+    stats->connections      = server->num_conns;
+    stats->buffered         = server->buffered;
+    stats->buffered_preauth = server->buffered_preauth;
+    stats->accept_errors    = server->listen_guard.errors;
+    stats->events_dropped   = kvf_events_dropped(server->events);
+    stats->events_published =
+        kvf_events_count(server->events) - stats->events_dropped;
+    stats->index = *kvf_index_latency(server->index);
+}
+
 static kvf_status_t kvf_server_on_stats(kvf_conn_t *conn,
                                         Kvf__StatsRequest *req)
 {

@@ -12,6 +12,7 @@
 #define KVF_CONTROLLER_HANDLERS_H
 
 #include "controller/conn.h"
+#include "controller/stats.h"
 
 /* kvf_conn_dispatch_fn of the controller: answers one request frame. */
 kvf_status_t kvf_server_dispatch(kvf_conn_t *conn, struct kvf_frame *frame);
@@ -22,5 +23,15 @@ void kvf_server_purge_kick(kvf_server_t *server);
 /* AllBlocksCleared for every node that stored blocks and is now dead,
  * deregistered or forgotten; answers waiting replay requests. */
 void kvf_server_events_sweep(kvf_server_t *server);
+
+/* Recomputes and returns the recovering flag. */
+bool kvf_server_recovering(kvf_server_t *server);
+
+/* Fills the counters of @p rep (initialized by the caller): the one
+ * stats schema of STATS, /v1/stats and kvfctl stats. */
+void kvf_server_stats_fill(kvf_server_t *server, Kvf__StatsReply *rep);
+
+/* kvf_http_source_t::snapshot of the server (@p arg). */
+void kvf_server_snapshot(void *arg, kvf_server_stats_t *stats);
 
 #endif /* KVF_CONTROLLER_HANDLERS_H */

@@ -127,7 +127,7 @@ static kvf_status_t kvf_server_write_port_file(kvf_server_t *server)
         kvf_error("port file %s: %m", tmp);
         return KVF_ERR_IO;
     }
-    fprintf(f, "%s\n%s\n", server->listen_addr, server->http_addr);
+    fprintf(f, "%s\n%s\n", server->listen_addr, kvf_http_address(server->http));
     if ((fclose(f) != 0) || (rename(tmp, path) != 0)) {
         kvf_error("port file %s: %m", path);
         return KVF_ERR_IO;
@@ -140,6 +140,7 @@ kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
 {
     kvf_server_t *server;
     kvf_status_t status;
+    kvf_http_source_t src;
     struct timeval tick;
     uint64_t tick_ms;
     char text[512];
@@ -206,14 +207,20 @@ kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
         status = KVF_ERR_NO_MEMORY;
         goto err_free;
     }
-    status = kvf_server_bind(server);
+    src.snapshot = kvf_server_snapshot;
+    src.arg      = server;
+    src.nodes    = server->nodes;
+    src.reg      = server->reg;
+    status       = kvf_server_bind(server);
     if (status != KVF_OK) {
         goto err_free;
     }
-    status = kvf_server_http_start(server);
+    status = kvf_http_create(cfg, base, &server->secret, &src, &server->http);
     if (status != KVF_OK) {
         goto err_free;
     }
+    kvf_index_http_start(server->index, server->http, server->nodes,
+                         server->reg);
     status = kvf_server_write_port_file(server);
     if (status != KVF_OK) {
         goto err_free;
@@ -246,7 +253,7 @@ void kvf_server_destroy(kvf_server_t *server)
     while (server->conns != NULL) {
         kvf_conn_destroy(server->conns);
     }
-    kvf_server_http_stop(server);
+    kvf_http_destroy(server->http);
     kvf_listen_guard_cleanup(&server->listen_guard);
     if (server->listener != NULL) {
         evconnlistener_free(server->listener);
@@ -282,7 +289,7 @@ void kvf_server_addresses(const kvf_server_t *server, const char **control_p,
                           const char **http_p)
 {
     *control_p = server->listen_addr;
-    *http_p    = server->http_addr;
+    *http_p    = (server->http != NULL) ? kvf_http_address(server->http) : "";
 }
 
 void kvf_server_set_term(kvf_server_t *server, uint64_t term)
