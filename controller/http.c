@@ -6,6 +6,7 @@
 #include "common/evjson.h"
 #include "common/listen.h"
 #include "common/log.h"
+#include "common/prom.h"
 #include "common/time.h"
 #include "proto/frame.h"
 
@@ -199,14 +200,28 @@ static void kvf_http_on_stats(struct evhttp_request *req, void *arg)
     evbuffer_free(b);
 }
 
+static void kvf_http_latency(struct evbuffer *b, const char *name,
+                             const char *help, const kvf_server_latency_t *l)
+{
+    kvf_prom_hist_t h = {.bounds_us = kvf_server_lat_bounds_us,
+                         .counts    = l->buckets,
+                         .n         = KVF_SERVER_LAT_BUCKETS,
+                         .count     = l->count,
+                         .sum_s     = (double)l->sum_ns / 1e9};
+
+    kvf_prom_histogram(b, name, help, &h);
+}
+
 static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
 {
-    kvf_http_t *http = arg;
+    static const char *const states[]  = {"alive", "draining", "dead"};
+    static const char *const results[] = {"hit", "miss"};
+    static const char *const peers[]   = {"any", "unauthenticated"};
+    static const char *const ports[]   = {"control", "http"};
+    static const char *const events[]  = {"published", "dropped"};
+    kvf_http_t *http                   = arg;
     kvf_server_stats_t st;
     const kvf_server_counters_t *c = &st.ctr;
-    const kvf_registry_stats_t *rs = &st.reg;
-    uint64_t cum                   = 0;
-    unsigned i;
     struct evbuffer *b;
 
     if (!kvf_http_begin(http, req, "/metrics", EVHTTP_REQ_GET)) {
@@ -219,101 +234,76 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
     }
     memset(&st, 0, sizeof(st));
     http->src.snapshot(http->src.arg, &st);
-    evbuffer_add_printf(b,
-                        "# TYPE kvf_controller_leader_term gauge\n"
-                        "kvf_controller_leader_term %" PRIu64 "\n",
-                        st.term);
-    evbuffer_add_printf(
-        b,
-        "# TYPE kvf_controller_nodes gauge\n"
-        "kvf_controller_nodes{state=\"alive\"} %" PRIu32 "\n"
-        "kvf_controller_nodes{state=\"draining\"} %" PRIu32 "\n"
-        "kvf_controller_nodes{state=\"dead\"} %" PRIu32 "\n"
-        "# TYPE kvf_controller_keys gauge\n"
-        "kvf_controller_keys %" PRIu64 "\n"
-        "# TYPE kvf_controller_recovering gauge\n"
-        "kvf_controller_recovering %d\n"
-        "# TYPE kvf_controller_admits_total counter\n"
-        "kvf_controller_admits_total %" PRIu64 "\n"
-        "# TYPE kvf_controller_evicts_total counter\n"
-        "kvf_controller_evicts_total %" PRIu64 "\n"
-        "# TYPE kvf_controller_lookups_total counter\n"
-        "kvf_controller_lookups_total %" PRIu64 "\n"
-        "# TYPE kvf_controller_lookup_chunks_total counter\n"
-        "kvf_controller_lookup_chunks_total{result=\"hit\"} %" PRIu64 "\n"
-        "kvf_controller_lookup_chunks_total{result=\"miss\"} %" PRIu64 "\n"
-        "# TYPE kvf_controller_purge_backlog gauge\n"
-        "kvf_controller_purge_backlog %" PRIu64 "\n"
-        "# TYPE kvf_controller_protocol_errors_total counter\n"
-        "kvf_controller_protocol_errors_total %" PRIu64 "\n"
-        "# TYPE kvf_controller_auth_failures_total counter\n"
-        "kvf_controller_auth_failures_total %" PRIu64 "\n"
-        "# TYPE kvf_controller_tls_failures_total counter\n"
-        "kvf_controller_tls_failures_total %" PRIu64 "\n"
-        "# TYPE kvf_controller_handshake_timeouts_total counter\n"
-        "kvf_controller_handshake_timeouts_total %" PRIu64 "\n"
-        "# TYPE kvf_controller_stale_rejects_total counter\n"
-        "kvf_controller_stale_rejects_total %" PRIu64 "\n"
-        "# TYPE kvf_controller_seq_gaps_total counter\n"
-        "kvf_controller_seq_gaps_total %" PRIu64 "\n"
-        "# TYPE kvf_controller_backpressure_total counter\n"
-        "kvf_controller_backpressure_total %" PRIu64 "\n"
-        "# TYPE kvf_controller_connections gauge\n"
-        "kvf_controller_connections %" PRIu64 "\n"
-        "# TYPE kvf_controller_table_bytes gauge\n"
-        "kvf_controller_table_bytes %" PRIu64 "\n"
-        "# TYPE kvf_controller_buffered_bytes gauge\n"
-        "kvf_controller_buffered_bytes{peer=\"any\"} %" PRIu64 "\n"
-        "kvf_controller_buffered_bytes{peer=\"unauthenticated\"} %" PRIu64 "\n"
-        "# TYPE kvf_controller_buffer_closes_total counter\n"
-        "kvf_controller_buffer_closes_total %" PRIu64 "\n"
-        "# TYPE kvf_controller_accept_errors_total counter\n"
-        "kvf_controller_accept_errors_total{port=\"control\"} %" PRIu64 "\n"
-        "kvf_controller_accept_errors_total{port=\"http\"} %" PRIu64 "\n"
-        "# TYPE kvf_controller_http_auth_failures_total counter\n"
-        "kvf_controller_http_auth_failures_total %" PRIu64 "\n"
-        "# TYPE kvf_controller_kv_events_total counter\n"
-        "kvf_controller_kv_events_total{result=\"published\"} %" PRIu64 "\n"
-        "kvf_controller_kv_events_total{result=\"dropped\"} %" PRIu64 "\n"
-        "# TYPE kvf_controller_request_seconds histogram\n",
-        st.nodes_alive, st.nodes_draining, st.nodes_dead, rs->keys,
-        st.is_recovering ? 1 : 0, c->admits, c->evicts, c->lookups,
-        c->lookup_hit_chunks, c->lookup_miss_chunks, rs->purge_backlog,
-        c->protocol_errors, c->auth_failures, c->tls_failures,
-        c->handshake_timeouts, c->stale_rejects, c->seq_gaps, c->backpressure,
-        st.connections, rs->table_bytes, st.buffered, st.buffered_preauth,
-        c->buffer_closes, st.accept_errors, http->guard.errors,
-        http->auth_failures, st.events_published, st.events_dropped);
-    for (i = 0; i < KVF_SERVER_LAT_BUCKETS; i++) {
-        cum += c->requests.buckets[i];
-        evbuffer_add_printf(b,
-                            "kvf_controller_request_seconds_bucket{le=\"%g\"} "
-                            "%" PRIu64 "\n",
-                            kvf_server_lat_bounds_us[i] / 1e6, cum);
-    }
-    evbuffer_add_printf(b,
-                        "kvf_controller_request_seconds_bucket{le=\"+Inf\"} "
-                        "%" PRIu64 "\n"
-                        "kvf_controller_request_seconds_sum %.9f\n"
-                        "kvf_controller_request_seconds_count %" PRIu64 "\n",
-                        c->requests.count, (double)c->requests.sum_ns / 1e9,
-                        c->requests.count);
-    evbuffer_add_printf(
-        b, "# TYPE kvf_controller_index_request_seconds histogram\n");
-    for (i = 0, cum = 0; i < KVF_SERVER_LAT_BUCKETS; i++) {
-        cum += st.index.buckets[i];
-        evbuffer_add_printf(b,
-                            "kvf_controller_index_request_seconds_bucket{le="
-                            "\"%g\"} %" PRIu64 "\n",
-                            kvf_server_lat_bounds_us[i] / 1e6, cum);
-    }
-    evbuffer_add_printf(
-        b,
-        "kvf_controller_index_request_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n"
-        "kvf_controller_index_request_seconds_sum %.9f\n"
-        "kvf_controller_index_request_seconds_count %" PRIu64 "\n",
-        st.index.count, (double)st.index.sum_ns / 1e9, st.index.count);
-    kvf_http_reply(req, b, "text/plain; version=0.0.4");
+    kvf_prom_metric(b, "kvf_controller_leader_term", KVF_PROM_GAUGE,
+                    "the etcd election's term (0 without --etcd)", st.term);
+    kvf_prom_metric_by(
+        b, "kvf_controller_nodes", KVF_PROM_GAUGE, "registered nodes by state",
+        "state", 3, states,
+        (const uint64_t[]){st.nodes_alive, st.nodes_draining, st.nodes_dead});
+    kvf_prom_metric(b, "kvf_controller_keys", KVF_PROM_GAUGE,
+                    "distinct keys held anywhere", st.reg.keys);
+    kvf_prom_metric(b, "kvf_controller_recovering", KVF_PROM_GAUGE,
+                    "1 while nodes resync after a restart",
+                    st.is_recovering ? 1 : 0);
+    kvf_prom_metric(b, "kvf_controller_admits_total", KVF_PROM_COUNTER,
+                    "keys admitted by nodes", c->admits);
+    kvf_prom_metric(b, "kvf_controller_evicts_total", KVF_PROM_COUNTER,
+                    "keys evicted by nodes", c->evicts);
+    kvf_prom_metric(b, "kvf_controller_lookups_total", KVF_PROM_COUNTER,
+                    "LOOKUP requests answered", c->lookups);
+    kvf_prom_metric_by(
+        b, "kvf_controller_lookup_chunks_total", KVF_PROM_COUNTER,
+        "chunks looked up, by result", "result", 2, results,
+        (const uint64_t[]){c->lookup_hit_chunks, c->lookup_miss_chunks});
+    kvf_prom_metric(b, "kvf_controller_purge_backlog", KVF_PROM_GAUGE,
+                    "registry entries of dead nodes left to purge",
+                    st.reg.purge_backlog);
+    kvf_prom_metric(b, "kvf_controller_protocol_errors_total", KVF_PROM_COUNTER,
+                    "requests refused as malformed", c->protocol_errors);
+    kvf_prom_metric(b, "kvf_controller_auth_failures_total", KVF_PROM_COUNTER,
+                    "connections refused by the cluster-secret handshake",
+                    c->auth_failures);
+    kvf_prom_metric(b, "kvf_controller_tls_failures_total", KVF_PROM_COUNTER,
+                    "TLS handshakes that failed", c->tls_failures);
+    kvf_prom_metric(b, "kvf_controller_handshake_timeouts_total",
+                    KVF_PROM_COUNTER,
+                    "connections closed before authenticating in time",
+                    c->handshake_timeouts);
+    kvf_prom_metric(b, "kvf_controller_stale_rejects_total", KVF_PROM_COUNTER,
+                    "requests of an old incarnation refused", c->stale_rejects);
+    kvf_prom_metric(b, "kvf_controller_seq_gaps_total", KVF_PROM_COUNTER,
+                    "gaps in a node's update sequence (resync asked)",
+                    c->seq_gaps);
+    kvf_prom_metric(b, "kvf_controller_backpressure_total", KVF_PROM_COUNTER,
+                    "reading paused: a client not reading its replies",
+                    c->backpressure);
+    kvf_prom_metric(b, "kvf_controller_connections", KVF_PROM_GAUGE,
+                    "control connections open", st.connections);
+    kvf_prom_metric(b, "kvf_controller_table_bytes", KVF_PROM_GAUGE,
+                    "bytes of the registry's tables", st.reg.table_bytes);
+    kvf_prom_metric_by(b, "kvf_controller_buffered_bytes", KVF_PROM_GAUGE,
+                       "bytes buffered by connections, by peer", "peer", 2,
+                       peers,
+                       (const uint64_t[]){st.buffered, st.buffered_preauth});
+    kvf_prom_metric(b, "kvf_controller_buffer_closes_total", KVF_PROM_COUNTER,
+                    "connections closed over max_buffered(_preauth)",
+                    c->buffer_closes);
+    kvf_prom_metric_by(
+        b, "kvf_controller_accept_errors_total", KVF_PROM_COUNTER,
+        "accept() failures, by port", "port", 2, ports,
+        (const uint64_t[]){st.accept_errors, http->guard.errors});
+    kvf_prom_metric(b, "kvf_controller_http_auth_failures_total",
+                    KVF_PROM_COUNTER, "HTTP requests without the bearer token",
+                    http->auth_failures);
+    kvf_prom_metric_by(
+        b, "kvf_controller_kv_events_total", KVF_PROM_COUNTER,
+        "KV events, by result", "result", 2, events,
+        (const uint64_t[]){st.events_published, st.events_dropped});
+    kvf_http_latency(b, "kvf_controller_request_seconds",
+                     "the controller's time per framed request", &c->requests);
+    kvf_http_latency(b, "kvf_controller_index_request_seconds",
+                     "time per /v1/index/query and /v1/route", &st.index);
+    kvf_http_reply(req, b, KVF_PROM_CONTENT_TYPE);
     evbuffer_free(b);
 }
 

@@ -17,7 +17,7 @@
 #define KVF_SERVER_LAT_BUCKETS 12
 
 /* Upper bounds of the latency buckets, in microseconds. */
-extern const double kvf_server_lat_bounds_us[KVF_SERVER_LAT_BUCKETS];
+extern const uint64_t kvf_server_lat_bounds_us[KVF_SERVER_LAT_BUCKETS];
 
 /* A latency histogram: each observation counted in its first bucket. */
 typedef struct kvf_server_latency {
