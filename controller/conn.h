@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Copyright (c) 2026 The kvfabric authors */
 /*
- * The controller's framed connection layer (controller/ only): accepted
- * sockets, TLS, batched reads, buffer caps and pre-auth limits. Whole
- * frames go to kvf_server_t::dispatch; replies queue on conn->out and
- * leave in one write after the batch.
+ * The controller's connections (controller/ only) over proto/evconn.h
+ * (TLS, batched reads, pre-auth limits): accept, the buffer caps across
+ * connections, handshake expiry. Whole frames go to
+ * kvf_server_t::dispatch; replies leave in one write after the batch.
  *
  * thread: the server's loop only.
  */
@@ -12,6 +12,7 @@
 #define KVF_CONTROLLER_CONN_H
 
 #include "common/auth.h"
+#include "proto/evconn.h"
 #include "proto/msg.h"
 
 #include <kvfabric/status.h>
@@ -22,11 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct event;
-struct evbuffer;
 struct evconnlistener;
 struct sockaddr;
-struct ssl_st;
 struct kvf_frame;
 
 typedef struct kvf_server kvf_server_t;
@@ -37,33 +35,18 @@ typedef struct kvf_conn kvf_conn_t;
 typedef kvf_status_t kvf_conn_dispatch_fn(kvf_conn_t *conn,
                                           struct kvf_frame *frame);
 
-/*
- * A connection: the socket, its read and write events and two evbuffers.
- * Not a bufferevent: libevent 2.1's bufferevent reads at most 4096 bytes
- * per callback after an ioctl(FIONREAD), which cut a pipelined batch of
- * lookups into many rounds and cost a syscall per read; here one recv()
- * takes what is there and the replies of a batch leave in one writev().
- */
+/* A controller connection: a proto/evconn.h framed connection plus what
+ * the handlers know of its peer. */
 struct kvf_conn {
     kvf_server_t *server;
-    evutil_socket_t fd;
-    struct event *ev_read;
-    struct event *ev_write; /* added only while output is left over */
-    struct evbuffer *in;
-    struct evbuffer *out;
+    kvf_evconn_t *ev;
     kvf_conn_t *prev;
     kvf_conn_t *next;
     uint64_t id;
     bool is_hello_done;
     kvf_auth_session_t auth; /* the cluster-secret handshake */
-    struct ssl_st *ssl;      /* NULL: plain TCP */
-    bool is_tls_up;          /* the TLS handshake completed */
     uint64_t accepted_ms;
-    bool is_closing;         /* flush the output, then free */
-    bool is_throttled;       /* reading paused: output over max_output */
-    bool is_charged_preauth; /* @charged counts in buffered_preauth too */
-    uint64_t charged;        /* bytes counted in server->buffered */
-    int kind;                /* Kvf__PeerKind */
+    int kind; /* Kvf__PeerKind */
     char peer[64];
 };
 
@@ -85,6 +68,9 @@ void kvf_conn_destroy(kvf_conn_t *conn);
 /* The control listener's accept callback (arg: the server). */
 void kvf_conn_on_accept(struct evconnlistener *lst, evutil_socket_t fd,
                         struct sockaddr *sa, int salen, void *arg);
+
+/* Sets up the server's connection group (settings, decode arena). */
+kvf_status_t kvf_conn_group_init(kvf_server_t *server);
 
 /* Closes the connections that did not authenticate in handshake_timeout. */
 void kvf_conn_expire_handshakes(kvf_server_t *server);

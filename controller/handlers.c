@@ -782,7 +782,9 @@ void kvf_server_snapshot(void *arg, kvf_server_stats_t *stats)
 {
     kvf_server_t *server = arg;
 
-    stats->ctr = server->ctr;
+    stats->ctr              = server->ctr;
+    stats->ctr.backpressure = server->group.backpressure;
+    stats->ctr.tls_failures = server->group.tls_failures;
     kvf_registry_stats(server->reg, &stats->reg);
     kvf__stats_reply__init(&stats->reply);
     kvf_server_stats_fill(server, &stats->reply);
@@ -791,8 +793,8 @@ void kvf_server_snapshot(void *arg, kvf_server_stats_t *stats)
     stats->is_recovering    = kvf_server_recovering(server);
     stats->term             = server->term;
     stats->connections      = server->num_conns;
-    stats->buffered         = server->buffered;
-    stats->buffered_preauth = server->buffered_preauth;
+    stats->buffered         = server->group.buffered;
+    stats->buffered_preauth = server->group.buffered_preauth;
     stats->accept_errors    = server->listen_guard.errors;
     stats->events_dropped   = kvf_events_dropped(server->events);
     stats->events_published =

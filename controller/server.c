@@ -191,19 +191,20 @@ kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
             goto err_free;
         }
     }
-    server->arena_size = KVF_SERVER_ARENA_SIZE;
-    server->arena      = malloc(server->arena_size);
-    server->slots      = calloc(cfg->max_batch, sizeof(*server->slots));
-    server->holders    = calloc(cfg->max_batch, 4);
+    status = kvf_conn_group_init(server);
+    if (status != KVF_OK) {
+        goto err_free;
+    }
+    server->slots   = calloc(cfg->max_batch, sizeof(*server->slots));
+    server->holders = calloc(cfg->max_batch, 4);
     server->tick  = event_new(base, -1, EV_PERSIST, kvf_server_on_tick, server);
     server->purge = evtimer_new(base, kvf_server_on_purge, server);
     server->sig_term =
         evsignal_new(base, SIGTERM, kvf_server_on_signal, server);
     server->sig_int = evsignal_new(base, SIGINT, kvf_server_on_signal, server);
-    if ((server->arena == NULL) || (server->slots == NULL) ||
-        (server->holders == NULL) || (server->tick == NULL) ||
-        (server->purge == NULL) || (server->sig_term == NULL) ||
-        (server->sig_int == NULL)) {
+    if ((server->slots == NULL) || (server->holders == NULL) ||
+        (server->tick == NULL) || (server->purge == NULL) ||
+        (server->sig_term == NULL) || (server->sig_int == NULL)) {
         status = KVF_ERR_NO_MEMORY;
         goto err_free;
     }
@@ -272,7 +273,7 @@ void kvf_server_destroy(kvf_server_t *server)
     }
     free(server->holders);
     free(server->slots);
-    free(server->arena);
+    free(server->group.arena);
     free(server->pins[0].keys);
     free(server->pins[1].keys);
     kvf_events_destroy(server->events);

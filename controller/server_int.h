@@ -15,6 +15,7 @@
 #include "controller/registry.h"
 #include "controller/server.h"
 #include "controller/stats.h"
+#include "proto/evconn.h"
 #include "proto/msg.h"
 
 #include <stdbool.h>
@@ -57,8 +58,6 @@ struct kvf_server {
     size_t cap_event_nodes;
     kvf_conn_t *conns; /* doubly linked, newest first */
     uint64_t num_conns;
-    uint64_t buffered;         /* bytes charged by all connections */
-    uint64_t buffered_preauth; /* of those, by unauthenticated ones */
     uint64_t last_shed_log_ms;
     kvf_listen_guard_t listen_guard; /* the control port's accept errors */
     kvf_server_counters_t ctr;
@@ -66,12 +65,7 @@ struct kvf_server {
     bool is_recovering;
     bool has_registrations;
     kvf_server_pins_t pins[2]; /* [0] hard, [1] soft: what a new node gets */
-    /* decode arena: a frame's message is unpacked here, reset per frame,
-     * so per-request work does not call malloc */
-    uint8_t *arena;
-    size_t arena_size;
-    size_t arena_used;
-    uint64_t arena_spills; /* allocations that did not fit */
+    kvf_evconn_group_t group;  /* settings, bytes held, decode arena */
     /* lookup scratch (max_batch keys) */
     uint16_t *slots;
     uint8_t *holders;
