@@ -216,7 +216,7 @@ static int kvf_ctl_node_info(kvf_ctlconn_t *conn, kvf_frame_t *frame)
 static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
 {
     const Kvf__NodeInfoReply *rep;
-    char pool[64], pd[64];
+    char pool[64], pd[64], disk[64];
     kvf_frame_t frame;
     size_t i;
 
@@ -227,9 +227,9 @@ static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
     if (opts->is_json) {
         printf("{\"nodes\":[");
     } else {
-        printf("%-5s %-20s %-9s %-8s %8s %-26s %-26s %-8s %8s %s\n", "ID",
-               "NAME", "STATE", "ROLE", "KEYS", "POOL", "PD", "INCARN",
-               "HB_AGO", "DATA_ADDRESS");
+        printf("%-5s %-20s %-9s %-8s %8s %8s %-26s %-26s %-26s %-8s %8s %s\n",
+               "ID", "NAME", "STATE", "ROLE", "KEYS", "ON_DISK", "POOL", "DISK",
+               "PD", "INCARN", "HB_AGO", "DATA_ADDRESS");
     }
     for (i = 0; i < rep->n_nodes; i++) {
         const Kvf__NodeDesc *d = rep->nodes[i];
@@ -237,13 +237,17 @@ static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
         if (!opts->is_json) {
             /* the incarnation is a start time in ns: its low 32 bits tell
              * restarts apart (--json has all of it) */
+            /* KEYS: held in either tier; ON_DISK: of those, on the
+             * node's disk tier only */
             printf(
-                "%-5" PRIu32 " %-20s %-9s %-8s %8" PRIu64
-                " %-26s %-26s %08" PRIx64 " %6" PRIu64 "ms %s\n",
+                "%-5" PRIu32 " %-20s %-9s %-8s %8" PRIu64 " %8" PRIu64
+                " %-26s %-26s %-26s %08" PRIx64 " %6" PRIu64 "ms %s\n",
                 d->node_id, d->name, d->state, kvf_msg_role_name(d->role),
-                d->keys,
+                d->keys, d->keys_disk,
                 kvf_ctl_usage_str(d->pool_used, d->pool_capacity, pool,
                                   sizeof(pool)),
+                kvf_ctl_usage_str(d->disk_used, d->disk_capacity, disk,
+                                  sizeof(disk)),
                 kvf_ctl_usage_str(d->pd_used, d->pd_capacity, pd, sizeof(pd)),
                 d->incarnation & 0xffffffffu, d->last_heartbeat_ms_ago,
                 (d->data_address[0] != '\0') ? d->data_address : "-");
@@ -256,10 +260,13 @@ static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
                ",\"pool_used\":%" PRIu64 ",\"pool_capacity\":%" PRIu64
                ",\"pd_used\":%" PRIu64 ",\"pd_capacity\":%" PRIu64
                ",\"incarnation\":%" PRIu64 ",\"last_heartbeat_ms_ago\":%" PRIu64
+               ",\"keys_disk\":%" PRIu64 ",\"disk_used\":%" PRIu64
+               ",\"disk_capacity\":%" PRIu64 ",\"disk_chunks\":%" PRIu64
                ",\"control_address\":",
                d->state, kvf_msg_role_name(d->role), d->keys, d->pool_used,
                d->pool_capacity, d->pd_used, d->pd_capacity, d->incarnation,
-               d->last_heartbeat_ms_ago);
+               d->last_heartbeat_ms_ago, d->keys_disk, d->disk_used,
+               d->disk_capacity, d->disk_chunks);
         kvf_ctl_json_str(d->control_address);
         printf(",\"data_address\":");
         kvf_ctl_json_str(d->data_address);
