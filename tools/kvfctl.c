@@ -319,11 +319,21 @@ static const char *kvf_ctl_name_of(const kvf_ctl_names_t *names, uint32_t id)
     return "?";
 }
 
-/* One LOOKUP; fills holders[n] (node ids, 0: none) and *hit_p. */
+/* Where the chosen holder keeps a key: "host", "disk", "-" (none). */
+static const char *kvf_ctl_medium_name(uint32_t holder, uint8_t medium)
+{
+    if (holder == 0) {
+        return "-";
+    }
+    return (medium == KVF__MEDIUM__MEDIUM_DISK) ? "disk" : "host";
+}
+
+/* One LOOKUP; fills holders[n] (node ids, 0: none), media[n] (NULL: not
+ * wanted; a controller that sends none: host) and *hit_p. */
 static int kvf_ctl_lookup_raw(kvf_ctlconn_t *conn, const uint8_t *keys, int n,
                               bool any_order, uint32_t requester,
-                              uint32_t *holders, uint32_t *hit_p,
-                              bool *recovering_p)
+                              uint32_t *holders, uint8_t *media,
+                              uint32_t *hit_p, bool *recovering_p)
 {
     const Kvf__LookupReply *rep;
     kvf_frame_t frame;
@@ -352,6 +362,10 @@ static int kvf_ctl_lookup_raw(kvf_ctlconn_t *conn, const uint8_t *keys, int n,
 
         holders[i] = (uint32_t)p[0] | ((uint32_t)p[1] << 8) |
                      ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+        if (media != NULL) {
+            media[i] = (rep->media.len == (size_t)n) ? rep->media.data[i]
+                                                     : KVF__MEDIUM__MEDIUM_HOST;
+        }
     }
     *hit_p = rep->hit_chunks;
     if (recovering_p != NULL) {
@@ -386,7 +400,7 @@ static int kvf_ctl_holders_all(kvf_ctlconn_t *conn,
             continue;
         }
         if (kvf_ctl_lookup_raw(conn, keys, n, true, names->ids[j], holders,
-                               &hit, NULL) != 0) {
+                               NULL, &hit, NULL) != 0) {
             free(holders);
             return 1;
         }
@@ -500,8 +514,8 @@ static int kvf_ctl_lookup(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
     kvf_ctl_names_t *names = NULL;
     uint32_t *holders = NULL, *counts = NULL, hit;
     bool recovering, *held            = NULL;
-    uint8_t *keys;
-    int i, rc = 1;
+    uint8_t *keys, *media             = NULL;
+    int i, rc                         = 1;
 
     if (argc == 0) {
         return kvf_ctl_fail(2, "KVF_ERR_INVALID",
@@ -514,12 +528,14 @@ static int kvf_ctl_lookup(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
     names   = calloc(1, sizeof(*names));
     holders = calloc((size_t)argc, sizeof(*holders));
     counts  = calloc((size_t)argc, sizeof(*counts));
-    if ((names == NULL) || (holders == NULL) || (counts == NULL)) {
+    media   = calloc((size_t)argc, sizeof(*media));
+    if ((names == NULL) || (holders == NULL) || (counts == NULL) ||
+        (media == NULL)) {
         kvf_ctl_fail(1, "KVF_ERR_NO_MEMORY", "out of memory");
         goto out;
     }
     if ((kvf_ctl_lookup_raw(conn, keys, argc, opts->is_any_order, 0, holders,
-                            &hit, &recovering) != 0) ||
+                            media, &hit, &recovering) != 0) ||
         (kvf_ctl_names_load(conn, names) != 0)) {
         goto out;
     }
@@ -535,9 +551,9 @@ static int kvf_ctl_lookup(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
         printf("{\"hit_chunks\":%" PRIu32 ",\"recovering\":%s,\"keys\":[", hit,
                recovering ? "true" : "false");
     } else {
-        printf("hit %" PRIu32 " of %d chunk(s)%s\n%-50s %-20s %s\n", hit, argc,
-               recovering ? " (controller recovering)" : "", "KEY", "CHOSEN",
-               "HOLDERS");
+        printf("hit %" PRIu32 " of %d chunk(s)%s\n%-50s %-20s %-6s %s\n", hit,
+               argc, recovering ? " (controller recovering)" : "", "KEY",
+               "CHOSEN", "MEDIUM", "HOLDERS");
     }
     for (i = 0; i < argc; i++) {
         if (opts->is_json) {
@@ -546,13 +562,15 @@ static int kvf_ctl_lookup(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
             printf(",\"holder\":%" PRIu32 ",\"holder_name\":", holders[i]);
             kvf_ctl_json_str(
                 (holders[i] != 0) ? kvf_ctl_name_of(names, holders[i]) : "");
+            printf(",\"medium\":\"%s\"",
+                   kvf_ctl_medium_name(holders[i], media[i]));
             printf(",\"holders\":");
             kvf_ctl_holder_list(names, held, i, true);
             putchar('}');
         } else {
-            printf("%-50s %-20s ", argv[i],
-                   (holders[i] != 0) ? kvf_ctl_name_of(names, holders[i])
-                                     : "-");
+            printf("%-50s %-20s %-6s ", argv[i],
+                   (holders[i] != 0) ? kvf_ctl_name_of(names, holders[i]) : "-",
+                   kvf_ctl_medium_name(holders[i], media[i]));
             kvf_ctl_holder_list(names, held, i, false);
             putchar('\n');
         }
@@ -563,6 +581,7 @@ static int kvf_ctl_lookup(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
     rc = 0;
 out:
     free(held);
+    free(media);
     free(counts);
     free(holders);
     free(names);

@@ -325,6 +325,23 @@ Test(disk_cluster, evicted_chunks_stay_in_the_registry_on_disk)
                             kvf_th_build_path("tools/kvfctl"), g_ctl.addr),
                  0, "%s", out);
     cr_assert_not_null(strstr(out, "\"holdings_disk\":"), "%s", out);
+    /* and where a chunk is */
+    {
+        char k0[KVF_KEY_STR_SIZE], kn[KVF_KEY_STR_SIZE];
+
+        kvf_key_format(&keys[0], k0);
+        kvf_key_format(&keys[CHUNKS - 1], kn);
+        cr_assert_eq(
+            kvf_th_run(out, sizeof(out), "%s --controller %s --json lookup %s",
+                       kvf_th_build_path("tools/kvfctl"), g_ctl.addr, k0),
+            0, "%s", out);
+        cr_assert_not_null(strstr(out, "\"medium\":\"disk\""), "%s", out);
+        cr_assert_eq(
+            kvf_th_run(out, sizeof(out), "%s --controller %s --json lookup %s",
+                       kvf_th_build_path("tools/kvfctl"), g_ctl.addr, kn),
+            0, "%s", out);
+        cr_assert_not_null(strstr(out, "\"medium\":\"host\""), "%s", out);
+    }
 }
 
 Test(disk_cluster, peer_reads_chunks_only_on_the_holders_disk)
