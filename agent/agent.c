@@ -173,11 +173,32 @@ static void kvf_agent_inventory_key(void *arg, const kvf_key_t *key)
     kvf_ctl_client_inventory_add(arg, key);
 }
 
+typedef struct kvf_agent_disk_inv {
+    kvf_agent_t *agent;
+    kvf_ctl_client_t *client;
+} kvf_agent_disk_inv_t;
+
+static void kvf_agent_inventory_disk_key(void *arg, const kvf_key_t *key)
+{
+    kvf_agent_disk_inv_t *inv = arg;
+
+    /* chunks in the pool too went out as host above */
+    if (kvf_store_local_prefix(inv->agent->store, key, 1) == 0) {
+        kvf_ctl_client_inventory_add_medium(inv->client, key,
+                                            KVF__MEDIUM__MEDIUM_DISK);
+    }
+}
+
 static void kvf_agent_on_inventory(void *arg, kvf_ctl_client_t *client)
 {
-    kvf_agent_t *agent = arg;
+    kvf_agent_t *agent       = arg;
+    kvf_agent_disk_inv_t inv = {agent, client};
 
     kvf_store_foreach_key(agent->store, kvf_agent_inventory_key, client);
+    if (agent->disk != NULL) {
+        /* a warm restart re-admits what the tier kept, on disk */
+        kvf_disk_foreach_key(agent->disk, kvf_agent_inventory_disk_key, &inv);
+    }
     kvf_ctl_client_inventory_end(client);
 }
 
@@ -207,10 +228,19 @@ static void kvf_agent_on_usage(void *arg, kvf_ctl_usage_t *usage)
     }
     if (agent->peer != NULL) {
         kvf_peer_get_stats(agent->peer, &ps);
-        usage->fetched_chunks = ps.chunks_fetched;
-        usage->fetched_bytes  = ps.bytes_fetched;
-        usage->served_chunks  = ps.chunks_served;
-        usage->served_bytes   = ps.bytes_served;
+        usage->fetched_chunks          = ps.chunks_fetched;
+        usage->fetched_bytes           = ps.bytes_fetched;
+        usage->served_chunks           = ps.chunks_served;
+        usage->served_bytes            = ps.bytes_served;
+        usage->served_from_disk_chunks = ps.served_from_disk;
+    }
+    if (agent->disk != NULL) {
+        kvf_disk_stats_t ds;
+
+        kvf_disk_get_stats(agent->disk, &ds);
+        usage->disk_capacity = ds.capacity_bytes;
+        usage->disk_used     = ds.used_bytes;
+        usage->disk_chunks   = ds.used_slots;
     }
 }
 
@@ -220,6 +250,15 @@ static void kvf_agent_on_admit(void *arg, const kvf_key_t *key)
 
     if (agent->ctl != NULL) {
         kvf_ctl_client_admit(agent->ctl, key);
+    }
+}
+
+static void kvf_agent_on_demote(void *arg, const kvf_key_t *key)
+{
+    kvf_agent_t *agent = arg;
+
+    if (agent->ctl != NULL) {
+        kvf_ctl_client_admit_medium(agent->ctl, key, KVF__MEDIUM__MEDIUM_DISK);
     }
 }
 
@@ -321,6 +360,7 @@ static kvf_status_t kvf_agent_store_start(kvf_agent_t *agent)
     sparams.grant_timeout_ns = config->grant_timeout;
     sparams.admit_cb         = kvf_agent_on_admit;
     sparams.evict_cb         = kvf_agent_on_evict;
+    sparams.demote_cb        = kvf_agent_on_demote;
     sparams.cb_arg           = agent;
     status                   = kvf_store_create(&sparams, &agent->store);
     if ((status == KVF_OK) && (config->disk_path[0] != '\0')) {
@@ -780,6 +820,7 @@ void kvf_agent_destroy(kvf_agent_t *agent)
     }
     kvf_engine_server_destroy(agent->engines);
     kvf_ctl_client_destroy(agent->ctl);
+    agent->ctl = NULL; /* the disk tier's last completions announce nothing */
     if (agent->peer != NULL) {
         kvf_peer_cancel(agent->peer, agent); /* replications in flight */
         kvf_peer_set_ctl(agent->peer, NULL);

@@ -125,8 +125,10 @@ struct kvf_ctl_client {
     } names[KVF_CTL_NAMES]; /* filled round robin from NODE_INFO replies */
     unsigned next_name;
 
-    uint16_t batch_type; /* KVF_MSG_ADMIT or KVF_MSG_EVICT */
+    uint16_t batch_type;      /* KVF_MSG_ADMIT or KVF_MSG_EVICT */
+    Kvf__Medium batch_medium; /* of the ADMIT batch */
     kvf_ctl_keybuf_t batch;
+    Kvf__Medium inventory_medium; /* of the inventory batch being filled */
     kvf_ctl_keybuf_t inventory;
     kvf_ctl_client_stats_t stats;
 };
@@ -336,6 +338,7 @@ static void kvf_ctl_client_flush(kvf_ctl_client_t *client)
     batch.seq         = ++client->seq;
     batch.keys.data   = client->batch.data;
     batch.keys.len    = client->batch.len;
+    batch.medium      = client->batch_medium;
     if (kvf_ctl_client_send(client, client->batch_type, &batch.base) ==
         KVF_OK) {
         client->stats.batches++;
@@ -354,14 +357,16 @@ static void kvf_ctl_client_on_flush(evutil_socket_t fd, short what, void *arg)
 }
 
 static void kvf_ctl_client_queue(kvf_ctl_client_t *client, uint16_t type,
-                                 const kvf_key_t *key)
+                                 Kvf__Medium medium, const kvf_key_t *key)
 {
     if ((client->state != KVF_CTL_STATE_READY) || client->stop_requested) {
         return; /* the inventory after (re)registration covers it */
     }
-    /* order matters (evict then re-admit): a change of type sends the
-     * batch collected so far first */
-    if ((client->batch.len > 0) && (client->batch_type != type)) {
+    /* order matters (evict then re-admit, admit on host then move to
+     * disk): a change of type or medium sends the batch collected so far
+     * first */
+    if ((client->batch.len > 0) &&
+        ((client->batch_type != type) || (client->batch_medium != medium))) {
         kvf_ctl_client_flush(client);
     }
     if (kvf_ctl_keybuf_reserve(&client->batch, KVF_KEY_WIRE_SIZE) != KVF_OK) {
@@ -371,7 +376,8 @@ static void kvf_ctl_client_queue(kvf_ctl_client_t *client, uint16_t type,
         kvf_ctl_client_reset(client, "out of memory");
         return;
     }
-    client->batch_type = type;
+    client->batch_type   = type;
+    client->batch_medium = medium;
     kvf_key_pack(key, client->batch.data + client->batch.len);
     client->batch.len += KVF_KEY_WIRE_SIZE;
     if (client->batch.len / KVF_KEY_WIRE_SIZE >= client->max_batch_keys) {
@@ -383,12 +389,18 @@ static void kvf_ctl_client_queue(kvf_ctl_client_t *client, uint16_t type,
 
 void kvf_ctl_client_admit(kvf_ctl_client_t *client, const kvf_key_t *key)
 {
-    kvf_ctl_client_queue(client, KVF_MSG_ADMIT, key);
+    kvf_ctl_client_queue(client, KVF_MSG_ADMIT, KVF__MEDIUM__MEDIUM_HOST, key);
+}
+
+void kvf_ctl_client_admit_medium(kvf_ctl_client_t *client, const kvf_key_t *key,
+                                 Kvf__Medium medium)
+{
+    kvf_ctl_client_queue(client, KVF_MSG_ADMIT, medium, key);
 }
 
 void kvf_ctl_client_evict(kvf_ctl_client_t *client, const kvf_key_t *key)
 {
-    kvf_ctl_client_queue(client, KVF_MSG_EVICT, key);
+    kvf_ctl_client_queue(client, KVF_MSG_EVICT, KVF__MEDIUM__MEDIUM_HOST, key);
 }
 
 static void kvf_ctl_client_send_inventory(kvf_ctl_client_t *client, bool last)
@@ -403,6 +415,7 @@ static void kvf_ctl_client_send_inventory(kvf_ctl_client_t *client, bool last)
     inv.keys.data   = client->inventory.data;
     inv.keys.len    = client->inventory.len;
     inv.last        = last;
+    inv.medium      = client->inventory_medium;
     if (kvf_ctl_client_send(client, KVF_MSG_INVENTORY, &inv.base) == KVF_OK) {
         client->stats.inventory_keys += inv.keys.len / KVF_KEY_WIRE_SIZE;
     }
@@ -412,6 +425,18 @@ static void kvf_ctl_client_send_inventory(kvf_ctl_client_t *client, bool last)
 void kvf_ctl_client_inventory_add(kvf_ctl_client_t *client,
                                   const kvf_key_t *key)
 {
+    kvf_ctl_client_inventory_add_medium(client, key, KVF__MEDIUM__MEDIUM_HOST);
+}
+
+void kvf_ctl_client_inventory_add_medium(kvf_ctl_client_t *client,
+                                         const kvf_key_t *key,
+                                         Kvf__Medium medium)
+{
+    /* one medium per INVENTORY batch: a change sends what was collected */
+    if ((client->inventory.len > 0) && (client->inventory_medium != medium)) {
+        kvf_ctl_client_send_inventory(client, false);
+    }
+    client->inventory_medium = medium;
     if (kvf_ctl_keybuf_reserve(&client->inventory, KVF_KEY_WIRE_SIZE) !=
         KVF_OK) {
         client->stats.errors++;
@@ -440,13 +465,14 @@ static void kvf_ctl_client_send_heartbeat(kvf_ctl_client_t *client)
         client->ops->usage(client->arg, &usage);
     }
     kvf__node_traffic__init(&traffic);
-    traffic.lookup_chunks        = usage.lookup_chunks;
-    traffic.lookup_local_chunks  = usage.lookup_local_chunks;
-    traffic.lookup_remote_chunks = usage.lookup_remote_chunks;
-    traffic.fetched_chunks       = usage.fetched_chunks;
-    traffic.fetched_bytes        = usage.fetched_bytes;
-    traffic.served_chunks        = usage.served_chunks;
-    traffic.served_bytes         = usage.served_bytes;
+    traffic.lookup_chunks           = usage.lookup_chunks;
+    traffic.lookup_local_chunks     = usage.lookup_local_chunks;
+    traffic.lookup_remote_chunks    = usage.lookup_remote_chunks;
+    traffic.fetched_chunks          = usage.fetched_chunks;
+    traffic.fetched_bytes           = usage.fetched_bytes;
+    traffic.served_chunks           = usage.served_chunks;
+    traffic.served_bytes            = usage.served_bytes;
+    traffic.served_from_disk_chunks = usage.served_from_disk_chunks;
     kvf__heartbeat__init(&hb);
     hb.request_id    = client->next_request++;
     hb.node_id       = client->node_id;
@@ -456,6 +482,9 @@ static void kvf_ctl_client_send_heartbeat(kvf_ctl_client_t *client)
     hb.entries       = usage.entries;
     hb.pd_capacity   = usage.pd_capacity;
     hb.pd_used       = usage.pd_used;
+    hb.disk_capacity = usage.disk_capacity;
+    hb.disk_used     = usage.disk_used;
+    hb.disk_chunks   = usage.disk_chunks;
     hb.last_seq      = client->seq;
     hb.traffic       = &traffic;
     if (kvf_ctl_client_send(client, KVF_MSG_HEARTBEAT, &hb.base) == KVF_OK) {

@@ -44,6 +44,10 @@ typedef struct kvf_ctl_usage {
     uint64_t fetched_bytes;
     uint64_t served_chunks;
     uint64_t served_bytes;
+    uint64_t served_from_disk_chunks; /* of served, read from disk first */
+    uint64_t disk_capacity;           /* local-disk tier bytes, 0: none */
+    uint64_t disk_used;
+    uint64_t disk_chunks;
 } kvf_ctl_usage_t;
 
 typedef struct kvf_ctl_client_ops {
@@ -136,10 +140,22 @@ void kvf_ctl_client_destroy(kvf_ctl_client_t *client);
 void kvf_ctl_client_admit(kvf_ctl_client_t *client, const kvf_key_t *key);
 void kvf_ctl_client_evict(kvf_ctl_client_t *client, const kvf_key_t *key);
 
+/* Queues an ADMIT of @p key on @p medium: the node now keeps it there (a
+ * pool eviction the disk tier keeps: MEDIUM_DISK; a promotion back:
+ * MEDIUM_HOST). kvf_ctl_client_admit() is MEDIUM_HOST. */
+void kvf_ctl_client_admit_medium(kvf_ctl_client_t *client, const kvf_key_t *key,
+                                 Kvf__Medium medium);
+
 /* Inside ops->inventory: adds keys, then ends the inventory. */
 void kvf_ctl_client_inventory_add(kvf_ctl_client_t *client,
                                   const kvf_key_t *key);
 void kvf_ctl_client_inventory_end(kvf_ctl_client_t *client);
+
+/* As kvf_ctl_client_inventory_add, on @p medium (batches carry one medium:
+ * add the keys of one medium together). */
+void kvf_ctl_client_inventory_add_medium(kvf_ctl_client_t *client,
+                                         const kvf_key_t *key,
+                                         Kvf__Medium medium);
 
 /* Flushes pending batches, deregisters, and calls ops->stopped when the
  * controller acknowledged or request_timeout passed (also at once when not

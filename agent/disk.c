@@ -477,6 +477,13 @@ bool kvf_disk_contains(const kvf_disk_t *disk, const kvf_key_t *key)
     return kvf_disk_index_find(disk, key) != NULL;
 }
 
+bool kvf_disk_is_stored(const kvf_disk_t *disk, const kvf_key_t *key)
+{
+    uint32_t *cell = kvf_disk_index_find(disk, key);
+
+    return (cell != NULL) && (disk->slots[*cell].state == KVF_DISK_SLOT_VALID);
+}
+
 uint64_t kvf_disk_length(const kvf_disk_t *disk, const kvf_key_t *key)
 {
     uint32_t *cell = kvf_disk_index_find(disk, key);
@@ -976,11 +983,39 @@ kvf_status_t kvf_disk_start(struct kvf_store *store,
     params.slot_size   = config->max_chunk;
     params.queue_depth = (unsigned)config->disk_queue_depth;
     params.base        = base;
+    params.stored_cb   = kvf_store_on_disk_stored;
+    params.dropped_cb  = kvf_store_on_disk_dropped;
+    params.cb_arg      = store;
     status             = kvf_disk_create(&params, disk_p);
     if (status == KVF_OK) {
         kvf_store_set_disk(store, *disk_p);
     }
     return status;
+}
+
+void kvf_disk_print_tier_metrics(const kvf_disk_t *disk, uint64_t host_chunks,
+                                 uint64_t host_bytes, uint64_t served_from_disk,
+                                 struct evbuffer *body)
+{
+    uint64_t disk_chunks = (disk != NULL) ? disk->st.used_slots : 0;
+    uint64_t disk_bytes  = (disk != NULL) ? disk->st.used_bytes : 0;
+
+    evbuffer_add_printf(
+        body,
+        "# HELP kvf_agent_tier_chunks chunks held, by medium (a chunk in "
+        "the pool and on disk counts in both)\n"
+        "# TYPE kvf_agent_tier_chunks gauge\n"
+        "kvf_agent_tier_chunks{medium=\"host\"} %" PRIu64 "\n"
+        "kvf_agent_tier_chunks{medium=\"disk\"} %" PRIu64 "\n"
+        "# HELP kvf_agent_tier_bytes bytes of chunks held, by medium\n"
+        "# TYPE kvf_agent_tier_bytes gauge\n"
+        "kvf_agent_tier_bytes{medium=\"host\"} %" PRIu64 "\n"
+        "kvf_agent_tier_bytes{medium=\"disk\"} %" PRIu64 "\n"
+        "# HELP kvf_agent_served_from_disk_total chunks sent to peers that "
+        "were read from the disk tier first\n"
+        "# TYPE kvf_agent_served_from_disk_total counter\n"
+        "kvf_agent_served_from_disk_total %" PRIu64 "\n",
+        host_chunks, disk_chunks, host_bytes, disk_bytes, served_from_disk);
 }
 
 void kvf_disk_print_metrics(const kvf_disk_t *disk, struct evbuffer *body)

@@ -300,6 +300,22 @@ static void kvf_agent_metrics_ctl(kvf_agent_http_t *http, struct evbuffer *body)
                     as.is_draining ? 1 : 0);
 }
 
+/* Both tiers side by side (issue #20), then the disk tier's own series. */
+static void kvf_agent_metrics_tiers(kvf_agent_http_t *http,
+                                    struct evbuffer *body)
+{
+    kvf_peer_stats_t ps = {0};
+    kvf_store_stats_t st;
+
+    kvf_store_get_stats(http->src.store, &st);
+    if (http->src.peer != NULL) {
+        kvf_peer_get_stats(http->src.peer, &ps);
+    }
+    kvf_disk_print_tier_metrics(http->src.disk, st.pool.entries, st.pool.used,
+                                ps.served_from_disk, body);
+    kvf_disk_print_metrics(http->src.disk, body);
+}
+
 static void kvf_agent_on_metrics(struct evhttp_request *req, void *arg)
 {
     kvf_agent_http_t *http = arg;
@@ -312,7 +328,7 @@ static void kvf_agent_on_metrics(struct evhttp_request *req, void *arg)
     kvf_agent_metrics_peers(http, body);
     kvf_agent_metrics_store(http, body);
     kvf_agent_metrics_pd(http, body);
-    kvf_disk_print_metrics(http->src.disk, body);
+    kvf_agent_metrics_tiers(http, body);
     kvf_agent_metrics_ctl(http, body);
     kvf_agent_http_reply(req, 200, KVF_PROM_CONTENT_TYPE, body);
     evbuffer_free(body);

@@ -67,6 +67,22 @@ struct kvf_peer_fetch {
     bool done;            /* the callback has run (or was canceled) */
 };
 
+/* Chunks being read from this node's disk tier to serve a peer at once;
+ * past it, a key only on disk is answered as a miss. */
+#define KVF_PEER_DISK_SERVES 64u
+
+/* A key a peer asked for that this node keeps on disk only: read back
+ * into the pool (promoted) first, then served. */
+typedef struct kvf_peer_disk_serve {
+    struct kvf_peer *peer;
+    kvf_ucx_ep_t *ep; /* held while the read is in flight */
+    uint64_t request_id;
+    uint32_t index;
+    kvf_key_t key;
+    struct kvf_peer_link_stats *link;
+    bool is_used;
+} kvf_peer_disk_serve_t;
+
 /* A chunk being sent to a peer: pinned until UCX is done with it. */
 typedef struct kvf_peer_serve {
     kvf_peer_t *peer;
@@ -111,6 +127,7 @@ struct kvf_peer {
     kvf_peer_stats_t stats;
     kvf_peer_link_stats_t links[KVF_PEER_LINKS_MAX];
     uint32_t num_links;
+    kvf_peer_disk_serve_t disk_serves[KVF_PEER_DISK_SERVES];
     bool destroying;
 };
 
@@ -783,11 +800,18 @@ static void kvf_peer_on_served(kvf_status_t status, void *arg)
     peer->serve_free = serve;
 }
 
-/* Answers one key: the chunk zero-copy from the pool, or a miss. */
+static bool kvf_peer_serve_from_disk(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
+                                     uint64_t request_id, uint32_t index,
+                                     const kvf_key_t *key,
+                                     kvf_peer_link_stats_t *link);
+
+/* Answers one key: the chunk zero-copy from the pool, or a miss. A key on
+ * this node's disk only is read back first (@p is_disk_retry: the read is
+ * done, whatever it gave). */
 static void kvf_peer_serve_one(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
                                uint64_t request_id, uint32_t index,
                                const kvf_key_t *key,
-                               kvf_peer_link_stats_t *link)
+                               kvf_peer_link_stats_t *link, bool is_disk_retry)
 {
     static char no_name[] = "";
     uint8_t hdr[KVF_PEER_HDR_MAX];
@@ -810,6 +834,10 @@ static void kvf_peer_serve_one(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
     } else if ((serve != NULL) &&
                (kvf_store_hold_chunk(peer->store, key, &entry) != KVF_OK)) {
         kvf_peer_sending_put(peer, ep);
+        if (!is_disk_retry &&
+            kvf_peer_serve_from_disk(peer, ep, request_id, index, key, link)) {
+            return; /* answered when the read lands */
+        }
     }
     if (entry != NULL) {
         chunk.status   = KVF_OK;
@@ -845,6 +873,9 @@ static void kvf_peer_serve_one(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
     }
     peer->stats.chunks_served++;
     peer->stats.bytes_served += chunk.length;
+    if (is_disk_retry) {
+        peer->stats.served_from_disk++;
+    }
     link->chunks_served++;
     link->bytes_served += chunk.length;
     return;
@@ -853,6 +884,63 @@ err_put:
     if (entry != NULL) {
         kvf_store_put_chunk(peer->store, entry);
     }
+}
+
+/* The read of a chunk a peer asked for is done (promoted into the pool, or
+ * failed: damaged, I/O error, no room): serve it, or answer a miss. */
+static void kvf_peer_on_disk_read(void *arg, uint32_t promoted, uint32_t failed)
+{
+    kvf_peer_disk_serve_t *ds = arg;
+    kvf_ucx_ep_t *ep          = ds->ep;
+    kvf_key_t key             = ds->key;
+
+    ds->is_used = false;
+    ds->ep      = NULL;
+    kvf_peer_serve_one(ds->peer, ep, ds->request_id, ds->index, &key, ds->link,
+                       true);
+    kvf_ucx_ep_put(ep);
+}
+
+/* Starts reading @p key back from the disk tier to serve it (the loop
+ * never blocks: io_uring, the answer goes out from the completion).
+ * false: not on disk, or every disk serve is busy (the caller answers a
+ * miss). */
+static bool kvf_peer_serve_from_disk(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
+                                     uint64_t request_id, uint32_t index,
+                                     const kvf_key_t *key,
+                                     kvf_peer_link_stats_t *link)
+{
+    kvf_peer_disk_serve_t *ds = NULL;
+    kvf_status_t status;
+    uint32_t i;
+
+    if (peer->destroying || (kvf_store_tier_prefix(peer->store, key, 1) == 0)) {
+        return false; /* in no tier */
+    }
+    for (i = 0; (i < KVF_PEER_DISK_SERVES) && (ds == NULL); i++) {
+        if (!peer->disk_serves[i].is_used) {
+            ds = &peer->disk_serves[i];
+        }
+    }
+    if (ds == NULL) {
+        peer->stats.disk_serve_busy++;
+        return false;
+    }
+    ds->peer       = peer;
+    ds->ep         = ep;
+    ds->request_id = request_id;
+    ds->index      = index;
+    ds->key        = *key;
+    ds->link       = link;
+    ds->is_used    = true;
+    kvf_ucx_ep_hold(ep);
+    status =
+        kvf_store_promote(peer->store, &ds->key, 1, kvf_peer_on_disk_read, ds);
+    if (status != KVF_INPROGRESS) {
+        /* done at once (still in a write-behind buffer), or failed */
+        kvf_peer_on_disk_read(ds, 0, 0);
+    }
+    return true;
 }
 
 /* A requester says a chunk we served failed verification: check it here
@@ -924,7 +1012,7 @@ static kvf_status_t kvf_peer_on_fetch(void *arg, const void *header,
     for (i = 0; i < n; i++) {
         kvf_key_unpack(req->keys.data + i * KVF_KEY_WIRE_SIZE, &key);
         kvf_peer_serve_one(peer, msg->reply_ep, req->request_id,
-                           req->indexes[i], &key, link);
+                           req->indexes[i], &key, link, false);
     }
     kvf_frame_release(&frame, NULL);
     return KVF_OK;
@@ -993,11 +1081,19 @@ err:
 void kvf_peer_destroy(kvf_peer_t *peer)
 {
     kvf_peer_fetch_t *fetch;
+    uint32_t i;
 
     if (peer == NULL) {
         return;
     }
     peer->destroying = true;
+    for (i = 0; i < KVF_PEER_DISK_SERVES; i++) {
+        /* their reads still land in the pool; the endpoints went with the
+         * worker */
+        if (peer->disk_serves[i].is_used) {
+            kvf_store_promote_cancel(peer->store, &peer->disk_serves[i]);
+        }
+    }
     if (peer->ctl != NULL) {
         for (fetch = peer->fetches; fetch != NULL; fetch = fetch->next) {
             kvf_ctl_client_cancel(peer->ctl, fetch);

@@ -350,13 +350,14 @@ static void kvf_server_request_resync(kvf_server_t *server, kvf_node_t *node)
 static void kvf_server_node_traffic_set(kvf_node_t *node,
                                         const Kvf__NodeTraffic *t)
 {
-    node->traffic.lookup_chunks        = t->lookup_chunks;
-    node->traffic.lookup_local_chunks  = t->lookup_local_chunks;
-    node->traffic.lookup_remote_chunks = t->lookup_remote_chunks;
-    node->traffic.fetched_chunks       = t->fetched_chunks;
-    node->traffic.fetched_bytes        = t->fetched_bytes;
-    node->traffic.served_chunks        = t->served_chunks;
-    node->traffic.served_bytes         = t->served_bytes;
+    node->traffic.lookup_chunks           = t->lookup_chunks;
+    node->traffic.lookup_local_chunks     = t->lookup_local_chunks;
+    node->traffic.lookup_remote_chunks    = t->lookup_remote_chunks;
+    node->traffic.fetched_chunks          = t->fetched_chunks;
+    node->traffic.fetched_bytes           = t->fetched_bytes;
+    node->traffic.served_chunks           = t->served_chunks;
+    node->traffic.served_bytes            = t->served_bytes;
+    node->traffic.served_from_disk_chunks = t->served_from_disk_chunks;
 }
 
 static kvf_status_t kvf_server_on_heartbeat(kvf_conn_t *conn,
@@ -381,6 +382,9 @@ static kvf_status_t kvf_server_on_heartbeat(kvf_conn_t *conn,
     node->entries       = hb->entries;
     node->pd_capacity   = hb->pd_capacity;
     node->pd_used       = hb->pd_used;
+    node->disk_capacity = hb->disk_capacity;
+    node->disk_used     = hb->disk_used;
+    node->disk_chunks   = hb->disk_chunks;
     if (hb->traffic != NULL) {
         kvf_server_node_traffic_set(node, hb->traffic);
     }
@@ -445,6 +449,21 @@ static bool kvf_server_keys_ok(kvf_conn_t *conn, uint64_t req_id,
     return false;
 }
 
+/* A Medium from an agent: one this controller knows, or a rejection. */
+static bool kvf_server_medium_ok(kvf_conn_t *conn, uint64_t req_id,
+                                 Kvf__Medium medium)
+{
+    char text[64];
+
+    if ((medium == KVF__MEDIUM__MEDIUM_HOST) ||
+        (medium == KVF__MEDIUM__MEDIUM_DISK)) {
+        return true;
+    }
+    snprintf(text, sizeof(text), "unknown medium %d", (int)medium);
+    kvf_conn_reject(conn, req_id, KVF_ERR_INVALID, text);
+    return false;
+}
+
 static kvf_status_t kvf_server_on_batch(kvf_conn_t *conn, uint16_t type,
                                         Kvf__KeyBatch *kb)
 {
@@ -464,9 +483,13 @@ static kvf_status_t kvf_server_on_batch(kvf_conn_t *conn, uint16_t type,
     }
     node->last_seq = kb->seq;
     n              = kb->keys.len / KVF_KEY_WIRE_SIZE;
+    if (!kvf_server_medium_ok(conn, kb->request_id, kb->medium)) {
+        return KVF_OK;
+    }
     if (type == KVF_MSG_ADMIT) {
-        status = kvf_registry_admit(server->reg, node->slot, kb->keys.data, n,
-                                    &done);
+        status =
+            kvf_registry_admit_medium(server->reg, node->slot, kb->keys.data, n,
+                                      (kvf_registry_medium_t)kb->medium, &done);
         server->ctr.admits += n;
         kvf_server_purge_kick(server); /* the table may have begun growing */
     } else {
@@ -496,7 +519,8 @@ static kvf_status_t kvf_server_on_inventory(kvf_conn_t *conn,
     node = kvf_server_node_check(conn, inv->request_id, inv->node_id,
                                  inv->incarnation);
     if ((node == NULL) ||
-        !kvf_server_keys_ok(conn, inv->request_id, &inv->keys)) {
+        !kvf_server_keys_ok(conn, inv->request_id, &inv->keys) ||
+        !kvf_server_medium_ok(conn, inv->request_id, inv->medium)) {
         return KVF_OK;
     }
     if (!node->is_inventory_open &&
@@ -509,8 +533,10 @@ static kvf_status_t kvf_server_on_inventory(kvf_conn_t *conn,
     if (status == KVF_OK) {
         node->is_inventory_open = true;
         node->is_resynced       = false;
-        status = kvf_registry_admit(server->reg, node->slot, inv->keys.data,
-                                    inv->keys.len / KVF_KEY_WIRE_SIZE, &done);
+        status                  = kvf_registry_admit_medium(
+                             server->reg, node->slot, inv->keys.data,
+                             inv->keys.len / KVF_KEY_WIRE_SIZE,
+                             (kvf_registry_medium_t)inv->medium, &done);
         server->ctr.inventory_keys += inv->keys.len / KVF_KEY_WIRE_SIZE;
         kvf_server_purge_kick(server);
         node->last_seq = inv->seq;
@@ -575,6 +601,8 @@ static kvf_status_t kvf_server_lookup_reply(kvf_conn_t *conn, uint64_t req_id,
     rep.hit_chunks   = (uint32_t)hit;
     rep.holders.data = server->holders;
     rep.holders.len  = 4 * n;
+    rep.media.data   = server->media;
+    rep.media.len    = n;
     rep.recovering   = server->is_recovering && kvf_server_recovering(server);
     rep.term         = server->term;
     return kvf_conn_send(conn, KVF_MSG_LOOKUP_REPLY, &rep.base);
@@ -605,9 +633,10 @@ static kvf_status_t kvf_server_on_lookup(kvf_conn_t *conn, Kvf__Lookup *lk)
     if (!kvf_server_batch_ok(conn, lk->request_id, n)) {
         return KVF_OK;
     }
-    kvf_registry_lookup(server->reg, lk->keys.data, n,
-                        kvf_server_requester_slot(server, lk->requester),
-                        lk->any_order, server->slots, &hit);
+    kvf_registry_lookup_media(server->reg, lk->keys.data, n,
+                              kvf_server_requester_slot(server, lk->requester),
+                              lk->any_order, server->slots, server->media,
+                              &hit);
     return kvf_server_lookup_reply(conn, lk->request_id, n, hit, hit);
 }
 
@@ -635,9 +664,9 @@ static kvf_status_t kvf_server_on_tp_lookup(kvf_conn_t *conn, Kvf__TpLookup *lk)
     n   = total / lk->tp_world;
     req = kvf_server_requester_slot(server, lk->requester);
     for (r = 0; r < lk->tp_world; r++) {
-        kvf_registry_lookup(server->reg,
-                            lk->keys.data + r * n * KVF_KEY_WIRE_SIZE, n, req,
-                            false, server->slots + r * n, &hit);
+        kvf_registry_lookup_media(
+            server->reg, lk->keys.data + r * n * KVF_KEY_WIRE_SIZE, n, req,
+            false, server->slots + r * n, server->media + r * n, &hit);
         if (hit < min_hit) {
             min_hit = hit;
         }
@@ -648,6 +677,7 @@ static kvf_status_t kvf_server_on_tp_lookup(kvf_conn_t *conn, Kvf__TpLookup *lk)
     for (r = 0; r < lk->tp_world; r++) {
         for (i = min_hit; i < n; i++) {
             server->slots[r * n + i] = 0;
+            server->media[r * n + i] = KVF_REGISTRY_HOST;
         }
     }
     return kvf_server_lookup_reply(conn, lk->request_id, total, min_hit,
@@ -670,6 +700,10 @@ static void kvf_server_node_desc(kvf_server_t *server, kvf_node_t *node,
     d->pd_capacity         = node->pd_capacity;
     d->pd_used             = node->pd_used;
     d->keys                = kvf_registry_slot_keys(server->reg, node->slot);
+    d->keys_disk     = kvf_registry_slot_disk_keys(server->reg, node->slot);
+    d->disk_capacity = node->disk_capacity;
+    d->disk_used     = node->disk_used;
+    d->disk_chunks   = node->disk_chunks;
     /* protobuf-c fields are non-const; packing only reads them */
     d->state       = (char *)(uintptr_t)kvf_node_state_name(node->state);
     d->incarnation = node->incarnation;
@@ -772,8 +806,13 @@ void kvf_server_stats_fill(kvf_server_t *server, Kvf__StatsReply *rep_p)
             kvf_node_t *node = kvf_node_table_at(server->nodes, i);
 
             holdings += kvf_registry_slot_keys(server->reg, node->slot);
+            if (node->state != KVF_NODE_DEAD) {
+                rep.host_bytes += node->pool_used;
+                rep.disk_bytes += node->disk_used;
+            }
         }
-        rep.holdings = holdings;
+        rep.holdings      = holdings;
+        rep.holdings_disk = rs.disk_holdings;
     }
     *rep_p = rep;
 }

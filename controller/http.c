@@ -125,6 +125,46 @@ static void kvf_http_node_traffic(struct evbuffer *b, const kvf_node_t *node)
         node->entries, t->lookup_chunks, t->lookup_local_chunks,
         t->lookup_remote_chunks, t->fetched_chunks, t->fetched_bytes,
         t->served_chunks, t->served_bytes);
+    evbuffer_add_printf(b,
+                        ",\"served_from_disk_chunks\":%" PRIu64
+                        ",\"disk_capacity\":%" PRIu64 ",\"disk_used\":%" PRIu64
+                        ",\"disk_chunks\":%" PRIu64,
+                        t->served_from_disk_chunks, node->disk_capacity,
+                        node->disk_used, node->disk_chunks);
+}
+
+/* Both tiers of the cluster (issue #20): holdings per medium from the
+ * registry, bytes per medium from the live nodes' heartbeats. */
+static void kvf_http_tier_metrics(struct evbuffer *b, const kvf_http_t *http,
+                                  const kvf_registry_stats_t *rs)
+{
+    static const char *const media[] = {"host", "disk"};
+    size_t i, n = kvf_node_table_count(http->src.nodes);
+    uint64_t holdings = 0, used[2] = {0, 0}, cap[2] = {0, 0};
+
+    for (i = 0; i < n; i++) {
+        const kvf_node_t *node = kvf_node_table_at(http->src.nodes, i);
+
+        holdings += kvf_registry_slot_keys(http->src.reg, node->slot);
+        if (node->state == KVF_NODE_DEAD) {
+            continue;
+        }
+        used[0] += node->pool_used;
+        cap[0] += node->pool_capacity;
+        used[1] += node->disk_used;
+        cap[1] += node->disk_capacity;
+    }
+    kvf_prom_metric_by(
+        b, "kvf_controller_holdings", KVF_PROM_GAUGE,
+        "(key, node) pairs by the medium the node keeps the key on", "medium",
+        2, media,
+        (const uint64_t[]){holdings - rs->disk_holdings, rs->disk_holdings});
+    kvf_prom_metric_by(b, "kvf_controller_tier_used_bytes", KVF_PROM_GAUGE,
+                       "bytes of chunks held by live nodes, per tier", "medium",
+                       2, media, used);
+    kvf_prom_metric_by(b, "kvf_controller_tier_capacity_bytes", KVF_PROM_GAUGE,
+                       "capacity of live nodes, per tier", "medium", 2, media,
+                       cap);
 }
 
 static void kvf_http_on_nodes(struct evhttp_request *req, void *arg)
@@ -153,12 +193,14 @@ static void kvf_http_on_nodes(struct evhttp_request *req, void *arg)
             b,
             ",\"state\":\"%s\",\"role\":\"%s\","
             "\"incarnation\":%" PRIu64 ",\"keys\":%" PRIu64
-            ",\"pool_capacity\":%" PRIu64 ",\"pool_used\":%" PRIu64
-            ",\"pd_capacity\":%" PRIu64 ",\"pd_used\":%" PRIu64
-            ",\"last_heartbeat_ms_ago\":%" PRIu64 ",\"control_address\":",
+            ",\"keys_disk\":%" PRIu64 ",\"pool_capacity\":%" PRIu64
+            ",\"pool_used\":%" PRIu64 ",\"pd_capacity\":%" PRIu64
+            ",\"pd_used\":%" PRIu64 ",\"last_heartbeat_ms_ago\":%" PRIu64
+            ",\"control_address\":",
             kvf_node_state_name(node->state), kvf_msg_role_name(node->role),
             node->incarnation,
             kvf_registry_slot_keys(http->src.reg, node->slot),
+            kvf_registry_slot_disk_keys(http->src.reg, node->slot),
             node->pool_capacity, node->pool_used, node->pd_capacity,
             node->pd_used, now - node->last_heartbeat_ms);
         kvf_evjson_add_str(b, node->control_address);
@@ -234,6 +276,7 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
     }
     memset(&st, 0, sizeof(st));
     http->src.snapshot(http->src.arg, &st);
+    kvf_http_tier_metrics(b, http, &st.reg);
     kvf_prom_metric(b, "kvf_controller_leader_term", KVF_PROM_GAUGE,
                     "the etcd election's term (0 without --etcd)", st.term);
     kvf_prom_metric_by(

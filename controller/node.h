@@ -50,6 +50,7 @@ typedef struct kvf_node_traffic {
     uint64_t fetched_bytes;
     uint64_t served_chunks;
     uint64_t served_bytes;
+    uint64_t served_from_disk_chunks; /* of served, read from its disk */
 } kvf_node_traffic_t;
 
 typedef struct kvf_node {
@@ -70,6 +71,9 @@ typedef struct kvf_node {
     uint64_t pool_used;
     uint64_t pd_capacity; /* PD receive region, from heartbeats */
     uint64_t pd_used;
+    uint64_t disk_capacity; /* local-disk tier, from heartbeats; 0: none */
+    uint64_t disk_used;
+    uint64_t disk_chunks;
     uint64_t entries;
     kvf_node_traffic_t traffic;
     uint64_t last_heartbeat_ms;

@@ -197,14 +197,16 @@ kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
     }
     server->slots   = calloc(cfg->max_batch, sizeof(*server->slots));
     server->holders = calloc(cfg->max_batch, 4);
+    server->media   = calloc(cfg->max_batch, 1);
     server->tick  = event_new(base, -1, EV_PERSIST, kvf_server_on_tick, server);
     server->purge = evtimer_new(base, kvf_server_on_purge, server);
     server->sig_term =
         evsignal_new(base, SIGTERM, kvf_server_on_signal, server);
     server->sig_int = evsignal_new(base, SIGINT, kvf_server_on_signal, server);
     if ((server->slots == NULL) || (server->holders == NULL) ||
-        (server->tick == NULL) || (server->purge == NULL) ||
-        (server->sig_term == NULL) || (server->sig_int == NULL)) {
+        (server->media == NULL) || (server->tick == NULL) ||
+        (server->purge == NULL) || (server->sig_term == NULL) ||
+        (server->sig_int == NULL)) {
         status = KVF_ERR_NO_MEMORY;
         goto err_free;
     }
@@ -272,6 +274,7 @@ void kvf_server_destroy(kvf_server_t *server)
         event_free(server->tick);
     }
     free(server->holders);
+    free(server->media);
     free(server->slots);
     free(server->group.arena);
     free(server->pins[0].keys);

@@ -69,6 +69,7 @@ struct kvf_server {
     /* lookup scratch (max_batch keys) */
     uint16_t *slots;
     uint8_t *holders;
+    uint8_t *media;           /* LOOKUP_REPLY media, max_batch bytes */
     kvf_auth_secret_t secret; /* empty: authentication off */
     struct ssl_ctx_st *tls;   /* NULL: plain TCP */
     char listen_addr[300];

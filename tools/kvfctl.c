@@ -216,7 +216,7 @@ static int kvf_ctl_node_info(kvf_ctlconn_t *conn, kvf_frame_t *frame)
 static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
 {
     const Kvf__NodeInfoReply *rep;
-    char pool[64], pd[64];
+    char pool[64], pd[64], disk[64];
     kvf_frame_t frame;
     size_t i;
 
@@ -227,9 +227,9 @@ static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
     if (opts->is_json) {
         printf("{\"nodes\":[");
     } else {
-        printf("%-5s %-20s %-9s %-8s %8s %-26s %-26s %-8s %8s %s\n", "ID",
-               "NAME", "STATE", "ROLE", "KEYS", "POOL", "PD", "INCARN",
-               "HB_AGO", "DATA_ADDRESS");
+        printf("%-5s %-20s %-9s %-8s %8s %8s %-26s %-26s %-26s %-8s %8s %s\n",
+               "ID", "NAME", "STATE", "ROLE", "KEYS", "ON_DISK", "POOL", "DISK",
+               "PD", "INCARN", "HB_AGO", "DATA_ADDRESS");
     }
     for (i = 0; i < rep->n_nodes; i++) {
         const Kvf__NodeDesc *d = rep->nodes[i];
@@ -237,13 +237,17 @@ static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
         if (!opts->is_json) {
             /* the incarnation is a start time in ns: its low 32 bits tell
              * restarts apart (--json has all of it) */
+            /* KEYS: held in either tier; ON_DISK: of those, on the
+             * node's disk tier only */
             printf(
-                "%-5" PRIu32 " %-20s %-9s %-8s %8" PRIu64
-                " %-26s %-26s %08" PRIx64 " %6" PRIu64 "ms %s\n",
+                "%-5" PRIu32 " %-20s %-9s %-8s %8" PRIu64 " %8" PRIu64
+                " %-26s %-26s %-26s %08" PRIx64 " %6" PRIu64 "ms %s\n",
                 d->node_id, d->name, d->state, kvf_msg_role_name(d->role),
-                d->keys,
+                d->keys, d->keys_disk,
                 kvf_ctl_usage_str(d->pool_used, d->pool_capacity, pool,
                                   sizeof(pool)),
+                kvf_ctl_usage_str(d->disk_used, d->disk_capacity, disk,
+                                  sizeof(disk)),
                 kvf_ctl_usage_str(d->pd_used, d->pd_capacity, pd, sizeof(pd)),
                 d->incarnation & 0xffffffffu, d->last_heartbeat_ms_ago,
                 (d->data_address[0] != '\0') ? d->data_address : "-");
@@ -256,10 +260,13 @@ static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
                ",\"pool_used\":%" PRIu64 ",\"pool_capacity\":%" PRIu64
                ",\"pd_used\":%" PRIu64 ",\"pd_capacity\":%" PRIu64
                ",\"incarnation\":%" PRIu64 ",\"last_heartbeat_ms_ago\":%" PRIu64
+               ",\"keys_disk\":%" PRIu64 ",\"disk_used\":%" PRIu64
+               ",\"disk_capacity\":%" PRIu64 ",\"disk_chunks\":%" PRIu64
                ",\"control_address\":",
                d->state, kvf_msg_role_name(d->role), d->keys, d->pool_used,
                d->pool_capacity, d->pd_used, d->pd_capacity, d->incarnation,
-               d->last_heartbeat_ms_ago);
+               d->last_heartbeat_ms_ago, d->keys_disk, d->disk_used,
+               d->disk_capacity, d->disk_chunks);
         kvf_ctl_json_str(d->control_address);
         printf(",\"data_address\":");
         kvf_ctl_json_str(d->data_address);
@@ -312,11 +319,21 @@ static const char *kvf_ctl_name_of(const kvf_ctl_names_t *names, uint32_t id)
     return "?";
 }
 
-/* One LOOKUP; fills holders[n] (node ids, 0: none) and *hit_p. */
+/* Where the chosen holder keeps a key: "host", "disk", "-" (none). */
+static const char *kvf_ctl_medium_name(uint32_t holder, uint8_t medium)
+{
+    if (holder == 0) {
+        return "-";
+    }
+    return (medium == KVF__MEDIUM__MEDIUM_DISK) ? "disk" : "host";
+}
+
+/* One LOOKUP; fills holders[n] (node ids, 0: none), media[n] (NULL: not
+ * wanted; a controller that sends none: host) and *hit_p. */
 static int kvf_ctl_lookup_raw(kvf_ctlconn_t *conn, const uint8_t *keys, int n,
                               bool any_order, uint32_t requester,
-                              uint32_t *holders, uint32_t *hit_p,
-                              bool *recovering_p)
+                              uint32_t *holders, uint8_t *media,
+                              uint32_t *hit_p, bool *recovering_p)
 {
     const Kvf__LookupReply *rep;
     kvf_frame_t frame;
@@ -345,6 +362,10 @@ static int kvf_ctl_lookup_raw(kvf_ctlconn_t *conn, const uint8_t *keys, int n,
 
         holders[i] = (uint32_t)p[0] | ((uint32_t)p[1] << 8) |
                      ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+        if (media != NULL) {
+            media[i] = (rep->media.len == (size_t)n) ? rep->media.data[i]
+                                                     : KVF__MEDIUM__MEDIUM_HOST;
+        }
     }
     *hit_p = rep->hit_chunks;
     if (recovering_p != NULL) {
@@ -379,7 +400,7 @@ static int kvf_ctl_holders_all(kvf_ctlconn_t *conn,
             continue;
         }
         if (kvf_ctl_lookup_raw(conn, keys, n, true, names->ids[j], holders,
-                               &hit, NULL) != 0) {
+                               NULL, &hit, NULL) != 0) {
             free(holders);
             return 1;
         }
@@ -493,8 +514,8 @@ static int kvf_ctl_lookup(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
     kvf_ctl_names_t *names = NULL;
     uint32_t *holders = NULL, *counts = NULL, hit;
     bool recovering, *held            = NULL;
-    uint8_t *keys;
-    int i, rc = 1;
+    uint8_t *keys, *media             = NULL;
+    int i, rc                         = 1;
 
     if (argc == 0) {
         return kvf_ctl_fail(2, "KVF_ERR_INVALID",
@@ -507,12 +528,14 @@ static int kvf_ctl_lookup(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
     names   = calloc(1, sizeof(*names));
     holders = calloc((size_t)argc, sizeof(*holders));
     counts  = calloc((size_t)argc, sizeof(*counts));
-    if ((names == NULL) || (holders == NULL) || (counts == NULL)) {
+    media   = calloc((size_t)argc, sizeof(*media));
+    if ((names == NULL) || (holders == NULL) || (counts == NULL) ||
+        (media == NULL)) {
         kvf_ctl_fail(1, "KVF_ERR_NO_MEMORY", "out of memory");
         goto out;
     }
     if ((kvf_ctl_lookup_raw(conn, keys, argc, opts->is_any_order, 0, holders,
-                            &hit, &recovering) != 0) ||
+                            media, &hit, &recovering) != 0) ||
         (kvf_ctl_names_load(conn, names) != 0)) {
         goto out;
     }
@@ -528,9 +551,9 @@ static int kvf_ctl_lookup(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
         printf("{\"hit_chunks\":%" PRIu32 ",\"recovering\":%s,\"keys\":[", hit,
                recovering ? "true" : "false");
     } else {
-        printf("hit %" PRIu32 " of %d chunk(s)%s\n%-50s %-20s %s\n", hit, argc,
-               recovering ? " (controller recovering)" : "", "KEY", "CHOSEN",
-               "HOLDERS");
+        printf("hit %" PRIu32 " of %d chunk(s)%s\n%-50s %-20s %-6s %s\n", hit,
+               argc, recovering ? " (controller recovering)" : "", "KEY",
+               "CHOSEN", "MEDIUM", "HOLDERS");
     }
     for (i = 0; i < argc; i++) {
         if (opts->is_json) {
@@ -539,13 +562,15 @@ static int kvf_ctl_lookup(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
             printf(",\"holder\":%" PRIu32 ",\"holder_name\":", holders[i]);
             kvf_ctl_json_str(
                 (holders[i] != 0) ? kvf_ctl_name_of(names, holders[i]) : "");
+            printf(",\"medium\":\"%s\"",
+                   kvf_ctl_medium_name(holders[i], media[i]));
             printf(",\"holders\":");
             kvf_ctl_holder_list(names, held, i, true);
             putchar('}');
         } else {
-            printf("%-50s %-20s ", argv[i],
-                   (holders[i] != 0) ? kvf_ctl_name_of(names, holders[i])
-                                     : "-");
+            printf("%-50s %-20s %-6s ", argv[i],
+                   (holders[i] != 0) ? kvf_ctl_name_of(names, holders[i]) : "-",
+                   kvf_ctl_medium_name(holders[i], media[i]));
             kvf_ctl_holder_list(names, held, i, false);
             putchar('\n');
         }
@@ -556,6 +581,7 @@ static int kvf_ctl_lookup(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
     rc = 0;
 out:
     free(held);
+    free(media);
     free(counts);
     free(holders);
     free(names);
