@@ -239,3 +239,49 @@ Test(ha_etcd, agent_refuses_an_etcd_list_that_is_not_urls)
     cr_assert_not_null(strstr(out, "etcd_prefix: "), "%s", out);
     cr_assert_neq(kvf_test_run(bad, out, sizeof(out), 10000), 0, "%s", out);
 }
+
+/* A controller under @p prefix listening on @p listen, publishing
+ * @p advertise (NULL: the default). */
+static void he_ctl_start(he_cluster_t *c, int i, const char *prefix,
+                         const char *listen, const char *advertise)
+{
+    const char *argv[] = {kvf_th_build_path("controller/kvf-controller"),
+                          "--listen",
+                          listen,
+                          "--http",
+                          "",
+                          "--port-file",
+                          c->ports[i],
+                          "--etcd",
+                          c->url,
+                          "--etcd-prefix",
+                          prefix,
+                          (advertise != NULL) ? "--advertise" : NULL,
+                          advertise,
+                          NULL};
+
+    snprintf(c->ports[i], sizeof(c->ports[i]), "%s/ctl%d.ports", c->dir, i);
+    cr_assert_eq(kvf_test_proc_start(&c->ctl[i], argv), 0);
+    c->running[i] = true;
+    cr_assert(kvf_test_proc_wait_log(&c->ctl[i], "published", 20000), "%s",
+              kvf_test_proc_log(&c->ctl[i]));
+}
+
+Test(ha_etcd, the_leader_publishes_a_reachable_address, .timeout = 90)
+{
+    char out[8192], host[256], expect[300];
+    he_cluster_t c;
+
+    he_start(&c, 0);
+    /* --advertise is what etcd tells (here: a port nobody listens on) */
+    he_ctl_start(&c, 0, "/adv", "127.0.0.1:0", "127.0.0.1:1");
+    cr_assert_eq(he_kvfctl(c.url, "/adv", out, sizeof(out)), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "127.0.0.1:1"), "%s", out);
+    /* a wildcard listen address publishes the host name instead */
+    he_ctl_start(&c, 1, "/any", "0.0.0.0:0", NULL);
+    cr_assert_eq(gethostname(host, sizeof(host)), 0);
+    snprintf(expect, sizeof(expect), "publishing %s:", host);
+    cr_assert(kvf_test_proc_wait_log(&c.ctl[1], expect, 1000), "%s",
+              kvf_test_proc_log(&c.ctl[1]));
+    he_stop(&c);
+}
