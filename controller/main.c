@@ -3,9 +3,11 @@
 /* kvf-controller: parse config, build the server, run the loop. */
 #include "controller/config.h"
 #include "controller/election.h"
+#include "controller/resign.h"
 #include "controller/server.h"
 #include "common/auth.h"
 #include "common/log.h"
+#include "common/time.h"
 #include "common/tls.h"
 #include "common/version.h"
 
@@ -145,6 +147,7 @@ int main(int argc, char **argv)
     kvf_config_error_t err;
     kvf_server_t *server;
     kvf_election_t *election = NULL;
+    kvf_resign_t *resign     = NULL;
     struct event_base *base;
     const char *control, *http;
     char pub_control[300], pub_http[300];
@@ -214,6 +217,11 @@ int main(int argc, char **argv)
     if (election != NULL) {
         kvf_server_set_term(server, kvf_election_term(election));
         kvf_server_set_lease(server, kvf_election_serve_until(election));
+        if (cfg.etcd_resign &&
+            (kvf_resign_create(server, base, 250 * KVF_NSEC_PER_MSEC,
+                               &resign) != KVF_OK)) {
+            goto out_server;
+        }
     }
     if (election != NULL) {
         control = kvf_controller_main_advertised(
@@ -226,11 +234,15 @@ int main(int argc, char **argv)
         (kvf_server_run(server) == KVF_OK)) {
         rc = 0;
     }
+    if (kvf_resign_happened(resign)) {
+        rc = KVF_RESIGN_EXIT; /* the lease is revoked below */
+    }
     if ((election != NULL) && kvf_election_lost(election)) {
         kvf_election_stopped(election); /* the loop answers nothing now */
         rc = KVF_ELECTION_EXIT_LOST;
     }
 out_server:
+    kvf_resign_destroy(resign);
     kvf_server_destroy(server);
 out_election:
     kvf_election_destroy(election);

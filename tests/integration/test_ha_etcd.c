@@ -285,3 +285,67 @@ Test(ha_etcd, the_leader_publishes_a_reachable_address, .timeout = 90)
               kvf_test_proc_log(&c.ctl[1]));
     he_stop(&c);
 }
+
+Test(ha_etcd, a_leader_that_lost_every_agent_resigns, .timeout = 90)
+{
+    kvf_ctlconn_t *conn = NULL;
+    char addr[128], err[256];
+    he_cluster_t c;
+    FILE *f;
+    int leader, next, status;
+    uint64_t t0;
+
+    he_start(&c, 0);
+    for (leader = 0; leader < 2; leader++) {
+        const char *argv[] = {kvf_th_build_path("controller/kvf-controller"),
+                              "--listen",
+                              "127.0.0.1:0",
+                              "--http",
+                              "",
+                              "--lease",
+                              "1s",
+                              "--port-file",
+                              c.ports[leader],
+                              "--etcd",
+                              c.url,
+                              "--etcd-prefix",
+                              "/resign",
+                              NULL};
+
+        snprintf(c.ports[leader], sizeof(c.ports[leader]), "%s/ctl%d.ports",
+                 c.dir, leader);
+        cr_assert_eq(kvf_test_proc_start(&c.ctl[leader], argv), 0);
+        c.running[leader] = true;
+        if (leader == 0) {
+            he_leader(&c);
+        }
+    }
+    leader = he_leader(&c);
+    cr_assert_eq(leader, 0);
+    cr_assert(kvf_test_proc_wait_log(&c.ctl[1], "standby", 10000));
+    /* one agent registers, then is gone (its lease of 1 s expires) */
+    cr_assert_not_null(f = fopen(c.ports[0], "r"));
+    cr_assert_not_null(fgets(addr, sizeof(addr), f));
+    fclose(f);
+    addr[strcspn(addr, "\n")] = '\0';
+    cr_assert_eq(kvf_ctlconn_create(addr, KVF__PEER_KIND__PEER_AGENT, "he",
+                                    KVF_PROTOCOL_VERSION, 5000, &conn, err,
+                                    sizeof(err)),
+                 KVF_OK, "%s", err);
+    kvf_th_register(conn, "he-node", 1, NULL);
+    kvf_ctlconn_destroy(conn);
+    status       = kvf_test_proc_wait_exit(&c.ctl[0], 10000);
+    t0           = kvf_time_now_ns();
+    c.running[0] = false;
+    cr_assert_eq(status, 4, "exit %d: %s", status,
+                 kvf_test_proc_log(&c.ctl[0]));
+    cr_assert_not_null(
+        strstr(kvf_test_proc_log(&c.ctl[0]), "lost every agent"));
+    /* it revoked its lease: the standby wins well before the 2 s TTL */
+    next = he_leader(&c);
+    cr_assert_eq(next, 1);
+    fprintf(stderr, "ha-etcd: resigned leader replaced after %.0f ms\n",
+            (double)(kvf_time_now_ns() - t0) / 1e6);
+    cr_expect_lt(kvf_time_now_ns() - t0, 2000 * KVF_NSEC_PER_MSEC);
+    he_stop(&c);
+}
