@@ -34,6 +34,7 @@
 #define KVF_CTL_MAX_BATCH_KEYS 65536u
 /* how often etcd is read while the leader is unknown */
 #define KVF_CTL_DISCOVER_POLL_NS (100 * KVF_NSEC_PER_MSEC)
+#define KVF_CTL_DISCOVER_CALL_NS (1000ull * KVF_NSEC_PER_MSEC)
 #define KVF_CTL_NAMES            64u /* data address -> node name, for logs */
 
 typedef enum {
@@ -1378,6 +1379,7 @@ kvf_ctl_client_discover(kvf_ctl_client_t *client,
                         const kvf_ctl_client_params_t *params)
 {
     kvf_status_t status;
+    uint64_t timeout;
     char *name = strdup("(leader in etcd)");
 
     if (name == NULL) {
@@ -1385,11 +1387,15 @@ kvf_ctl_client_discover(kvf_ctl_client_t *client,
     }
     free(client->controller);
     client->controller = name;
-    status             = kvf_discover_create(
-                    client->base, params->etcd,
+    /* the longest etcd call is also what a stop may wait for */
+    timeout = (client->connect_timeout_ns < KVF_CTL_DISCOVER_CALL_NS)
+                  ? client->connect_timeout_ns
+                  : KVF_CTL_DISCOVER_CALL_NS;
+    status  = kvf_discover_create(
+         client->base, params->etcd,
         (params->etcd_prefix != NULL) ? params->etcd_prefix : "/kvfabric",
-                    client->connect_timeout_ns, KVF_CTL_DISCOVER_POLL_NS,
-                    kvf_ctl_client_on_leader, client, &client->discover);
+         timeout, KVF_CTL_DISCOVER_POLL_NS, kvf_ctl_client_on_leader, client,
+         &client->discover);
     if (status != KVF_OK) {
         return (status == KVF_ERR_NO_MEMORY) ? status : KVF_ERR_INVALID;
     }
