@@ -754,6 +754,8 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
     memset(&params, 0, sizeof(params));
     params.base               = base;
     params.controller         = config->controller;
+    params.etcd               = config->etcd;
+    params.etcd_prefix        = config->etcd_prefix;
     params.name               = agent->name;
     params.role               = config->role;
     params.data_address       = agent->data_address;

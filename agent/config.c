@@ -20,6 +20,14 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
                     "127.0.0.1:7400", 0, 0,
                     "HOST:PORT of kvf-controller (several, comma-separated: "
                     "the leader among them)"),
+    KVF_AGENT_FIELD("etcd", KVF_CONFIG_STRING, etcd, "", 0, 0,
+                    "etcd endpoints (http://HOST:PORT[,...]): connect to the "
+                    "controller leader published there, found again when "
+                    "it is lost (replaces controller)"),
+    KVF_AGENT_FIELD("etcd_prefix", KVF_CONFIG_STRING, etcd_prefix, "/kvfabric",
+                    0, 0,
+                    "etcd key prefix of the controllers' election "
+                    "(their etcd_prefix)"),
     KVF_AGENT_FIELD("name", KVF_CONFIG_STRING, name, "", 0, 0,
                     "node name, unique in the cluster (default: the "
                     "host name)"),

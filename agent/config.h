@@ -21,6 +21,8 @@ typedef enum {
 
 typedef struct kvf_agent_config {
     char *controller;          /* HOST:PORT of kvf-controller */
+    char *etcd;                /* etcd endpoints: the leader is found there */
+    char *etcd_prefix;         /* the controllers' --etcd-prefix */
     char *name;                /* node name, unique in the cluster */
     int role;                  /* kvf_agent_role_t */
     uint64_t pool_size;        /* bytes of the shared chunk pool */

@@ -37,6 +37,12 @@ uint64_t kvf_bench_rss_bytes(void);
 /* A free TCP port on 127.0.0.1 (bind to 0, read it, close); 0 on error. */
 uint16_t kvf_bench_free_port(void);
 
+/* The controller to measure: with @p etcd (HA on etcd), the leader
+ * published there under @p prefix, else @p controller. 0, or -1 after
+ * one line on stderr. */
+int kvf_bench_controller_addr(const char *controller, const char *etcd,
+                              const char *prefix, char *addr, size_t len);
+
 /* Path of a program built beside kvf-bench: @p rel is relative to the
  * build root ("agent/kvf-agent"). Writes into @p buf. */
 void kvf_bench_sibling_path(const char *rel, char *buf, size_t len);
