@@ -6,6 +6,7 @@
 #include "agent/engine_server.h"
 #include "agent/mesh.h"
 #include "agent/pd.h"
+#include "agent/local.h"
 #include "agent/peer.h"
 #include "agent/store.h"
 #include "common/evjson.h"
@@ -40,6 +41,7 @@ struct kvf_agent {
     kvf_disk_t *disk; /* disk tier behind the store; NULL: none */
     kvf_engine_server_t *engines;
     kvf_peer_t *peer;
+    kvf_local_t *local; /* same-host path; NULL: off */
     kvf_pd_t *pd;
     void *pd_device; /* pd_buffer_device: the GPU receive region */
     kvf_ucx_mem_t *pd_device_mem;
@@ -405,6 +407,38 @@ static void kvf_agent_metrics_links(kvf_agent_t *agent, struct evbuffer *body)
     }
 }
 
+/* The same-host path (agent/local.h); all zero when it is off. */
+static void kvf_agent_metrics_local(kvf_agent_t *agent, struct evbuffer *body)
+{
+    kvf_local_stats_t ls;
+
+    memset(&ls, 0, sizeof(ls));
+    if (agent->local != NULL) {
+        kvf_local_get_stats(agent->local, &ls);
+    }
+    evbuffer_add_printf(
+        body,
+        "# HELP kvf_agent_same_host_chunks_total chunks moved by memcpy "
+        "between agents on this host, by result\n"
+        "# TYPE kvf_agent_same_host_chunks_total counter\n"
+        "kvf_agent_same_host_chunks_total{result=\"copied\"} %" PRIu64 "\n"
+        "kvf_agent_same_host_chunks_total{result=\"missed\"} %" PRIu64 "\n"
+        "kvf_agent_same_host_chunks_total{result=\"served\"} %" PRIu64 "\n"
+        "# HELP kvf_agent_same_host_bytes_total bytes moved by memcpy "
+        "between agents on this host\n"
+        "# TYPE kvf_agent_same_host_bytes_total counter\n"
+        "kvf_agent_same_host_bytes_total{dir=\"copied\"} %" PRIu64 "\n"
+        "kvf_agent_same_host_bytes_total{dir=\"served\"} %" PRIu64 "\n"
+        "# HELP kvf_agent_same_host_links_total same-host handshakes, by "
+        "result (not_local: the holder has no socket here, UCX used)\n"
+        "# TYPE kvf_agent_same_host_links_total counter\n"
+        "kvf_agent_same_host_links_total{result=\"ok\"} %" PRIu64 "\n"
+        "kvf_agent_same_host_links_total{result=\"refused\"} %" PRIu64 "\n"
+        "kvf_agent_same_host_links_total{result=\"not_local\"} %" PRIu64 "\n",
+        ls.chunks_copied, ls.chunks_missed, ls.chunks_served, ls.bytes_copied,
+        ls.bytes_served, ls.links_ok, ls.links_refused, ls.not_local);
+}
+
 static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
 {
     kvf_engine_server_stats_t es;
@@ -421,6 +455,7 @@ static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
                               "time from a fetch's start to its last chunk",
                               ps.lat_counts, ps.lat_sum_us);
     kvf_agent_metrics_links(agent, body);
+    kvf_agent_metrics_local(agent, body);
     kvf_ucx_worker_stats(agent->worker, &ws);
     evbuffer_add_printf(
         body,
@@ -800,6 +835,46 @@ static kvf_status_t kvf_agent_peer_start(kvf_agent_t *agent)
     return kvf_peer_create(&params, &agent->peer);
 }
 
+static uint32_t kvf_agent_node_id(void *arg)
+{
+    kvf_agent_t *agent = arg;
+
+    return (agent->ctl != NULL) ? kvf_ctl_client_node_id(agent->ctl) : 0;
+}
+
+static void kvf_agent_local_served(void *arg, uint32_t node_id,
+                                   const char *name, uint64_t chunks,
+                                   uint64_t bytes)
+{
+    kvf_agent_t *agent = arg;
+
+    kvf_peer_count_served(agent->peer, node_id, name, chunks, bytes);
+}
+
+/* The same-host path (agent/local.h); without it fetches use UCX only. */
+static void kvf_agent_local_start(kvf_agent_t *agent)
+{
+    kvf_local_params_t params;
+
+    if (!agent->config->same_host) {
+        return;
+    }
+    memset(&params, 0, sizeof(params));
+    params.base         = agent->base;
+    params.store        = agent->store;
+    params.secret       = &agent->secret;
+    params.data_address = agent->data_address;
+    params.node_id      = kvf_agent_node_id;
+    params.node_id_arg  = agent;
+    params.served       = kvf_agent_local_served;
+    params.served_arg   = agent;
+    params.timeout_ns   = agent->config->fetch_timeout;
+    params.name         = agent->name;
+    if (kvf_local_create(&params, &agent->local) == KVF_OK) {
+        kvf_peer_set_local(agent->peer, agent->local);
+    }
+}
+
 /* pd_buffer_device cuda:N: the receive region in GPU memory, registered
  * with UCX for GPUDirect. Only where UCX can move CUDA memory. */
 static kvf_status_t kvf_agent_pd_device_start(kvf_agent_t *agent, uint64_t size)
@@ -1100,6 +1175,7 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
     if (status != KVF_OK) {
         goto err_destroy;
     }
+    kvf_agent_local_start(agent);
     status = kvf_agent_pd_start(agent);
     if (status != KVF_OK) {
         goto err_destroy;
@@ -1201,6 +1277,7 @@ void kvf_agent_destroy(kvf_agent_t *agent)
     free(agent->worker_address);
     kvf_ucx_worker_destroy(agent->worker);
     kvf_peer_destroy(agent->peer);
+    kvf_local_destroy(agent->local); /* after the peer service: it calls in */
     kvf_pd_destroy(agent->pd);
     kvf_mesh_destroy(agent->mesh);
     kvf_ucx_mem_deregister(agent->pd_device_mem);
