@@ -26,6 +26,7 @@
 #include "common/time.h"
 
 #include <event2/event.h>
+#include <xxhash.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,6 +39,9 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+/* Bytes copied, then hashed, at a time (in L2). */
+#define KVF_LOCAL_COPY_BLOCK (64u << 10)
 
 /* ------------------------------------------------------------- objects */
 
@@ -119,6 +123,7 @@ struct kvf_local {
     struct event *listen_ev;
     kvf_local_conn_t *conns;
     kvf_local_link_t *links;
+    XXH3_state_t *hash; /* the checksum of the copy in flight */
     kvf_local_stats_t stats;
 };
 
@@ -728,12 +733,25 @@ static void kvf_local_copy_one(kvf_local_link_t *link, kvf_store_owner_t *owner,
     if (res->status != KVF_OK) {
         return;
     }
-    memcpy((uint8_t *)kvf_store_base(local->store) + slot.offset,
-           link->map + ent->offset, ent->length);
-    /* the commit checks the checksum over the bytes that landed: a chunk
-     * changed under the copy is refused (and its grant freed) here */
+    /* copy and hash in cache-sized blocks: the checksum is over the bytes
+     * that landed, read back while still in cache; a chunk changed under
+     * the copy is refused by the commit (and its grant freed) */
+    {
+        uint8_t *dst = (uint8_t *)kvf_store_base(local->store) + slot.offset;
+        const uint8_t *src = link->map + ent->offset;
+        uint64_t off, n;
+
+        (void)XXH3_64bits_reset(local->hash);
+        for (off = 0; off < ent->length; off += n) {
+            n = ent->length - off;
+            n = (n > KVF_LOCAL_COPY_BLOCK) ? KVF_LOCAL_COPY_BLOCK : n;
+            memcpy(dst + off, src + off, n);
+            (void)XXH3_64bits_update(local->hash, dst + off, n);
+        }
+    }
     status =
-        kvf_store_commit(local->store, owner, key, slot.offset, ent->checksum);
+        kvf_store_commit_hashed(local->store, owner, key, slot.offset,
+                                ent->checksum, XXH3_64bits_digest(local->hash));
     if ((status == KVF_OK) || (status == KVF_ERR_EXISTS)) {
         local->stats.chunks_copied++;
         local->stats.bytes_copied += ent->length;
@@ -743,18 +761,12 @@ static void kvf_local_copy_one(kvf_local_link_t *link, kvf_store_owner_t *owner,
     }
     res->status = status;
     if (status == KVF_ERR_CHECKSUM) {
-        struct {
-            kvf_local_hdr_t h;
-            uint8_t key[KVF_KEY_WIRE_SIZE];
-        } bad;
-
+        /* told to the holder after the RELEASE (a held chunk is not
+         * dropped there) */
         local->stats.checksum_failures++;
         kvf_warn("%s: chunk copied from same-host node %" PRIu32
                  " failed its checksum; refused",
                  local->name, link->holder_id);
-        kvf_local_hdr_init(&bad.h, KVF_LOCAL_MSG_BAD);
-        kvf_key_pack(key, bad.key);
-        (void)kvf_local_send(link->fd, &bad, sizeof(bad), -1);
     } else {
         kvf_store_release(local->store, owner, slot.offset);
     }
@@ -795,6 +807,20 @@ static void kvf_local_on_lease_reply(kvf_local_link_t *link,
     }
     /* copied (or late): the holder may let them go */
     (void)kvf_local_send(link->fd, &rel, sizeof(rel), -1);
+    for (i = 0; (req != NULL) && (i < in->count); i++) {
+        if (req->res[in->first + i].status == KVF_ERR_CHECKSUM) {
+            struct {
+                kvf_local_hdr_t h;
+                uint8_t key[KVF_KEY_WIRE_SIZE];
+            } bad;
+
+            /* the holder re-verifies: nobody else copies the same bad
+             * bytes */
+            kvf_local_hdr_init(&bad.h, KVF_LOCAL_MSG_BAD);
+            kvf_key_pack(&req->keys[in->first + i], bad.key);
+            (void)kvf_local_send(link->fd, &bad, sizeof(bad), -1);
+        }
+    }
     if (req != NULL) {
         kvf_local_req_lease_next(req);
         if (req->answered >= req->num) {
@@ -868,7 +894,9 @@ static void kvf_local_on_ready(kvf_local_link_t *link,
         kvf_local_link_down(link, KVF_ERR_UNSUPPORTED);
         return;
     }
-    map = mmap(NULL, in->ticket, PROT_READ, MAP_SHARED, fd, 0);
+    /* populated at once: a first touch per 4 KiB page during the copies
+     * cost as much as the copies */
+    map = mmap(NULL, in->ticket, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED) {
         kvf_warn("%s: cannot map the pool of same-host node %" PRIu32
@@ -1144,9 +1172,15 @@ kvf_status_t kvf_local_create(const kvf_local_params_t *params,
         (params->timeout_ns > 0) ? params->timeout_ns : 5 * KVF_NSEC_PER_SEC;
     snprintf(local->name, sizeof(local->name), "%s",
              (params->name != NULL) ? params->name : "agent");
+    local->hash = XXH3_createState();
+    if (local->hash == NULL) {
+        free(local);
+        return KVF_ERR_NO_MEMORY;
+    }
     if (kvf_local_boot_id(local->boot_id) != KVF_OK) {
         kvf_warn("%s: no /proc/sys/kernel/random/boot_id: no same-host path",
                  local->name);
+        XXH3_freeState(local->hash);
         free(local);
         return KVF_ERR_UNSUPPORTED;
     }
@@ -1200,5 +1234,6 @@ void kvf_local_destroy(kvf_local_t *local)
     if (local->listen_fd >= 0) {
         close(local->listen_fd);
     }
+    XXH3_freeState(local->hash);
     free(local);
 }
