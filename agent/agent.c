@@ -9,6 +9,7 @@
 #include "agent/local.h"
 #include "agent/peer.h"
 #include "agent/store.h"
+#include "agent/transports.h"
 #include "common/evjson.h"
 #include "common/log.h"
 #include "common/time.h"
@@ -41,7 +42,8 @@ struct kvf_agent {
     kvf_disk_t *disk; /* disk tier behind the store; NULL: none */
     kvf_engine_server_t *engines;
     kvf_peer_t *peer;
-    kvf_local_t *local; /* same-host path; NULL: off */
+    kvf_local_t *local;          /* same-host path; NULL: off */
+    kvf_transports_t transports; /* what each peer connection runs on */
     kvf_pd_t *pd;
     void *pd_device; /* pd_buffer_device: the GPU receive region */
     kvf_ucx_mem_t *pd_device_mem;
@@ -407,6 +409,36 @@ static void kvf_agent_metrics_links(kvf_agent_t *agent, struct evbuffer *body)
     }
 }
 
+/* Transport truth (agent/transports.h). */
+static void kvf_agent_metrics_transports(kvf_agent_t *agent,
+                                         struct evbuffer *body)
+{
+    const kvf_transports_t *t = &agent->transports;
+    uint32_t i;
+
+    evbuffer_add_printf(
+        body,
+        "# HELP kvf_agent_peer_transport_info UCX transports/devices each "
+        "peer's connection really uses (1), and whether expect_transports "
+        "refused it\n"
+        "# TYPE kvf_agent_peer_transport_info gauge\n");
+    for (i = 0; i < t->num_peers; i++) {
+        evbuffer_add_printf(body,
+                            "kvf_agent_peer_transport_info{peer=\"%s\","
+                            "transport=\"%s\",refused=\"%s\"} 1\n",
+                            t->peers[i].name, t->peers[i].transports,
+                            t->peers[i].refused ? "true" : "false");
+    }
+    evbuffer_add_printf(
+        body,
+        "# HELP kvf_agent_transport_refusals_total peer requests refused "
+        "because their connection ran over a transport not in "
+        "expect_transports\n"
+        "# TYPE kvf_agent_transport_refusals_total counter\n"
+        "kvf_agent_transport_refusals_total %" PRIu64 "\n",
+        t->refused);
+}
+
 /* The same-host path (agent/local.h); all zero when it is off. */
 static void kvf_agent_metrics_local(kvf_agent_t *agent, struct evbuffer *body)
 {
@@ -456,6 +488,7 @@ static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
                               ps.lat_counts, ps.lat_sum_us);
     kvf_agent_metrics_links(agent, body);
     kvf_agent_metrics_local(agent, body);
+    kvf_agent_metrics_transports(agent, body);
     kvf_ucx_worker_stats(agent->worker, &ws);
     evbuffer_add_printf(
         body,
@@ -824,6 +857,7 @@ static void kvf_agent_on_sweep(evutil_socket_t fd, short what, void *arg)
 static kvf_status_t kvf_agent_peer_start(kvf_agent_t *agent)
 {
     kvf_peer_params_t params;
+    kvf_status_t status;
 
     memset(&params, 0, sizeof(params));
     params.base       = agent->base;
@@ -832,7 +866,13 @@ static kvf_status_t kvf_agent_peer_start(kvf_agent_t *agent)
     params.store      = agent->store;
     params.timeout_ns = agent->config->fetch_timeout;
     params.name       = agent->name;
-    return kvf_peer_create(&params, &agent->peer);
+    kvf_transports_init(&agent->transports, agent->name,
+                        agent->config->expect_transports);
+    status = kvf_peer_create(&params, &agent->peer);
+    if (status == KVF_OK) {
+        kvf_peer_set_transports(agent->peer, &agent->transports);
+    }
+    return status;
 }
 
 static uint32_t kvf_agent_node_id(void *arg)

@@ -71,6 +71,10 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
      "UCX devices to use, e.g. mlx5_0:1 (empty: UCX chooses)"},
     {"transports", KVF_CONFIG_LIST, offsetof(kvf_agent_config_t, transports),
      "", 0, 0, NULL, 0, "UCX transports, e.g. rc,tcp,sm (empty: UCX chooses)"},
+    {"expect_transports", KVF_CONFIG_LIST,
+     offsetof(kvf_agent_config_t, expect_transports), "", 0, 0, NULL, 0,
+     "UCX transports peer connections must really use, e.g. rc; a peer "
+     "over any other is refused (empty: no check)"},
     KVF_AGENT_FIELD("connect_timeout", KVF_CONFIG_DURATION, connect_timeout,
                     "3s", 1000000ull, 600000000000ull,
                     "deadline of one connection attempt"),

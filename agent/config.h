@@ -40,6 +40,7 @@ typedef struct kvf_agent_config {
     uint64_t tp_world;         /* tensor-parallel world size */
     char *net_devices;         /* UCX_NET_DEVICES, comma-separated */
     char *transports;          /* UCX_TLS, comma-separated */
+    char *expect_transports;   /* refuse peers over others; "": no check */
     uint64_t connect_timeout;  /* ns */
     uint64_t request_timeout;  /* ns */
     uint64_t fetch_timeout;    /* ns: a peer fetch, end to end */

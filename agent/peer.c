@@ -3,6 +3,7 @@
 #include "agent/peer.h"
 
 #include "agent/local.h"
+#include "agent/transports.h"
 
 #include "common/log.h"
 #include "common/time.h"
@@ -114,7 +115,8 @@ struct kvf_peer {
     kvf_peer_stats_t stats;
     kvf_peer_link_stats_t links[KVF_PEER_LINKS_MAX];
     uint32_t num_links;
-    kvf_local_t *local; /* the same-host path, or NULL */
+    kvf_local_t *local;           /* the same-host path, or NULL */
+    kvf_transports_t *transports; /* transport truth, or NULL */
     bool destroying;
 };
 
@@ -469,6 +471,10 @@ static void kvf_peer_on_local(void *arg, kvf_status_t status,
     uint32_t i;
 
     fetch->inflight--;
+    if (status != KVF_ERR_UNSUPPORTED) {
+        /* names the holder's traffic row, as a PEER_CHUNK does */
+        kvf_peer_link(peer, ask->holder, holder_name);
+    }
     for (i = 0; i < num; i++) {
         kvf_peer_item_t *item = &fetch->items[ask->indexes[i]];
 
@@ -550,6 +556,11 @@ static bool kvf_peer_fetch_local(kvf_peer_fetch_t *fetch, uint32_t holder,
 void kvf_peer_set_local(kvf_peer_t *peer, kvf_local_t *local)
 {
     peer->local = local;
+}
+
+void kvf_peer_set_transports(kvf_peer_t *peer, struct kvf_transports *t)
+{
+    peer->transports = t;
 }
 
 void kvf_peer_count_served(kvf_peer_t *peer, uint32_t node_id, const char *name,
@@ -981,6 +992,26 @@ err_put:
     }
 }
 
+/* Answers one key with KVF_ERR_UNSUPPORTED (expect_transports). */
+static void kvf_peer_serve_refuse(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
+                                  uint64_t request_id, uint32_t index)
+{
+    uint8_t hdr[KVF_PEER_HDR_MAX];
+    Kvf__PeerChunk chunk;
+    size_t len = 0;
+
+    kvf__peer_chunk__init(&chunk);
+    chunk.request_id = request_id;
+    chunk.index      = index;
+    chunk.status     = KVF_ERR_UNSUPPORTED;
+    if (kvf_frame_pack(hdr, sizeof(hdr), KVF_MSG_PEER_CHUNK, 0, &chunk.base,
+                       KVF_PEER_HDR_MAX, &len) == KVF_OK) {
+        kvf_ucx_am_send(ep, KVF_MESH_AM_PEER_CHUNK, hdr, len, NULL, 0, NULL,
+                        KVF_UCX_AM_SEND_EAGER, peer->timeout_ns,
+                        kvf_peer_on_miss_sent, NULL);
+    }
+}
+
 /* A requester says a chunk we served failed verification: check it here
  * (the requester's word alone evicts nothing). */
 static kvf_status_t kvf_peer_on_bad(void *arg, const void *header,
@@ -1047,6 +1078,17 @@ static kvf_status_t kvf_peer_on_fetch(void *arg, const void *header,
         return KVF_OK;
     }
     link = kvf_peer_link(peer, req->requester, req->requester_name);
+    if ((peer->transports != NULL) &&
+        !kvf_transports_check(peer->transports, msg->reply_ep, req->requester,
+                              req->requester_name)) {
+        /* not over a transport we expect: every key answered refused */
+        for (i = 0; i < n; i++) {
+            kvf_peer_serve_refuse(peer, msg->reply_ep, req->request_id,
+                                  req->indexes[i]);
+        }
+        kvf_frame_release(&frame, NULL);
+        return KVF_OK;
+    }
     for (i = 0; i < n; i++) {
         kvf_key_unpack(req->keys.data + i * KVF_KEY_WIRE_SIZE, &key);
         kvf_peer_serve_one(peer, msg->reply_ep, req->request_id,

@@ -107,6 +107,11 @@ void kvf_peer_destroy(kvf_peer_t *peer);
 struct kvf_local;
 void kvf_peer_set_local(kvf_peer_t *peer, struct kvf_local *local);
 
+/* Transport truth (agent/transports.h): requests are served only over
+ * connections it accepts; NULL: all. Borrowed. */
+struct kvf_transports;
+void kvf_peer_set_transports(kvf_peer_t *peer, struct kvf_transports *t);
+
 /* Counts chunks another path (the same-host one) served to node
  * @p node_id named @p name, in the totals and per peer. */
 void kvf_peer_count_served(kvf_peer_t *peer, uint32_t node_id, const char *name,

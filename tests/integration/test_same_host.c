@@ -64,7 +64,7 @@ static bool registered(const it_agent_t *a)
            (strstr(body, "\"registered\":true") != NULL);
 }
 
-static void start_agent(int i, const char *same_host)
+static void start_agent(int i, const char *same_host, const char *extra)
 {
     it_agent_t *a = &g_agents[i];
     char flag[32];
@@ -74,7 +74,7 @@ static void start_agent(int i, const char *same_host)
         a->sock,       "--http",       a->http, "--listen",
         "127.0.0.1:0", "--pool-size",  "64M",   "--max-chunk",
         "1M",          "--transports", "tcp",   "--fetch-timeout",
-        "3s",          flag,           NULL};
+        "3s",          flag,           extra,   NULL};
     int k;
 
     snprintf(flag, sizeof(flag), "--same-host=%s", same_host);
@@ -89,15 +89,20 @@ static void start_agent(int i, const char *same_host)
               kvf_test_proc_log(&a->proc));
 }
 
-static void start_all(const char *same_host)
+static void start_all_with(const char *same_host, const char *extra0)
 {
     const char *args[] = {"--config", g_yaml, NULL};
     int i;
 
     kvf_th_ctl_start(&g_ctl, args);
     for (i = 0; i < AGENTS; i++) {
-        start_agent(i, same_host);
+        start_agent(i, same_host, (i == 0) ? extra0 : NULL);
     }
+}
+
+static void start_all(const char *same_host)
+{
+    start_all_with(same_host, NULL);
 }
 
 static void setup(void)
@@ -484,4 +489,45 @@ Test(same_host, no_secret_no_descriptor)
     close(fd);
     cr_assert_eq(metric(0, REFUSED), refused + 3);
     cr_assert(registered(&g_agents[0]));
+}
+
+/* Transport truth (agent/transports.h): over UCX, each side names what
+ * the connection runs on; a holder expecting rc refuses to serve over the
+ * tcp this machine has, saying so. */
+Test(same_host, transport_truth_and_expect_transports_refuses_tcp)
+{
+    kvf_key_t keys[2];
+    const char *log;
+    uint64_t t0;
+
+    start_all_with("false", "--expect-transports=rc");
+    chain(keys, 2, 17);
+    store_on(0, keys, 2);
+    wait_hits(1, keys, 2, 2);
+    t0 = kvf_time_now_ns();
+    cr_assert_eq(retrieve_check(1, keys, 2), 0, "served over tcp: %s",
+                 kvf_test_proc_log(&g_agents[0].proc));
+    /* refused at once, not by the fetch timeout */
+    cr_assert_lt(kvf_time_now_ns() - t0, 2 * KVF_NSEC_PER_SEC);
+    cr_assert_geq(metric(0, "kvf_agent_transport_refusals_total "), 1);
+    cr_assert_geq(metric(0, "kvf_agent_peer_transport_info{peer=\"it-local-b\","
+                            "transport=\"tcp/lo\",refused=\"true\"} "),
+                  1);
+    log = kvf_test_proc_log(&g_agents[0].proc);
+    cr_assert_not_null(strstr(log, "refusing peer it-local-b"), "%s", log);
+    cr_assert_not_null(strstr(log, "runs over tcp/lo, not one of "
+                                   "expect_transports [rc]"),
+                       "%s", log);
+    /* the agent without a list serves and fetches as before, and says
+     * what it ran on */
+    chain(keys, 2, 19);
+    store_on(1, keys, 2);
+    wait_hits(0, keys, 2, 2);
+    cr_assert_eq(retrieve_check(0, keys, 2), 2);
+    cr_assert_geq(metric(1, "kvf_agent_peer_transport_info{peer=\"it-local-a\","
+                            "transport=\"tcp/lo\",refused=\"false\"} "),
+                  1);
+    cr_assert_not_null(
+        strstr(kvf_test_proc_log(&g_agents[1].proc), "peer it-local-a ("), "%s",
+        kvf_test_proc_log(&g_agents[1].proc));
 }
