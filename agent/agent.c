@@ -997,7 +997,11 @@ static kvf_status_t kvf_agent_pd_start(kvf_agent_t *agent)
     params.wait_timeout_ns  = config->pd_wait_timeout;
     params.claim_timeout_ns = config->pd_claim_timeout;
     params.name             = agent->name;
-    return kvf_pd_create(&params, &agent->pd);
+    status                  = kvf_pd_create(&params, &agent->pd);
+    if (status == KVF_OK) {
+        kvf_pd_set_transports(agent->pd, &agent->transports);
+    }
+    return status;
 }
 
 static const char *kvf_agent_peer_name(kvf_agent_t *agent, const char *peer)

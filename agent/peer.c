@@ -840,6 +840,12 @@ static kvf_status_t kvf_peer_on_chunk(void *arg, const void *header,
         kvf_peer_item_settle(item, false); /* the holder evicted it */
         goto out;
     }
+    if ((peer->transports != NULL) &&
+        !kvf_transports_check(peer->transports, item->ep, item->holder,
+                              chunk->holder_name)) {
+        kvf_peer_item_settle(item, false); /* not over what we expect */
+        goto out;
+    }
     if ((chunk->length != msg->length) || (chunk->length == 0) ||
         (kvf_store_alloc(peer->store, fetch->owner, chunk->length, &slot) !=
          KVF_OK)) {

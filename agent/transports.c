@@ -24,14 +24,19 @@ void kvf_transports_init(kvf_transports_t *t, const char *agent,
     }
 }
 
-static kvf_transports_peer_t *
-kvf_transports_row(kvf_transports_t *t, uint32_t node_id, const char *name)
+static kvf_transports_peer_t *kvf_transports_row(kvf_transports_t *t,
+                                                 uint32_t node_id,
+                                                 const char *name,
+                                                 const char *address)
 {
     kvf_transports_peer_t *row;
     char label[64];
     uint32_t i;
     size_t k;
 
+    if (((name == NULL) || (name[0] == '\0')) && (node_id == 0)) {
+        name = address; /* a PD sender says no name */
+    }
     if ((name != NULL) && (name[0] != '\0')) {
         for (k = 0; (k < sizeof(label) - 1) && (name[k] != '\0'); k++) {
             label[k] = (isalnum((unsigned char)name[k]) || (name[k] == '.') ||
@@ -62,12 +67,14 @@ kvf_transports_row(kvf_transports_t *t, uint32_t node_id, const char *name)
 bool kvf_transports_check(kvf_transports_t *t, kvf_ucx_ep_t *ep,
                           uint32_t node_id, const char *name)
 {
-    kvf_transports_peer_t *row = kvf_transports_row(t, node_id, name);
+    kvf_transports_peer_t *row =
+        kvf_transports_row(t, node_id, name, kvf_ucx_ep_peer(ep));
     char used[96];
     bool ok;
 
     (void)kvf_ucx_ep_transports(ep, used, sizeof(used));
     ok = kvf_ucx_transports_match(used, t->expect);
+    snprintf(t->last, sizeof(t->last), "%s", (used[0] != '\0') ? used : "?");
     if ((strcmp(row->transports, used) != 0) || (row->refused != !ok)) {
         snprintf(row->transports, sizeof(row->transports), "%s", used);
         row->refused = !ok;
@@ -88,4 +95,9 @@ bool kvf_transports_check(kvf_transports_t *t, kvf_ucx_ep_t *ep,
         t->refused++;
     }
     return ok;
+}
+
+const char *kvf_transports_last(const kvf_transports_t *t)
+{
+    return t->last;
 }

@@ -33,6 +33,7 @@ typedef struct kvf_transports {
     char agent[128];  /* for logs */
     char expect[256]; /* comma-separated; empty: anything goes */
     uint64_t refused; /* messages refused over an unexpected transport */
+    char last[96];    /* what the last connection checked runs on */
     uint32_t num_peers;
     kvf_transports_peer_t peers[KVF_TRANSPORTS_PEERS_MAX];
 } kvf_transports_t;
@@ -42,12 +43,17 @@ void kvf_transports_init(kvf_transports_t *t, const char *agent,
                          const char *expect);
 
 /*
- * A message from peer @p node_id (named @p name, NULL when unknown) came
+ * A message from peer @p node_id (named @p name; both unknown: 0 and NULL,
+ * and the row is named after the connection's address) came
  * on @p ep: records (and on a change logs) what the connection uses.
  * false when it may not be served: not one of expect_transports (counted,
  * logged with what was found), or UCX cannot say while a list is set.
  */
 bool kvf_transports_check(kvf_transports_t *t, kvf_ucx_ep_t *ep,
                           uint32_t node_id, const char *name);
+
+/* What the connection of the last kvf_transports_check runs on ("?"
+ * when UCX did not say), for error messages. */
+const char *kvf_transports_last(const kvf_transports_t *t);
 
 #endif /* KVF_AGENT_TRANSPORTS_H */

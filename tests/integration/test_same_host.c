@@ -518,15 +518,17 @@ Test(same_host, transport_truth_and_expect_transports_refuses_tcp)
     cr_assert_not_null(strstr(log, "runs over tcp/lo, not one of "
                                    "expect_transports [rc]"),
                        "%s", log);
-    /* the agent without a list serves and fetches as before, and says
-     * what it ran on */
+    /* as a requester it refuses what arrives over tcp as well; the agent
+     * without a list serves as before and says what it ran on */
     chain(keys, 2, 19);
     store_on(1, keys, 2);
     wait_hits(0, keys, 2, 2);
-    cr_assert_eq(retrieve_check(0, keys, 2), 2);
-    cr_assert_geq(metric(1, "kvf_agent_peer_transport_info{peer=\"it-local-a\","
-                            "transport=\"tcp/lo\",refused=\"false\"} "),
-                  1);
+    cr_assert_eq(retrieve_check(0, keys, 2), 0, "fetched over tcp");
+    cr_assert_geq(metric(0, "kvf_agent_transport_refusals_total "), 2);
+    cr_assert_eq(metric(1, "kvf_agent_peer_transport_info{peer=\"it-local-a\","
+                           "transport=\"tcp/lo\",refused=\"false\"} "),
+                 1);
+    cr_assert_eq(metric(1, "kvf_agent_transport_refusals_total "), 0);
     cr_assert_not_null(
         strstr(kvf_test_proc_log(&g_agents[1].proc), "peer it-local-a ("), "%s",
         kvf_test_proc_log(&g_agents[1].proc));
