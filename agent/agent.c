@@ -5,10 +5,12 @@
 #include "agent/ctl_client.h"
 #include "agent/engine_server.h"
 #include "agent/http.h"
+#include "agent/local.h"
 #include "agent/mesh.h"
 #include "agent/pd.h"
 #include "agent/peer.h"
 #include "agent/store.h"
+#include "agent/transports.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "transport/ucx.h"
@@ -38,6 +40,8 @@ struct kvf_agent {
     kvf_disk_t *disk; /* disk tier behind the store; NULL: none */
     kvf_engine_server_t *engines;
     kvf_peer_t *peer;
+    kvf_local_t *local;          /* same-host path; NULL: off */
+    kvf_transports_t transports; /* what each peer connection runs on */
     kvf_pd_t *pd;
     void *pd_device; /* pd_buffer_device: the GPU receive region */
     kvf_ucx_mem_t *pd_device_mem;
@@ -292,18 +296,20 @@ static void kvf_agent_http_state(void *arg, kvf_agent_http_state_t *state)
 static kvf_status_t kvf_agent_http_start(kvf_agent_t *agent)
 {
     kvf_agent_http_source_t src = {
-        .name    = agent->name,
-        .role    = agent->config->role,
-        .ctl     = agent->ctl,
-        .store   = agent->store,
-        .disk    = agent->disk,
-        .engines = agent->engines,
-        .peer    = agent->peer,
-        .pd      = agent->pd,
-        .worker  = agent->worker,
-        .mesh    = agent->mesh,
-        .state   = kvf_agent_http_state,
-        .arg     = agent,
+        .name       = agent->name,
+        .role       = agent->config->role,
+        .ctl        = agent->ctl,
+        .store      = agent->store,
+        .disk       = agent->disk,
+        .engines    = agent->engines,
+        .peer       = agent->peer,
+        .pd         = agent->pd,
+        .worker     = agent->worker,
+        .mesh       = agent->mesh,
+        .local      = agent->local,
+        .transports = &agent->transports,
+        .state      = kvf_agent_http_state,
+        .arg        = agent,
     };
 
     return kvf_agent_http_create(agent->config->http, agent->base, &src,
@@ -425,6 +431,7 @@ static void kvf_agent_on_sweep(evutil_socket_t fd, short what, void *arg)
 static kvf_status_t kvf_agent_peer_start(kvf_agent_t *agent)
 {
     kvf_peer_params_t params;
+    kvf_status_t status;
 
     memset(&params, 0, sizeof(params));
     params.base       = agent->base;
@@ -433,7 +440,53 @@ static kvf_status_t kvf_agent_peer_start(kvf_agent_t *agent)
     params.store      = agent->store;
     params.timeout_ns = agent->config->fetch_timeout;
     params.name       = agent->name;
-    return kvf_peer_create(&params, &agent->peer);
+    kvf_transports_init(&agent->transports, agent->name,
+                        agent->config->expect_transports);
+    status = kvf_peer_create(&params, &agent->peer);
+    if (status == KVF_OK) {
+        kvf_peer_set_transports(agent->peer, &agent->transports);
+    }
+    return status;
+}
+
+static uint32_t kvf_agent_node_id(void *arg)
+{
+    kvf_agent_t *agent = arg;
+
+    return (agent->ctl != NULL) ? kvf_ctl_client_node_id(agent->ctl) : 0;
+}
+
+static void kvf_agent_local_served(void *arg, uint32_t node_id,
+                                   const char *name, uint64_t chunks,
+                                   uint64_t bytes)
+{
+    kvf_agent_t *agent = arg;
+
+    kvf_peer_count_served(agent->peer, node_id, name, chunks, bytes);
+}
+
+/* The same-host path (agent/local.h); without it fetches use UCX only. */
+static void kvf_agent_local_start(kvf_agent_t *agent)
+{
+    kvf_local_params_t params;
+
+    if (!agent->config->same_host) {
+        return;
+    }
+    memset(&params, 0, sizeof(params));
+    params.base         = agent->base;
+    params.store        = agent->store;
+    params.secret       = &agent->secret;
+    params.data_address = agent->data_address;
+    params.node_id      = kvf_agent_node_id;
+    params.node_id_arg  = agent;
+    params.served       = kvf_agent_local_served;
+    params.served_arg   = agent;
+    params.timeout_ns   = agent->config->fetch_timeout;
+    params.name         = agent->name;
+    if (kvf_local_create(&params, &agent->local) == KVF_OK) {
+        kvf_peer_set_local(agent->peer, agent->local);
+    }
 }
 
 /* pd_buffer_device cuda:N: the receive region in GPU memory, registered
@@ -518,7 +571,11 @@ static kvf_status_t kvf_agent_pd_start(kvf_agent_t *agent)
     params.wait_timeout_ns  = config->pd_wait_timeout;
     params.claim_timeout_ns = config->pd_claim_timeout;
     params.name             = agent->name;
-    return kvf_pd_create(&params, &agent->pd);
+    status                  = kvf_pd_create(&params, &agent->pd);
+    if (status == KVF_OK) {
+        kvf_pd_set_transports(agent->pd, &agent->transports);
+    }
+    return status;
 }
 
 static const char *kvf_agent_peer_name(kvf_agent_t *agent, const char *peer)
@@ -736,6 +793,7 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
     if (status != KVF_OK) {
         goto err_destroy;
     }
+    kvf_agent_local_start(agent);
     status = kvf_agent_pd_start(agent);
     if (status != KVF_OK) {
         goto err_destroy;
@@ -837,6 +895,7 @@ void kvf_agent_destroy(kvf_agent_t *agent)
     free(agent->worker_address);
     kvf_ucx_worker_destroy(agent->worker);
     kvf_peer_destroy(agent->peer);
+    kvf_local_destroy(agent->local); /* after the peer service: it calls in */
     kvf_pd_destroy(agent->pd);
     kvf_mesh_destroy(agent->mesh);
     kvf_ucx_mem_deregister(agent->pd_device_mem);

@@ -164,6 +164,62 @@ static void kvf_agent_metrics_links(kvf_agent_http_t *http,
     }
 }
 
+/* Transport truth (agent/transports.h). */
+static void kvf_agent_metrics_transports(kvf_agent_http_t *http,
+                                         struct evbuffer *body)
+{
+    const kvf_transports_t *t = http->src.transports;
+    uint32_t i;
+
+    kvf_prom_family(body, "kvf_agent_peer_transport_info", KVF_PROM_GAUGE,
+                    "UCX transports/devices each peer's connection really "
+                    "uses (1), and whether expect_transports refused it");
+    for (i = 0; i < t->num_peers; i++) {
+        evbuffer_add_printf(body, "kvf_agent_peer_transport_info{peer=\"");
+        kvf_prom_add_escaped(body, t->peers[i].name);
+        evbuffer_add_printf(body, "\",transport=\"");
+        kvf_prom_add_escaped(body, t->peers[i].transports);
+        evbuffer_add_printf(body, "\",refused=\"%s\"} 1\n",
+                            t->peers[i].refused ? "true" : "false");
+    }
+    kvf_prom_metric(body, "kvf_agent_transport_refusals_total",
+                    KVF_PROM_COUNTER,
+                    "peer requests refused because their connection ran over "
+                    "a transport not in expect_transports",
+                    t->refused);
+}
+
+/* The same-host path (agent/local.h); all zero when it is off. */
+static void kvf_agent_metrics_local(kvf_agent_http_t *http,
+                                    struct evbuffer *body)
+{
+    static const char *const chunks[] = {"copied", "missed", "served"};
+    static const char *const dirs[]   = {"copied", "served"};
+    static const char *const links[]  = {"ok", "refused", "not_local"};
+    kvf_local_stats_t ls;
+
+    memset(&ls, 0, sizeof(ls));
+    if (http->src.local != NULL) {
+        kvf_local_get_stats(http->src.local, &ls);
+    }
+    kvf_prom_metric_by(
+        body, "kvf_agent_same_host_chunks_total", KVF_PROM_COUNTER,
+        "chunks moved by memcpy between agents on this host, by result",
+        "result", 3, chunks,
+        (const uint64_t[]){ls.chunks_copied, ls.chunks_missed,
+                           ls.chunks_served});
+    kvf_prom_metric_by(
+        body, "kvf_agent_same_host_bytes_total", KVF_PROM_COUNTER,
+        "bytes moved by memcpy between agents on this host", "dir", 2, dirs,
+        (const uint64_t[]){ls.bytes_copied, ls.bytes_served});
+    kvf_prom_metric_by(
+        body, "kvf_agent_same_host_links_total", KVF_PROM_COUNTER,
+        "same-host handshakes, by result (not_local: the holder has no "
+        "socket here, UCX used)",
+        "result", 3, links,
+        (const uint64_t[]){ls.links_ok, ls.links_refused, ls.not_local});
+}
+
 /* The data plane: fetches from peers, what peers were served, lookups. */
 static void kvf_agent_metrics_peers(kvf_agent_http_t *http,
                                     struct evbuffer *body)
@@ -181,6 +237,8 @@ static void kvf_agent_metrics_peers(kvf_agent_http_t *http,
                               "time from a fetch's start to its last chunk",
                               ps.lat_counts, ps.lat_sum_us);
     kvf_agent_metrics_links(http, body);
+    kvf_agent_metrics_local(http, body);
+    kvf_agent_metrics_transports(http, body);
     kvf_ucx_worker_stats(http->src.worker, &ws);
     kvf_prom_metric(body, "kvf_agent_am_dropped_total", KVF_PROM_COUNTER,
                     "active messages from peers for ids no service handles "

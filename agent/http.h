@@ -15,10 +15,12 @@
 #include "agent/ctl_client.h"
 #include "agent/disk.h"
 #include "agent/engine_server.h"
+#include "agent/local.h"
 #include "agent/mesh.h"
 #include "agent/pd.h"
 #include "agent/peer.h"
 #include "agent/store.h"
+#include "agent/transports.h"
 #include "transport/ucx.h"
 
 #include <kvfabric/status.h>
@@ -52,6 +54,8 @@ typedef struct kvf_agent_http_source {
     kvf_pd_t *pd;
     kvf_ucx_worker_t *worker;
     kvf_mesh_t *mesh;
+    kvf_local_t *local;                 /* NULL: no same-host path */
+    const kvf_transports_t *transports; /* transport truth */
     void (*state)(void *arg, kvf_agent_http_state_t *state);
     void *arg;
 } kvf_agent_http_source_t;

@@ -20,8 +20,7 @@ static const char *kvf_prom_type_name(kvf_prom_type_t type)
     return "untyped";
 }
 
-/* A label value as the format wants it: '\\', '"' and newline escaped. */
-static void kvf_prom_add_escaped(struct evbuffer *b, const char *s)
+void kvf_prom_add_escaped(struct evbuffer *b, const char *s)
 {
     while (*s != '\0') {
         size_t n = strcspn(s, "\\\"\n");

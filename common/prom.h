@@ -33,6 +33,10 @@ typedef enum kvf_prom_type {
 void kvf_prom_family(struct evbuffer *b, const char *name, kvf_prom_type_t type,
                      const char *help);
 
+/** A label value as the format wants it: '\\', '"' and newline escaped
+ * (for samples with several labels). */
+void kvf_prom_add_escaped(struct evbuffer *b, const char *s);
+
 /**
  * One sample: "name v", or "name{label="value"} v" when @p label is not
  * NULL (@p value escaped).

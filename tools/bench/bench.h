@@ -68,6 +68,12 @@ uint64_t kvf_bench_pid_rss(pid_t pid);
 double kvf_bench_perftest_am_bw(const char *transport, uint64_t size,
                                 uint64_t iters, bool is_sleep);
 
+/* memcpy of @p chunks buffers of @p size bytes (the same bytes a
+ * same-host fetch moves), from and to memory already faulted in, as the
+ * agents' pools are: GB/s (1e9 B/s), best of three passes. The reference
+ * of `--transport shm`. */
+double kvf_bench_memcpy_gbps(uint64_t size, uint64_t chunks);
+
 /* The shell command of one ucx_perftest ceiling run: "SERVER & CLIENT"
  * (what docs/performance.md quotes). */
 void kvf_bench_perftest_cmd(char *buf, size_t len, const char *transport,
@@ -127,7 +133,9 @@ uint64_t kvf_bench_chunk_class(uint64_t bytes);
 /*
  * Starts kvf-controller and two kvf-agents named @p names with sockets in
  * @p pair->dir, no HTTP, @p pool bytes of pool, chunks up to @p max_chunk,
- * UCX over @p transport, plus each agent's @p extra flags (NULL-terminated
+ * UCX over @p transport ("shm": UCX over tcp, fetches between the two by
+ * the same-host path; otherwise that path is off), plus each agent's
+ * @p extra flags (NULL-terminated
  * list, or NULL). Logs go to DIR/NAME.log.
  */
 void kvf_bench_pair_start(kvf_bench_pair_t *pair, const char *transport,
