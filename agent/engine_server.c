@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -65,8 +66,8 @@ struct kvf_engine_conn {
     kvf_engine_server_t *server;
     kvf_engine_push_t *pushes; /* PD requests waiting for agent/pd.c */
     kvf_evconn_t *ev;
-    kvf_engine_conn_t *prev, *next;
-    kvf_store_owner_t *owner; /* this engine's grants and pins */
+    LIST_ENTRY(kvf_engine_conn) link; /* in server->conns */
+    kvf_store_owner_t *owner;         /* this engine's grants and pins */
     kvf_engine_wait_t *waits; /* requests waiting for the controller/peers */
     kvf_engine_lease_t *leases;
     uint32_t num_leases;
@@ -91,7 +92,7 @@ struct kvf_engine_server {
     char node_name[128];
     uint32_t max_frame;
     uint32_t max_connections;
-    kvf_engine_conn_t *conns;
+    LIST_HEAD(, kvf_engine_conn) conns;
     kvf_evconn_group_t group; /* the engine connections' settings */
     kvf_engine_server_stats_t stats;
     const kvf_auth_secret_t *secret; /* borrowed; may be NULL */
@@ -167,14 +168,7 @@ static void kvf_engine_conn_close(kvf_engine_conn_t *conn)
         conn->pushes = push->next;
         free(push); /* kvf_pd_cancel made sure no callback comes */
     }
-    if (conn->prev != NULL) {
-        conn->prev->next = conn->next;
-    } else {
-        server->conns = conn->next;
-    }
-    if (conn->next != NULL) {
-        conn->next->prev = conn->prev;
-    }
+    LIST_REMOVE(conn, link);
     kvf_evconn_destroy(conn->ev);
     server->stats.active--;
     if (kvf_auth_session_is_abandoned(&conn->auth)) {
@@ -630,7 +624,8 @@ uint64_t kvf_engine_server_expire_leases(kvf_engine_server_t *server,
     kvf_engine_conn_t *conn;
     uint64_t n = 0;
 
-    for (conn = server->conns; conn != NULL; conn = conn->next) {
+    for (conn = LIST_FIRST(&server->conns); conn != NULL;
+         conn = LIST_NEXT(conn, link)) {
         for (lease = conn->leases; lease != NULL; lease = next) {
             next = lease->next;
             if (lease->deadline_ns <= now_ns) {
@@ -1220,11 +1215,7 @@ static kvf_engine_conn_t *kvf_engine_conn_create(kvf_engine_server_t *server,
         free(conn);
         return NULL;
     }
-    conn->next = server->conns;
-    if (server->conns != NULL) {
-        server->conns->prev = conn;
-    }
-    server->conns = conn;
+    LIST_INSERT_HEAD(&server->conns, conn, link);
     server->stats.connections++;
     server->stats.active++;
     return conn;
@@ -1359,8 +1350,8 @@ void kvf_engine_server_destroy(kvf_engine_server_t *server)
     if (server == NULL) {
         return;
     }
-    while (server->conns != NULL) {
-        kvf_engine_conn_close(server->conns);
+    while (!LIST_EMPTY(&server->conns)) {
+        kvf_engine_conn_close(LIST_FIRST(&server->conns));
     }
     kvf_listen_guard_cleanup(&server->listen_guard);
     if (server->listener != NULL) {
@@ -1388,7 +1379,8 @@ void kvf_engine_server_feed(kvf_engine_server_t *server, const void *data,
     conn = kvf_engine_conn_create(server, sv[0]); /* sv[0] is conn's now */
     if (conn != NULL) {
         kvf_evconn_feed(conn->ev, data, len); /* may close conn */
-        for (c = server->conns; c != NULL; c = c->next) {
+        for (c = LIST_FIRST(&server->conns); c != NULL;
+             c = LIST_NEXT(c, link)) {
             if (c == conn) {
                 kvf_engine_conn_close(conn);
                 break;
@@ -1406,8 +1398,8 @@ void kvf_engine_server_expire_handshakes(kvf_engine_server_t *server,
     if ((server == NULL) || !kvf_auth_secret_is_set(server->secret)) {
         return;
     }
-    for (conn = server->conns; conn != NULL; conn = next) {
-        next = conn->next;
+    for (conn = LIST_FIRST(&server->conns); conn != NULL; conn = next) {
+        next = LIST_NEXT(conn, link);
         if (kvf_auth_session_is_done(&conn->auth) ||
             (now_ns - conn->accepted_ns < KVF_ENGINE_HANDSHAKE_NS)) {
             continue;

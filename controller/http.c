@@ -44,6 +44,16 @@ void kvf_http_reply(struct evhttp_request *req, struct evbuffer *b,
     evhttp_send_reply(req, HTTP_OK, "OK", b);
 }
 
+struct evbuffer *kvf_http_body(struct evhttp_request *req)
+{
+    struct evbuffer *b = evbuffer_new();
+
+    if (b == NULL) {
+        evhttp_send_error(req, HTTP_INTERNAL, NULL);
+    }
+    return b;
+}
+
 /* Is @p path one of cfg->http_open's comma-separated paths? */
 static bool kvf_http_path_is_open(const char *list, const char *path)
 {
@@ -99,10 +109,8 @@ static void kvf_http_on_healthz(struct evhttp_request *req, void *arg)
     if (!kvf_http_begin(arg, req, "/healthz", EVHTTP_REQ_GET)) {
         return;
     }
-    b = evbuffer_new();
-
+    b = kvf_http_body(req);
     if (b == NULL) {
-        evhttp_send_error(req, HTTP_INTERNAL, NULL);
         return;
     }
     evbuffer_add_printf(b, "ok\n");
@@ -114,7 +122,7 @@ static void kvf_http_on_healthz(struct evhttp_request *req, void *arg)
  * turn successive samples into rates. */
 static void kvf_http_node_traffic(struct evbuffer *b, const kvf_node_t *node)
 {
-    const kvf_node_traffic_t *t = &node->traffic;
+    const kvf_traffic_t *t = &node->traffic;
 
     evbuffer_add_printf(
         b,
@@ -137,9 +145,8 @@ static void kvf_http_on_nodes(struct evhttp_request *req, void *arg)
     if (!kvf_http_begin(http, req, "/v1/nodes", EVHTTP_REQ_GET)) {
         return;
     }
-    b = evbuffer_new();
+    b = kvf_http_body(req);
     if (b == NULL) {
-        evhttp_send_error(req, HTTP_INTERNAL, NULL);
         return;
     }
     evbuffer_add_printf(b, "{\"nodes\":[");
@@ -186,9 +193,8 @@ static void kvf_http_on_stats(struct evhttp_request *req, void *arg)
     if (!kvf_http_begin(http, req, "/v1/stats", EVHTTP_REQ_GET)) {
         return;
     }
-    b = evbuffer_new();
+    b = kvf_http_body(req);
     if (b == NULL) {
-        evhttp_send_error(req, HTTP_INTERNAL, NULL);
         return;
     }
     /* the same fields as kvfctl stats: both print StatsReply */
@@ -227,9 +233,8 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
     if (!kvf_http_begin(http, req, "/metrics", EVHTTP_REQ_GET)) {
         return;
     }
-    b = evbuffer_new();
+    b = kvf_http_body(req);
     if (b == NULL) {
-        evhttp_send_error(req, HTTP_INTERNAL, NULL);
         return;
     }
     memset(&st, 0, sizeof(st));
