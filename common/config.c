@@ -80,26 +80,6 @@ static void kvf_config_origin_format(const kvf_config_origin_t *origin,
     }
 }
 
-kvf_status_t kvf_config_parse_uint(const char *text, uint64_t *value_p)
-{
-    unsigned long long value;
-    char *end;
-
-    if ((text == NULL) || !isdigit((unsigned char)text[0])) {
-        return KVF_ERR_INVALID;
-    }
-    errno = 0;
-    value = strtoull(text, &end, 10);
-    if (errno == ERANGE) {
-        return KVF_ERR_RANGE;
-    }
-    if (*end != '\0') {
-        return KVF_ERR_INVALID;
-    }
-    *value_p = value;
-    return KVF_OK;
-}
-
 /* Splits "123abc" into 123 and "abc"; the number must be plain decimal. */
 static kvf_status_t kvf_config_parse_number_unit(const char *text,
                                                  uint64_t *value_p,
@@ -122,6 +102,16 @@ static kvf_status_t kvf_config_parse_number_unit(const char *text,
     *value_p = value;
     *unit_p  = end;
     return KVF_OK;
+}
+
+kvf_status_t kvf_config_parse_uint(const char *text, uint64_t *value_p)
+{
+    const char *unit;
+
+    if ((text != NULL) && (text[strspn(text, "0123456789")] != '\0')) {
+        return KVF_ERR_INVALID; /* digits only */
+    }
+    return kvf_config_parse_number_unit(text, value_p, &unit);
 }
 
 static kvf_status_t kvf_config_scale(uint64_t value, uint64_t mult,

@@ -54,6 +54,16 @@ struct evbuffer *kvf_http_body(struct evhttp_request *req)
     return b;
 }
 
+struct evbuffer *kvf_http_begin_body(kvf_http_t *http,
+                                     struct evhttp_request *req,
+                                     const char *path, int methods)
+{
+    if (!kvf_http_begin(http, req, path, methods)) {
+        return NULL;
+    }
+    return kvf_http_body(req);
+}
+
 /* Is @p path one of cfg->http_open's comma-separated paths? */
 static bool kvf_http_path_is_open(const char *list, const char *path)
 {
@@ -106,10 +116,7 @@ static void kvf_http_on_healthz(struct evhttp_request *req, void *arg)
 {
     struct evbuffer *b;
 
-    if (!kvf_http_begin(arg, req, "/healthz", EVHTTP_REQ_GET)) {
-        return;
-    }
-    b = kvf_http_body(req);
+    b = kvf_http_begin_body(arg, req, "/healthz", EVHTTP_REQ_GET);
     if (b == NULL) {
         return;
     }
@@ -142,10 +149,7 @@ static void kvf_http_on_nodes(struct evhttp_request *req, void *arg)
     uint64_t now = kvf_time_now_ms();
     struct evbuffer *b;
 
-    if (!kvf_http_begin(http, req, "/v1/nodes", EVHTTP_REQ_GET)) {
-        return;
-    }
-    b = kvf_http_body(req);
+    b = kvf_http_begin_body(http, req, "/v1/nodes", EVHTTP_REQ_GET);
     if (b == NULL) {
         return;
     }
@@ -190,10 +194,7 @@ static void kvf_http_on_stats(struct evhttp_request *req, void *arg)
     kvf_server_stats_t st;
     char json[2048];
 
-    if (!kvf_http_begin(http, req, "/v1/stats", EVHTTP_REQ_GET)) {
-        return;
-    }
-    b = kvf_http_body(req);
+    b = kvf_http_begin_body(http, req, "/v1/stats", EVHTTP_REQ_GET);
     if (b == NULL) {
         return;
     }
@@ -230,10 +231,7 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
     const kvf_server_counters_t *c = &st.ctr;
     struct evbuffer *b;
 
-    if (!kvf_http_begin(http, req, "/metrics", EVHTTP_REQ_GET)) {
-        return;
-    }
-    b = kvf_http_body(req);
+    b = kvf_http_begin_body(http, req, "/metrics", EVHTTP_REQ_GET);
     if (b == NULL) {
         return;
     }

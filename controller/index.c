@@ -500,11 +500,8 @@ static void kvf_index_on_models(struct evhttp_request *req, void *arg)
     struct evbuffer *b;
     uint32_t i;
 
-    if (!kvf_http_begin(index->http, req, "/v1/index/models",
-                        EVHTTP_REQ_GET | EVHTTP_REQ_POST)) {
-        return;
-    }
-    b = kvf_http_body(req);
+    b = kvf_http_begin_body(index->http, req, "/v1/index/models",
+                            EVHTTP_REQ_GET | EVHTTP_REQ_POST);
     if (b == NULL) {
         return;
     }
