@@ -226,17 +226,17 @@ static void kvf_agent_on_usage(void *arg, kvf_ctl_usage_t *usage)
     }
     if (agent->engines != NULL) {
         kvf_engine_server_get_stats(agent->engines, &es);
-        usage->lookup_chunks        = es.lookup_keys;
-        usage->lookup_local_chunks  = es.local_hit_keys;
-        usage->lookup_remote_chunks = es.remote_hit_keys;
+        usage->traffic.lookup_chunks        = es.lookup_keys;
+        usage->traffic.lookup_local_chunks  = es.local_hit_keys;
+        usage->traffic.lookup_remote_chunks = es.remote_hit_keys;
     }
     if (agent->peer != NULL) {
         kvf_peer_get_stats(agent->peer, &ps);
-        usage->fetched_chunks          = ps.chunks_fetched;
-        usage->fetched_bytes           = ps.bytes_fetched;
-        usage->served_chunks           = ps.chunks_served;
-        usage->served_bytes            = ps.bytes_served;
-        usage->served_from_disk_chunks = ps.served_from_disk;
+        usage->traffic.fetched_chunks          = ps.chunks_fetched;
+        usage->traffic.fetched_bytes           = ps.bytes_fetched;
+        usage->traffic.served_chunks           = ps.chunks_served;
+        usage->traffic.served_bytes            = ps.bytes_served;
+        usage->traffic.served_from_disk_chunks = ps.served_from_disk;
     }
     if (agent->disk != NULL) {
         kvf_disk_stats_t ds;

@@ -471,15 +471,7 @@ static void kvf_ctl_client_send_heartbeat(kvf_ctl_client_t *client)
     if ((client->ops != NULL) && (client->ops->usage != NULL)) {
         client->ops->usage(client->arg, &usage);
     }
-    kvf__node_traffic__init(&traffic);
-    traffic.lookup_chunks           = usage.lookup_chunks;
-    traffic.lookup_local_chunks     = usage.lookup_local_chunks;
-    traffic.lookup_remote_chunks    = usage.lookup_remote_chunks;
-    traffic.fetched_chunks          = usage.fetched_chunks;
-    traffic.fetched_bytes           = usage.fetched_bytes;
-    traffic.served_chunks           = usage.served_chunks;
-    traffic.served_bytes            = usage.served_bytes;
-    traffic.served_from_disk_chunks = usage.served_from_disk_chunks;
+    kvf_traffic_to_msg(&usage.traffic, &traffic);
     kvf__heartbeat__init(&hb);
     hb.request_id    = client->next_request++;
     hb.node_id       = client->node_id;

@@ -17,6 +17,7 @@
 
 #include "common/auth.h"
 #include "proto/msg.h"
+#include "proto/traffic.h"
 
 #include <kvfabric/keys.h>
 #include <kvfabric/status.h>
@@ -37,15 +38,8 @@ typedef struct kvf_ctl_usage {
     uint64_t entries;
     uint64_t pd_capacity; /* PD receive region bytes, 0: none */
     uint64_t pd_used;
-    uint64_t lookup_chunks;
-    uint64_t lookup_local_chunks;
-    uint64_t lookup_remote_chunks;
-    uint64_t fetched_chunks;
-    uint64_t fetched_bytes;
-    uint64_t served_chunks;
-    uint64_t served_bytes;
-    uint64_t served_from_disk_chunks; /* of served, read from disk first */
-    uint64_t disk_capacity;           /* local-disk tier bytes, 0: none */
+    kvf_traffic_t traffic;
+    uint64_t disk_capacity; /* local-disk tier bytes, 0: none */
     uint64_t disk_used;
     uint64_t disk_chunks;
 } kvf_ctl_usage_t;

@@ -36,14 +36,7 @@ void kvf_conn_destroy(kvf_conn_t *conn)
 {
     kvf_server_t *server = conn->server;
 
-    if (conn->prev != NULL) {
-        conn->prev->next = conn->next;
-    } else {
-        server->conns = conn->next;
-    }
-    if (conn->next != NULL) {
-        conn->next->prev = conn->prev;
-    }
+    LIST_REMOVE(conn, link);
     server->num_conns--;
     kvf_evconn_destroy(conn->ev);
     if (kvf_auth_session_is_abandoned(&conn->auth)) {
@@ -97,7 +90,8 @@ static kvf_conn_t *kvf_server_shed_victim(kvf_server_t *server,
     kvf_conn_t *conn, *victim = NULL;
     uint64_t most = 0;
 
-    for (conn = server->conns; conn != NULL; conn = conn->next) {
+    for (conn = LIST_FIRST(&server->conns); conn != NULL;
+         conn = LIST_NEXT(conn, link)) {
         bool is_preauth;
         uint64_t held = kvf_evconn_held(conn->ev, &is_preauth);
 
@@ -250,11 +244,7 @@ static kvf_conn_t *kvf_conn_create(kvf_server_t *server, evutil_socket_t fd,
         free(conn);
         return NULL;
     }
-    conn->next = server->conns;
-    if (server->conns != NULL) {
-        server->conns->prev = conn;
-    }
-    server->conns = conn;
+    LIST_INSERT_HEAD(&server->conns, conn, link);
     server->num_conns++;
     conn->id          = ++server->ctr.connections_total;
     conn->accepted_ms = kvf_time_now_ms();
@@ -313,8 +303,8 @@ void kvf_conn_expire_handshakes(kvf_server_t *server)
     uint64_t now = kvf_time_now_ms();
     kvf_conn_t *conn, *next;
 
-    for (conn = server->conns; conn != NULL; conn = next) {
-        next = conn->next;
+    for (conn = LIST_FIRST(&server->conns); conn != NULL; conn = next) {
+        next = LIST_NEXT(conn, link);
         if (!kvf_conn_is_preauth(conn)) {
             continue;
         }
@@ -348,7 +338,8 @@ void kvf_server_feed(kvf_server_t *server, const void *data, size_t len)
     id = conn->id;
     snprintf(conn->peer, sizeof(conn->peer), "feed");
     kvf_evconn_feed(conn->ev, data, len); /* may destroy conn */
-    for (conn = server->conns; conn != NULL; conn = conn->next) {
+    for (conn = LIST_FIRST(&server->conns); conn != NULL;
+         conn = LIST_NEXT(conn, link)) {
         if (conn->id == id) {
             kvf_conn_destroy(conn);
             break;

@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/queue.h>
 
 struct evconnlistener;
 struct sockaddr;
@@ -40,8 +41,7 @@ typedef kvf_status_t kvf_conn_dispatch_fn(kvf_conn_t *conn,
 struct kvf_conn {
     kvf_server_t *server;
     kvf_evconn_t *ev;
-    kvf_conn_t *prev;
-    kvf_conn_t *next;
+    LIST_ENTRY(kvf_conn) link; /* in server->conns */
     uint64_t id;
     bool is_hello_done;
     kvf_auth_session_t auth; /* the cluster-secret handshake */

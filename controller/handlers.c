@@ -347,19 +347,6 @@ static void kvf_server_request_resync(kvf_server_t *server, kvf_node_t *node)
              node->id, node->name, node->last_seq);
 }
 
-static void kvf_server_node_traffic_set(kvf_node_t *node,
-                                        const Kvf__NodeTraffic *t)
-{
-    node->traffic.lookup_chunks           = t->lookup_chunks;
-    node->traffic.lookup_local_chunks     = t->lookup_local_chunks;
-    node->traffic.lookup_remote_chunks    = t->lookup_remote_chunks;
-    node->traffic.fetched_chunks          = t->fetched_chunks;
-    node->traffic.fetched_bytes           = t->fetched_bytes;
-    node->traffic.served_chunks           = t->served_chunks;
-    node->traffic.served_bytes            = t->served_bytes;
-    node->traffic.served_from_disk_chunks = t->served_from_disk_chunks;
-}
-
 static kvf_status_t kvf_server_on_heartbeat(kvf_conn_t *conn,
                                             Kvf__Heartbeat *hb)
 {
@@ -386,7 +373,7 @@ static kvf_status_t kvf_server_on_heartbeat(kvf_conn_t *conn,
     node->disk_used     = hb->disk_used;
     node->disk_chunks   = hb->disk_chunks;
     if (hb->traffic != NULL) {
-        kvf_server_node_traffic_set(node, hb->traffic);
+        kvf_traffic_from_msg(hb->traffic, &node->traffic);
     }
     kvf_registry_slot_set_load(
         server->reg, node->slot,

@@ -44,6 +44,26 @@ void kvf_http_reply(struct evhttp_request *req, struct evbuffer *b,
     evhttp_send_reply(req, HTTP_OK, "OK", b);
 }
 
+struct evbuffer *kvf_http_body(struct evhttp_request *req)
+{
+    struct evbuffer *b = evbuffer_new();
+
+    if (b == NULL) {
+        evhttp_send_error(req, HTTP_INTERNAL, NULL);
+    }
+    return b;
+}
+
+struct evbuffer *kvf_http_begin_body(kvf_http_t *http,
+                                     struct evhttp_request *req,
+                                     const char *path, int methods)
+{
+    if (!kvf_http_begin(http, req, path, methods)) {
+        return NULL;
+    }
+    return kvf_http_body(req);
+}
+
 /* Is @p path one of cfg->http_open's comma-separated paths? */
 static bool kvf_http_path_is_open(const char *list, const char *path)
 {
@@ -96,13 +116,8 @@ static void kvf_http_on_healthz(struct evhttp_request *req, void *arg)
 {
     struct evbuffer *b;
 
-    if (!kvf_http_begin(arg, req, "/healthz", EVHTTP_REQ_GET)) {
-        return;
-    }
-    b = evbuffer_new();
-
+    b = kvf_http_begin_body(arg, req, "/healthz", EVHTTP_REQ_GET);
     if (b == NULL) {
-        evhttp_send_error(req, HTTP_INTERNAL, NULL);
         return;
     }
     evbuffer_add_printf(b, "ok\n");
@@ -114,7 +129,7 @@ static void kvf_http_on_healthz(struct evhttp_request *req, void *arg)
  * turn successive samples into rates. */
 static void kvf_http_node_traffic(struct evbuffer *b, const kvf_node_t *node)
 {
-    const kvf_node_traffic_t *t = &node->traffic;
+    const kvf_traffic_t *t = &node->traffic;
 
     evbuffer_add_printf(
         b,
@@ -174,12 +189,8 @@ static void kvf_http_on_nodes(struct evhttp_request *req, void *arg)
     uint64_t now = kvf_time_now_ms();
     struct evbuffer *b;
 
-    if (!kvf_http_begin(http, req, "/v1/nodes", EVHTTP_REQ_GET)) {
-        return;
-    }
-    b = evbuffer_new();
+    b = kvf_http_begin_body(http, req, "/v1/nodes", EVHTTP_REQ_GET);
     if (b == NULL) {
-        evhttp_send_error(req, HTTP_INTERNAL, NULL);
         return;
     }
     evbuffer_add_printf(b, "{\"nodes\":[");
@@ -225,12 +236,8 @@ static void kvf_http_on_stats(struct evhttp_request *req, void *arg)
     kvf_server_stats_t st;
     char json[2048];
 
-    if (!kvf_http_begin(http, req, "/v1/stats", EVHTTP_REQ_GET)) {
-        return;
-    }
-    b = evbuffer_new();
+    b = kvf_http_begin_body(http, req, "/v1/stats", EVHTTP_REQ_GET);
     if (b == NULL) {
-        evhttp_send_error(req, HTTP_INTERNAL, NULL);
         return;
     }
     /* the same fields as kvfctl stats: both print StatsReply */
@@ -266,12 +273,8 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
     const kvf_server_counters_t *c = &st.ctr;
     struct evbuffer *b;
 
-    if (!kvf_http_begin(http, req, "/metrics", EVHTTP_REQ_GET)) {
-        return;
-    }
-    b = evbuffer_new();
+    b = kvf_http_begin_body(http, req, "/metrics", EVHTTP_REQ_GET);
     if (b == NULL) {
-        evhttp_send_error(req, HTTP_INTERNAL, NULL);
         return;
     }
     memset(&st, 0, sizeof(st));

@@ -64,6 +64,14 @@ void kvf_http_route(kvf_http_t *http, const char *path,
 bool kvf_http_begin(kvf_http_t *http, struct evhttp_request *req,
                     const char *path, int methods);
 
+/* A reply body; NULL (answered 500) without memory. */
+struct evbuffer *kvf_http_body(struct evhttp_request *req);
+
+/* kvf_http_begin(), then kvf_http_body(): NULL when answered already. */
+struct evbuffer *kvf_http_begin_body(kvf_http_t *http,
+                                     struct evhttp_request *req,
+                                     const char *path, int methods);
+
 /* 200 with @p b as body of Content-Type @p type. */
 void kvf_http_reply(struct evhttp_request *req, struct evbuffer *b,
                     const char *type);

@@ -500,13 +500,9 @@ static void kvf_index_on_models(struct evhttp_request *req, void *arg)
     struct evbuffer *b;
     uint32_t i;
 
-    if (!kvf_http_begin(index->http, req, "/v1/index/models",
-                        EVHTTP_REQ_GET | EVHTTP_REQ_POST)) {
-        return;
-    }
-    b = evbuffer_new();
+    b = kvf_http_begin_body(index->http, req, "/v1/index/models",
+                            EVHTTP_REQ_GET | EVHTTP_REQ_POST);
     if (b == NULL) {
-        evhttp_send_error(req, HTTP_INTERNAL, NULL);
         return;
     }
     if (evhttp_request_get_command(req) == EVHTTP_REQ_GET) {
@@ -571,9 +567,8 @@ static void kvf_index_on_models(struct evhttp_request *req, void *arg)
     kvf_info("index: model %s registered (block size %" PRIu32 ", tp %" PRIu32
              ", namespace %016" PRIx64 ")",
              model.name, model.chunk_size, model.tp_world, model.ns[0]);
-    b = evbuffer_new();
+    b = kvf_http_body(req);
     if (b == NULL) {
-        evhttp_send_error(req, HTTP_INTERNAL, NULL);
         return;
     }
     evbuffer_add_printf(b, "{\"status\":\"registered successfully\","
@@ -789,9 +784,8 @@ static void kvf_index_on_query(struct evhttp_request *req, void *arg)
     if (m == NULL) {
         return;
     }
-    b = evbuffer_new();
+    b = kvf_http_body(req);
     if (b == NULL) {
-        evhttp_send_error(req, HTTP_INTERNAL, NULL);
         return;
     }
     /* Mooncake's shape: tenant -> instance -> figures, nothing else at
@@ -869,9 +863,8 @@ static void kvf_index_on_route(struct evhttp_request *req, void *arg)
                         "no alive node serves this model");
         return;
     }
-    b = evbuffer_new();
+    b = kvf_http_body(req);
     if (b == NULL) {
-        evhttp_send_error(req, HTTP_INTERNAL, NULL);
         return;
     }
     evbuffer_add_printf(b, "{\"instance_id\":");

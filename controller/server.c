@@ -253,8 +253,8 @@ void kvf_server_destroy(kvf_server_t *server)
     if (server == NULL) {
         return;
     }
-    while (server->conns != NULL) {
-        kvf_conn_destroy(server->conns);
+    while (!LIST_EMPTY(&server->conns)) {
+        kvf_conn_destroy(LIST_FIRST(&server->conns));
     }
     kvf_http_destroy(server->http);
     kvf_listen_guard_cleanup(&server->listen_guard);

@@ -20,6 +20,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/queue.h>
 
 struct evconnlistener;
 struct ssl_ctx_st;
@@ -56,7 +57,7 @@ struct kvf_server {
     uint32_t *event_nodes; /* ids with events since their last CLEARED */
     size_t num_event_nodes;
     size_t cap_event_nodes;
-    kvf_conn_t *conns; /* doubly linked, newest first */
+    LIST_HEAD(, kvf_conn) conns; /* newest first */
     uint64_t num_conns;
     uint64_t last_shed_log_ms;
     kvf_listen_guard_t listen_guard; /* the control port's accept errors */

@@ -107,15 +107,20 @@ void kvf_bench_peers_run(const char *op, uint64_t size, uint64_t count,
                          uint64_t batch, char *json, size_t len);
 
 /*
- * The start of a two-agent benchmark: --help (returns -1: print done),
+ * The start of a two-agent benchmark: --help (returns 0: print done),
  * options into @p opts (1 on a bad one), the transport (*@p transport,
  * read after loading; 2 when the agents cannot use it) and a fresh
  * temporary directory for sockets and logs written to @p dir (1 when it
- * cannot be made). 0: go on. Messages go to stderr.
+ * cannot be made): the exit status, or -1 to go on. Messages go to
+ * stderr.
  */
 int kvf_bench_begin(const char *bench, const kvf_config_schema_t *schema,
                     void *opts, int argc, char **argv,
                     const char *const *transport, char *dir, size_t dir_len);
+
+/* Fills @p len bytes (whole 8-byte words) at @p p with xorshift64 from
+ * @p seed (not 0): chunk contents the benchmarks verify. */
+void kvf_bench_fill(uint64_t seed, uint8_t *p, uint64_t len);
 
 /* A controller and two agents on loopback, for the two-agent benchmarks. */
 typedef struct kvf_bench_pair {

@@ -93,14 +93,7 @@ static void kvf_bench_p2p_start(kvf_bench_p2p_t *b)
 
 static void kvf_bench_p2p_fill(const kvf_key_t *key, uint8_t *p, uint64_t len)
 {
-    uint64_t x = key->lo | 1, i;
-
-    for (i = 0; i + 8 <= len; i += 8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        memcpy(p + i, &x, 8);
-    }
+    kvf_bench_fill(key->lo | 1, p, len);
 }
 
 int kvf_bench_p2p_main(int argc, char **argv)
@@ -126,8 +119,7 @@ int kvf_bench_p2p_main(int argc, char **argv)
     rc = kvf_bench_begin("p2p", &kvf_bench_p2p_schema, &b.o, argc, argv,
                          (const char *const *)&b.o.transport, b.pair.dir,
                          sizeof(b.pair.dir));
-    if (rc != 0) {
-        rc = (rc < 0) ? 0 : rc;
+    if (rc >= 0) {
         goto out;
     }
     rc      = 1;

@@ -105,14 +105,7 @@ static void kvf_bench_pd_start(kvf_bench_pd_t *b)
 static void kvf_bench_pd_fill(uint64_t req, uint64_t index, uint8_t *p,
                               uint64_t len)
 {
-    uint64_t x = (req << 24) ^ (index << 2) ^ 0x9e3779b97f4a7c15ull, i;
-
-    for (i = 0; i + 8 <= len; i += 8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        memcpy(p + i, &x, 8);
-    }
+    kvf_bench_fill((req << 24) ^ (index << 2) ^ 0x9e3779b97f4a7c15ull, p, len);
 }
 
 /* Pushes every request (one push per layer group, K pieces each), waits
@@ -277,8 +270,7 @@ int kvf_bench_pd_main(int argc, char **argv)
     rc = kvf_bench_begin("pd", &kvf_bench_pd_schema, &b.o, argc, argv,
                          (const char *const *)&b.o.transport, b.pair.dir,
                          sizeof(b.pair.dir));
-    if (rc != 0) {
-        rc = (rc < 0) ? 0 : rc;
+    if (rc >= 0) {
         goto out;
     }
     rc = 1;

@@ -430,7 +430,7 @@ int kvf_bench_begin(const char *bench, const kvf_config_schema_t *schema,
     if ((argc > 1) && (strcmp(argv[1], "--help") == 0)) {
         printf("usage: kvf-bench %s [options]\n", bench);
         kvf_config_print_help(schema, stdout);
-        return -1;
+        return 0;
     }
     if (kvf_config_load(schema, opts, argc, (const char *const *)argv, &argi,
                         &err) != KVF_OK) {
@@ -452,7 +452,19 @@ int kvf_bench_begin(const char *bench, const kvf_config_schema_t *schema,
         dir[0] = '\0';
         return 1;
     }
-    return 0;
+    return -1;
+}
+
+void kvf_bench_fill(uint64_t seed, uint8_t *p, uint64_t len)
+{
+    uint64_t x = seed, i;
+
+    for (i = 0; i + 8 <= len; i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        memcpy(p + i, &x, 8);
+    }
 }
 
 int kvf_bench_end(const char *dir, int rc)
