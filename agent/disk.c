@@ -25,6 +25,13 @@
 #define KVF_DISK_RECORD_MAGIC 0x3143455244464b56ull /* "VKFDREC1" */
 #define KVF_DISK_VERSION      1u
 #define KVF_DISK_NONE         UINT32_MAX
+/* Write-behind buffers per write in flight: evictions come in bursts (an
+ * engine's allocation evicts a batch at once), and with one buffer per
+ * write a burst that arrives while the previous one is on the device was
+ * dropped, and the device idled until the next. With twice as many, the
+ * next burst waits staged and goes out as writes land: the device queue
+ * stays at queue_depth (docs/performance.md, "Local-disk tier"). */
+#define KVF_DISK_STAGING_PER_WRITE 2u
 
 /* On-disk structures, host byte order (the file never leaves its host). */
 typedef struct kvf_disk_header {
@@ -87,10 +94,13 @@ struct kvf_disk {
     uint32_t free_head;
     uint32_t *table; /* key -> slot, open addressing */
     uint32_t table_mask;
-    unsigned depth;
-    kvf_disk_op_t *ops; /* depth writes then depth reads */
+    unsigned depth;     /* writes, and reads, in flight at most */
+    unsigned nstaging;  /* write ops (staging buffers) */
+    kvf_disk_op_t *ops; /* nstaging writes then depth reads */
     uint8_t *staging;
     uint32_t free_writes, free_reads;
+    uint32_t staged_head, staged_tail; /* writes waiting for the device */
+    unsigned writes_inflight;
     unsigned inflight;
     unsigned unsubmitted;
     unsigned faults;
@@ -257,6 +267,32 @@ static void kvf_disk_schedule(kvf_disk_t *disk)
     }
 }
 
+/* Hands staged writes to the ring while fewer than depth are in flight. */
+static void kvf_disk_issue_writes(kvf_disk_t *disk)
+{
+    struct io_uring_sqe *sqe;
+    kvf_disk_op_t *op;
+
+    while ((disk->writes_inflight < disk->depth) &&
+           (disk->staged_head != KVF_DISK_NONE)) {
+        op                = &disk->ops[disk->staged_head];
+        disk->staged_head = op->next_free;
+        if (disk->staged_head == KVF_DISK_NONE) {
+            disk->staged_tail = KVF_DISK_NONE;
+        }
+        /* the ring has room for depth writes + depth reads */
+        sqe = io_uring_get_sqe(&disk->ring);
+        io_uring_prep_write(
+            sqe, disk->fd, op->buf,
+            (unsigned)(KVF_DISK_ALIGN +
+                       kvf_disk_round(disk->slots[op->slot].length)),
+            kvf_disk_slot_offset(disk, op->slot));
+        io_uring_sqe_set_data(sqe, op);
+        disk->writes_inflight++;
+        kvf_disk_schedule(disk);
+    }
+}
+
 static void kvf_disk_submit(kvf_disk_t *disk)
 {
     int ret;
@@ -303,6 +339,8 @@ static void kvf_disk_complete_write(kvf_disk_t *disk, kvf_disk_op_t *op,
     }
     op->next_free     = disk->free_writes;
     disk->free_writes = (uint32_t)(op - disk->ops);
+    disk->writes_inflight--;
+    kvf_disk_issue_writes(disk);
 }
 
 static void kvf_disk_complete_read(kvf_disk_t *disk, kvf_disk_op_t *op, int res)
@@ -405,7 +443,6 @@ kvf_status_t kvf_disk_put(kvf_disk_t *disk, const kvf_key_t *key,
                           const void *data, uint64_t length, uint64_t checksum)
 {
     kvf_disk_record_t rec;
-    struct io_uring_sqe *sqe;
     kvf_disk_slot_t *s;
     kvf_disk_op_t *op;
     uint32_t *cell, slot;
@@ -461,13 +498,15 @@ kvf_status_t kvf_disk_put(kvf_disk_t *disk, const kvf_key_t *key,
     memcpy(op->buf + KVF_DISK_ALIGN, data, length);
     memset(op->buf + KVF_DISK_ALIGN + length, 0, padded - length);
 
-    /* the ring has room for every op: depth writes + depth reads */
-    sqe = io_uring_get_sqe(&disk->ring);
-    io_uring_prep_write(sqe, disk->fd, op->buf,
-                        (unsigned)(KVF_DISK_ALIGN + padded),
-                        kvf_disk_slot_offset(disk, slot));
-    io_uring_sqe_set_data(sqe, op);
-    kvf_disk_schedule(disk);
+    /* staged in order; out to the device as soon as a write slot is free */
+    op->next_free = KVF_DISK_NONE;
+    if (disk->staged_tail == KVF_DISK_NONE) {
+        disk->staged_head = (uint32_t)(op - disk->ops);
+    } else {
+        disk->ops[disk->staged_tail].next_free = (uint32_t)(op - disk->ops);
+    }
+    disk->staged_tail = (uint32_t)(op - disk->ops);
+    kvf_disk_issue_writes(disk);
     return KVF_OK;
 }
 
@@ -792,15 +831,16 @@ static kvf_status_t kvf_disk_alloc_tables(kvf_disk_t *disk)
     }
     disk->slots = calloc(disk->slot_count + 1u, sizeof(*disk->slots));
     disk->table = malloc(sizeof(*disk->table) * cells);
-    disk->ops   = calloc(2u * disk->depth, sizeof(*disk->ops));
+    disk->ops =
+        calloc((size_t)disk->nstaging + disk->depth, sizeof(*disk->ops));
     if ((disk->slots == NULL) || (disk->table == NULL) || (disk->ops == NULL) ||
         (posix_memalign((void **)&disk->staging, KVF_DISK_ALIGN,
-                        disk->depth * disk->stride) != 0)) {
+                        disk->nstaging * disk->stride) != 0)) {
         return KVF_ERR_NO_MEMORY;
     }
     /* touch the staging buffers now: their first page faults would
      * otherwise land on the eviction path */
-    memset(disk->staging, 0, disk->depth * disk->stride);
+    memset(disk->staging, 0, disk->nstaging * disk->stride);
     for (i = 0; i < cells; i++) {
         disk->table[i] = KVF_DISK_NONE;
     }
@@ -809,17 +849,19 @@ static kvf_status_t kvf_disk_alloc_tables(kvf_disk_t *disk)
     disk->slots[disk->slot_count].next = disk->slot_count;
     disk->slots[disk->slot_count].prev = disk->slot_count;
     disk->free_head                    = KVF_DISK_NONE;
-    for (i = 0; i < 2u * disk->depth; i++) {
-        disk->ops[i].is_write = i < disk->depth;
+    for (i = 0; i < disk->nstaging + disk->depth; i++) {
+        disk->ops[i].is_write = i < disk->nstaging;
         disk->ops[i].buf =
             disk->ops[i].is_write ? disk->staging + i * disk->stride : NULL;
-        disk->ops[i].next_free =
-            ((i + 1 == disk->depth) || (i + 1 == 2u * disk->depth))
-                ? KVF_DISK_NONE
-                : i + 1;
+        disk->ops[i].next_free = ((i + 1 == disk->nstaging) ||
+                                  (i + 1 == disk->nstaging + disk->depth))
+                                     ? KVF_DISK_NONE
+                                     : i + 1;
     }
     disk->free_writes = 0;
-    disk->free_reads  = disk->depth;
+    disk->free_reads  = disk->nstaging;
+    disk->staged_head = KVF_DISK_NONE;
+    disk->staged_tail = KVF_DISK_NONE;
     return KVF_OK;
 }
 
@@ -875,6 +917,7 @@ kvf_status_t kvf_disk_create(const kvf_disk_params_t *params,
     disk->slot_size  = kvf_disk_round(params->slot_size);
     disk->stride     = KVF_DISK_ALIGN + disk->slot_size;
     disk->depth      = params->queue_depth ? params->queue_depth : 16;
+    disk->nstaging   = KVF_DISK_STAGING_PER_WRITE * disk->depth;
     disk->stored_cb  = params->stored_cb;
     disk->dropped_cb = params->dropped_cb;
     disk->cb_arg     = params->cb_arg;

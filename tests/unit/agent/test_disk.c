@@ -218,17 +218,23 @@ Test(disk, drops_and_counts_when_every_staging_buffer_is_busy)
     kvf_key_t k;
     uint64_t i;
 
-    for (i = 0; i < 4; i++) { /* queue_depth 4, nothing reaped */
+    /* queue_depth 4: 4 writes in flight and 4 more staged behind them,
+     * nothing reaped */
+    for (i = 0; i < 8; i++) {
         k = key_of(i);
         cr_assert_eq(kvf_disk_put(disk, &k, g_src, 4096, 0), KVF_OK);
     }
-    k = key_of(4);
+    k = key_of(8);
     cr_assert_eq(kvf_disk_put(disk, &k, g_src, 4096, 0), KVF_ERR_BUSY);
-    k = key_of(5);
+    k = key_of(9);
     cr_assert_eq(kvf_disk_put(disk, &k, g_src, SLOT + 1, 0), KVF_ERR_TOO_BIG);
     kvf_disk_get_stats(disk, &st);
     cr_assert_eq(st.write_drops, 1);
     kvf_disk_drain(disk);
+    /* the staged ones went out as the first ones landed */
+    kvf_disk_get_stats(disk, &st);
+    cr_assert_eq(st.writes, 8);
+    cr_assert_eq(st.write_errors, 0);
     cr_assert_eq(kvf_disk_put(disk, &k, g_src, 4096, 0), KVF_OK);
     kvf_disk_destroy(disk);
 }
