@@ -101,6 +101,8 @@ struct kvf_disk {
     uint32_t free_writes, free_reads;
     uint32_t staged_head, staged_tail; /* writes waiting for the device */
     unsigned writes_inflight;
+    unsigned reads_inflight;
+    uint64_t write_busy_since, read_busy_since; /* ns, while in flight */
     unsigned inflight;
     unsigned unsubmitted;
     unsigned faults;
@@ -288,7 +290,9 @@ static void kvf_disk_issue_writes(kvf_disk_t *disk)
                        kvf_disk_round(disk->slots[op->slot].length)),
             kvf_disk_slot_offset(disk, op->slot));
         io_uring_sqe_set_data(sqe, op);
-        disk->writes_inflight++;
+        if (disk->writes_inflight++ == 0) {
+            disk->write_busy_since = kvf_time_now_ns();
+        }
         kvf_disk_schedule(disk);
     }
 }
@@ -339,7 +343,9 @@ static void kvf_disk_complete_write(kvf_disk_t *disk, kvf_disk_op_t *op,
     }
     op->next_free     = disk->free_writes;
     disk->free_writes = (uint32_t)(op - disk->ops);
-    disk->writes_inflight--;
+    if (--disk->writes_inflight == 0) {
+        disk->st.write_busy_ns += kvf_time_now_ns() - disk->write_busy_since;
+    }
     kvf_disk_issue_writes(disk);
 }
 
@@ -382,6 +388,9 @@ static void kvf_disk_complete_read(kvf_disk_t *disk, kvf_disk_op_t *op, int res)
     }
     op->next_free    = disk->free_reads;
     disk->free_reads = (uint32_t)(op - disk->ops);
+    if (--disk->reads_inflight == 0) {
+        disk->st.read_busy_ns += kvf_time_now_ns() - disk->read_busy_since;
+    }
     cb(arg, &key, status, length, checksum);
 }
 
@@ -567,10 +576,13 @@ kvf_status_t kvf_disk_read(kvf_disk_t *disk, const kvf_key_t *key, void *dst,
     }
     op               = &disk->ops[disk->free_reads];
     disk->free_reads = op->next_free;
-    op->slot         = slot;
-    op->dst          = dst;
-    op->cb           = cb;
-    op->arg          = arg;
+    if (disk->reads_inflight++ == 0) {
+        disk->read_busy_since = kvf_time_now_ns();
+    }
+    op->slot = slot;
+    op->dst  = dst;
+    op->cb   = cb;
+    op->arg  = arg;
     s->readers++;
 
     sqe = io_uring_get_sqe(&disk->ring);
@@ -1107,6 +1119,12 @@ void kvf_disk_print_metrics(const kvf_disk_t *disk, struct evbuffer *body)
         "newer chunk\n"
         "# TYPE kvf_agent_disk_evictions_total counter\n"
         "kvf_agent_disk_evictions_total %" PRIu64 "\n"
+        "# HELP kvf_agent_disk_busy_seconds_total time with at least one "
+        "write, or one read, in flight on the tier (bytes over it: the "
+        "tier's device throughput, apart from how fast chunks arrive)\n"
+        "# TYPE kvf_agent_disk_busy_seconds_total counter\n"
+        "kvf_agent_disk_busy_seconds_total{dir=\"write\"} %.6f\n"
+        "kvf_agent_disk_busy_seconds_total{dir=\"read\"} %.6f\n"
         "# HELP kvf_agent_disk_recovered_chunks chunks found on disk at "
         "start\n"
         "# TYPE kvf_agent_disk_recovered_chunks gauge\n"
@@ -1114,5 +1132,6 @@ void kvf_disk_print_metrics(const kvf_disk_t *disk, struct evbuffer *body)
         st->capacity_bytes, st->used_bytes, st->used_slots,
         disk->is_direct ? 1 : 0, st->writes, st->write_bytes, st->write_drops,
         st->reads, st->read_bytes, st->write_errors, st->read_errors,
-        st->checksum_failures, st->evictions, st->recovered);
+        st->checksum_failures, st->evictions, (double)st->write_busy_ns / 1e9,
+        (double)st->read_busy_ns / 1e9, st->recovered);
 }

@@ -89,6 +89,8 @@ typedef struct kvf_disk_stats {
     uint64_t evictions;         /* slots reused for a newer chunk */
     uint64_t recovered;         /* chunks found at restart */
     uint64_t ignored;           /* slots at restart with no valid record */
+    uint64_t write_busy_ns;     /* time with a write in flight */
+    uint64_t read_busy_ns;      /* time with a read in flight */
     bool is_direct;             /* O_DIRECT in use */
 } kvf_disk_stats_t;
 

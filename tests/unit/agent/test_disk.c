@@ -235,6 +235,7 @@ Test(disk, drops_and_counts_when_every_staging_buffer_is_busy)
     kvf_disk_get_stats(disk, &st);
     cr_assert_eq(st.writes, 8);
     cr_assert_eq(st.write_errors, 0);
+    cr_assert_gt(st.write_busy_ns, 0, "device time is counted");
     cr_assert_eq(kvf_disk_put(disk, &k, g_src, 4096, 0), KVF_OK);
     kvf_disk_destroy(disk);
 }
