@@ -32,6 +32,10 @@
  * next burst waits staged and goes out as writes land: the device queue
  * stays at queue_depth (docs/performance.md, "Local-disk tier"). */
 #define KVF_DISK_STAGING_PER_WRITE 2u
+/* Reads accepted per read in flight: past queue_depth in flight they wait
+ * in order (a peer's fetch of 32 keys on disk, an engine's retrieve and a
+ * prefetch at once) instead of failing as misses. */
+#define KVF_DISK_READS_PER_SLOT 4u
 
 /* On-disk structures, host byte order (the file never leaves its host). */
 typedef struct kvf_disk_header {
@@ -96,10 +100,12 @@ struct kvf_disk {
     uint32_t table_mask;
     unsigned depth;     /* writes, and reads, in flight at most */
     unsigned nstaging;  /* write ops (staging buffers) */
-    kvf_disk_op_t *ops; /* nstaging writes then depth reads */
+    unsigned nreads;    /* read ops */
+    kvf_disk_op_t *ops; /* nstaging writes then nreads reads */
     uint8_t *staging;
     uint32_t free_writes, free_reads;
     uint32_t staged_head, staged_tail; /* writes waiting for the device */
+    uint32_t read_head, read_tail;     /* reads waiting for the device */
     unsigned writes_inflight;
     unsigned reads_inflight;
     uint64_t write_busy_since, read_busy_since; /* ns, while in flight */
@@ -297,6 +303,33 @@ static void kvf_disk_issue_writes(kvf_disk_t *disk)
     }
 }
 
+/* Hands queued reads to the ring while fewer than depth are in flight. */
+static void kvf_disk_issue_reads(kvf_disk_t *disk)
+{
+    struct io_uring_sqe *sqe;
+    kvf_disk_slot_t *s;
+    kvf_disk_op_t *op;
+
+    while ((disk->reads_inflight < disk->depth) &&
+           (disk->read_head != KVF_DISK_NONE)) {
+        op              = &disk->ops[disk->read_head];
+        disk->read_head = op->next_free;
+        if (disk->read_head == KVF_DISK_NONE) {
+            disk->read_tail = KVF_DISK_NONE;
+        }
+        s   = &disk->slots[op->slot];
+        sqe = io_uring_get_sqe(&disk->ring);
+        io_uring_prep_read(
+            sqe, disk->fd, op->dst, (unsigned)kvf_disk_round(s->length),
+            kvf_disk_slot_offset(disk, op->slot) + KVF_DISK_ALIGN);
+        io_uring_sqe_set_data(sqe, op);
+        if (disk->reads_inflight++ == 0) {
+            disk->read_busy_since = kvf_time_now_ns();
+        }
+        kvf_disk_schedule(disk);
+    }
+}
+
 static void kvf_disk_submit(kvf_disk_t *disk)
 {
     int ret;
@@ -391,6 +424,7 @@ static void kvf_disk_complete_read(kvf_disk_t *disk, kvf_disk_op_t *op, int res)
     if (--disk->reads_inflight == 0) {
         disk->st.read_busy_ns += kvf_time_now_ns() - disk->read_busy_since;
     }
+    kvf_disk_issue_reads(disk);
     cb(arg, &key, status, length, checksum);
 }
 
@@ -548,7 +582,6 @@ uint64_t kvf_disk_checksum(const kvf_disk_t *disk, const kvf_key_t *key)
 kvf_status_t kvf_disk_read(kvf_disk_t *disk, const kvf_key_t *key, void *dst,
                            uint64_t dst_cap, kvf_disk_read_cb_t cb, void *arg)
 {
-    struct io_uring_sqe *sqe;
     kvf_disk_slot_t *s;
     kvf_disk_op_t *op;
     uint32_t *cell = kvf_disk_index_find(disk, key);
@@ -576,20 +609,20 @@ kvf_status_t kvf_disk_read(kvf_disk_t *disk, const kvf_key_t *key, void *dst,
     }
     op               = &disk->ops[disk->free_reads];
     disk->free_reads = op->next_free;
-    if (disk->reads_inflight++ == 0) {
-        disk->read_busy_since = kvf_time_now_ns();
-    }
-    op->slot = slot;
-    op->dst  = dst;
-    op->cb   = cb;
-    op->arg  = arg;
-    s->readers++;
+    op->slot         = slot;
+    op->dst          = dst;
+    op->cb           = cb;
+    op->arg          = arg;
+    s->readers++; /* not evicted while queued or in flight */
 
-    sqe = io_uring_get_sqe(&disk->ring);
-    io_uring_prep_read(sqe, disk->fd, dst, (unsigned)kvf_disk_round(s->length),
-                       kvf_disk_slot_offset(disk, slot) + KVF_DISK_ALIGN);
-    io_uring_sqe_set_data(sqe, op);
-    kvf_disk_schedule(disk);
+    op->next_free = KVF_DISK_NONE;
+    if (disk->read_tail == KVF_DISK_NONE) {
+        disk->read_head = (uint32_t)(op - disk->ops);
+    } else {
+        disk->ops[disk->read_tail].next_free = (uint32_t)(op - disk->ops);
+    }
+    disk->read_tail = (uint32_t)(op - disk->ops);
+    kvf_disk_issue_reads(disk);
     return KVF_INPROGRESS;
 }
 
@@ -844,7 +877,7 @@ static kvf_status_t kvf_disk_alloc_tables(kvf_disk_t *disk)
     disk->slots = calloc(disk->slot_count + 1u, sizeof(*disk->slots));
     disk->table = malloc(sizeof(*disk->table) * cells);
     disk->ops =
-        calloc((size_t)disk->nstaging + disk->depth, sizeof(*disk->ops));
+        calloc((size_t)disk->nstaging + disk->nreads, sizeof(*disk->ops));
     if ((disk->slots == NULL) || (disk->table == NULL) || (disk->ops == NULL) ||
         (posix_memalign((void **)&disk->staging, KVF_DISK_ALIGN,
                         disk->nstaging * disk->stride) != 0)) {
@@ -861,12 +894,12 @@ static kvf_status_t kvf_disk_alloc_tables(kvf_disk_t *disk)
     disk->slots[disk->slot_count].next = disk->slot_count;
     disk->slots[disk->slot_count].prev = disk->slot_count;
     disk->free_head                    = KVF_DISK_NONE;
-    for (i = 0; i < disk->nstaging + disk->depth; i++) {
+    for (i = 0; i < disk->nstaging + disk->nreads; i++) {
         disk->ops[i].is_write = i < disk->nstaging;
         disk->ops[i].buf =
             disk->ops[i].is_write ? disk->staging + i * disk->stride : NULL;
         disk->ops[i].next_free = ((i + 1 == disk->nstaging) ||
-                                  (i + 1 == disk->nstaging + disk->depth))
+                                  (i + 1 == disk->nstaging + disk->nreads))
                                      ? KVF_DISK_NONE
                                      : i + 1;
     }
@@ -874,6 +907,8 @@ static kvf_status_t kvf_disk_alloc_tables(kvf_disk_t *disk)
     disk->free_reads  = disk->nstaging;
     disk->staged_head = KVF_DISK_NONE;
     disk->staged_tail = KVF_DISK_NONE;
+    disk->read_head   = KVF_DISK_NONE;
+    disk->read_tail   = KVF_DISK_NONE;
     return KVF_OK;
 }
 
@@ -930,6 +965,7 @@ kvf_status_t kvf_disk_create(const kvf_disk_params_t *params,
     disk->stride     = KVF_DISK_ALIGN + disk->slot_size;
     disk->depth      = params->queue_depth ? params->queue_depth : 16;
     disk->nstaging   = KVF_DISK_STAGING_PER_WRITE * disk->depth;
+    disk->nreads     = KVF_DISK_READS_PER_SLOT * disk->depth;
     disk->stored_cb  = params->stored_cb;
     disk->dropped_cb = params->dropped_cb;
     disk->cb_arg     = params->cb_arg;

@@ -132,7 +132,8 @@ uint64_t kvf_disk_checksum(const kvf_disk_t *disk, const kvf_key_t *key);
  * later from kvf_disk_progress (or the loop); KVF_OK: done at once (the
  * chunk was still in a staging buffer), verified, cb not called;
  * KVF_ERR_NOT_FOUND (counted as a miss), KVF_ERR_RANGE (dst too small or
- * not aligned), KVF_ERR_BUSY (every read in flight). */
+ * not aligned), KVF_ERR_BUSY (4 x queue_depth reads accepted already:
+ * queue_depth in flight, the rest waiting in order). */
 kvf_status_t kvf_disk_read(kvf_disk_t *disk, const kvf_key_t *key, void *dst,
                            uint64_t dst_cap, kvf_disk_read_cb_t cb, void *arg);
 
