@@ -1087,8 +1087,13 @@ void kvf_disk_print_tier_metrics(const kvf_disk_t *disk, uint64_t host_chunks,
                                  uint64_t host_bytes, uint64_t served_from_disk,
                                  struct evbuffer *body)
 {
-    uint64_t disk_chunks = (disk != NULL) ? disk->st.used_slots : 0;
-    uint64_t disk_bytes  = (disk != NULL) ? disk->st.used_bytes : 0;
+    uint64_t disk_chunks, disk_bytes;
+
+    if (disk == NULL) {
+        return; /* one tier: the pool's own series say it all */
+    }
+    disk_chunks = disk->st.used_slots;
+    disk_bytes  = disk->st.used_bytes;
 
     evbuffer_add_printf(
         body,

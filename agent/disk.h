@@ -162,8 +162,8 @@ kvf_status_t kvf_disk_start(struct kvf_store *store,
                             struct event_base *base, kvf_disk_t **disk_p);
 
 /* Appends chunks and bytes per medium (the pool's @p host_chunks and
- * @p host_bytes, the tier's; 0 on disk without a tier) and the chunks
- * served to peers from disk, to @p body. */
+ * @p host_bytes, the tier's) and the chunks served to peers from disk, to
+ * @p body; nothing without a tier (NULL @p disk). */
 void kvf_disk_print_tier_metrics(const kvf_disk_t *disk, uint64_t host_chunks,
                                  uint64_t host_bytes, uint64_t served_from_disk,
                                  struct evbuffer *body);
