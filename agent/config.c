@@ -48,7 +48,7 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
                     "bytes of the disk tier's slot file"),
     KVF_AGENT_FIELD("disk_queue_depth", KVF_CONFIG_UINT, disk_queue_depth, "16",
                     1, 1024,
-                    "disk tier: write-behind buffers and reads in flight"),
+                    "disk tier: writes and reads on the device at once"),
     KVF_AGENT_FIELD("disk_flush_on_stop", KVF_CONFIG_BOOL, disk_flush_on_stop,
                     "true", 0, 0,
                     "a clean stop writes the pool's chunks to the disk tier "

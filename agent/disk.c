@@ -26,6 +26,17 @@
 #define KVF_DISK_RECORD_MAGIC 0x3143455244464b56ull /* "VKFDREC1" */
 #define KVF_DISK_VERSION      1u
 #define KVF_DISK_NONE         UINT32_MAX
+/* Write-behind buffers per write in flight: evictions come in bursts (an
+ * engine's allocation evicts a batch at once), and with one buffer per
+ * write a burst that arrives while the previous one is on the device was
+ * dropped, and the device idled until the next. With twice as many, the
+ * next burst waits staged and goes out as writes land: the device queue
+ * stays at queue_depth (docs/performance.md, "Local-disk tier"). */
+#define KVF_DISK_STAGING_PER_WRITE 2u
+/* Reads accepted per read in flight: past queue_depth in flight they wait
+ * in order (a peer's fetch of 32 keys on disk, an engine's retrieve and a
+ * prefetch at once) instead of failing as misses. */
+#define KVF_DISK_READS_PER_SLOT 4u
 
 /* On-disk structures, host byte order (the file never leaves its host). */
 typedef struct kvf_disk_header {
@@ -88,10 +99,17 @@ struct kvf_disk {
     uint32_t free_head;
     uint32_t *table; /* key -> slot, open addressing */
     uint32_t table_mask;
-    unsigned depth;
-    kvf_disk_op_t *ops; /* depth writes then depth reads */
+    unsigned depth;     /* writes, and reads, in flight at most */
+    unsigned nstaging;  /* write ops (staging buffers) */
+    unsigned nreads;    /* read ops */
+    kvf_disk_op_t *ops; /* nstaging writes then nreads reads */
     uint8_t *staging;
     uint32_t free_writes, free_reads;
+    uint32_t staged_head, staged_tail; /* writes waiting for the device */
+    uint32_t read_head, read_tail;     /* reads waiting for the device */
+    unsigned writes_inflight;
+    unsigned reads_inflight;
+    uint64_t write_busy_since, read_busy_since; /* ns, while in flight */
     unsigned inflight;
     unsigned unsubmitted;
     unsigned faults;
@@ -258,6 +276,61 @@ static void kvf_disk_schedule(kvf_disk_t *disk)
     }
 }
 
+/* Hands staged writes to the ring while fewer than depth are in flight. */
+static void kvf_disk_issue_writes(kvf_disk_t *disk)
+{
+    struct io_uring_sqe *sqe;
+    kvf_disk_op_t *op;
+
+    while ((disk->writes_inflight < disk->depth) &&
+           (disk->staged_head != KVF_DISK_NONE)) {
+        op                = &disk->ops[disk->staged_head];
+        disk->staged_head = op->next_free;
+        if (disk->staged_head == KVF_DISK_NONE) {
+            disk->staged_tail = KVF_DISK_NONE;
+        }
+        /* the ring has room for depth writes + depth reads */
+        sqe = io_uring_get_sqe(&disk->ring);
+        io_uring_prep_write(
+            sqe, disk->fd, op->buf,
+            (unsigned)(KVF_DISK_ALIGN +
+                       kvf_disk_round(disk->slots[op->slot].length)),
+            kvf_disk_slot_offset(disk, op->slot));
+        io_uring_sqe_set_data(sqe, op);
+        if (disk->writes_inflight++ == 0) {
+            disk->write_busy_since = kvf_time_now_ns();
+        }
+        kvf_disk_schedule(disk);
+    }
+}
+
+/* Hands queued reads to the ring while fewer than depth are in flight. */
+static void kvf_disk_issue_reads(kvf_disk_t *disk)
+{
+    struct io_uring_sqe *sqe;
+    kvf_disk_slot_t *s;
+    kvf_disk_op_t *op;
+
+    while ((disk->reads_inflight < disk->depth) &&
+           (disk->read_head != KVF_DISK_NONE)) {
+        op              = &disk->ops[disk->read_head];
+        disk->read_head = op->next_free;
+        if (disk->read_head == KVF_DISK_NONE) {
+            disk->read_tail = KVF_DISK_NONE;
+        }
+        s   = &disk->slots[op->slot];
+        sqe = io_uring_get_sqe(&disk->ring);
+        io_uring_prep_read(
+            sqe, disk->fd, op->dst, (unsigned)kvf_disk_round(s->length),
+            kvf_disk_slot_offset(disk, op->slot) + KVF_DISK_ALIGN);
+        io_uring_sqe_set_data(sqe, op);
+        if (disk->reads_inflight++ == 0) {
+            disk->read_busy_since = kvf_time_now_ns();
+        }
+        kvf_disk_schedule(disk);
+    }
+}
+
 static void kvf_disk_submit(kvf_disk_t *disk)
 {
     int ret;
@@ -304,6 +377,10 @@ static void kvf_disk_complete_write(kvf_disk_t *disk, kvf_disk_op_t *op,
     }
     op->next_free     = disk->free_writes;
     disk->free_writes = (uint32_t)(op - disk->ops);
+    if (--disk->writes_inflight == 0) {
+        disk->st.write_busy_ns += kvf_time_now_ns() - disk->write_busy_since;
+    }
+    kvf_disk_issue_writes(disk);
 }
 
 static void kvf_disk_complete_read(kvf_disk_t *disk, kvf_disk_op_t *op, int res)
@@ -345,6 +422,10 @@ static void kvf_disk_complete_read(kvf_disk_t *disk, kvf_disk_op_t *op, int res)
     }
     op->next_free    = disk->free_reads;
     disk->free_reads = (uint32_t)(op - disk->ops);
+    if (--disk->reads_inflight == 0) {
+        disk->st.read_busy_ns += kvf_time_now_ns() - disk->read_busy_since;
+    }
+    kvf_disk_issue_reads(disk);
     cb(arg, &key, status, length, checksum);
 }
 
@@ -406,7 +487,6 @@ kvf_status_t kvf_disk_put(kvf_disk_t *disk, const kvf_key_t *key,
                           const void *data, uint64_t length, uint64_t checksum)
 {
     kvf_disk_record_t rec;
-    struct io_uring_sqe *sqe;
     kvf_disk_slot_t *s;
     kvf_disk_op_t *op;
     uint32_t *cell, slot;
@@ -462,13 +542,15 @@ kvf_status_t kvf_disk_put(kvf_disk_t *disk, const kvf_key_t *key,
     memcpy(op->buf + KVF_DISK_ALIGN, data, length);
     memset(op->buf + KVF_DISK_ALIGN + length, 0, padded - length);
 
-    /* the ring has room for every op: depth writes + depth reads */
-    sqe = io_uring_get_sqe(&disk->ring);
-    io_uring_prep_write(sqe, disk->fd, op->buf,
-                        (unsigned)(KVF_DISK_ALIGN + padded),
-                        kvf_disk_slot_offset(disk, slot));
-    io_uring_sqe_set_data(sqe, op);
-    kvf_disk_schedule(disk);
+    /* staged in order; out to the device as soon as a write slot is free */
+    op->next_free = KVF_DISK_NONE;
+    if (disk->staged_tail == KVF_DISK_NONE) {
+        disk->staged_head = (uint32_t)(op - disk->ops);
+    } else {
+        disk->ops[disk->staged_tail].next_free = (uint32_t)(op - disk->ops);
+    }
+    disk->staged_tail = (uint32_t)(op - disk->ops);
+    kvf_disk_issue_writes(disk);
     return KVF_OK;
 }
 
@@ -501,7 +583,6 @@ uint64_t kvf_disk_checksum(const kvf_disk_t *disk, const kvf_key_t *key)
 kvf_status_t kvf_disk_read(kvf_disk_t *disk, const kvf_key_t *key, void *dst,
                            uint64_t dst_cap, kvf_disk_read_cb_t cb, void *arg)
 {
-    struct io_uring_sqe *sqe;
     kvf_disk_slot_t *s;
     kvf_disk_op_t *op;
     uint32_t *cell = kvf_disk_index_find(disk, key);
@@ -533,13 +614,16 @@ kvf_status_t kvf_disk_read(kvf_disk_t *disk, const kvf_key_t *key, void *dst,
     op->dst          = dst;
     op->cb           = cb;
     op->arg          = arg;
-    s->readers++;
+    s->readers++; /* not evicted while queued or in flight */
 
-    sqe = io_uring_get_sqe(&disk->ring);
-    io_uring_prep_read(sqe, disk->fd, dst, (unsigned)kvf_disk_round(s->length),
-                       kvf_disk_slot_offset(disk, slot) + KVF_DISK_ALIGN);
-    io_uring_sqe_set_data(sqe, op);
-    kvf_disk_schedule(disk);
+    op->next_free = KVF_DISK_NONE;
+    if (disk->read_tail == KVF_DISK_NONE) {
+        disk->read_head = (uint32_t)(op - disk->ops);
+    } else {
+        disk->ops[disk->read_tail].next_free = (uint32_t)(op - disk->ops);
+    }
+    disk->read_tail = (uint32_t)(op - disk->ops);
+    kvf_disk_issue_reads(disk);
     return KVF_INPROGRESS;
 }
 
@@ -793,15 +877,16 @@ static kvf_status_t kvf_disk_alloc_tables(kvf_disk_t *disk)
     }
     disk->slots = calloc(disk->slot_count + 1u, sizeof(*disk->slots));
     disk->table = malloc(sizeof(*disk->table) * cells);
-    disk->ops   = calloc(2u * disk->depth, sizeof(*disk->ops));
+    disk->ops =
+        calloc((size_t)disk->nstaging + disk->nreads, sizeof(*disk->ops));
     if ((disk->slots == NULL) || (disk->table == NULL) || (disk->ops == NULL) ||
         (posix_memalign((void **)&disk->staging, KVF_DISK_ALIGN,
-                        disk->depth * disk->stride) != 0)) {
+                        disk->nstaging * disk->stride) != 0)) {
         return KVF_ERR_NO_MEMORY;
     }
     /* touch the staging buffers now: their first page faults would
      * otherwise land on the eviction path */
-    memset(disk->staging, 0, disk->depth * disk->stride);
+    memset(disk->staging, 0, disk->nstaging * disk->stride);
     for (i = 0; i < cells; i++) {
         disk->table[i] = KVF_DISK_NONE;
     }
@@ -810,17 +895,21 @@ static kvf_status_t kvf_disk_alloc_tables(kvf_disk_t *disk)
     disk->slots[disk->slot_count].next = disk->slot_count;
     disk->slots[disk->slot_count].prev = disk->slot_count;
     disk->free_head                    = KVF_DISK_NONE;
-    for (i = 0; i < 2u * disk->depth; i++) {
-        disk->ops[i].is_write = i < disk->depth;
+    for (i = 0; i < disk->nstaging + disk->nreads; i++) {
+        disk->ops[i].is_write = i < disk->nstaging;
         disk->ops[i].buf =
             disk->ops[i].is_write ? disk->staging + i * disk->stride : NULL;
-        disk->ops[i].next_free =
-            ((i + 1 == disk->depth) || (i + 1 == 2u * disk->depth))
-                ? KVF_DISK_NONE
-                : i + 1;
+        disk->ops[i].next_free = ((i + 1 == disk->nstaging) ||
+                                  (i + 1 == disk->nstaging + disk->nreads))
+                                     ? KVF_DISK_NONE
+                                     : i + 1;
     }
     disk->free_writes = 0;
-    disk->free_reads  = disk->depth;
+    disk->free_reads  = disk->nstaging;
+    disk->staged_head = KVF_DISK_NONE;
+    disk->staged_tail = KVF_DISK_NONE;
+    disk->read_head   = KVF_DISK_NONE;
+    disk->read_tail   = KVF_DISK_NONE;
     return KVF_OK;
 }
 
@@ -876,6 +965,8 @@ kvf_status_t kvf_disk_create(const kvf_disk_params_t *params,
     disk->slot_size  = kvf_disk_round(params->slot_size);
     disk->stride     = KVF_DISK_ALIGN + disk->slot_size;
     disk->depth      = params->queue_depth ? params->queue_depth : 16;
+    disk->nstaging   = KVF_DISK_STAGING_PER_WRITE * disk->depth;
+    disk->nreads     = KVF_DISK_READS_PER_SLOT * disk->depth;
     disk->stored_cb  = params->stored_cb;
     disk->dropped_cb = params->dropped_cb;
     disk->cb_arg     = params->cb_arg;
@@ -997,8 +1088,13 @@ void kvf_disk_print_tier_metrics(const kvf_disk_t *disk, uint64_t host_chunks,
                                  uint64_t host_bytes, uint64_t served_from_disk,
                                  struct evbuffer *body)
 {
-    uint64_t disk_chunks = (disk != NULL) ? disk->st.used_slots : 0;
-    uint64_t disk_bytes  = (disk != NULL) ? disk->st.used_bytes : 0;
+    uint64_t disk_chunks, disk_bytes;
+
+    if (disk == NULL) {
+        return; /* one tier: the pool's own series say it all */
+    }
+    disk_chunks = disk->st.used_slots;
+    disk_bytes  = disk->st.used_bytes;
 
     evbuffer_add_printf(
         body,
@@ -1052,6 +1148,15 @@ void kvf_disk_print_metrics(const kvf_disk_t *disk, struct evbuffer *body)
                                           st->checksum_failures});
     kvf_prom_metric(body, "kvf_agent_disk_evictions_total", KVF_PROM_COUNTER,
                     "disk slots reused for a newer chunk", st->evictions);
+    kvf_prom_family(body, "kvf_agent_disk_busy_seconds_total", KVF_PROM_COUNTER,
+                    "time with at least one write, or one read, in flight on "
+                    "the tier (bytes over it: the tier's device throughput, "
+                    "apart from how fast chunks arrive)");
+    evbuffer_add_printf(
+        body,
+        "kvf_agent_disk_busy_seconds_total{dir=\"write\"} %.6f\n"
+        "kvf_agent_disk_busy_seconds_total{dir=\"read\"} %.6f\n",
+        (double)st->write_busy_ns / 1e9, (double)st->read_busy_ns / 1e9);
     kvf_prom_metric(body, "kvf_agent_disk_recovered_chunks", KVF_PROM_GAUGE,
                     "chunks found on disk at start", st->recovered);
 }

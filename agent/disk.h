@@ -89,6 +89,8 @@ typedef struct kvf_disk_stats {
     uint64_t evictions;         /* slots reused for a newer chunk */
     uint64_t recovered;         /* chunks found at restart */
     uint64_t ignored;           /* slots at restart with no valid record */
+    uint64_t write_busy_ns;     /* time with a write in flight */
+    uint64_t read_busy_ns;      /* time with a read in flight */
     bool is_direct;             /* O_DIRECT in use */
 } kvf_disk_stats_t;
 
@@ -130,7 +132,8 @@ uint64_t kvf_disk_checksum(const kvf_disk_t *disk, const kvf_key_t *key);
  * later from kvf_disk_progress (or the loop); KVF_OK: done at once (the
  * chunk was still in a staging buffer), verified, cb not called;
  * KVF_ERR_NOT_FOUND (counted as a miss), KVF_ERR_RANGE (dst too small or
- * not aligned), KVF_ERR_BUSY (every read in flight). */
+ * not aligned), KVF_ERR_BUSY (4 x queue_depth reads accepted already:
+ * queue_depth in flight, the rest waiting in order). */
 kvf_status_t kvf_disk_read(kvf_disk_t *disk, const kvf_key_t *key, void *dst,
                            uint64_t dst_cap, kvf_disk_read_cb_t cb, void *arg);
 
@@ -159,8 +162,8 @@ kvf_status_t kvf_disk_start(struct kvf_store *store,
                             struct event_base *base, kvf_disk_t **disk_p);
 
 /* Appends chunks and bytes per medium (the pool's @p host_chunks and
- * @p host_bytes, the tier's; 0 on disk without a tier) and the chunks
- * served to peers from disk, to @p body. */
+ * @p host_bytes, the tier's) and the chunks served to peers from disk, to
+ * @p body; nothing without a tier (NULL @p disk). */
 void kvf_disk_print_tier_metrics(const kvf_disk_t *disk, uint64_t host_chunks,
                                  uint64_t host_bytes, uint64_t served_from_disk,
                                  struct evbuffer *body);

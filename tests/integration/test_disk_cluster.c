@@ -418,3 +418,56 @@ Test(disk_cluster, warm_restart_readmits_on_disk)
     }
     cr_assert_eq(retrieve_checked(&g_b, keys, BATCH), BATCH);
 }
+
+/* ADMIT with a medium from an agent: DISK moves a held key, an unknown
+ * medium is refused (KVF_ERR_INVALID), the connection stays usable. */
+static int admit_raw(kvf_ctlconn_t *conn, uint32_t node, uint64_t seq,
+                     const kvf_key_t *key, int medium)
+{
+    uint8_t packed[KVF_KEY_WIRE_SIZE];
+    uint64_t req_id = kvf_ctlconn_next_id(conn);
+    kvf_frame_t frame;
+    Kvf__KeyBatch kb;
+    int status;
+
+    kvf_key_pack(key, packed);
+    kvf__key_batch__init(&kb);
+    kb.request_id  = req_id;
+    kb.node_id     = node;
+    kb.incarnation = 1;
+    kb.seq         = seq;
+    kb.keys.data   = packed;
+    kb.keys.len    = sizeof(packed);
+    kb.medium      = (Kvf__Medium)medium;
+    cr_assert_eq(kvf_ctlconn_call(conn, KVF_MSG_ADMIT, &kb.base, &frame),
+                 KVF_OK);
+    cr_assert_eq(frame.type, KVF_MSG_STATUS);
+    status = ((Kvf__Status *)frame.msg)->status;
+    kvf_frame_release(&frame, NULL);
+    return status;
+}
+
+Test(disk_cluster, admit_medium_is_validated)
+{
+    kvf_ctlconn_t *conn = kvf_th_connect(&g_ctl, KVF__PEER_KIND__PEER_AGENT);
+    uint32_t node       = kvf_th_register(conn, "dc-raw", 1, NULL);
+    kvf_key_t key       = {.ns = 0x77, .hi = 1, .lo = 2};
+    uint32_t holders[1];
+    uint8_t media[1];
+
+    cr_assert_eq(admit_raw(conn, node, 1, &key, KVF__MEDIUM__MEDIUM_HOST),
+                 KVF_OK);
+    cr_assert_eq(ctl_lookup(&key, 1, holders, media), 1);
+    cr_assert_eq(holders[0], node);
+    cr_assert_eq(media[0], KVF__MEDIUM__MEDIUM_HOST);
+    cr_assert_eq(admit_raw(conn, node, 2, &key, KVF__MEDIUM__MEDIUM_DISK),
+                 KVF_OK);
+    cr_assert_eq(ctl_lookup(&key, 1, holders, media), 1);
+    cr_assert_eq(media[0], KVF__MEDIUM__MEDIUM_DISK, "moved, not added");
+    cr_assert_eq(admit_raw(conn, node, 3, &key, 7), KVF_ERR_INVALID);
+    cr_assert_eq(ctl_lookup(&key, 1, holders, media), 1);
+    cr_assert_eq(media[0], KVF__MEDIUM__MEDIUM_DISK,
+                 "a refused batch "
+                 "changes nothing");
+    kvf_ctlconn_destroy(conn);
+}

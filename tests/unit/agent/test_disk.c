@@ -4,6 +4,8 @@
 #include "tests/helpers/test_helpers.h"
 
 #include <criterion/criterion.h>
+
+#include <inttypes.h>
 #include <event2/event.h>
 
 #include <fcntl.h>
@@ -218,17 +220,24 @@ Test(disk, drops_and_counts_when_every_staging_buffer_is_busy)
     kvf_key_t k;
     uint64_t i;
 
-    for (i = 0; i < 4; i++) { /* queue_depth 4, nothing reaped */
+    /* queue_depth 4: 4 writes in flight and 4 more staged behind them,
+     * nothing reaped */
+    for (i = 0; i < 8; i++) {
         k = key_of(i);
         cr_assert_eq(kvf_disk_put(disk, &k, g_src, 4096, 0), KVF_OK);
     }
-    k = key_of(4);
+    k = key_of(8);
     cr_assert_eq(kvf_disk_put(disk, &k, g_src, 4096, 0), KVF_ERR_BUSY);
-    k = key_of(5);
+    k = key_of(9);
     cr_assert_eq(kvf_disk_put(disk, &k, g_src, SLOT + 1, 0), KVF_ERR_TOO_BIG);
     kvf_disk_get_stats(disk, &st);
     cr_assert_eq(st.write_drops, 1);
     kvf_disk_drain(disk);
+    /* the staged ones went out as the first ones landed */
+    kvf_disk_get_stats(disk, &st);
+    cr_assert_eq(st.writes, 8);
+    cr_assert_eq(st.write_errors, 0);
+    cr_assert_gt(st.write_busy_ns, 0, "device time is counted");
     cr_assert_eq(kvf_disk_put(disk, &k, g_src, 4096, 0), KVF_OK);
     kvf_disk_destroy(disk);
 }
@@ -631,4 +640,42 @@ Test(disk, promotion_never_evicts_the_requests_own_pool_hits)
     kvf_store_owner_destroy(store, o);
     kvf_disk_destroy(disk);
     kvf_store_destroy(store);
+}
+
+/* More reads than queue_depth wait in order instead of failing: a peer
+ * fetching many keys that are on disk gets them all. */
+Test(disk, reads_past_the_queue_depth_wait_their_turn)
+{
+    kvf_disk_t *disk = open_disk(16);
+    uint8_t *bufs;
+    kvf_disk_stats_t st;
+    kvf_key_t k;
+    uint64_t i;
+
+    for (i = 0; i < 16; i++) {
+        put(disk, i, SLOT);
+    }
+    cr_assert_eq(posix_memalign((void **)&bufs, ALIGN, 16 * SLOT), 0);
+    g_reads = 0;
+    for (i = 0; i < 16; i++) { /* queue_depth 4: 4 in flight, 12 queued */
+        k = key_of(i);
+        cr_assert_eq(
+            kvf_disk_read(disk, &k, bufs + i * SLOT, SLOT, on_read, NULL),
+            KVF_INPROGRESS, "read %" PRIu64, i);
+    }
+    k = key_of(0);
+    cr_assert_eq(kvf_disk_read(disk, &k, g_buf, SLOT, on_read, NULL),
+                 KVF_ERR_BUSY, "bounded: 4 x queue_depth accepted");
+    kvf_disk_drain(disk);
+    cr_assert_eq(g_reads, 16);
+    cr_assert_eq(g_read_status, KVF_OK);
+    for (i = 0; i < 16; i++) {
+        cr_assert(matches(i, bufs + i * SLOT, SLOT), "chunk %" PRIu64, i);
+    }
+    kvf_disk_get_stats(disk, &st);
+    cr_assert_eq(st.reads, 16);
+    cr_assert_eq(st.read_errors + st.checksum_failures, 0);
+    cr_assert_gt(st.read_busy_ns, 0);
+    free(bufs);
+    kvf_disk_destroy(disk);
 }
