@@ -44,6 +44,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from vllm.distributed.kv_events import (
+    BlockRemoved, BlockStored, KVConnectorKVEvents, KVEventAggregator)
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole)
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
@@ -55,7 +57,11 @@ from kvfabric.errors import ERR_CLOSED, ERR_NOT_FOUND
 log = logging.getLogger("kvfabric.vllm")
 
 __all__ = ["KVFabricConnector", "KVFabricConnectorMetadata",
-           "KVFabricStats", "KVConnectorRole"]
+           "KVFabricStats", "KVFabricKVEvents", "KVConnectorRole"]
+
+# the medium of the KV events for chunks in kvfabric (vLLM's own are "GPU",
+# "CPU", "STORAGE"); kv_connector_extra_config "kv_events_medium" changes it
+KV_EVENTS_MEDIUM = "kvfabric"
 
 _ERRORS = (kvf.KvfError, OSError)
 
@@ -95,6 +101,10 @@ class ReqMeta:
     pd_store: bool = True              # commit the saved chunks as well
     # PD, consumer: an asynchronous load from PD request pd_request_id
     pd_load: bool = False
+    # KV events (vLLM's kv_events_config on): the BlockStored of each chunk
+    # of load_keys / save_keys (None where vLLM has no block hashes for it)
+    load_events: List[Any] = field(default_factory=list)
+    save_events: List[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -119,6 +129,41 @@ class KVFabricStats(KVConnectorStats):
 
     def is_empty(self) -> bool:
         return not any(self.data.values())
+
+
+class KVFabricKVEvents(KVConnectorKVEvents):
+    """One step's KV events of a worker (each event once). vLLM's executor
+    merges the workers' objects (``add_events`` + ``increment_workers``);
+    ``aggregate`` keeps the events every worker reported: a chunk is
+    announced once all TP ranks committed (or loaded) their part of it."""
+
+    def __init__(self, num_workers: int = 1):
+        self._agg = KVEventAggregator(num_workers)
+
+    def add_events(self, events) -> None:
+        self._agg.add_events(list(events))
+
+    def aggregate(self) -> "KVFabricKVEvents":
+        common = self._agg.get_common_events()
+        self._agg.clear_events()
+        self._agg.add_events(common)
+        self._agg.reset_workers()
+        return self
+
+    def increment_workers(self, count: int = 1) -> None:
+        self._agg.increment_workers(count)
+
+    def get_all_events(self):
+        return self._agg.get_all_events()
+
+    def get_number_of_workers(self) -> int:
+        return self._agg.get_number_of_workers()
+
+    def clear_events(self) -> None:
+        self._agg.clear_events()
+
+    def __repr__(self) -> str:
+        return f"<KVFabricKVEvents {self._agg!r}>"
 
 
 class KVFabricPromMetrics(KVConnectorPromMetrics):
@@ -151,6 +196,7 @@ class _ReqState:
     tokens: List[int]
     keys: List[List[Any]]        # per rank
     block_ids: List[int]
+    request: Any = None          # vLLM's Request (block hashes, LoRA)
     saved_chunks: int = 0        # chunks [0, saved) are held or saved
     matched: Optional[Tuple[int, int]] = None  # (vLLM's computed, answer)
     lookup: Optional[Tuple[int, int]] = None   # (vLLM's computed, hit)
@@ -251,6 +297,10 @@ class KVFabricConnector(KVConnectorBase_V1):
         self._pd_wait_timeout = float(extra.get("pd_wait_timeout_s", 30.0))
         self._layout_kind = extra.get("layout")  # None: from the shape
         self._stats_dir = extra.get("stats_dir")
+        kec = getattr(vllm_config, "kv_events_config", None)
+        self._events_on = bool(kec is not None and
+                               getattr(kec, "enable_kv_cache_events", False))
+        self._medium = str(extra.get("kv_events_medium", KV_EVENTS_MEDIUM))
         self._nonce = os.urandom(8).hex()
         self._client: Optional[kvf.Client] = None
         self._down_since: Optional[float] = None  # agent unreachable
@@ -265,7 +315,7 @@ class KVFabricConnector(KVConnectorBase_V1):
             ktc.kv_load_failure_policy = "recompute"
         # scheduler side
         self._reqs: Dict[str, _ReqState] = {}
-        self._events: List[Any] = []
+        self._events: List[Any] = []   # KV events for take_events
         # worker side
         self._layers: Dict[str, int] = {}
         self._kv: List[Any] = []
@@ -276,6 +326,7 @@ class KVFabricConnector(KVConnectorBase_V1):
         self._recv_q: "queue.Queue[Optional[ReqMeta]]" = queue.Queue()
         self._recv_thread: Optional[threading.Thread] = None
         self._recv_done: Set[str] = set()
+        self._kv_events: Dict[Any, None] = {}  # this step's, each once
         self.stats = {k: 0 for k in STAT_NAMES}
         self._interval = {k: 0 for k in STAT_NAMES}
 
@@ -401,7 +452,7 @@ class KVFabricConnector(KVConnectorBase_V1):
         if st is None:
             tokens = list(request.prompt_token_ids)
             st = _ReqState(tokens, [kvf.key_chain(ns, tokens, self._chunk)
-                                    for ns in self._ns], [])
+                                    for ns in self._ns], [], request)
             self._pd_state(request, st)
             self._reqs[request.request_id] = st
         return st
@@ -506,6 +557,38 @@ class KVFabricConnector(KVConnectorBase_V1):
                 # so its blocks come from here, not from a scheduler output
                 st.block_ids = list(blocks.get_block_ids()[0])
 
+    def _chunk_events(self, st: _ReqState, c0: int, c1: int) -> List[Any]:
+        """The BlockStored events of chunks [c0, c1) of a request, as
+        vLLM's block pool words them (its block hashes of the chunk's
+        blocks, the parent block's hash, the chunk's tokens), medium
+        kvfabric; [] when KV events are off, None for a chunk whose block
+        hashes vLLM has not computed."""
+        if not self._events_on or st.request is None:
+            return []
+        from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
+
+        req, bs, C = st.request, self._block_size, self._chunk
+        hashes = getattr(req, "block_hashes", None) or []
+        lora = getattr(req, "lora_request", None)
+        out = []
+        for c in range(c0, c1):
+            b0, b1 = c * C // bs, (c + 1) * C // bs
+            if b1 > len(hashes):
+                out.append(None)
+                continue
+            out.append(BlockStored(
+                block_hashes=[maybe_convert_block_hash(h)
+                              for h in hashes[b0:b1]],
+                parent_block_hash=(maybe_convert_block_hash(hashes[b0 - 1])
+                                   if b0 > 0 else None),
+                token_ids=list(st.tokens[c * C:(c + 1) * C]),
+                block_size=bs,
+                lora_id=lora.adapter_id if lora is not None else None,
+                medium=self._medium,
+                lora_name=lora.name if lora is not None else None,
+                group_idx=0))
+        return out
+
     def _req_meta(self, req_id: str, st: _ReqState, computed_end: int
                   ) -> Optional[ReqMeta]:
         m = ReqMeta(req_id, list(st.block_ids))
@@ -515,12 +598,14 @@ class KVFabricConnector(KVConnectorBase_V1):
             first = m.load_start // C
             m.load_first_chunk = first
             m.load_keys = [k[first:m.load_end // C] for k in st.keys]
+            m.load_events = self._chunk_events(st, first, m.load_end // C)
             st.load = None
         if self.is_producer:
             full = min(computed_end, len(st.tokens)) // C
             if full > st.saved_chunks:
                 m.save_first_chunk = st.saved_chunks
                 m.save_keys = [k[st.saved_chunks:full] for k in st.keys]
+                m.save_events = self._chunk_events(st, st.saved_chunks, full)
                 st.saved_chunks = full
             if st.pd_push is not None and m.save_keys:
                 rid, decoder, n = st.pd_push
@@ -624,10 +709,21 @@ class KVFabricConnector(KVConnectorBase_V1):
                           kvf_chunks=n, kvf_chunk_size=self._chunk)
         return st.pd_pushed > 0, params
 
+    def update_connector_output(self, connector_output) -> None:
+        """Keeps the KV events of this step that every worker reported
+        (KVFabricKVEvents.aggregate)."""
+        ev = getattr(connector_output, "kv_cache_events", None)
+        if isinstance(ev, KVFabricKVEvents):
+            self._events.extend(ev.aggregate().get_all_events())
+
     def take_events(self):
-        """KV events: none beyond vLLM's own (the fabric's holders are
-        the controller's to report)."""
-        return ()
+        """KV events (vLLM publishes them with its own): BlockStored,
+        medium kvfabric, for the chunks this instance committed to or
+        loaded from its agent (so the agent holds them: a fetched chunk is
+        committed there too); BlockRemoved for chunks a lookup promised
+        and the retrieve no longer found."""
+        events, self._events = self._events, []
+        return events
 
     # worker side -------------------------------------------------------
 
@@ -699,6 +795,11 @@ class KVFabricConnector(KVConnectorBase_V1):
                     if miss:
                         self._count("missed_chunks")
                         self._load_failed(m, c0, c0 + C)
+                        if j < len(m.load_events) and m.load_events[j]:
+                            ev = m.load_events[j]
+                            self._kv_event(BlockRemoved(
+                                block_hashes=ev.block_hashes,
+                                medium=ev.medium, group_idx=0))
                         continue
                     sm = self._slot_mapping(m, c0)
                     # tokens vLLM already holds (local prefix) stay as are
@@ -708,6 +809,8 @@ class KVFabricConnector(KVConnectorBase_V1):
                     del src
                     self._count("loaded_chunks")
                     self._count("bytes_loaded", self._chunk_bytes)
+                    if j < len(m.load_events):
+                        self._kv_event(m.load_events[j])
             finally:
                 try:
                     client.release(slots)
@@ -842,6 +945,8 @@ class KVFabricConnector(KVConnectorBase_V1):
                     client.release(slots)
                     continue
                 client.commit(m.save_keys[self._rank], chunks, sums)
+                for ev in m.save_events:
+                    self._kv_event(ev)
                 self._count("saved_chunks", len(slots))
                 self._count("bytes_saved", len(slots) * self._chunk_bytes)
             except _ERRORS as e:
@@ -874,6 +979,25 @@ class KVFabricConnector(KVConnectorBase_V1):
         with self._lock:
             recv, self._recv_done = self._recv_done, set()
         return (done or None), (recv or None)
+
+    def _kv_event(self, ev) -> None:
+        if ev is not None:
+            self._kv_events[ev] = None
+
+    def get_kv_connector_kv_cache_events(self) -> Optional[KVFabricKVEvents]:
+        """This step's KV events of this worker: BlockStored for each chunk
+        committed or loaded, BlockRemoved for each chunk found missing. An
+        object (maybe empty) in every step whose metadata asked for events,
+        so vLLM counts every worker (KVFabricKVEvents.aggregate)."""
+        evs, self._kv_events = self._kv_events, {}
+        if not self._events_on or not self.has_connector_metadata():
+            return None
+        if not any(m.load_events or m.save_events
+                   for m in self._get_connector_metadata().requests):
+            return None
+        out = KVFabricKVEvents(num_workers=1)
+        out.add_events(list(evs))
+        return out
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
         with self._lock:

@@ -210,6 +210,10 @@ def _serve(spec: dict) -> int:
               enforce_eager=True, seed=0, max_model_len=4096,
               disable_log_stats=True)
     kw.update(spec.get("llm_kwargs") or {})
+    if isinstance(kw.get("kv_events_config"), dict):
+        from vllm.config import KVEventsConfig
+
+        kw["kv_events_config"] = KVEventsConfig(**kw["kv_events_config"])
     if spec.get("kv_transfer_config"):
         kw["kv_transfer_config"] = spec["kv_transfer_config"]
     llm = LLM(model=spec["model"], **kw)
