@@ -52,7 +52,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
     KVConnectorPromMetrics, KVConnectorStats)
 
 import kvfabric as kvf
-from kvfabric.errors import ERR_CLOSED, ERR_NOT_FOUND
+from kvfabric.errors import ERR_CLOSED, ERR_NOT_FOUND, ERR_TIMEOUT
 
 log = logging.getLogger("kvfabric.vllm")
 
@@ -65,6 +65,9 @@ KV_EVENTS_MEDIUM = "kvfabric"
 
 _ERRORS = (kvf.KvfError, OSError)
 
+# the receive thread's pd_wait slice: how soon it sees an abort
+_PD_WAIT_SLICE_S = 0.25
+
 # vLLM --kv-cache-dtype -> the dtype name the namespace is built from
 _KV_DTYPES = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn",
               "fp8_e5m2": "float8_e5m2", "fp8_inc": "float8_e4m3fn",
@@ -74,8 +77,8 @@ _KV_DTYPES = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn",
 STAT_NAMES = ("lookups", "hit_tokens", "loaded_chunks", "saved_chunks",
               "missed_chunks", "pd_pushes", "pd_pushed_chunks",
               "pd_push_errors", "pd_received_chunks", "pd_wait_errors",
-              "pd_released", "agent_errors", "bytes_loaded", "bytes_saved",
-              "resumed_requests")
+              "pd_released", "pd_cancelled", "agent_errors", "bytes_loaded",
+              "bytes_saved", "resumed_requests")
 
 
 class _AgentAway(kvf.KvfError):
@@ -110,6 +113,9 @@ class ReqMeta:
 @dataclass
 class KVFabricConnectorMetadata(KVConnectorMetadata):
     requests: List[ReqMeta] = field(default_factory=list)
+    # PD, consumer: requests finished (aborted) while their asynchronous
+    # load runs: the receive thread stops waiting for them
+    pd_cancel: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -207,6 +213,7 @@ class _ReqState:
     # PD, consumer: (request id, chunks pushed); cleared once scheduled
     pd_recv: Optional[Tuple[int, int]] = None
     pd_load: bool = False        # the pending load comes from pd_recv
+    pd_inflight: bool = False    # handed to the worker, not finished yet
 
 
 def _extra(cfg) -> Dict[str, Any]:
@@ -316,6 +323,7 @@ class KVFabricConnector(KVConnectorBase_V1):
         # scheduler side
         self._reqs: Dict[str, _ReqState] = {}
         self._events: List[Any] = []   # KV events for take_events
+        self._pd_cancel: List[str] = []  # for the next metadata
         # worker side
         self._layers: Dict[str, int] = {}
         self._kv: List[Any] = []
@@ -326,6 +334,8 @@ class KVFabricConnector(KVConnectorBase_V1):
         self._recv_q: "queue.Queue[Optional[ReqMeta]]" = queue.Queue()
         self._recv_thread: Optional[threading.Thread] = None
         self._recv_done: Set[str] = set()
+        self._recv_cancel: Set[str] = set()
+        self._recv_pending: Set[str] = set()  # queued or being loaded
         self._kv_events: Dict[Any, None] = {}  # this step's, each once
         self.stats = {k: 0 for k in STAT_NAMES}
         self._interval = {k: 0 for k in STAT_NAMES}
@@ -628,11 +638,13 @@ class KVFabricConnector(KVConnectorBase_V1):
         m.load_start, m.load_end = st.load
         m.pd_load, m.pd_request_id = True, st.pd_recv[0]
         st.load, st.pd_load, st.pd_recv = None, False, None
+        st.pd_inflight = True
         return m
 
     def build_connector_meta(self, scheduler_output
                              ) -> KVFabricConnectorMetadata:
         meta = KVFabricConnectorMetadata()
+        meta.pd_cancel, self._pd_cancel = self._pd_cancel, []
         for req_id, st in self._reqs.items():
             if st.pd_load and st.load is not None:
                 meta.requests.append(self._recv_meta(req_id, st))
@@ -693,12 +705,19 @@ class KVFabricConnector(KVConnectorBase_V1):
         """A PD-pushed request keeps its blocks until the worker reports it
         finished sending (get_finished), and hands D its PD request in
         kv_transfer_params. A decode-side request that ends before its load
-        was scheduled (aborted) releases its pushed request at the agent."""
+        was scheduled (aborted) releases its pushed request at the agent;
+        one that ends while its asynchronous load runs keeps its blocks
+        (True) until the worker reports the load finished (it is told to
+        stop waiting in the next step's metadata): nothing is unpacked into
+        blocks vLLM freed."""
         st = self._reqs.pop(request.request_id, None)
         if st is None:
             return False, None
         if st.pd_recv is not None:  # never handed to the worker
             self._pd_release(st)
+        if st.pd_inflight:
+            self._pd_cancel.append(request.request_id)
+            return True, None
         if st.pd_push is None:
             return False, None
         rid, decoder, n = st.pd_push
@@ -712,6 +731,11 @@ class KVFabricConnector(KVConnectorBase_V1):
     def update_connector_output(self, connector_output) -> None:
         """Keeps the KV events of this step that every worker reported
         (KVFabricKVEvents.aggregate)."""
+        for req_id in getattr(connector_output, "finished_recving",
+                              None) or ():
+            st = self._reqs.get(req_id)
+            if st is not None:
+                st.pd_inflight = False
         ev = getattr(connector_output, "kv_cache_events", None)
         if isinstance(ev, KVFabricKVEvents):
             self._events.extend(ev.aggregate().get_all_events())
@@ -774,6 +798,10 @@ class KVFabricConnector(KVConnectorBase_V1):
 
     def start_load_kv(self, forward_context, **kwargs) -> None:
         meta = self._get_connector_metadata()
+        if meta.pd_cancel:
+            with self._lock:
+                self._recv_cancel.update(set(meta.pd_cancel) &
+                                         self._recv_pending)
         C = self._chunk
         for m in meta.requests:
             if m.pd_load:
@@ -821,6 +849,8 @@ class KVFabricConnector(KVConnectorBase_V1):
     # decode side, asynchronous PD loads --------------------------------
 
     def _recv_start(self, m: ReqMeta) -> None:
+        with self._lock:
+            self._recv_pending.add(m.req_id)
         if self._recv_thread is None:
             self._recv_thread = threading.Thread(
                 target=self._recv_loop, name="kvfabric-pd-recv", daemon=True)
@@ -852,7 +882,14 @@ class KVFabricConnector(KVConnectorBase_V1):
                     except _ERRORS + (RuntimeError,):
                         pass
                     client = None
+            except Exception:  # never leave vLLM waiting for this request
+                log.exception("kvfabric: PD load of %s failed; recomputed",
+                              m.req_id)
+                self._count("pd_wait_errors")
+                self._load_failed(m, 0, m.load_end)
             with self._lock:
+                self._recv_pending.discard(m.req_id)
+                self._recv_cancel.discard(m.req_id)
                 self._recv_done.add(m.req_id)
         if client is not None:
             client.close(force=True)
@@ -863,8 +900,9 @@ class KVFabricConnector(KVConnectorBase_V1):
         C = self._chunk
         need = (m.load_end + C - 1) // C
         try:
-            slots = client.pd_wait(m.pd_request_id,
-                                   timeout=self._pd_wait_timeout)
+            slots = self._pd_wait_or_cancel(client, m)
+            if slots is None:  # the request was aborted: no unpack
+                return
         except kvf.KvfError as e:
             log.warning("kvfabric: PD request %x (%s): %s; recomputed",
                         m.pd_request_id, m.req_id, e)
@@ -896,6 +934,37 @@ class KVFabricConnector(KVConnectorBase_V1):
                 self._count("bytes_loaded", self._chunk_bytes)
         finally:
             client.pd_release(m.pd_request_id)
+
+    def _cancelled(self, req_id: str) -> bool:
+        with self._lock:
+            if req_id in self._recv_cancel:
+                self._recv_cancel.discard(req_id)
+                return True
+        return False
+
+    def _pd_wait_or_cancel(self, client, m: ReqMeta):
+        """pd_wait for m's PD request, in slices of at most _PD_WAIT_SLICE_S
+        seconds up to pd_wait_timeout_s, so an abort (metadata pd_cancel)
+        ends the wait within one slice: then the request is released at
+        the agent (a later push is dropped there) and None returned."""
+        deadline = time.monotonic() + self._pd_wait_timeout
+        while True:
+            if self._cancelled(m.req_id):
+                log.info("kvfabric: PD load of %s aborted", m.req_id)
+                self._count("pd_cancelled")
+                try:
+                    client.pd_release(m.pd_request_id)
+                except kvf.KvfError:
+                    pass  # not arrived: the agent's claim timeout frees it
+                return None
+            left = deadline - time.monotonic()
+            try:
+                return client.pd_wait(m.pd_request_id,
+                                      timeout=max(min(left, _PD_WAIT_SLICE_S),
+                                                  0.001))
+            except kvf.KvfError as e:
+                if e.status != ERR_TIMEOUT or left <= _PD_WAIT_SLICE_S:
+                    raise
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         return

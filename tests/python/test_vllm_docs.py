@@ -46,7 +46,8 @@ SUBSTITUTIONS = """
   /etc/kvfabric/cluster.secret   -> <tmp>/cluster.secret (64 hex digits)
   --pool-size 32G, --pd-buffer-size 8G -> 128M, 32M
   kvf-controller                 -> + --http 127.0.0.1:0
-  kvf-agent                      -> + --listen 127.0.0.1:0 --http '' --transports tcp
+  kvf-agent                      -> + --listen 127.0.0.1:0 --http ''
+                                    --transports tcp
   vllm serve                     -> + the tiny model's flags (serve_test_flags)
   kv_connector_extra_config      -> + stats_dir (the test reads the counters)
 """
