@@ -60,6 +60,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tokens", type=int, default=6144)
     ap.add_argument("--chunk", type=int, default=256)
+    ap.add_argument("--startup-timeout", type=float, default=600,
+                    help="seconds an instance may take to start (busy "
+                    "machines: the model's profile run is slow)")
     ap.add_argument("--tiny", action="store_true",
                     help="the tests' tiny model (quick; TTFT meaningless)")
     a = ap.parse_args(argv)
@@ -79,7 +82,8 @@ def main(argv=None) -> int:
                             timeout_s=30)
             eng[name] = VllmEngine(model, cfg, cpu=cpu, block_size=128,
                                    max_model_len=mml,
-                                   max_num_batched_tokens=mml)
+                                   max_num_batched_tokens=mml,
+                                   startup_timeout=a.startup_timeout)
             print(f"  vLLM instance {name} on agent {name.lower()}: up in "
                   f"{eng[name].startup_s:.1f} s", flush=True)
         A, B = eng["A"], eng["B"]

