@@ -436,7 +436,7 @@ def check_ha_overlay(flags, configmaps, tmp):
 
 
 def check_rendered_ha(kubectl, tmp):
-    kdir = os.path.join(tmp, "k8s")
+    """`kubectl kustomize` of the overlay copied under @tmp (beside k8s/)."""
     r = subprocess.run([kubectl, "kustomize", os.path.join(tmp, "k8s-ha")],
                        capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
@@ -456,7 +456,6 @@ def check_rendered_ha(kubectl, tmp):
     agent = pod_env([(None, d) for d in objs], "DaemonSet", "kvf-agent")
     if not agent or "KVF_ETCD" not in agent:
         fail("kubectl kustomize deploy/k8s-ha", "agents are not told KVF_ETCD")
-    del kdir
 
 
 def cmd_configs():
