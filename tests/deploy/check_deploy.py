@@ -342,6 +342,9 @@ def check_controller_config(where, path, tmp, extra_env=None):
         etcd, url = start_etcd(tmp)
         env["KVF_ETCD"] = url
         env["KVF_ETCD_PREFIX"] = "/check-deploy"
+        # a long lease: this checks the settings, not failover timing, and
+        # a big initial_keys table takes seconds under ASan on a busy host
+        env["KVF_ETCD_LEASE"] = "20s"
         env["KVF_ADVERTISE"] = ""
         env["KVF_ADVERTISE_HTTP"] = ""
     try:
@@ -392,6 +395,10 @@ def check_ha_overlay(flags, configmaps, tmp):
     c = sts["spec"]["template"]["spec"]["containers"][0]
     if "livenessProbe" in c:
         fail(where, "a liveness probe would kill the standbys (no port)")
+    if c.get("readinessProbe", {}).get("tcpSocket", {}).get("port") != \
+            "control":
+        fail(where, "readiness must be the control port (only the leader "
+             "binds it; a standby may answer /healthz)")
     headless = [d for _, d in docs if d.get("kind") == "Service" and
                 d["spec"].get("clusterIP") == "None"]
     if not headless or headless[0]["metadata"]["name"] != \
@@ -429,7 +436,7 @@ def check_ha_overlay(flags, configmaps, tmp):
 
 
 def check_rendered_ha(kubectl, tmp):
-    kdir = os.path.join(tmp, "k8s")
+    """`kubectl kustomize` of the overlay copied under @tmp (beside k8s/)."""
     r = subprocess.run([kubectl, "kustomize", os.path.join(tmp, "k8s-ha")],
                        capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
@@ -449,7 +456,6 @@ def check_rendered_ha(kubectl, tmp):
     agent = pod_env([(None, d) for d in objs], "DaemonSet", "kvf-agent")
     if not agent or "KVF_ETCD" not in agent:
         fail("kubectl kustomize deploy/k8s-ha", "agents are not told KVF_ETCD")
-    del kdir
 
 
 def cmd_configs():

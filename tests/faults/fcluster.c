@@ -4,6 +4,7 @@
 
 #include "common/etcd.h"
 #include "common/time.h"
+#include "tests/helpers/etcd.h"
 #include "tests/helpers/test_helpers.h"
 
 #include <errno.h>
@@ -585,7 +586,7 @@ int kvf_fc_ha_ctl_wait_exit(kvf_fc_t *fc, int c, int timeout_ms)
 bool kvf_fc_ha_ctl_serving(kvf_fc_t *fc, int c)
 {
     return (fc->ha_ctl[c].pid > 0) && kvf_test_proc_alive(&fc->ha_ctl[c]) &&
-           (access(fc->ha_ports[c], R_OK) == 0);
+           kvf_test_port_file_serving(fc->ha_ports[c], NULL, 0);
 }
 
 int kvf_fc_ha_leader(kvf_fc_t *fc, int timeout_ms)

@@ -8,6 +8,25 @@
 #include <string.h>
 #include <time.h>
 
+bool kvf_test_port_file_serving(const char *path, char *addr, size_t len)
+{
+    char line[256];
+    FILE *f = fopen(path, "r");
+    bool ok;
+
+    if (f == NULL) {
+        return false;
+    }
+    ok = (fgets(line, sizeof(line), f) != NULL);
+    fclose(f);
+    line[strcspn(line, "\n")] = '\0';
+    ok                        = ok && (line[0] != '\0');
+    if (ok && (addr != NULL)) {
+        snprintf(addr, len, "%s", line);
+    }
+    return ok;
+}
+
 int kvf_test_etcd_start(kvf_test_proc_t *proc, const char *dir, char *url,
                         size_t len)
 {

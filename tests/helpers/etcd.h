@@ -9,6 +9,7 @@
 
 #include "tests/helpers/proc.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define KVF_TEST_ETCD_BIN "/usr/bin/etcd"
@@ -18,5 +19,10 @@
  * reason in @p url (not started, or did not get healthy). */
 int kvf_test_etcd_start(kvf_test_proc_t *proc, const char *dir, char *url,
                         size_t len);
+
+/* Whether the controller whose --port-file is @p path serves: it wrote a
+ * control address on line 1 (a standby writes nothing, or an empty line,
+ * until elected). The address into @p addr when not NULL. */
+bool kvf_test_port_file_serving(const char *path, char *addr, size_t len);
 
 #endif /* KVF_TESTS_ETCD_H */

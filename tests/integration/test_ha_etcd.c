@@ -84,7 +84,8 @@ static int he_leader(he_cluster_t *c)
 
     for (;;) {
         for (i = 0; i < HE_CTLS; i++) {
-            if (c->running[i] && (access(c->ports[i], R_OK) == 0)) {
+            if (c->running[i] &&
+                kvf_test_port_file_serving(c->ports[i], NULL, 0)) {
                 return i;
             }
         }
@@ -291,7 +292,6 @@ Test(ha_etcd, a_leader_that_lost_every_agent_resigns, .timeout = 90)
     kvf_ctlconn_t *conn = NULL;
     char addr[128], err[256];
     he_cluster_t c;
-    FILE *f;
     int leader, next, status;
     uint64_t t0;
 
@@ -324,10 +324,7 @@ Test(ha_etcd, a_leader_that_lost_every_agent_resigns, .timeout = 90)
     cr_assert_eq(leader, 0);
     cr_assert(kvf_test_proc_wait_log(&c.ctl[1], "standby", 10000));
     /* one agent registers, then is gone (its lease of 1 s expires) */
-    cr_assert_not_null(f = fopen(c.ports[0], "r"));
-    cr_assert_not_null(fgets(addr, sizeof(addr), f));
-    fclose(f);
-    addr[strcspn(addr, "\n")] = '\0';
+    cr_assert(kvf_test_port_file_serving(c.ports[0], addr, sizeof(addr)));
     cr_assert_eq(kvf_ctlconn_create(addr, KVF__PEER_KIND__PEER_AGENT, "he",
                                     KVF_PROTOCOL_VERSION, 5000, &conn, err,
                                     sizeof(err)),
