@@ -275,6 +275,10 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
         server->http_guard.errors, c->http_auth_failures,
         kvf_events_count(server->events) - kvf_events_dropped(server->events),
         kvf_events_dropped(server->events));
+    evbuffer_add_printf(b,
+                        "# TYPE kvf_controller_node_info_total counter\n"
+                        "kvf_controller_node_info_total %" PRIu64 "\n",
+                        c->node_infos);
     for (i = 0; i < KVF_SERVER_LAT_BUCKETS; i++) {
         cum += c->lat_buckets[i];
         evbuffer_add_printf(b,
