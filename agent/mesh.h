@@ -11,7 +11,8 @@
  * - one decode-and-validate of a frame from a peer: bounded size, one of
  *   the types the handler expects; anything else dropped and counted;
  * - one node directory: a peer's data address by node id and by name,
- *   filled from the controller's NODE_INFO answers, dropped on failure;
+ *   filled from the holders LOOKUP replies name and from NODE_INFO
+ *   answers (off the fetch path), dropped on failure;
  * - authenticated endpoints (docs/security.md): with a cluster secret,
  *   each connection between agents first completes a mutual HMAC
  *   challenge (common/auth.h, the scheme HELLO uses) on KVF_MESH_AM_AUTH,
@@ -102,7 +103,9 @@ kvf_status_t kvf_mesh_create(const kvf_mesh_params_t *params,
  * pending readiness callbacks are dropped, not called. */
 void kvf_mesh_destroy(kvf_mesh_t *mesh);
 
-/* Where this node's id comes from (for the handshake); NULL: none yet. */
+/* Where this node's id comes from (for the handshake); NULL: none yet.
+ * The directory then learns every holder a LOOKUP reply names (the
+ * client asks for their addresses), so fetches need no NODE_INFO. */
 void kvf_mesh_set_ctl(kvf_mesh_t *mesh, kvf_ctl_client_t *ctl);
 
 /* Is the data plane authenticated (a secret configured)? */

@@ -57,6 +57,8 @@ struct kvf_peer_fetch {
     kvf_store_owner_t *owner; /* grants of chunks being received */
     kvf_peer_item_t *items;
     struct event *deadline_ev; /* kvf_peer_on_deadline */
+    struct event *start_ev;    /* kvf_peer_on_start: holders given */
+    uint32_t *holders;         /* given by the caller, until start_ev */
     kvf_ucx_ep_t **eps;        /* held: the endpoints asked, one per holder */
     uint32_t num_eps;
     uint32_t num;
@@ -131,6 +133,10 @@ static void kvf_peer_fetch_maybe_free(kvf_peer_fetch_t *fetch)
     }
     kvf_store_owner_destroy(peer->store, fetch->owner);
     event_free(fetch->deadline_ev);
+    if (fetch->start_ev != NULL) {
+        event_free(fetch->start_ev);
+    }
+    free(fetch->holders);
     for (i = 0; i < fetch->num_eps; i++) {
         kvf_ucx_ep_put(fetch->eps[i]);
     }
@@ -517,8 +523,22 @@ static void kvf_peer_on_lookup(void *arg, kvf_status_t status,
     kvf_peer_fetch_maybe_free(fetch);
 }
 
-kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
-                            uint32_t num, kvf_peer_fetch_cb_t cb, void *arg)
+/* The holders a caller's own LOOKUP named go to kvf_peer_on_lookup from
+ * the loop (never inside kvf_peer_fetch_from: it may settle the fetch). */
+static void kvf_peer_on_start(evutil_socket_t fd, short what, void *arg)
+{
+    kvf_peer_fetch_t *fetch = arg;
+    uint32_t *holders       = fetch->holders;
+
+    fetch->holders = NULL;
+    kvf_peer_on_lookup(fetch, KVF_OK, 0, holders, fetch->num);
+    free(holders);
+}
+
+static kvf_status_t kvf_peer_fetch_start(kvf_peer_t *peer,
+                                         const kvf_key_t *keys,
+                                         const uint32_t *holders, uint32_t num,
+                                         kvf_peer_fetch_cb_t cb, void *arg)
 {
     kvf_peer_fetch_t *fetch;
     struct timeval tv;
@@ -542,8 +562,21 @@ kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
         return KVF_ERR_NO_MEMORY;
     }
     fetch->deadline_ev = evtimer_new(peer->base, kvf_peer_on_deadline, fetch);
-    if (fetch->deadline_ev == NULL) {
+    if (holders != NULL) {
+        fetch->start_ev = evtimer_new(peer->base, kvf_peer_on_start, fetch);
+        fetch->holders  = malloc(((size_t)num + 1) * sizeof(*holders));
+    }
+    if ((fetch->deadline_ev == NULL) ||
+        ((holders != NULL) &&
+         ((fetch->start_ev == NULL) || (fetch->holders == NULL)))) {
         kvf_store_owner_destroy(peer->store, fetch->owner);
+        if (fetch->deadline_ev != NULL) {
+            event_free(fetch->deadline_ev);
+        }
+        if (fetch->start_ev != NULL) {
+            event_free(fetch->start_ev);
+        }
+        free(fetch->holders);
         free(fetch->items);
         free(fetch);
         return KVF_ERR_NO_MEMORY;
@@ -584,13 +617,34 @@ kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
     peer->stats.fetches++;
     tv = kvf_time_to_timeval(peer->timeout_ns);
     evtimer_add(fetch->deadline_ev, &tv);
-    if (waiting > 0) {
+    if ((waiting > 0) && (holders != NULL)) {
+        /* the caller's LOOKUP named the holders: no second one */
+        memcpy(fetch->holders, holders, (size_t)num * sizeof(*holders));
+        fetch->pending_ctl++;
+        event_active(fetch->start_ev, EV_TIMEOUT, 1);
+    } else if (waiting > 0) {
         /* only keys nobody is fetching yet need holders */
         fetch->pending_ctl++;
         kvf_ctl_client_lookup(peer->ctl, keys, num, true, 0, kvf_peer_on_lookup,
                               fetch);
     }
     return KVF_OK;
+}
+
+kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
+                            uint32_t num, kvf_peer_fetch_cb_t cb, void *arg)
+{
+    return kvf_peer_fetch_start(peer, keys, NULL, num, cb, arg);
+}
+
+kvf_status_t kvf_peer_fetch_from(kvf_peer_t *peer, const kvf_key_t *keys,
+                                 const uint32_t *holders, uint32_t num,
+                                 kvf_peer_fetch_cb_t cb, void *arg)
+{
+    if (holders == NULL) {
+        return KVF_ERR_INVALID;
+    }
+    return kvf_peer_fetch_start(peer, keys, holders, num, cb, arg);
 }
 
 void kvf_peer_cancel(kvf_peer_t *peer, const void *arg)
@@ -1011,6 +1065,10 @@ void kvf_peer_destroy(kvf_peer_t *peer)
         /* the worker freed the endpoints when it went */
         kvf_store_owner_destroy(peer->store, fetch->owner);
         event_free(fetch->deadline_ev);
+        if (fetch->start_ev != NULL) {
+            event_free(fetch->start_ev);
+        }
+        free(fetch->holders);
         free(fetch->eps);
         free(fetch->items);
         free(fetch);

@@ -114,6 +114,16 @@ void kvf_peer_set_ctl(kvf_peer_t *peer, kvf_ctl_client_t *ctl);
 kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
                             uint32_t num, kvf_peer_fetch_cb_t cb, void *arg);
 
+/*
+ * As kvf_peer_fetch, with the holders (one node id per key, 0: none) the
+ * caller's own controller LOOKUP named: no second LOOKUP; the holders'
+ * addresses come from the node directory (which that LOOKUP's reply
+ * filled), NODE_INFO only for one it lacks.
+ */
+kvf_status_t kvf_peer_fetch_from(kvf_peer_t *peer, const kvf_key_t *keys,
+                                 const uint32_t *holders, uint32_t num,
+                                 kvf_peer_fetch_cb_t cb, void *arg);
+
 /* Forgets the callbacks of fetches started with @p arg (its owner is going
  * away); the transfers themselves finish or time out on their own. */
 void kvf_peer_cancel(kvf_peer_t *peer, const void *arg);
