@@ -440,6 +440,27 @@ kvf_status_t kvf_ucx_am_send(kvf_ucx_ep_t *ep, unsigned id, const void *header,
                              uint64_t timeout_ns, kvf_ucx_op_cb_t cb,
                              void *arg);
 
+/** One piece of a scattered payload (laid out as UCX's ucp_dt_iov_t). */
+typedef struct kvf_ucx_iov {
+    void *buf;
+    size_t len;
+} kvf_ucx_iov_t;
+
+/** Most pieces of one scattered send or receive. */
+#define KVF_UCX_IOV_MAX 64u
+
+/**
+ * As kvf_ucx_am_send, with the payload gathered from @p iov (@p iovcnt
+ * pieces, at most KVF_UCX_IOV_MAX): many chunks travel as one message (one
+ * rendezvous). @p iov itself and every piece must stay untouched until the
+ * callback.
+ */
+kvf_status_t kvf_ucx_am_send_iov(kvf_ucx_ep_t *ep, unsigned id,
+                                 const void *header, size_t header_len,
+                                 const kvf_ucx_iov_t *iov, size_t iovcnt,
+                                 unsigned flags, uint64_t timeout_ns,
+                                 kvf_ucx_op_cb_t cb, void *arg);
+
 /**
  * An incoming active message, as given to a handler. A plain value: copy it
  * to keep a rendezvous message past the handler (handler returns
@@ -504,6 +525,20 @@ kvf_status_t kvf_ucx_am_recv_data(const kvf_ucx_am_msg_t *msg, void *dest,
  * thread: owning loop only.
  */
 void kvf_ucx_am_msg_release(const kvf_ucx_am_msg_t *msg);
+
+/**
+ * As kvf_ucx_am_recv_data, scattering the payload over @p iov (@p iovcnt
+ * pieces, at most KVF_UCX_IOV_MAX, whose lengths add up to exactly
+ * msg->length; @p iov must stay valid until the callback), e.g. one slot
+ * of the pool per chunk of a batch.
+ *
+ * @return as kvf_ucx_am_recv_data; KVF_ERR_INVALID when the lengths do not
+ *         add up (the message is declined)
+ */
+kvf_status_t kvf_ucx_am_recv_data_iov(const kvf_ucx_am_msg_t *msg,
+                                      const kvf_ucx_iov_t *iov, size_t iovcnt,
+                                      uint64_t timeout_ns, kvf_ucx_op_cb_t cb,
+                                      void *arg);
 
 /**
  * Writes @p len bytes from @p src to remote address @p remote_addr.

@@ -17,6 +17,7 @@
 #include "common/time.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <string.h>
 
 static void kvf_ucx_op_list_push(kvf_ucx_op_list_t *list, kvf_ucx_op_t *op)
@@ -417,6 +418,56 @@ kvf_status_t kvf_ucx_am_send(kvf_ucx_ep_t *ep, unsigned id, const void *header,
                             ucp_am_send_nbx(ep->ucp_ep, id, op->header,
                                             header_len, data, len, &param),
                             "am send");
+}
+
+/* kvf_ucx_iov_t is handed to UCX as it is */
+_Static_assert(sizeof(kvf_ucx_iov_t) == sizeof(ucp_dt_iov_t), "iov size");
+_Static_assert(offsetof(kvf_ucx_iov_t, buf) == offsetof(ucp_dt_iov_t, buffer),
+               "iov buffer");
+_Static_assert(offsetof(kvf_ucx_iov_t, len) == offsetof(ucp_dt_iov_t, length),
+               "iov length");
+
+kvf_status_t kvf_ucx_am_send_iov(kvf_ucx_ep_t *ep, unsigned id,
+                                 const void *header, size_t header_len,
+                                 const kvf_ucx_iov_t *iov, size_t iovcnt,
+                                 unsigned flags, uint64_t timeout_ns,
+                                 kvf_ucx_op_cb_t cb, void *arg)
+{
+    ucp_request_param_t param;
+    kvf_ucx_op_t *op;
+    kvf_status_t status;
+
+    if ((ep == NULL) || (id >= KVF_UCX_AM_ID_MAX) || (iov == NULL) ||
+        (iovcnt == 0) || (iovcnt > KVF_UCX_IOV_MAX) ||
+        ((flags & KVF_UCX_AM_SEND_EAGER) && (flags & KVF_UCX_AM_SEND_RNDV)) ||
+        ((header == NULL) && (header_len > 0))) {
+        return KVF_ERR_INVALID;
+    }
+    if (header_len > KVF_UCX_AM_HEADER_MAX) {
+        return KVF_ERR_TOO_BIG;
+    }
+    status = kvf_ucx_op_alloc(ep->worker, ep, KVF_UCX_OP_AM_SEND, timeout_ns,
+                              cb, arg, &op);
+    if (status != KVF_OK) {
+        return status;
+    }
+    if (header_len > 0) {
+        memcpy(op->header, header, header_len);
+    }
+    kvf_ucx_op_param_init(op, &param);
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_DATATYPE;
+    param.datatype = ucp_dt_make_iov();
+    param.flags    = UCP_AM_SEND_FLAG_REPLY;
+    if (flags & KVF_UCX_AM_SEND_EAGER) {
+        param.flags |= UCP_AM_SEND_FLAG_EAGER;
+    }
+    if (flags & KVF_UCX_AM_SEND_RNDV) {
+        param.flags |= UCP_AM_SEND_FLAG_RNDV;
+    }
+    return kvf_ucx_op_start(op,
+                            ucp_am_send_nbx(ep->ucp_ep, id, op->header,
+                                            header_len, iov, iovcnt, &param),
+                            "am send iov");
 }
 
 static kvf_status_t kvf_ucx_rma_check(kvf_ucx_ep_t *ep, size_t len,

@@ -381,6 +381,97 @@ Test(ucx, am_rndv_received_after_the_handler)
     fixture_down();
 }
 
+/* Many chunks as one message: gathered at the sender from pieces of
+ * different sizes, scattered at the receiver over a different split. */
+Test(ucx, am_iov_gathers_and_scatters_byte_identical)
+{
+    static const size_t send_split[] = {16 * KIB, 64 * KIB, 176 * KIB};
+    static const size_t recv_split[] = {48 * KIB, 16 * KIB, 192 * KIB};
+    unsigned char *src               = malloc(256 * KIB);
+    unsigned char *dst               = calloc(1, 512 * KIB);
+    kvf_ucx_iov_t siov[3], riov[3];
+    kvf_ucx_ep_t *ep;
+    size_t at, rat, i;
+    unsigned round;
+
+    fixture_up("tcp", true);
+    g.am.keep     = true;
+    g.am.dest_len = 256 * KIB;
+    g.am.dest     = malloc(g.am.dest_len);
+    ep            = fixture_connect(false);
+    for (round = 0; round < 2; round++) {
+        op_result_t sent = {0}, recv = {0};
+        unsigned flags =
+            (round == 0) ? KVF_UCX_AM_SEND_RNDV : KVF_UCX_AM_SEND_EAGER;
+
+        fill(src, 256 * KIB, 11 + round);
+        memset(dst, 0, 512 * KIB);
+        for (i = 0, at = 0, rat = 0; i < 3; i++) {
+            siov[i].buf = src + at;
+            siov[i].len = send_split[i];
+            /* scattered pieces with gaps between them */
+            riov[i].buf = dst + 2 * rat;
+            riov[i].len = recv_split[i];
+            at += send_split[i];
+            rat += recv_split[i];
+        }
+        g.am.kept_count = 0;
+        g.am.received   = 0;
+        memset(&g.am.recv, 0, sizeof(g.am.recv));
+        cr_assert_eq(kvf_ucx_am_send_iov(ep, AM_ID_DATA, "v", 1, siov, 3, flags,
+                                         0, on_op, &sent),
+                     KVF_OK);
+        cr_assert(loop_until(srv_got_am, WAIT_NS));
+        cr_assert_eq(g.am.length, 256 * KIB);
+        if (round == 0) {
+            cr_assert_eq(g.am.kept_count, 1);
+            /* lengths that do not add up: declined, nothing written */
+            riov[2].len--;
+            cr_assert_eq(kvf_ucx_am_recv_data_iov(&g.am.kept[0], riov, 3, 0,
+                                                  on_op, &recv),
+                         KVF_ERR_INVALID);
+            wait_op(&sent);
+            cr_assert_eq(recv.calls, 0);
+            /* again, received this time */
+            riov[2].len++;
+            memset(&sent, 0, sizeof(sent));
+            g.am.kept_count = 0;
+            g.am.received   = 0;
+            cr_assert_eq(kvf_ucx_am_send_iov(ep, AM_ID_DATA, "v", 1, siov, 3,
+                                             flags, 0, on_op, &sent),
+                         KVF_OK);
+            cr_assert(loop_until(srv_got_am, WAIT_NS));
+            cr_assert_eq(g.am.kept_count, 1);
+            cr_assert_eq(kvf_ucx_am_recv_data_iov(&g.am.kept[0], riov, 3, 0,
+                                                  on_op, &recv),
+                         KVF_OK);
+        } else {
+            /* eager: the handler received it whole; scatter that */
+            cr_assert_eq(g.am.kept_count, 0);
+            cr_assert(loop_until(srv_recv_done, WAIT_NS));
+            recv.calls  = 1;
+            recv.status = KVF_OK;
+            for (i = 0, at = 0; i < 3; i++) {
+                memcpy(riov[i].buf, g.am.dest + at, riov[i].len);
+                at += riov[i].len;
+            }
+        }
+        wait_op(&recv);
+        wait_op(&sent);
+        cr_assert_eq(recv.status, KVF_OK);
+        cr_assert_eq(sent.status, KVF_OK);
+        for (i = 0, at = 0; i < 3; i++) {
+            cr_assert(memcmp(riov[i].buf, src + at, riov[i].len) == 0,
+                      "piece %zu of round %u differs", i, round);
+            at += riov[i].len;
+        }
+    }
+    kvf_ucx_ep_put(ep);
+    free(src);
+    free(dst);
+    fixture_down();
+}
+
 ParameterizedTestParameters(ucx, put_get_byte_identical)
 {
     static transport_case_t cases[] = {
