@@ -484,6 +484,14 @@ static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
         es.lease_expiries);
     evbuffer_add_printf(
         body,
+        "# HELP kvf_agent_fetch_messages_total messages that brought "
+        "fetched chunks: one chunk each, or several (one rendezvous)\n"
+        "# TYPE kvf_agent_fetch_messages_total counter\n"
+        "kvf_agent_fetch_messages_total{kind=\"chunk\"} %" PRIu64 "\n"
+        "kvf_agent_fetch_messages_total{kind=\"batch\"} %" PRIu64 "\n",
+        ps.chunk_messages, ps.batch_messages);
+    evbuffer_add_printf(
+        body,
         "# HELP kvf_agent_pool_bytes pool bytes by state\n"
         "# TYPE kvf_agent_pool_bytes gauge\n"
         "kvf_agent_pool_bytes{state=\"used\"} %" PRIu64 "\n"

@@ -338,6 +338,20 @@ const char *kvf_mesh_node_by_id(const kvf_mesh_t *mesh, uint32_t node_id)
     return NULL;
 }
 
+const char *kvf_mesh_node_name(const kvf_mesh_t *mesh, uint32_t node_id)
+{
+    unsigned i;
+
+    for (i = 0; (i < KVF_MESH_NODES) && (node_id != 0); i++) {
+        if ((mesh->nodes[i].node_id == node_id) &&
+            (mesh->nodes[i].address[0] != '\0') &&
+            (mesh->nodes[i].name[0] != '\0')) {
+            return mesh->nodes[i].name;
+        }
+    }
+    return NULL;
+}
+
 const char *kvf_mesh_node_by_name(const kvf_mesh_t *mesh, const char *name)
 {
     unsigned i;

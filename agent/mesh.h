@@ -38,16 +38,18 @@
 /* Active-message ids between agents; values travel on the wire, never
  * renumber. */
 typedef enum {
-    KVF_MESH_AM_PEER_FETCH = 1, /* requester -> holder: PEER_FETCH frame */
-    KVF_MESH_AM_PEER_CHUNK = 2, /* holder -> requester: PEER_CHUNK header,
-                                   the chunk as payload */
-    KVF_MESH_AM_PD_CTRL  = 3,   /* payload: one PD_* control frame */
-    KVF_MESH_AM_PD_DATA  = 4,   /* header: PD_DATA frame; payload: chunk */
-    KVF_MESH_AM_AUTH     = 5,   /* payload: one handshake step (mesh.c) */
-    KVF_MESH_AM_PEER_BAD = 6,   /* requester -> holder: header is the key
-                                   (wire form) of a chunk it served that
-                                   failed verification */
-    KVF_MESH_AM_LAST,           /* first id this version does not use */
+    KVF_MESH_AM_PEER_FETCH = 1,  /* requester -> holder: PEER_FETCH frame */
+    KVF_MESH_AM_PEER_CHUNK = 2,  /* holder -> requester: PEER_CHUNK header,
+                                    the chunk as payload */
+    KVF_MESH_AM_PD_CTRL  = 3,    /* payload: one PD_* control frame */
+    KVF_MESH_AM_PD_DATA  = 4,    /* header: PD_DATA frame; payload: chunk */
+    KVF_MESH_AM_AUTH     = 5,    /* payload: one handshake step (mesh.c) */
+    KVF_MESH_AM_PEER_BAD = 6,    /* requester -> holder: header is the key
+                                    (wire form) of a chunk it served that
+                                    failed verification */
+    KVF_MESH_AM_PEER_CHUNKS = 7, /* holder -> requester: PEER_CHUNKS
+                                    header, the chunks as payload */
+    KVF_MESH_AM_LAST,            /* first id this version does not use */
 } kvf_mesh_am_t;
 
 /* Largest header of a message carrying a payload (PEER_CHUNK, PD_DATA). */
@@ -194,6 +196,10 @@ const char *kvf_mesh_drop_name(kvf_mesh_drop_t why);
 /* The data address of node @p node_id, or NULL (borrowed until the next
  * directory change). */
 const char *kvf_mesh_node_by_id(const kvf_mesh_t *mesh, uint32_t node_id);
+
+/* The name of node @p node_id as the directory knows it, or NULL (as
+ * above). */
+const char *kvf_mesh_node_name(const kvf_mesh_t *mesh, uint32_t node_id);
 
 /* The data address of the node named @p name, or NULL (as above). */
 const char *kvf_mesh_node_by_name(const kvf_mesh_t *mesh, const char *name);

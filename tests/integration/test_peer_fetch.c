@@ -591,3 +591,60 @@ Test(peer_fetch, one_controller_round_trip_per_request)
     cr_assert_eq(ctl_metric("kvf_controller_lookups_total "), lookups + 2);
     cr_assert_eq(ctl_metric("kvf_controller_node_info_total "), infos);
 }
+
+/* Small chunks of one fetch travel several a message (one rendezvous),
+ * each scattered into its own slot and verified on its own. */
+Test(peer_fetch, small_chunks_travel_in_batches_byte_identical)
+{
+    enum {
+        N     = 30,
+        SMALL = 16u << 10
+    };
+    kvf_key_t keys[N];
+    kvf_slot_t slots[N];
+    uint64_t sums[N];
+    bool missing[N];
+    uint8_t expect[SMALL];
+    kvf_client_t *c;
+    uint32_t k;
+
+    chain(keys, N);
+    c = connect_to(0);
+    cr_assert_eq(kvf_client_alloc(c, SMALL, N, slots), KVF_OK);
+    for (k = 0; k < N; k++) {
+        uint8_t *p = (uint8_t *)kvf_client_pool_base(c) + slots[k].offset;
+        uint32_t b;
+
+        for (b = 0; b < SMALL; b++) {
+            p[b] = (uint8_t)(keys[k].lo >> (b % 8) ^ b ^ k);
+        }
+        sums[k] = kvf_chunk_checksum(p, SMALL);
+    }
+    cr_assert_eq(kvf_client_commit(c, keys, slots, sums, N), KVF_OK);
+    kvf_client_disconnect(c);
+    wait_hits(2, keys, N, N);
+    c = connect_to(1);
+    cr_assert_eq(kvf_client_retrieve(c, keys, N, slots, missing), KVF_OK, "%s",
+                 kvf_client_last_error(c));
+    for (k = 0; k < N; k++) {
+        uint32_t b;
+
+        cr_assert(!missing[k], "chunk %u missing", k);
+        cr_assert_eq(slots[k].length, SMALL);
+        for (b = 0; b < SMALL; b++) {
+            expect[b] = (uint8_t)(keys[k].lo >> (b % 8) ^ b ^ k);
+        }
+        cr_assert(memcmp((uint8_t *)kvf_client_pool_base(c) + slots[k].offset,
+                         expect, SMALL) == 0,
+                  "chunk %u differs", k);
+    }
+    cr_assert_eq(kvf_client_release(c, slots, N), KVF_OK);
+    kvf_client_disconnect(c);
+    /* 30 chunks in three messages (12 + 12 + 6), none on its own */
+    cr_assert_eq(metric(1, "kvf_agent_fetch_chunks_total{result=\"fetched\"} "),
+                 N);
+    cr_assert_eq(metric(1, "kvf_agent_fetch_messages_total{kind=\"batch\"} "),
+                 3);
+    cr_assert_eq(metric(1, "kvf_agent_fetch_messages_total{kind=\"chunk\"} "),
+                 0);
+}
