@@ -22,14 +22,16 @@
 #define KVF_PEER_SERVE_PER_PEER 512u
 #define KVF_PEER_HDR_MAX        KVF_MESH_HDR_MAX
 /* PEER_CHUNKS: chunks up to this size travel several a message, up to
- * KVF_PEER_BATCH_MAX of them (what a header of KVF_MESH_HDR_MAX bytes
- * describes) and KVF_PEER_BATCH_BYTES: one rendezvous for all of them.
- * Larger chunks go one a message (zero copy from the registered pool). */
+ * KVF_PEER_BATCH_MAX of them and KVF_PEER_BATCH_BYTES: one rendezvous for
+ * all of them. Larger chunks go one a message (zero copy from the
+ * registered pool). Its header (at most KVF_PEER_BATCH_HDR_MAX bytes, kept
+ * with the batch until the send completes) describes every chunk. */
 #define KVF_PEER_BATCH_CHUNK_MAX (128u << 10)
-#define KVF_PEER_BATCH_MAX       12u
-#define KVF_PEER_BATCH_BYTES     (2u << 20)
+#define KVF_PEER_BATCH_MAX       KVF_UCX_IOV_MAX
+#define KVF_PEER_BATCH_BYTES     (4u << 20)
+#define KVF_PEER_BATCH_HDR_MAX   KVF_UCX_AM_IOV_HEADER_MAX
 /* batches being sent at once (each holds its chunks) */
-#define KVF_PEER_BATCHES 512u
+#define KVF_PEER_BATCHES 128u
 
 typedef struct kvf_peer_fetch kvf_peer_fetch_t;
 
@@ -99,6 +101,7 @@ typedef struct kvf_peer_batch {
     uint64_t checksums[KVF_PEER_BATCH_MAX];
     kvf_pool_entry_t *entries[KVF_PEER_BATCH_MAX];
     kvf_ucx_iov_t iov[KVF_PEER_BATCH_MAX];
+    uint8_t hdr[KVF_PEER_BATCH_HDR_MAX]; /* until the send completes */
     struct kvf_peer_batch *next_free;
 } kvf_peer_batch_t;
 
@@ -809,7 +812,7 @@ static kvf_status_t kvf_peer_on_chunks(void *arg, const void *header,
     kvf_status_t ret = KVF_OK;
 
     if (!kvf_mesh_accept(peer->mesh, msg) ||
-        (kvf_mesh_decode(peer->mesh, header, header_len, KVF_PEER_HDR_MAX,
+        (kvf_mesh_decode(peer->mesh, header, header_len, KVF_PEER_BATCH_HDR_MAX,
                          types, 1, "PEER_CHUNKS header", &frame) != KVF_OK)) {
         return KVF_OK;
     }
@@ -1129,7 +1132,6 @@ static void kvf_peer_batch_send(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
                                 kvf_peer_batch_t *b,
                                 kvf_peer_link_stats_t *link)
 {
-    uint8_t hdr[KVF_PEER_HDR_MAX];
     Kvf__PeerChunks chunks;
     size_t len = 0;
 
@@ -1141,9 +1143,10 @@ static void kvf_peer_batch_send(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
     chunks.lengths     = b->lengths;
     chunks.n_checksums = b->num;
     chunks.checksums   = b->checksums;
-    if ((kvf_frame_pack(hdr, sizeof(hdr), KVF_MSG_PEER_CHUNKS, 0, &chunks.base,
-                        KVF_PEER_HDR_MAX, &len) != KVF_OK) ||
-        (kvf_ucx_am_send_iov(ep, KVF_MESH_AM_PEER_CHUNKS, hdr, len, b->iov,
+    if ((kvf_frame_pack(b->hdr, sizeof(b->hdr), KVF_MSG_PEER_CHUNKS, 0,
+                        &chunks.base, KVF_PEER_BATCH_HDR_MAX,
+                        &len) != KVF_OK) ||
+        (kvf_ucx_am_send_iov(ep, KVF_MESH_AM_PEER_CHUNKS, b->hdr, len, b->iov,
                              b->num, KVF_UCX_AM_SEND_RNDV, peer->timeout_ns,
                              kvf_peer_on_batch_served, b) != KVF_OK)) {
         kvf_peer_on_batch_served(KVF_ERR_TRANSPORT, b);

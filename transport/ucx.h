@@ -448,12 +448,15 @@ typedef struct kvf_ucx_iov {
 
 /** Most pieces of one scattered send or receive. */
 #define KVF_UCX_IOV_MAX 64u
+/** Largest header of kvf_ucx_am_send_iov (it describes many pieces). */
+#define KVF_UCX_AM_IOV_HEADER_MAX 1024u
 
 /**
  * As kvf_ucx_am_send, with the payload gathered from @p iov (@p iovcnt
  * pieces, at most KVF_UCX_IOV_MAX): many chunks travel as one message (one
- * rendezvous). @p iov itself and every piece must stay untouched until the
- * callback.
+ * rendezvous). The header (at most KVF_UCX_AM_IOV_HEADER_MAX bytes) is NOT
+ * copied: @p header, @p iov itself and every piece must stay untouched
+ * until the callback.
  */
 kvf_status_t kvf_ucx_am_send_iov(kvf_ucx_ep_t *ep, unsigned id,
                                  const void *header, size_t header_len,

@@ -443,16 +443,13 @@ kvf_status_t kvf_ucx_am_send_iov(kvf_ucx_ep_t *ep, unsigned id,
         ((header == NULL) && (header_len > 0))) {
         return KVF_ERR_INVALID;
     }
-    if (header_len > KVF_UCX_AM_HEADER_MAX) {
+    if (header_len > KVF_UCX_AM_IOV_HEADER_MAX) {
         return KVF_ERR_TOO_BIG;
     }
     status = kvf_ucx_op_alloc(ep->worker, ep, KVF_UCX_OP_AM_SEND, timeout_ns,
                               cb, arg, &op);
     if (status != KVF_OK) {
         return status;
-    }
-    if (header_len > 0) {
-        memcpy(op->header, header, header_len);
     }
     kvf_ucx_op_param_init(op, &param);
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_DATATYPE;
@@ -465,8 +462,8 @@ kvf_status_t kvf_ucx_am_send_iov(kvf_ucx_ep_t *ep, unsigned id,
         param.flags |= UCP_AM_SEND_FLAG_RNDV;
     }
     return kvf_ucx_op_start(op,
-                            ucp_am_send_nbx(ep->ucp_ep, id, op->header,
-                                            header_len, iov, iovcnt, &param),
+                            ucp_am_send_nbx(ep->ucp_ep, id, header, header_len,
+                                            iov, iovcnt, &param),
                             "am send iov");
 }
 

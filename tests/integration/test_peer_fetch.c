@@ -640,11 +640,11 @@ Test(peer_fetch, small_chunks_travel_in_batches_byte_identical)
     }
     cr_assert_eq(kvf_client_release(c, slots, N), KVF_OK);
     kvf_client_disconnect(c);
-    /* 30 chunks in three messages (12 + 12 + 6), none on its own */
+    /* 30 chunks in one message, none on its own */
     cr_assert_eq(metric(1, "kvf_agent_fetch_chunks_total{result=\"fetched\"} "),
                  N);
     cr_assert_eq(metric(1, "kvf_agent_fetch_messages_total{kind=\"batch\"} "),
-                 3);
+                 1);
     cr_assert_eq(metric(1, "kvf_agent_fetch_messages_total{kind=\"chunk\"} "),
                  0);
 }
