@@ -369,6 +369,14 @@ static void kvf_agent_metrics_pd(kvf_agent_t *agent, struct evbuffer *body)
         ps.batches_received, ps.requests_ready, ps.queue_depth, ps.alloc_waits,
         ps.alloc_timeouts, ps.aborts, ps.reclaimed, ps.checksum_failures,
         ps.requests, ps.region_used, ps.region_size - ps.region_used);
+    evbuffer_add_printf(
+        body,
+        "# HELP kvf_agent_pd_data_messages_total PD_DATA messages received: "
+        "one chunk each, or several (one rendezvous)\n"
+        "# TYPE kvf_agent_pd_data_messages_total counter\n"
+        "kvf_agent_pd_data_messages_total{kind=\"chunk\"} %" PRIu64 "\n"
+        "kvf_agent_pd_data_messages_total{kind=\"batch\"} %" PRIu64 "\n",
+        ps.data_messages, ps.multi_messages);
 }
 
 /* Bytes and chunks per peer agent, both directions. */

@@ -89,6 +89,9 @@ typedef struct kvf_pd_stats {
     uint64_t requests;    /* requests held now */
     uint64_t region_size;
     uint64_t region_used;
+    uint64_t data_messages;  /* PD_DATA received with one chunk */
+    uint64_t multi_messages; /* PD_DATA received with several (one
+                                rendezvous) */
 } kvf_pd_stats_t;
 
 /* Registers the PD active-message handlers on the worker. */

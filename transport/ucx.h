@@ -424,9 +424,9 @@ typedef struct kvf_ucx_iov {
 /**
  * As kvf_ucx_am_send, with the payload gathered from @p iov (@p iovcnt
  * pieces, at most KVF_UCX_IOV_MAX): many chunks travel as one message (one
- * rendezvous). The header (at most KVF_UCX_AM_IOV_HEADER_MAX bytes) is NOT
- * copied: @p header, @p iov itself and every piece must stay untouched
- * until the callback.
+ * rendezvous). A header of up to KVF_UCX_AM_HEADER_MAX bytes is copied; a
+ * longer one (up to KVF_UCX_AM_IOV_HEADER_MAX) must stay untouched until
+ * the callback, as must @p iov itself and every piece.
  */
 kvf_status_t kvf_ucx_am_send_iov(kvf_ucx_ep_t *ep, unsigned id,
                                  const void *header, size_t header_len,

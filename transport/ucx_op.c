@@ -447,6 +447,10 @@ kvf_status_t kvf_ucx_am_send_iov(kvf_ucx_ep_t *ep, unsigned id,
     if (status != KVF_OK) {
         return status;
     }
+    if ((header_len > 0) && (header_len <= KVF_UCX_AM_HEADER_MAX)) {
+        memcpy(op->header, header, header_len);
+        header = op->header;
+    }
     kvf_ucx_op_param_init(op, &param);
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_DATATYPE;
     param.datatype = ucp_dt_make_iov();
