@@ -2,16 +2,21 @@
 /* Copyright (c) 2026 The kvfabric authors */
 /*
  * Peer-to-peer chunk transfer between agents (DESIGN.md §3), over UCX
- * active messages: the requester asks a holder for a batch of keys
- * (PEER_FETCH); the holder answers each key with a PEER_CHUNK header whose
- * payload is the chunk, sent zero-copy from its registered pool and received
- * by rendezvous straight into a slot of the requester's pool. The requester
+ * active messages: the requester asks the controller who holds the keys
+ * (one LOOKUP, whose reply also names the holders' addresses; none when the
+ * engine's own lookup already did, kvf_peer_fetch_from), then asks each
+ * holder for its keys (PEER_FETCH); the holder answers each key with a
+ * PEER_CHUNK header whose payload is the chunk, sent zero-copy from its
+ * registered pool and received by rendezvous straight into a slot of the
+ * requester's pool, or, for chunks of up to 128 KiB, up to 64 of them as
+ * one PEER_CHUNKS message (one rendezvous, scattered into one slot each).
+ * The requester
  * verifies every chunk's checksum before committing it (the commit admits
  * it to the controller); a chunk that fails, was evicted, or whose holder
  * dies or stalls past the deadline is a miss, never wrong bytes.
  *
  * Holders pin what they serve until the send completes, and serve any
- * number of requesters at once: each chunk is its own message.
+ * number of requesters at once.
  *
  * thread: owning loop only.
  */
