@@ -131,6 +131,8 @@ struct kvf_ctl_client {
         char name[64];
     } names[KVF_CTL_NAMES]; /* filled round robin from NODE_INFO replies */
     unsigned next_name;
+    kvf_ctl_node_learn_cb_t node_learn_cb; /* holders' addresses: LOOKUP */
+    void *node_learn_arg;
 
     uint16_t batch_type;      /* KVF_MSG_ADMIT or KVF_MSG_EVICT */
     Kvf__Medium batch_medium; /* of the ADMIT batch */
@@ -901,11 +903,12 @@ void kvf_ctl_client_lookup(kvf_ctl_client_t *client, const kvf_key_t *keys,
         kvf_key_pack(&keys[i], packed + (size_t)i * KVF_KEY_WIRE_SIZE);
     }
     kvf__lookup__init(&req);
-    req.request_id = p->request_id;
-    req.requester  = client->node_id;
-    req.keys.data  = packed;
-    req.keys.len   = (size_t)num * KVF_KEY_WIRE_SIZE;
-    req.any_order  = any_order;
+    req.request_id     = p->request_id;
+    req.requester      = client->node_id;
+    req.keys.data      = packed;
+    req.keys.len       = (size_t)num * KVF_KEY_WIRE_SIZE;
+    req.any_order      = any_order;
+    req.want_addresses = (client->node_learn_cb != NULL);
     if (kvf_ctl_client_send(client, KVF_MSG_LOOKUP, &req.base) != KVF_OK) {
         p->failure = KVF_ERR_CLOSED;
         kvf_ctl_client_arm(client->pending_ev, 0);
@@ -971,6 +974,37 @@ void kvf_ctl_client_cancel(kvf_ctl_client_t *client, const void *arg)
     }
 }
 
+void kvf_ctl_client_set_node_learn(kvf_ctl_client_t *client,
+                                   kvf_ctl_node_learn_cb_t cb, void *arg)
+{
+    client->node_learn_cb  = cb;
+    client->node_learn_arg = arg;
+}
+
+static void kvf_ctl_client_name_learn(kvf_ctl_client_t *client,
+                                      const char *address, const char *name);
+
+/* The holders' addresses a LOOKUP reply carries (want_addresses). */
+static void kvf_ctl_client_addrs_learn(kvf_ctl_client_t *client,
+                                       const Kvf__LookupReply *reply)
+{
+    size_t i;
+
+    for (i = 0; (i < reply->n_holder_addrs) && (client->node_learn_cb != NULL);
+         i++) {
+        const Kvf__HolderAddr *a = reply->holder_addrs[i];
+
+        if ((a->node_id == 0) || (a->data_address == NULL) ||
+            (a->data_address[0] == '\0')) {
+            continue;
+        }
+        kvf_ctl_client_name_learn(client, a->data_address, a->name);
+        client->node_learn_cb(client->node_learn_arg, a->node_id,
+                              (a->name != NULL) ? a->name : "",
+                              a->data_address);
+    }
+}
+
 static void kvf_ctl_client_on_lookup_reply(kvf_ctl_client_t *client,
                                            const Kvf__LookupReply *reply)
 {
@@ -1000,6 +1034,7 @@ static void kvf_ctl_client_on_lookup_reply(kvf_ctl_client_t *client,
         holders[i] = (uint32_t)b[0] | ((uint32_t)b[1] << 8) |
                      ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24);
     }
+    kvf_ctl_client_addrs_learn(client, reply);
     p->lookup_cb(p->arg, KVF_OK, reply->hit_chunks, holders, p->num);
     free(holders);
     free(p);

@@ -173,6 +173,18 @@ typedef void (*kvf_ctl_node_cb_t)(void *arg, kvf_status_t status,
                                   uint32_t node_id, const char *data_address,
                                   bool alive);
 
+/* A holder's data address as a LOOKUP reply named it (@p name may be
+ * ""); strings valid during the call only. */
+typedef void (*kvf_ctl_node_learn_cb_t)(void *arg, uint32_t node_id,
+                                        const char *name,
+                                        const char *data_address);
+
+/* Every LOOKUP from now on asks for the holders' data addresses; each one
+ * a reply names goes to @p cb (before the lookup's own callback), so a
+ * fetch reaches holders without NODE_INFO. @p cb NULL: stop asking. */
+void kvf_ctl_client_set_node_learn(kvf_ctl_client_t *client,
+                                   kvf_ctl_node_learn_cb_t cb, void *arg);
+
 /* Asks the controller which nodes hold @p keys (an ordered chain, or each
  * key on its own with @p any_order). @p cb runs exactly once: with the
  * answer, or with KVF_ERR_CLOSED / KVF_ERR_TIMEOUT (after @p timeout_ns;

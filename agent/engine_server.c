@@ -555,11 +555,31 @@ static void kvf_engine_on_lease_fetched(void *arg, uint32_t fetched,
     }
 }
 
+/* Fetches keys[local, hit) from the holders the lookup named (NULL: the
+ * fetch asks the controller itself). */
+static void kvf_engine_prefetch(kvf_engine_server_t *server,
+                                const kvf_key_t *keys, const uint32_t *holders,
+                                uint32_t local, uint32_t hit,
+                                kvf_peer_fetch_cb_t cb, void *arg)
+{
+    if ((hit <= local) || (server->peer == NULL)) {
+        return;
+    }
+    if (holders != NULL) {
+        kvf_peer_fetch_from(server->peer, keys + local, holders + local,
+                            hit - local, cb, arg);
+    } else {
+        kvf_peer_fetch(server->peer, keys + local, hit - local, cb, arg);
+    }
+}
+
 /* Starts a lease on keys[0, hit) of a prefetching lookup: pins the local
- * ones, fetches the rest. Returns its id, 0 when none could be made (the
- * prefetch still runs, unpinned). */
+ * ones, fetches the rest from @p holders (the lookup's, one per key; NULL:
+ * none known). Returns its id, 0 when none could be made (the prefetch
+ * still runs, unpinned). */
 static uint64_t kvf_engine_lease_start(kvf_engine_conn_t *conn,
-                                       const kvf_key_t *keys, uint32_t local,
+                                       const kvf_key_t *keys,
+                                       const uint32_t *holders, uint32_t local,
                                        uint32_t hit)
 {
     kvf_engine_server_t *server = conn->server;
@@ -576,9 +596,7 @@ static uint64_t kvf_engine_lease_start(kvf_engine_conn_t *conn,
         lease = NULL;
     }
     if (lease == NULL) {
-        if ((hit > local) && (server->peer != NULL)) {
-            kvf_peer_fetch(server->peer, keys + local, hit - local, NULL, NULL);
-        }
+        kvf_engine_prefetch(server, keys, holders, local, hit, NULL, NULL);
         return 0;
     }
     lease->conn        = conn;
@@ -594,10 +612,8 @@ static uint64_t kvf_engine_lease_start(kvf_engine_conn_t *conn,
     for (i = 0; i < local; i++) {
         kvf_store_pin(server->store, lease->owner, &keys[i], &slot);
     }
-    if ((hit > local) && (server->peer != NULL)) {
-        kvf_peer_fetch(server->peer, keys + local, hit - local,
-                       kvf_engine_on_lease_fetched, lease);
-    }
+    kvf_engine_prefetch(server, keys, holders, local, hit,
+                        kvf_engine_on_lease_fetched, lease);
     return lease->id;
 }
 
@@ -681,7 +697,11 @@ static void kvf_engine_on_remote_lookup(void *arg, kvf_status_t status,
         hit = wait->local;
     }
     if (wait->prefetch && (hit > 0)) {
-        lease_id = kvf_engine_lease_start(conn, wait->keys, wait->local, hit);
+        /* the holders this lookup named: the fetch asks nobody again */
+        lease_id = kvf_engine_lease_start(
+            conn, wait->keys,
+            ((status == KVF_OK) && (num == wait->num)) ? holders : NULL,
+            wait->local, hit);
     }
     if (kvf_engine_lookup_reply(conn, wait->request_id, wait->num, wait->local,
                                 hit, lease_id) != KVF_OK) {
@@ -720,7 +740,8 @@ static kvf_status_t kvf_engine_conn_lookup(kvf_engine_conn_t *conn,
         uint64_t lease_id = 0;
 
         if (req->prefetch && (local > 0)) {
-            lease_id = kvf_engine_lease_start(conn, wait->keys, local, local);
+            lease_id =
+                kvf_engine_lease_start(conn, wait->keys, NULL, local, local);
         }
         free(wait);
         return kvf_engine_lookup_reply(

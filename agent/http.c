@@ -129,6 +129,12 @@ static void kvf_agent_metrics_pd(kvf_agent_http_t *http, struct evbuffer *body)
         "PD receive region by state", "state", 2,
         (const char *const[]){"used", "free"},
         (const uint64_t[]){ps.region_used, ps.region_size - ps.region_used});
+    kvf_prom_metric_by(body, "kvf_agent_pd_data_messages_total",
+                       KVF_PROM_COUNTER,
+                       "PD_DATA messages received: one chunk each, or several "
+                       "(one rendezvous)",
+                       "kind", 2, (const char *const[]){"chunk", "batch"},
+                       (const uint64_t[]){ps.data_messages, ps.multi_messages});
 }
 
 /* Bytes and chunks per peer agent, both directions. */
@@ -239,6 +245,12 @@ static void kvf_agent_metrics_peers(kvf_agent_http_t *http,
     kvf_agent_metrics_links(http, body);
     kvf_agent_metrics_local(http, body);
     kvf_agent_metrics_transports(http, body);
+    kvf_prom_metric_by(
+        body, "kvf_agent_fetch_messages_total", KVF_PROM_COUNTER,
+        "messages that brought fetched chunks: one chunk each, "
+        "or several (one rendezvous)",
+        "kind", 2, (const char *const[]){"chunk", "batch"},
+        (const uint64_t[]){ps.chunk_messages, ps.batch_messages});
     kvf_ucx_worker_stats(http->src.worker, &ws);
     kvf_prom_metric(body, "kvf_agent_am_dropped_total", KVF_PROM_COUNTER,
                     "active messages from peers for ids no service handles "

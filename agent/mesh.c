@@ -338,6 +338,20 @@ const char *kvf_mesh_node_by_id(const kvf_mesh_t *mesh, uint32_t node_id)
     return NULL;
 }
 
+const char *kvf_mesh_node_name(const kvf_mesh_t *mesh, uint32_t node_id)
+{
+    unsigned i;
+
+    for (i = 0; (i < KVF_MESH_NODES) && (node_id != 0); i++) {
+        if ((mesh->nodes[i].node_id == node_id) &&
+            (mesh->nodes[i].address[0] != '\0') &&
+            (mesh->nodes[i].name[0] != '\0')) {
+            return mesh->nodes[i].name;
+        }
+    }
+    return NULL;
+}
+
 const char *kvf_mesh_node_by_name(const kvf_mesh_t *mesh, const char *name)
 {
     unsigned i;
@@ -413,9 +427,27 @@ void kvf_mesh_node_forget(kvf_mesh_t *mesh, uint32_t node_id, const char *name)
 
 /* ------------------------------------------------ authenticated links */
 
+/* A LOOKUP reply named a holder's address: the directory keeps it, so
+ * the fetch that follows needs no NODE_INFO. */
+static void kvf_mesh_on_node_learn(void *arg, uint32_t node_id,
+                                   const char *name, const char *data_address)
+{
+    kvf_mesh_t *mesh  = arg;
+    const char *known = kvf_mesh_node_by_id(mesh, node_id);
+
+    if ((known != NULL) && (strcmp(known, data_address) == 0) &&
+        ((name[0] == '\0') || (kvf_mesh_node_by_name(mesh, name) == known))) {
+        return; /* known already: no churn per lookup */
+    }
+    kvf_mesh_node_store(mesh, node_id, name, data_address);
+}
+
 void kvf_mesh_set_ctl(kvf_mesh_t *mesh, kvf_ctl_client_t *ctl)
 {
     mesh->ctl = ctl;
+    if (ctl != NULL) {
+        kvf_ctl_client_set_node_learn(ctl, kvf_mesh_on_node_learn, mesh);
+    }
 }
 
 bool kvf_mesh_is_secure(const kvf_mesh_t *mesh)

@@ -11,7 +11,8 @@
  * - one decode-and-validate of a frame from a peer: bounded size, one of
  *   the types the handler expects; anything else dropped and counted;
  * - one node directory: a peer's data address by node id and by name,
- *   filled from the controller's NODE_INFO answers, dropped on failure;
+ *   filled from the holders LOOKUP replies name and from NODE_INFO
+ *   answers (off the fetch path), dropped on failure;
  * - authenticated endpoints (docs/security.md): with a cluster secret,
  *   each connection between agents first completes a mutual HMAC
  *   challenge (common/auth.h, the scheme HELLO uses) on KVF_MESH_AM_AUTH,
@@ -37,16 +38,18 @@
 /* Active-message ids between agents; values travel on the wire, never
  * renumber. */
 typedef enum {
-    KVF_MESH_AM_PEER_FETCH = 1, /* requester -> holder: PEER_FETCH frame */
-    KVF_MESH_AM_PEER_CHUNK = 2, /* holder -> requester: PEER_CHUNK header,
-                                   the chunk as payload */
-    KVF_MESH_AM_PD_CTRL  = 3,   /* payload: one PD_* control frame */
-    KVF_MESH_AM_PD_DATA  = 4,   /* header: PD_DATA frame; payload: chunk */
-    KVF_MESH_AM_AUTH     = 5,   /* payload: one handshake step (mesh.c) */
-    KVF_MESH_AM_PEER_BAD = 6,   /* requester -> holder: header is the key
-                                   (wire form) of a chunk it served that
-                                   failed verification */
-    KVF_MESH_AM_LAST,           /* first id this version does not use */
+    KVF_MESH_AM_PEER_FETCH = 1,  /* requester -> holder: PEER_FETCH frame */
+    KVF_MESH_AM_PEER_CHUNK = 2,  /* holder -> requester: PEER_CHUNK header,
+                                    the chunk as payload */
+    KVF_MESH_AM_PD_CTRL  = 3,    /* payload: one PD_* control frame */
+    KVF_MESH_AM_PD_DATA  = 4,    /* header: PD_DATA frame; payload: chunk */
+    KVF_MESH_AM_AUTH     = 5,    /* payload: one handshake step (mesh.c) */
+    KVF_MESH_AM_PEER_BAD = 6,    /* requester -> holder: header is the key
+                                    (wire form) of a chunk it served that
+                                    failed verification */
+    KVF_MESH_AM_PEER_CHUNKS = 7, /* holder -> requester: PEER_CHUNKS
+                                    header, the chunks as payload */
+    KVF_MESH_AM_LAST,            /* first id this version does not use */
 } kvf_mesh_am_t;
 
 /* Largest header of a message carrying a payload (PEER_CHUNK, PD_DATA). */
@@ -102,7 +105,9 @@ kvf_status_t kvf_mesh_create(const kvf_mesh_params_t *params,
  * pending readiness callbacks are dropped, not called. */
 void kvf_mesh_destroy(kvf_mesh_t *mesh);
 
-/* Where this node's id comes from (for the handshake); NULL: none yet. */
+/* Where this node's id comes from (for the handshake); NULL: none yet.
+ * The directory then learns every holder a LOOKUP reply names (the
+ * client asks for their addresses), so fetches need no NODE_INFO. */
 void kvf_mesh_set_ctl(kvf_mesh_t *mesh, kvf_ctl_client_t *ctl);
 
 /* Is the data plane authenticated (a secret configured)? */
@@ -191,6 +196,10 @@ const char *kvf_mesh_drop_name(kvf_mesh_drop_t why);
 /* The data address of node @p node_id, or NULL (borrowed until the next
  * directory change). */
 const char *kvf_mesh_node_by_id(const kvf_mesh_t *mesh, uint32_t node_id);
+
+/* The name of node @p node_id as the directory knows it, or NULL (as
+ * above). */
+const char *kvf_mesh_node_name(const kvf_mesh_t *mesh, uint32_t node_id);
 
 /* The data address of the node named @p name, or NULL (as above). */
 const char *kvf_mesh_node_by_name(const kvf_mesh_t *mesh, const char *name);

@@ -269,6 +269,7 @@ void kvf_pd_destroy(kvf_pd_t *pd)
         free(push->offsets);
         free(push->lengths);
         free(push->checksums);
+        free(push->iov);
         free(push);
     }
     while ((open = pd->opens) != NULL) {

@@ -8,10 +8,12 @@
  * (controller NODE_INFO, cached) -> PD_ALLOC -> PD_ALLOC_REPLY (slots
  * reserved, perhaps after queueing) -> one PD_DATA active message per chunk,
  * its payload sent zero-copy from the pool by rendezvous straight into the
- * reserved slot -> PD_DONE with the checksums -> PD_DONE_REPLY once the
- * decoder verified them. The push reports success only then: the bytes
- * landed, not just left. Any failure aborts the PD request (PD_ABORT) so
- * the decoder frees its slots and its waiter learns at once.
+ * reserved slot (chunks of up to 128 KiB up to 64 a PD_DATA when the
+ * decoder says multi: one rendezvous scattered into their slots) -> PD_DONE
+ * with the checksums -> PD_DONE_REPLY once the decoder verified them. The push
+ * reports success only then: the bytes landed, not just left. Any failure
+ * aborts the PD request (PD_ABORT) so the decoder frees its slots and its
+ * waiter learns at once.
  *
  * Receiver (decoder) side: reservations come from the region's slot
  * allocator (agent/pd_region.h); when it is full they queue FIFO, bounded,
@@ -89,6 +91,9 @@ typedef struct kvf_pd_stats {
     uint64_t requests;    /* requests held now */
     uint64_t region_size;
     uint64_t region_used;
+    uint64_t data_messages;  /* PD_DATA received with one chunk */
+    uint64_t multi_messages; /* PD_DATA received with several (one
+                                rendezvous) */
 } kvf_pd_stats_t;
 
 /* Registers the PD active-message handlers on the worker. */

@@ -33,6 +33,7 @@ typedef struct kvf_pd_recv {
     kvf_pd_t *pd;
     kvf_pd_batch_t *batch;
     uint32_t index;
+    uint32_t count; /* chunks index .. index+count-1 (PdData.count) */
 } kvf_pd_recv_t;
 
 /* One push as the decoder sees it: a reservation of slots, then their
@@ -56,6 +57,7 @@ struct kvf_pd_batch {
     uint64_t *checksums;  /* from PD_ALLOC or PD_DONE */
     uint8_t *state;       /* per chunk: 0 waiting, 1 receiving, 2 verified */
     kvf_pd_recv_t *recvs; /* per chunk: the receive completion's argument */
+    kvf_ucx_iov_t *iov;   /* per chunk: its slot, for messages of several */
     bool is_bad;          /* a chunk failed its checksum as it landed */
     uint32_t bad;         /* which one */
 };
@@ -98,6 +100,12 @@ typedef enum {
     KVF_PD_PUSH_FINISHED,
 } kvf_pd_push_state_t;
 
+/* PD_DATA of several chunks: chunks up to KVF_PD_MULTI_CHUNK_MAX bytes go
+ * up to KVF_UCX_IOV_MAX and KVF_PD_MULTI_BYTES a message (one
+ * rendezvous); larger ones one a message, zero copy. */
+#define KVF_PD_MULTI_CHUNK_MAX (128u << 10)
+#define KVF_PD_MULTI_BYTES     (4u << 20)
+
 typedef struct kvf_pd_push {
     struct kvf_pd_push *next;
     kvf_pd_t *pd;
@@ -126,6 +134,9 @@ typedef struct kvf_pd_push {
     uint64_t *offsets;
     uint64_t *lengths;
     uint64_t *checksums;
+    kvf_ucx_iov_t *iov; /* per chunk, while chunks are sent several a
+                           message (the decoder said multi) */
+    uint32_t msgs;      /* PD_DATA messages of this push */
     char message[KVF_PD_MESSAGE_SIZE];
 } kvf_pd_push_t;
 

@@ -82,6 +82,7 @@ static void kvf_pd_batch_free(kvf_pd_batch_t *batch)
     free(batch->checksums);
     free(batch->state);
     free(batch->recvs);
+    free(batch->iov);
     free(batch);
 }
 
@@ -141,6 +142,9 @@ static void kvf_pd_reply_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
         reply.batch     = batch->id;
         reply.n_offsets = batch->num;
         reply.offsets   = batch->offsets;
+        /* several chunks a PD_DATA, scattered over their slots (a GPU
+         * region takes one chunk a message, through its registration) */
+        reply.multi = !pd->region_is_device;
     }
     if (kvf_pd_send(pd, ep, KVF_MSG_PD_ALLOC_REPLY, &reply.base, NULL) !=
         KVF_OK) {
@@ -458,13 +462,14 @@ void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAlloc *m)
         batch->offsets = calloc(m->n_lengths, sizeof(uint64_t));
         batch->state   = calloc(m->n_lengths, 1);
         batch->recvs   = calloc(m->n_lengths, sizeof(kvf_pd_recv_t));
+        batch->iov     = calloc(m->n_lengths, sizeof(kvf_ucx_iov_t));
         if (m->n_checksums > 0) {
             batch->checksums = malloc(m->n_lengths * sizeof(uint64_t));
         }
     }
     if ((batch == NULL) || (batch->lengths == NULL) ||
         (batch->offsets == NULL) || (batch->state == NULL) ||
-        (batch->recvs == NULL) ||
+        (batch->recvs == NULL) || (batch->iov == NULL) ||
         ((m->n_checksums > 0) && (batch->checksums == NULL))) {
         if (batch != NULL) {
             kvf_pd_batch_free(batch);
@@ -706,7 +711,9 @@ kvf_status_t kvf_pd_on_data(void *arg, const void *header, size_t header_len,
     static const uint16_t types[] = {KVF_MSG_PD_DATA};
     kvf_pd_recv_t *recv           = NULL;
     kvf_frame_t frame;
-    kvf_status_t ret = KVF_OK;
+    kvf_status_t status, ret = KVF_OK;
+    uint64_t total = 0;
+    uint32_t count, k = 0;
 
     if (!kvf_mesh_accept(pd->mesh, msg) ||
         (kvf_mesh_decode(pd->mesh, header, header_len, KVF_PD_HDR_MAX, types, 1,
@@ -715,12 +722,22 @@ kvf_status_t kvf_pd_on_data(void *arg, const void *header, size_t header_len,
     }
     m     = (const Kvf__PdData *)frame.msg;
     batch = kvf_pd_batch_find(pd, m->request_id, m->batch);
-    /* only the sender of the batch, only a reserved slot, once, and
+    count = (m->count > 1) ? m->count : 1;
+    /* only the sender of the batch, only reserved slots, once, and
      * exactly the bytes reserved: anything else is declined */
-    if ((batch == NULL) || (batch->req->src != msg->reply_ep) ||
-        !batch->is_reserved || batch->is_done || (m->index >= batch->num) ||
-        (batch->state[m->index] != 0) ||
-        (m->length != batch->lengths[m->index]) || (msg->length != m->length)) {
+    if ((batch != NULL) && (batch->req->src == msg->reply_ep) &&
+        batch->is_reserved && !batch->is_done && (m->index < batch->num) &&
+        (count <= batch->num - m->index) && (count <= KVF_UCX_IOV_MAX) &&
+        ((count == 1) || !pd->region_is_device)) {
+        for (k = 0; k < count; k++) {
+            if ((batch->state[m->index + k] != 0) ||
+                (batch->lengths[m->index + k] > m->length - total)) {
+                break;
+            }
+            total += batch->lengths[m->index + k];
+        }
+    }
+    if ((k < count) || (total != m->length) || (msg->length != m->length)) {
         kvf_mesh_drop(pd->mesh, KVF_MESH_DROP_UNEXPECTED);
         kvf_debug("%s: unexpected PD_DATA for request %llu; declined", pd->name,
                   (unsigned long long)m->request_id);
@@ -730,14 +747,34 @@ kvf_status_t kvf_pd_on_data(void *arg, const void *header, size_t header_len,
     recv->pd    = pd;
     recv->batch = batch;
     recv->index = m->index;
-    if (kvf_ucx_am_recv_data(msg, pd->region_base + batch->offsets[m->index],
-                             m->length, pd->region_mem, pd->push_timeout_ns,
-                             kvf_pd_on_data_recv, recv) != KVF_OK) {
+    recv->count = count;
+    if (count == 1) {
+        status = kvf_ucx_am_recv_data(
+            msg, pd->region_base + batch->offsets[m->index], m->length,
+            pd->region_mem, pd->push_timeout_ns, kvf_pd_on_data_recv, recv);
+    } else {
+        for (k = 0; k < count; k++) {
+            batch->iov[m->index + k].buf =
+                pd->region_base + batch->offsets[m->index + k];
+            batch->iov[m->index + k].len = batch->lengths[m->index + k];
+        }
+        status = kvf_ucx_am_recv_data_iov(msg, &batch->iov[m->index], count,
+                                          pd->push_timeout_ns,
+                                          kvf_pd_on_data_recv, recv);
+    }
+    if (status != KVF_OK) {
         batch->is_failed = true;
         goto out;
     }
-    batch->state[m->index] = 1;
+    for (k = 0; k < count; k++) {
+        batch->state[m->index + k] = 1;
+    }
     batch->inflight++;
+    if (count > 1) {
+        pd->stats.multi_messages++;
+    } else {
+        pd->stats.data_messages++;
+    }
     ret = msg->is_rndv ? KVF_INPROGRESS : KVF_OK;
 
 out:
@@ -750,7 +787,7 @@ static void kvf_pd_on_data_recv(kvf_status_t status, void *arg)
     kvf_pd_recv_t *recv   = arg;
     kvf_pd_t *pd          = recv->pd;
     kvf_pd_batch_t *batch = recv->batch;
-    uint32_t index        = recv->index;
+    uint32_t index, end = recv->index + recv->count;
 
     batch->inflight--;
     if (batch->req == NULL) {
@@ -763,12 +800,16 @@ static void kvf_pd_on_data_recv(kvf_status_t status, void *arg)
         return;
     }
     if (status == KVF_OK) {
-        batch->landed++;
-        /* with the checksums from PD_ALLOC, check this chunk now, while
-         * the next ones are still on the wire (host region only: a device
-         * region is checked through its bounce buffer at PD_DONE) */
-        if ((batch->checksums != NULL) && !pd->region_is_device &&
-            !batch->is_bad) {
+        for (index = recv->index; index < end; index++) {
+            batch->landed++;
+            /* with the checksums from PD_ALLOC, check this chunk now,
+             * while the next ones are still on the wire (host region only:
+             * a device region is checked through its bounce buffer at
+             * PD_DONE) */
+            if ((batch->checksums == NULL) || pd->region_is_device ||
+                batch->is_bad) {
+                continue;
+            }
             if (kvf_chunk_checksum(pd->region_base + batch->offsets[index],
                                    batch->lengths[index]) ==
                 batch->checksums[index]) {

@@ -185,6 +185,7 @@ void kvf_pd_push_maybe_complete(kvf_pd_push_t *push)
     free(push->offsets);
     free(push->lengths);
     free(push->checksums);
+    free(push->iov);
     free(push);
 }
 
@@ -226,39 +227,79 @@ static void kvf_pd_on_data_sent(kvf_status_t status, void *arg)
     if (status != KVF_OK) {
         kvf_pd_push_finish(push, status, "sending a chunk to %s failed: %s",
                            push->decoder, kvf_strerror(status));
-    } else if ((++push->sent == push->num) &&
+    } else if ((++push->sent == push->msgs) &&
                (push->state == KVF_PD_PUSH_DATA)) {
         kvf_pd_push_send_done(push);
     }
     kvf_pd_push_maybe_complete(push);
 }
 
-/* Slots reserved: every chunk goes by rendezvous straight into its slot. */
-static void kvf_pd_push_send_data(kvf_pd_push_t *push)
+/* How many chunks from @p i on travel in one PD_DATA (1: on its own). */
+static uint32_t kvf_pd_push_run(const kvf_pd_push_t *push, uint32_t i)
 {
-    kvf_pd_t *pd = push->pd;
+    uint64_t bytes = 0;
+    uint32_t n     = 0;
+
+    while ((push->iov != NULL) && (i + n < push->num) &&
+           (n < KVF_UCX_IOV_MAX) &&
+           (push->lengths[i + n] <= KVF_PD_MULTI_CHUNK_MAX) &&
+           (bytes + push->lengths[i + n] <= KVF_PD_MULTI_BYTES)) {
+        bytes += push->lengths[i + n];
+        n++;
+    }
+    return (n > 0) ? n : 1;
+}
+
+/* Slots reserved: every chunk goes by rendezvous straight into its slot;
+ * small ones several a message when the decoder takes that (@p multi). */
+static void kvf_pd_push_send_data(kvf_pd_push_t *push, bool multi)
+{
+    kvf_pd_t *pd  = push->pd;
+    uint8_t *base = kvf_store_base(pd->store);
     uint8_t hdr[KVF_PD_HDR_MAX];
     kvf_status_t status;
     Kvf__PdData m;
     size_t len;
-    uint32_t i;
+    uint32_t i, n, k;
 
     push->state = KVF_PD_PUSH_DATA;
-    for (i = 0; i < push->num; i++) {
+    if (multi && (push->num > 1) && (push->iov == NULL)) {
+        push->iov = calloc(push->num, sizeof(*push->iov)); /* NULL: singly */
+    }
+    push->msgs = 0;
+    for (i = 0; i < push->num; i += n) {
+        n = kvf_pd_push_run(push, i);
+        push->msgs++;
+    }
+    for (i = 0; i < push->num; i += n) {
+        n = kvf_pd_push_run(push, i);
         kvf__pd_data__init(&m);
         m.request_id = push->request_id;
         m.batch      = push->batch;
         m.index      = i;
         m.length     = push->lengths[i];
+        if (n > 1) {
+            m.count  = n;
+            m.length = 0;
+            for (k = 0; k < n; k++) {
+                push->iov[i + k].buf = base + push->offsets[i + k];
+                push->iov[i + k].len = push->lengths[i + k];
+                m.length += push->lengths[i + k];
+            }
+        }
         status = kvf_frame_pack(hdr, sizeof(hdr), KVF_MSG_PD_DATA, 0, &m.base,
                                 KVF_PD_HDR_MAX, &len);
-        if (status == KVF_OK) {
-            status = kvf_ucx_am_send(
-                push->ep, KVF_MESH_AM_PD_DATA, hdr, len,
-                (uint8_t *)kvf_store_base(pd->store) + push->offsets[i],
-                push->lengths[i], pd->pool_mem, KVF_UCX_AM_SEND_RNDV,
-                kvf_time_left_ns(push->deadline_ns) + 1, kvf_pd_on_data_sent,
-                push);
+        if ((status == KVF_OK) && (n > 1)) {
+            status = kvf_ucx_am_send_iov(
+                push->ep, KVF_MESH_AM_PD_DATA, hdr, len, &push->iov[i], n,
+                KVF_UCX_AM_SEND_RNDV, kvf_time_left_ns(push->deadline_ns) + 1,
+                kvf_pd_on_data_sent, push);
+        } else if (status == KVF_OK) {
+            status = kvf_ucx_am_send(push->ep, KVF_MESH_AM_PD_DATA, hdr, len,
+                                     base + push->offsets[i], push->lengths[i],
+                                     pd->pool_mem, KVF_UCX_AM_SEND_RNDV,
+                                     kvf_time_left_ns(push->deadline_ns) + 1,
+                                     kvf_pd_on_data_sent, push);
         }
         if (status != KVF_OK) {
             kvf_pd_push_finish(push, status, "cannot send chunk %u to %s: %s",
@@ -297,7 +338,7 @@ void kvf_pd_on_alloc_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
         return;
     }
     push->batch = m->batch;
-    kvf_pd_push_send_data(push);
+    kvf_pd_push_send_data(push, m->multi);
     kvf_pd_push_maybe_complete(push);
 }
 
@@ -547,6 +588,7 @@ err_free:
     free(push->offsets);
     free(push->lengths);
     free(push->checksums);
+    free(push->iov);
     free(push);
     return status;
 }

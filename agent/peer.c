@@ -24,6 +24,17 @@
  * they time out, not the whole service; past it a key is answered busy. */
 #define KVF_PEER_SERVE_PER_PEER 512u
 #define KVF_PEER_HDR_MAX        KVF_MESH_HDR_MAX
+/* PEER_CHUNKS: chunks up to this size travel several a message, up to
+ * KVF_PEER_BATCH_MAX of them and KVF_PEER_BATCH_BYTES: one rendezvous for
+ * all of them. Larger chunks go one a message (zero copy from the
+ * registered pool). Its header (at most KVF_PEER_BATCH_HDR_MAX bytes, kept
+ * with the batch until the send completes) describes every chunk. */
+#define KVF_PEER_BATCH_CHUNK_MAX (128u << 10)
+#define KVF_PEER_BATCH_MAX       KVF_UCX_IOV_MAX
+#define KVF_PEER_BATCH_BYTES     (4u << 20)
+#define KVF_PEER_BATCH_HDR_MAX   KVF_UCX_AM_IOV_HEADER_MAX
+/* batches being sent at once (each holds its chunks) */
+#define KVF_PEER_BATCHES 128u
 
 typedef struct kvf_peer_fetch kvf_peer_fetch_t;
 
@@ -64,6 +75,8 @@ struct kvf_peer_fetch {
     kvf_store_owner_t *owner; /* grants of chunks being received */
     kvf_peer_item_t *items;
     struct event *deadline_ev; /* kvf_peer_on_deadline */
+    struct event *start_ev;    /* kvf_peer_on_start: holders given */
+    uint32_t *holders;         /* given by the caller, until start_ev */
     kvf_ucx_ep_t **eps;        /* held: the endpoints asked, one per holder */
     uint32_t num_eps;
     uint32_t num;
@@ -98,6 +111,33 @@ typedef struct kvf_peer_serve {
     struct kvf_peer_serve *next_free;
 } kvf_peer_serve_t;
 
+/* Chunks being sent to a requester as one PEER_CHUNKS message: pinned
+ * until UCX is done with them. */
+typedef struct kvf_peer_batch {
+    kvf_peer_t *peer;
+    const kvf_ucx_ep_t *ep; /* the requester's (a key of peer->sending) */
+    uint64_t request_id;
+    uint64_t bytes;
+    uint32_t num;
+    uint32_t indexes[KVF_PEER_BATCH_MAX];
+    uint64_t lengths[KVF_PEER_BATCH_MAX];
+    uint64_t checksums[KVF_PEER_BATCH_MAX];
+    kvf_pool_entry_t *entries[KVF_PEER_BATCH_MAX];
+    kvf_ucx_iov_t iov[KVF_PEER_BATCH_MAX];
+    uint8_t hdr[KVF_PEER_BATCH_HDR_MAX]; /* until the send completes */
+    struct kvf_peer_batch *next_free;
+} kvf_peer_batch_t;
+
+/* Chunks being received from one PEER_CHUNKS message, each into its
+ * slot. */
+typedef struct kvf_peer_rbatch {
+    kvf_peer_fetch_t *fetch;
+    uint32_t num;
+    kvf_peer_item_t *items[KVF_PEER_BATCH_MAX];
+    kvf_ucx_iov_t iov[KVF_PEER_BATCH_MAX];
+    struct kvf_peer_rbatch *next_free;
+} kvf_peer_rbatch_t;
+
 /* Keys being fetched now, to the item getting each (UCX's khash): a fetch
  * asking for a key already on its way follows that item, in O(1). Keys are
  * digests already, so a few of their bits are the hash. */
@@ -131,6 +171,9 @@ struct kvf_peer {
     struct event_base *base;
     kvf_peer_serve_t *serves;
     kvf_peer_serve_t *serve_free;
+    kvf_peer_batch_t *batches; /* KVF_PEER_BATCHES */
+    kvf_peer_batch_t *batch_free;
+    kvf_peer_rbatch_t *rbatch_free; /* made on demand, kept */
     kvf_peer_stats_t stats;
     kvf_peer_link_stats_t links[KVF_PEER_LINKS_MAX];
     uint32_t num_links;
@@ -157,6 +200,10 @@ static void kvf_peer_fetch_maybe_free(kvf_peer_fetch_t *fetch)
     }
     kvf_store_owner_destroy(peer->store, fetch->owner);
     event_free(fetch->deadline_ev);
+    if (fetch->start_ev != NULL) {
+        event_free(fetch->start_ev);
+    }
+    free(fetch->holders);
     for (i = 0; i < fetch->num_eps; i++) {
         kvf_ucx_ep_put(fetch->eps[i]);
     }
@@ -415,6 +462,7 @@ static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
         req.indexes        = indexes;
         req.requester      = kvf_ctl_client_node_id(fetch->peer->ctl);
         req.requester_name = fetch->peer->name;
+        req.batch          = true;
         status             = kvf_mesh_send_frame(
                         peer->mesh, ep, KVF_MESH_AM_PEER_FETCH, KVF_MSG_PEER_FETCH,
                         &req.base, peer->timeout_ns, kvf_peer_on_fetch_sent, fetch, holder);
@@ -683,8 +731,22 @@ static void kvf_peer_on_lookup(void *arg, kvf_status_t status,
     kvf_peer_fetch_maybe_free(fetch);
 }
 
-kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
-                            uint32_t num, kvf_peer_fetch_cb_t cb, void *arg)
+/* The holders a caller's own LOOKUP named go to kvf_peer_on_lookup from
+ * the loop (never inside kvf_peer_fetch_from: it may settle the fetch). */
+static void kvf_peer_on_start(evutil_socket_t fd, short what, void *arg)
+{
+    kvf_peer_fetch_t *fetch = arg;
+    uint32_t *holders       = fetch->holders;
+
+    fetch->holders = NULL;
+    kvf_peer_on_lookup(fetch, KVF_OK, 0, holders, fetch->num);
+    free(holders);
+}
+
+static kvf_status_t kvf_peer_fetch_start(kvf_peer_t *peer,
+                                         const kvf_key_t *keys,
+                                         const uint32_t *holders, uint32_t num,
+                                         kvf_peer_fetch_cb_t cb, void *arg)
 {
     kvf_peer_fetch_t *fetch;
     struct timeval tv;
@@ -708,8 +770,21 @@ kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
         return KVF_ERR_NO_MEMORY;
     }
     fetch->deadline_ev = evtimer_new(peer->base, kvf_peer_on_deadline, fetch);
-    if (fetch->deadline_ev == NULL) {
+    if (holders != NULL) {
+        fetch->start_ev = evtimer_new(peer->base, kvf_peer_on_start, fetch);
+        fetch->holders  = malloc(((size_t)num + 1) * sizeof(*holders));
+    }
+    if ((fetch->deadline_ev == NULL) ||
+        ((holders != NULL) &&
+         ((fetch->start_ev == NULL) || (fetch->holders == NULL)))) {
         kvf_store_owner_destroy(peer->store, fetch->owner);
+        if (fetch->deadline_ev != NULL) {
+            event_free(fetch->deadline_ev);
+        }
+        if (fetch->start_ev != NULL) {
+            event_free(fetch->start_ev);
+        }
+        free(fetch->holders);
         free(fetch->items);
         free(fetch);
         return KVF_ERR_NO_MEMORY;
@@ -750,13 +825,34 @@ kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
     peer->stats.fetches++;
     tv = kvf_time_to_timeval(peer->timeout_ns);
     evtimer_add(fetch->deadline_ev, &tv);
-    if (waiting > 0) {
+    if ((waiting > 0) && (holders != NULL)) {
+        /* the caller's LOOKUP named the holders: no second one */
+        memcpy(fetch->holders, holders, (size_t)num * sizeof(*holders));
+        fetch->pending_ctl++;
+        event_active(fetch->start_ev, EV_TIMEOUT, 1);
+    } else if (waiting > 0) {
         /* only keys nobody is fetching yet need holders */
         fetch->pending_ctl++;
         kvf_ctl_client_lookup(peer->ctl, keys, num, true, 0, kvf_peer_on_lookup,
                               fetch);
     }
     return KVF_OK;
+}
+
+kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
+                            uint32_t num, kvf_peer_fetch_cb_t cb, void *arg)
+{
+    return kvf_peer_fetch_start(peer, keys, NULL, num, cb, arg);
+}
+
+kvf_status_t kvf_peer_fetch_from(kvf_peer_t *peer, const kvf_key_t *keys,
+                                 const uint32_t *holders, uint32_t num,
+                                 kvf_peer_fetch_cb_t cb, void *arg)
+{
+    if (holders == NULL) {
+        return KVF_ERR_INVALID;
+    }
+    return kvf_peer_fetch_start(peer, keys, holders, num, cb, arg);
 }
 
 void kvf_peer_cancel(kvf_peer_t *peer, const void *arg)
@@ -776,14 +872,14 @@ static void kvf_peer_on_miss_sent(kvf_status_t status, void *arg)
     /* nothing to release */
 }
 
-static void kvf_peer_on_recv(kvf_status_t status, void *arg)
+/* The bytes of @p item landed in its slot (KVF_OK) or not: verify and
+ * commit, or give the slot back; settle the item. The fetch stays. */
+static void kvf_peer_item_landed(kvf_peer_item_t *item, kvf_status_t status)
 {
-    kvf_peer_item_t *item   = arg;
     kvf_peer_fetch_t *fetch = item->fetch;
     kvf_peer_t *peer        = fetch->peer;
     bool fetched            = false;
 
-    fetch->inflight--;
     if (status == KVF_OK) {
         /* the commit recomputes the checksum over the bytes that landed:
          * a damaged or torn transfer is refused here */
@@ -820,7 +916,164 @@ static void kvf_peer_on_recv(kvf_status_t status, void *arg)
         item->state = KVF_PEER_ITEM_WAIT; /* so settle counts it */
         kvf_peer_item_settle(item, fetched);
     }
+}
+
+static void kvf_peer_on_recv(kvf_status_t status, void *arg)
+{
+    kvf_peer_item_t *item   = arg;
+    kvf_peer_fetch_t *fetch = item->fetch;
+
+    fetch->inflight--;
+    kvf_peer_item_landed(item, status);
     kvf_peer_fetch_maybe_free(fetch);
+}
+
+/* Every chunk of a PEER_CHUNKS message landed (KVF_OK) or not. */
+static void kvf_peer_on_batch_recv(kvf_status_t status, void *arg)
+{
+    kvf_peer_rbatch_t *rb   = arg;
+    kvf_peer_fetch_t *fetch = rb->fetch;
+    kvf_peer_t *peer        = fetch->peer;
+    uint32_t j;
+
+    fetch->inflight--;
+    for (j = 0; j < rb->num; j++) {
+        kvf_peer_item_landed(rb->items[j], status);
+    }
+    rb->next_free     = peer->rbatch_free;
+    peer->rbatch_free = rb;
+    kvf_peer_fetch_maybe_free(fetch);
+}
+
+/* A fetch in flight by request id, or NULL. */
+static kvf_peer_fetch_t *kvf_peer_fetch_find(kvf_peer_t *peer,
+                                             uint64_t request_id)
+{
+    kvf_peer_fetch_t *fetch;
+
+    for (fetch = peer->fetches; fetch != NULL; fetch = fetch->next) {
+        if (fetch->request_id == request_id) {
+            break;
+        }
+    }
+    return fetch;
+}
+
+/* Several chunks of one fetch in one message: each gets a slot, then one
+ * receive scatters the payload over them. */
+static kvf_status_t kvf_peer_on_chunks(void *arg, const void *header,
+                                       size_t header_len,
+                                       const kvf_ucx_am_msg_t *msg)
+{
+    kvf_peer_t *peer = arg;
+    const Kvf__PeerChunks *chunks;
+    static const uint16_t types[] = {KVF_MSG_PEER_CHUNKS};
+    kvf_peer_fetch_t *fetch       = NULL;
+    kvf_peer_rbatch_t *rb         = NULL;
+    kvf_peer_item_t *items[KVF_PEER_BATCH_MAX];
+    kvf_frame_t frame;
+    kvf_slot_t slot;
+    uint64_t total = 0;
+    uint32_t j, m, got = 0;
+    kvf_status_t ret = KVF_OK;
+
+    if (!kvf_mesh_accept(peer->mesh, msg) ||
+        (kvf_mesh_decode(peer->mesh, header, header_len, KVF_PEER_BATCH_HDR_MAX,
+                         types, 1, "PEER_CHUNKS header", &frame) != KVF_OK)) {
+        return KVF_OK;
+    }
+    chunks = (const Kvf__PeerChunks *)frame.msg;
+    m      = (uint32_t)chunks->n_indexes;
+    if ((m == 0) || (m > KVF_PEER_BATCH_MAX) || (chunks->n_lengths != m) ||
+        (chunks->n_checksums != m)) {
+        kvf_mesh_drop(peer->mesh, KVF_MESH_DROP_MALFORMED);
+        goto out;
+    }
+    fetch = kvf_peer_fetch_find(peer, chunks->request_id);
+    /* each chunk answers a key still waiting, asked of this endpoint; a
+     * key named twice is caught by its state */
+    for (j = 0; (fetch != NULL) && !fetch->done && (j < m); j++) {
+        kvf_peer_item_t *item;
+
+        if (chunks->indexes[j] >= fetch->num) {
+            break;
+        }
+        item = &fetch->items[chunks->indexes[j]];
+        if ((item->state != KVF_PEER_ITEM_WAIT) ||
+            (msg->reply_ep != item->ep)) {
+            break;
+        }
+        item->state = KVF_PEER_ITEM_RECV;
+        items[j]    = item;
+    }
+    if ((fetch == NULL) || fetch->done || (j < m)) {
+        while (j-- > 0) {
+            items[j]->state = KVF_PEER_ITEM_WAIT;
+        }
+        kvf_mesh_drop(peer->mesh, KVF_MESH_DROP_UNEXPECTED);
+        goto out; /* late, unknown or not ours to answer: declined */
+    }
+    for (j = 0; j < m; j++) {
+        uint64_t len = chunks->lengths[j];
+
+        if ((len == 0) || (len > msg->length - total)) {
+            total = UINT64_MAX;
+            break;
+        }
+        total += len;
+    }
+    rb = peer->rbatch_free;
+    if (rb != NULL) {
+        peer->rbatch_free = rb->next_free;
+    } else if (total == msg->length) {
+        rb = calloc(1, sizeof(*rb)); /* kept for reuse */
+    }
+    for (got = 0; (rb != NULL) && (total == msg->length) && (got < m); got++) {
+        if (kvf_store_alloc(peer->store, fetch->owner, chunks->lengths[got],
+                            &slot) != KVF_OK) {
+            break;
+        }
+        items[got]->offset   = slot.offset;
+        items[got]->length   = chunks->lengths[got];
+        items[got]->checksum = chunks->checksums[got];
+        rb->items[got]       = items[got];
+        rb->iov[got].buf = (uint8_t *)kvf_store_base(peer->store) + slot.offset;
+        rb->iov[got].len = chunks->lengths[got];
+    }
+    if ((rb != NULL) && (got == m)) {
+        rb->fetch = fetch;
+        rb->num   = m;
+        if (kvf_ucx_am_recv_data_iov(msg, rb->iov, m, peer->timeout_ns,
+                                     kvf_peer_on_batch_recv, rb) == KVF_OK) {
+            fetch->inflight++;
+            peer->stats.batch_messages++;
+            /* names the holder's traffic row (from the directory) */
+            kvf_peer_link(peer, items[0]->holder,
+                          kvf_mesh_node_name(peer->mesh, items[0]->holder));
+            ret = msg->is_rndv ? KVF_INPROGRESS : KVF_OK;
+            goto out;
+        }
+    }
+    /* lengths that do not add up, no room, or the receive failed: these
+     * chunks are misses (the message is declined) */
+    while (got-- > 0) {
+        kvf_store_release(peer->store, fetch->owner, items[got]->offset);
+    }
+    if (rb != NULL) {
+        rb->next_free     = peer->rbatch_free;
+        peer->rbatch_free = rb;
+    }
+    for (j = 0; j < m; j++) {
+        items[j]->state = KVF_PEER_ITEM_WAIT;
+        kvf_peer_item_settle(items[j], false);
+    }
+
+out:
+    kvf_frame_release(&frame, NULL);
+    if (fetch != NULL) {
+        kvf_peer_fetch_maybe_free(fetch);
+    }
+    return ret;
 }
 
 static kvf_status_t kvf_peer_on_chunk(void *arg, const void *header,
@@ -895,6 +1148,7 @@ static kvf_status_t kvf_peer_on_chunk(void *arg, const void *header,
     }
     item->state = KVF_PEER_ITEM_RECV;
     fetch->inflight++;
+    peer->stats.chunk_messages++;
     /* names the holder's traffic row; counted when the chunk verified */
     kvf_peer_link(peer, item->holder, chunk->holder_name);
     ret = msg->is_rndv ? KVF_INPROGRESS : KVF_OK;
@@ -1098,6 +1352,106 @@ static bool kvf_peer_serve_from_disk(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
     return true;
 }
 
+static void kvf_peer_on_batch_served(kvf_status_t status, void *arg)
+{
+    kvf_peer_batch_t *b = arg;
+    kvf_peer_t *peer    = b->peer;
+    uint32_t j;
+
+    for (j = 0; j < b->num; j++) {
+        kvf_store_put_chunk(peer->store, b->entries[j]);
+        kvf_peer_sending_put(peer, b->ep);
+        b->entries[j] = NULL;
+    }
+    b->num           = 0;
+    b->ep            = NULL;
+    b->next_free     = peer->batch_free;
+    peer->batch_free = b;
+}
+
+/* Sends the chunks gathered in @p b as one PEER_CHUNKS message; on
+ * failure they are released (the requester's fetch misses them). */
+static void kvf_peer_batch_send(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
+                                kvf_peer_batch_t *b,
+                                kvf_peer_link_stats_t *link)
+{
+    Kvf__PeerChunks chunks;
+    size_t len = 0;
+
+    kvf__peer_chunks__init(&chunks);
+    chunks.request_id  = b->request_id;
+    chunks.n_indexes   = b->num;
+    chunks.indexes     = b->indexes;
+    chunks.n_lengths   = b->num;
+    chunks.lengths     = b->lengths;
+    chunks.n_checksums = b->num;
+    chunks.checksums   = b->checksums;
+    if ((kvf_frame_pack(b->hdr, sizeof(b->hdr), KVF_MSG_PEER_CHUNKS, 0,
+                        &chunks.base, KVF_PEER_BATCH_HDR_MAX,
+                        &len) != KVF_OK) ||
+        (kvf_ucx_am_send_iov(ep, KVF_MESH_AM_PEER_CHUNKS, b->hdr, len, b->iov,
+                             b->num, KVF_UCX_AM_SEND_RNDV, peer->timeout_ns,
+                             kvf_peer_on_batch_served, b) != KVF_OK)) {
+        kvf_peer_on_batch_served(KVF_ERR_TRANSPORT, b);
+        return;
+    }
+    peer->stats.chunks_served += b->num;
+    peer->stats.bytes_served += b->bytes;
+    link->chunks_served += b->num;
+    link->bytes_served += b->bytes;
+}
+
+/* Adds @p key to the batch being gathered for @p ep (*batch_p, started
+ * when NULL), sending it when full. False when the key is not for a batch
+ * (not held, too large, over the requester's share, no batch free): the
+ * caller answers it on its own. */
+static bool kvf_peer_serve_batched(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
+                                   uint64_t request_id, uint32_t index,
+                                   const kvf_key_t *key,
+                                   kvf_peer_link_stats_t *link,
+                                   kvf_peer_batch_t **batch_p)
+{
+    kvf_peer_batch_t *b = *batch_p;
+    kvf_pool_entry_t *entry;
+    uint64_t length;
+
+    if ((b == NULL) && (peer->batch_free == NULL)) {
+        return false;
+    }
+    if (kvf_store_hold_chunk(peer->store, key, &entry) != KVF_OK) {
+        return false;
+    }
+    length = kvf_pool_entry_length(entry);
+    if ((length > KVF_PEER_BATCH_CHUNK_MAX) ||
+        !kvf_peer_sending_get(peer, ep)) {
+        kvf_store_put_chunk(peer->store, entry);
+        return false;
+    }
+    if (b == NULL) {
+        b                = peer->batch_free;
+        peer->batch_free = b->next_free;
+        b->ep            = ep;
+        b->request_id    = request_id;
+        b->num           = 0;
+        b->bytes         = 0;
+        *batch_p         = b;
+    }
+    b->entries[b->num]   = entry;
+    b->indexes[b->num]   = index;
+    b->lengths[b->num]   = length;
+    b->checksums[b->num] = kvf_pool_entry_checksum(entry);
+    b->iov[b->num].buf =
+        (uint8_t *)kvf_store_base(peer->store) + kvf_pool_entry_offset(entry);
+    b->iov[b->num].len = length;
+    b->num++;
+    b->bytes += length;
+    if ((b->num == KVF_PEER_BATCH_MAX) || (b->bytes >= KVF_PEER_BATCH_BYTES)) {
+        kvf_peer_batch_send(peer, ep, b, link);
+        *batch_p = NULL;
+    }
+    return true;
+}
+
 /* Answers one key with KVF_ERR_UNSUPPORTED (expect_transports). */
 static void kvf_peer_serve_refuse(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
                                   uint64_t request_id, uint32_t index)
@@ -1150,6 +1504,7 @@ static kvf_status_t kvf_peer_on_fetch(void *arg, const void *header,
     kvf_peer_t *peer = arg;
     const Kvf__PeerFetch *req;
     static const uint16_t types[] = {KVF_MSG_PEER_FETCH};
+    kvf_peer_batch_t *batch       = NULL;
     kvf_peer_link_stats_t *link;
     kvf_frame_t frame;
     size_t n, i;
@@ -1197,8 +1552,16 @@ static kvf_status_t kvf_peer_on_fetch(void *arg, const void *header,
     }
     for (i = 0; i < n; i++) {
         kvf_key_unpack(req->keys.data + i * KVF_KEY_WIRE_SIZE, &key);
+        if (req->batch &&
+            kvf_peer_serve_batched(peer, msg->reply_ep, req->request_id,
+                                   req->indexes[i], &key, link, &batch)) {
+            continue;
+        }
         kvf_peer_serve_one(peer, msg->reply_ep, req->request_id,
                            req->indexes[i], &key, link, false);
+    }
+    if (batch != NULL) {
+        kvf_peer_batch_send(peer, msg->reply_ep, batch, link);
     }
     kvf_frame_release(&frame, NULL);
     return KVF_OK;
@@ -1243,6 +1606,17 @@ kvf_status_t kvf_peer_create(const kvf_peer_params_t *params,
             (i + 1 < KVF_PEER_SERVE_MAX) ? &peer->serves[i + 1] : NULL;
     }
     peer->serve_free = &peer->serves[0];
+    peer->batches    = calloc(KVF_PEER_BATCHES, sizeof(*peer->batches));
+    if (peer->batches == NULL) {
+        status = KVF_ERR_NO_MEMORY;
+        goto err;
+    }
+    for (i = 0; i < KVF_PEER_BATCHES; i++) {
+        peer->batches[i].peer = peer;
+        peer->batches[i].next_free =
+            (i + 1 < KVF_PEER_BATCHES) ? &peer->batches[i + 1] : NULL;
+    }
+    peer->batch_free = &peer->batches[0];
     status           = kvf_mesh_set_handler(peer->mesh, KVF_MESH_AM_PEER_FETCH,
                                             kvf_peer_on_fetch, peer);
     if (status == KVF_OK) {
@@ -1252,6 +1626,10 @@ kvf_status_t kvf_peer_create(const kvf_peer_params_t *params,
     if (status == KVF_OK) {
         status = kvf_mesh_set_handler(peer->mesh, KVF_MESH_AM_PEER_BAD,
                                       kvf_peer_on_bad, peer);
+    }
+    if (status == KVF_OK) {
+        status = kvf_mesh_set_handler(peer->mesh, KVF_MESH_AM_PEER_CHUNKS,
+                                      kvf_peer_on_chunks, peer);
     }
     if (status != KVF_OK) {
         goto err;
@@ -1293,12 +1671,23 @@ void kvf_peer_destroy(kvf_peer_t *peer)
         /* the worker freed the endpoints when it went */
         kvf_store_owner_destroy(peer->store, fetch->owner);
         event_free(fetch->deadline_ev);
+        if (fetch->start_ev != NULL) {
+            event_free(fetch->start_ev);
+        }
+        free(fetch->holders);
         free(fetch->eps);
         free(fetch->items);
         free(fetch);
     }
     kh_destroy_inplace(kvf_peer_keys, &peer->inflight);
     kh_destroy_inplace(kvf_peer_sending, &peer->sending);
+    while (peer->rbatch_free != NULL) {
+        kvf_peer_rbatch_t *rb = peer->rbatch_free;
+
+        peer->rbatch_free = rb->next_free;
+        free(rb);
+    }
+    free(peer->batches);
     free(peer->serves);
     free(peer);
 }

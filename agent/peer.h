@@ -2,16 +2,21 @@
 /* Copyright (c) 2026 The kvfabric authors */
 /*
  * Peer-to-peer chunk transfer between agents (DESIGN.md §3), over UCX
- * active messages: the requester asks a holder for a batch of keys
- * (PEER_FETCH); the holder answers each key with a PEER_CHUNK header whose
- * payload is the chunk, sent zero-copy from its registered pool and received
- * by rendezvous straight into a slot of the requester's pool. The requester
+ * active messages: the requester asks the controller who holds the keys
+ * (one LOOKUP, whose reply also names the holders' addresses; none when the
+ * engine's own lookup already did, kvf_peer_fetch_from), then asks each
+ * holder for its keys (PEER_FETCH); the holder answers each key with a
+ * PEER_CHUNK header whose payload is the chunk, sent zero-copy from its
+ * registered pool and received by rendezvous straight into a slot of the
+ * requester's pool, or, for chunks of up to 128 KiB, up to 64 of them as
+ * one PEER_CHUNKS message (one rendezvous, scattered into one slot each).
+ * The requester
  * verifies every chunk's checksum before committing it (the commit admits
  * it to the controller); a chunk that fails, was evicted, or whose holder
  * dies or stalls past the deadline is a miss, never wrong bytes.
  *
  * Holders pin what they serve until the send completes, and serve any
- * number of requesters at once: each chunk is its own message.
+ * number of requesters at once.
  *
  * thread: owning loop only.
  */
@@ -81,6 +86,8 @@ typedef struct kvf_peer_stats {
     uint64_t served_from_disk; /* of chunks_served, read from disk first */
     uint64_t disk_serve_busy;  /* keys on disk answered as misses: every
                                   disk read slot was busy */
+    uint64_t chunk_messages;   /* chunks received one a message (PEER_CHUNK) */
+    uint64_t batch_messages;   /* messages of several chunks (PEER_CHUNKS) */
 } kvf_peer_stats_t;
 
 /* Traffic with one other agent. Names come from the peers themselves and
@@ -131,6 +138,16 @@ void kvf_peer_set_ctl(kvf_peer_t *peer, kvf_ctl_client_t *ctl);
  */
 kvf_status_t kvf_peer_fetch(kvf_peer_t *peer, const kvf_key_t *keys,
                             uint32_t num, kvf_peer_fetch_cb_t cb, void *arg);
+
+/*
+ * As kvf_peer_fetch, with the holders (one node id per key, 0: none) the
+ * caller's own controller LOOKUP named: no second LOOKUP; the holders'
+ * addresses come from the node directory (which that LOOKUP's reply
+ * filled), NODE_INFO only for one it lacks.
+ */
+kvf_status_t kvf_peer_fetch_from(kvf_peer_t *peer, const kvf_key_t *keys,
+                                 const uint32_t *holders, uint32_t num,
+                                 kvf_peer_fetch_cb_t cb, void *arg);
 
 /* Forgets the callbacks of fetches started with @p arg (its owner is going
  * away); the transfers themselves finish or time out on their own. */

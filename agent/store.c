@@ -51,6 +51,8 @@ struct kvf_store_owner {
     kvf_store_owner_t *prev, *next; /* store->owner_list */
 };
 
+#define KVF_STORE_DAMAGED_MAX 16u
+
 struct kvf_store {
     kvf_pool_t *pool;
     kvf_store_key_cb_t admit_cb;
@@ -66,6 +68,10 @@ struct kvf_store {
     kvf_disk_t *disk; /* borrowed; NULL: no disk tier */
     kvf_store_promotion_t *promotions;
     uint64_t spilled, promoted, promote_failures;
+    /* found damaged while a transfer to a peer held them: dropped when
+     * that transfer puts them back (kvf_store_put_chunk) */
+    kvf_key_t damaged[KVF_STORE_DAMAGED_MAX];
+    unsigned num_damaged;
 };
 
 #define KVF_STORE_EMPTY UINT64_MAX
@@ -345,13 +351,26 @@ kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
 static void kvf_store_drop_damaged(kvf_store_t *store, const kvf_key_t *key,
                                    uint64_t offset)
 {
+    kvf_status_t status;
+    unsigned i;
+
     store->checksum_failures++;
     kvf_warn("store: chunk at offset %" PRIu64 " changed since its commit; "
              "dropped",
              offset);
-    if ((kvf_pool_remove(store->pool, key) == KVF_OK) &&
-        (store->evict_cb != NULL)) {
+    status = kvf_pool_remove(store->pool, key);
+    if ((status == KVF_OK) && (store->evict_cb != NULL)) {
         store->evict_cb(store->cb_arg, key);
+    } else if ((status == KVF_ERR_BUSY) &&
+               (store->num_damaged < KVF_STORE_DAMAGED_MAX)) {
+        /* a send to a peer still holds it: dropped when it is put back */
+        for (i = 0; (i < store->num_damaged) &&
+                    !kvf_key_equal(&store->damaged[i], key);
+             i++) {
+        }
+        if (i == store->num_damaged) {
+            store->damaged[store->num_damaged++] = *key;
+        }
     }
 }
 
@@ -435,7 +454,30 @@ kvf_status_t kvf_store_hold_chunk(kvf_store_t *store, const kvf_key_t *key,
 
 void kvf_store_put_chunk(kvf_store_t *store, kvf_pool_entry_t *entry)
 {
+    kvf_status_t status;
+    kvf_key_t key;
+    unsigned i;
+
+    if (store->num_damaged == 0) {
+        kvf_pool_entry_put(store->pool, entry);
+        return;
+    }
+    key = *kvf_pool_entry_key(entry);
     kvf_pool_entry_put(store->pool, entry);
+    for (i = 0; i < store->num_damaged; i++) {
+        if (!kvf_key_equal(&store->damaged[i], &key)) {
+            continue;
+        }
+        status = kvf_pool_remove(store->pool, &key);
+        if (status == KVF_ERR_BUSY) {
+            return; /* still held: the last put drops it */
+        }
+        if ((status == KVF_OK) && (store->evict_cb != NULL)) {
+            store->evict_cb(store->cb_arg, &key); /* the registry forgets */
+        }
+        store->damaged[i] = store->damaged[--store->num_damaged];
+        return;
+    }
 }
 
 uint32_t kvf_store_local_prefix(kvf_store_t *store, const kvf_key_t *keys,

@@ -564,9 +564,49 @@ static void kvf_server_put_le32(uint8_t *p, uint32_t v)
     p[3] = (uint8_t)(v >> 24);
 }
 
-static kvf_status_t kvf_server_lookup_reply(kvf_conn_t *conn, uint64_t req_id,
-                                            size_t n, size_t hit, size_t held)
+/* Most holders a LOOKUP_REPLY names the data address of. */
+#define KVF_SERVER_LOOKUP_ADDRS 64u
+
+/* Names each distinct holder of server->slots[0, n) once in @p addrs (at
+ * most KVF_SERVER_LOOKUP_ADDRS): the requester reaches them without asking
+ * NODE_INFO. Borrows the node records; returns the count. */
+static size_t kvf_server_holder_addrs(kvf_server_t *server, size_t n,
+                                      Kvf__HolderAddr *addrs,
+                                      Kvf__HolderAddr **ptrs)
 {
+    uint64_t seen[KVF_REGISTRY_MAX_SLOTS / 64] = {0};
+    size_t i, count = 0;
+
+    for (i = 0; (i < n) && (count < KVF_SERVER_LOOKUP_ADDRS); i++) {
+        uint16_t slot = server->slots[i];
+        kvf_node_t *node;
+
+        if ((slot == 0) || (slot >= KVF_REGISTRY_MAX_SLOTS) ||
+            ((seen[slot / 64] >> (slot % 64)) & 1u)) {
+            continue;
+        }
+        seen[slot / 64] |= 1ull << (slot % 64);
+        node = kvf_node_table_find(server->nodes,
+                                   kvf_node_table_slot_id(server->nodes, slot));
+        if ((node == NULL) || (node->data_address[0] == '\0')) {
+            continue;
+        }
+        kvf__holder_addr__init(&addrs[count]);
+        addrs[count].node_id      = node->id;
+        addrs[count].name         = node->name;
+        addrs[count].data_address = node->data_address;
+        ptrs[count]               = &addrs[count];
+        count++;
+    }
+    return count;
+}
+
+static kvf_status_t kvf_server_lookup_reply(kvf_conn_t *conn, uint64_t req_id,
+                                            size_t n, size_t hit, size_t held,
+                                            bool want_addrs)
+{
+    Kvf__HolderAddr addrs[KVF_SERVER_LOOKUP_ADDRS];
+    Kvf__HolderAddr *ptrs[KVF_SERVER_LOOKUP_ADDRS];
     kvf_server_t *server = conn->server;
     Kvf__LookupReply rep;
     char text[] = "";
@@ -592,6 +632,10 @@ static kvf_status_t kvf_server_lookup_reply(kvf_conn_t *conn, uint64_t req_id,
     rep.media.len    = n;
     rep.recovering   = server->is_recovering && kvf_server_recovering(server);
     rep.term         = server->term;
+    if (want_addrs) {
+        rep.n_holder_addrs = kvf_server_holder_addrs(server, n, addrs, ptrs);
+        rep.holder_addrs   = ptrs;
+    }
     return kvf_conn_send(conn, KVF_MSG_LOOKUP_REPLY, &rep.base);
 }
 
@@ -624,7 +668,8 @@ static kvf_status_t kvf_server_on_lookup(kvf_conn_t *conn, Kvf__Lookup *lk)
                               kvf_server_requester_slot(server, lk->requester),
                               lk->any_order, server->slots, server->media,
                               &hit);
-    return kvf_server_lookup_reply(conn, lk->request_id, n, hit, hit);
+    return kvf_server_lookup_reply(conn, lk->request_id, n, hit, hit,
+                                   lk->want_addresses);
 }
 
 static kvf_status_t kvf_server_on_tp_lookup(kvf_conn_t *conn, Kvf__TpLookup *lk)
@@ -668,7 +713,7 @@ static kvf_status_t kvf_server_on_tp_lookup(kvf_conn_t *conn, Kvf__TpLookup *lk)
         }
     }
     return kvf_server_lookup_reply(conn, lk->request_id, total, min_hit,
-                                   min_hit * lk->tp_world);
+                                   min_hit * lk->tp_world, false);
 }
 
 static void kvf_server_node_desc(kvf_server_t *server, kvf_node_t *node,
@@ -712,6 +757,7 @@ static kvf_status_t kvf_server_on_node_info(kvf_conn_t *conn,
     kvf_status_t status;
     char text[128] = "";
 
+    server->ctr.node_infos++;
     if (req->n_node_ids > count) {
         kvf_conn_reject(conn, req->request_id, KVF_ERR_NOT_FOUND,
                         "more node ids than nodes");

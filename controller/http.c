@@ -345,6 +345,10 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
         b, "kvf_controller_kv_events_total", KVF_PROM_COUNTER,
         "KV events, by result", "result", 2, events,
         (const uint64_t[]){st.events_published, st.events_dropped});
+    kvf_prom_metric(b, "kvf_controller_node_info_total", KVF_PROM_COUNTER,
+                    "NODE_INFO requests (off the fetch path: lookups name "
+                    "the holders' addresses)",
+                    c->node_infos);
     kvf_http_latency(b, "kvf_controller_request_seconds",
                      "the controller's time per framed request", &c->requests);
     kvf_http_latency(b, "kvf_controller_index_request_seconds",

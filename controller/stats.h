@@ -36,6 +36,7 @@ typedef struct kvf_server_counters {
     uint64_t lookup_keys;
     uint64_t lookup_hit_chunks;
     uint64_t lookup_miss_chunks;
+    uint64_t node_infos; /* NODE_INFO requests */
     uint64_t protocol_errors;
     uint64_t auth_failures;      /* connections refused by the handshake */
     uint64_t tls_failures;       /* TLS handshakes that failed */

@@ -71,6 +71,7 @@ static const kvf_msg_desc_t kvf_msg_descs[KVF_MSG_TYPE_MAX] = {
     [KVF_MSG_PD_DONE_REPLY]      = {"PD_DONE_REPLY",
                                     &kvf__pd_done_reply__descriptor},
     [KVF_MSG_PD_ABORT]           = {"PD_ABORT", &kvf__pd_abort__descriptor},
+    [KVF_MSG_PEER_CHUNKS] = {"PEER_CHUNKS", &kvf__peer_chunks__descriptor},
 };
 
 const ProtobufCMessageDescriptor *kvf_msg_descriptor(uint16_t type)

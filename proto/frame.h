@@ -81,6 +81,7 @@ typedef enum {
     KVF_MSG_PD_DONE        = 65,
     KVF_MSG_PD_DONE_REPLY  = 66,
     KVF_MSG_PD_ABORT       = 67,
+    KVF_MSG_PEER_CHUNKS    = 78,
     KVF_MSG_TYPE_MAX       = 256, /* type numbers are below this */
 } kvf_msg_type_t;
 

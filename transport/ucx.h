@@ -3,16 +3,17 @@
 /*
  * The UCX layer: context, worker bound to a libevent loop (STYLE.md B6),
  * listener, endpoints (by sockaddr or worker address, cached by peer name),
- * whole-region memory registration with packed rkeys, active messages
- * (eager and rendezvous straight into a caller buffer), put/get and flush.
+ * whole-region memory registration, active messages (eager and
+ * rendezvous straight into a caller buffer, one buffer or scattered over
+ * many) and worker flush. No one-sided put/get: peers move chunks only as
+ * active messages (docs/architecture.md, "Data path").
  *
- * Operations. Every non-blocking call (am send, am recv data, put, get,
- * flush) takes a timeout and a completion callback. It either returns an
- * error (then the callback is never called) or KVF_OK, and then the callback
- * runs exactly once, on the owning loop, never from inside the call:
- *   KVF_OK            the operation completed,
- *   KVF_ERR_TIMEOUT   its deadline passed; the request was canceled, or its
- *                     endpoint was failed so that UCX released the buffers,
+ * Operations. Every non-blocking call (am send, am recv data, flush) takes a
+ * timeout and a completion callback. It either returns an error (then the
+ * callback is never called) or KVF_OK, and then the callback runs exactly once,
+ * on the owning loop, never from inside the call: KVF_OK            the
+ * operation completed, KVF_ERR_TIMEOUT   its deadline passed; the request was
+ * canceled, or its endpoint was failed so that UCX released the buffers,
  *   KVF_ERR_CLOSED    the peer went away or the endpoint was closed,
  *   KVF_ERR_CANCELED  the worker is being destroyed,
  *   KVF_ERR_TRANSPORT any other UCX failure (logged with its status).
@@ -40,14 +41,11 @@ typedef struct kvf_ucx_worker kvf_ucx_worker_t;
 typedef struct kvf_ucx_listener kvf_ucx_listener_t;
 typedef struct kvf_ucx_ep kvf_ucx_ep_t;
 typedef struct kvf_ucx_mem kvf_ucx_mem_t;
-typedef struct kvf_ucx_rkey kvf_ucx_rkey_t;
 
 /** Default timeout of operations when a caller passes 0. */
 #define KVF_UCX_TIMEOUT_DEFAULT_NS (10ull * 1000 * 1000 * 1000)
 /** Longest peer name kept by the endpoint cache, with the NUL. */
 #define KVF_UCX_PEER_NAME_MAX 128
-/** Longest packed rkey kvf_ucx_rkey_unpack accepts (ours are ~100 B). */
-#define KVF_UCX_RKEY_MAX 1024
 /** Active message ids our services use are below this. */
 #define KVF_UCX_AM_ID_MAX 64
 /**
@@ -377,7 +375,8 @@ typedef enum {
 } kvf_ucx_mem_access_t;
 
 /**
- * Registers [addr, addr+len) once with every transport and packs its rkey.
+ * Registers [addr, addr+len) once with every transport (zero-copy sends
+ * and rendezvous receives).
  *
  * @param [in] access  KVF_UCX_MEM_REMOTE_* bits (local access always).
  *                     Grant the least a region needs (docs/security.md):
@@ -399,38 +398,9 @@ kvf_status_t kvf_ucx_mem_register(kvf_ucx_ctx_t *ctx, void *addr, size_t len,
  */
 void kvf_ucx_mem_deregister(kvf_ucx_mem_t *mem);
 
-/**
- * The packed rkey, to send to peers (PD and peer-fetch replies).
- *
- * @param [out] len_p  its length
- * @return the blob; ownership: borrowed, valid until deregister
- */
-const void *kvf_ucx_mem_rkey(const kvf_ucx_mem_t *mem, size_t *len_p);
 /** Start and length of the registered region. thread: any. */
 void *kvf_ucx_mem_base(const kvf_ucx_mem_t *mem);
 size_t kvf_ucx_mem_length(const kvf_ucx_mem_t *mem);
-
-/**
- * Unpacks a peer's rkey for @p ep, describing the remote region
- * [remote_base, remote_base+remote_len) so put/get can be range-checked.
- *
- * UCX 1.13 does not validate the blob (its unpack takes no length): it is
- * unpacked from a zero-padded copy, but accept rkeys from authenticated
- * peers only.
- *
- * @return KVF_OK; KVF_ERR_INVALID; KVF_ERR_CLOSED (failed ep);
- *         KVF_ERR_TOO_BIG (> KVF_UCX_RKEY_MAX); KVF_ERR_PROTO (UCX
- *         rejected the blob); KVF_ERR_NO_MEMORY
- *
- * thread: owning loop only. ownership: caller destroys it before the ep's
- * last reference goes.
- */
-kvf_status_t kvf_ucx_rkey_unpack(kvf_ucx_ep_t *ep, const void *packed,
-                                 size_t packed_len, uint64_t remote_base,
-                                 uint64_t remote_len, kvf_ucx_rkey_t **rkey_p);
-
-/** Destroys an unpacked rkey; NULL is a no-op. thread: owning loop. */
-void kvf_ucx_rkey_destroy(kvf_ucx_rkey_t *rkey);
 
 /* ------------------------------------------------------------ operations */
 
@@ -460,6 +430,30 @@ kvf_status_t kvf_ucx_am_send(kvf_ucx_ep_t *ep, unsigned id, const void *header,
                              const kvf_ucx_mem_t *mem, unsigned flags,
                              uint64_t timeout_ns, kvf_ucx_op_cb_t cb,
                              void *arg);
+
+/** One piece of a scattered payload (laid out as UCX's ucp_dt_iov_t). */
+typedef struct kvf_ucx_iov {
+    void *buf;
+    size_t len;
+} kvf_ucx_iov_t;
+
+/** Most pieces of one scattered send or receive. */
+#define KVF_UCX_IOV_MAX 64u
+/** Largest header of kvf_ucx_am_send_iov (it describes many pieces). */
+#define KVF_UCX_AM_IOV_HEADER_MAX 1024u
+
+/**
+ * As kvf_ucx_am_send, with the payload gathered from @p iov (@p iovcnt
+ * pieces, at most KVF_UCX_IOV_MAX): many chunks travel as one message (one
+ * rendezvous). A header of up to KVF_UCX_AM_HEADER_MAX bytes is copied; a
+ * longer one (up to KVF_UCX_AM_IOV_HEADER_MAX) must stay untouched until
+ * the callback, as must @p iov itself and every piece.
+ */
+kvf_status_t kvf_ucx_am_send_iov(kvf_ucx_ep_t *ep, unsigned id,
+                                 const void *header, size_t header_len,
+                                 const kvf_ucx_iov_t *iov, size_t iovcnt,
+                                 unsigned flags, uint64_t timeout_ns,
+                                 kvf_ucx_op_cb_t cb, void *arg);
 
 /**
  * An incoming active message, as given to a handler. A plain value: copy it
@@ -527,28 +521,18 @@ kvf_status_t kvf_ucx_am_recv_data(const kvf_ucx_am_msg_t *msg, void *dest,
 void kvf_ucx_am_msg_release(const kvf_ucx_am_msg_t *msg);
 
 /**
- * Writes @p len bytes from @p src to remote address @p remote_addr.
+ * As kvf_ucx_am_recv_data, scattering the payload over @p iov (@p iovcnt
+ * pieces, at most KVF_UCX_IOV_MAX, whose lengths add up to exactly
+ * msg->length; @p iov must stay valid until the callback), e.g. one slot
+ * of the pool per chunk of a batch.
  *
- * @return as kvf_ucx_am_send; KVF_ERR_RANGE when the remote range is
- *         outside the rkey's region
+ * @return as kvf_ucx_am_recv_data; KVF_ERR_INVALID when the lengths do not
+ *         add up (the message is declined)
  */
-kvf_status_t kvf_ucx_put(kvf_ucx_ep_t *ep, const void *src, size_t len,
-                         const kvf_ucx_mem_t *mem, uint64_t remote_addr,
-                         const kvf_ucx_rkey_t *rkey, uint64_t timeout_ns,
-                         kvf_ucx_op_cb_t cb, void *arg);
-
-/** Reads @p len bytes at @p remote_addr into @p dest. As kvf_ucx_put. */
-kvf_status_t kvf_ucx_get(kvf_ucx_ep_t *ep, void *dest, size_t len,
-                         const kvf_ucx_mem_t *mem, uint64_t remote_addr,
-                         const kvf_ucx_rkey_t *rkey, uint64_t timeout_ns,
-                         kvf_ucx_op_cb_t cb, void *arg);
-
-/**
- * Completes when every operation issued on @p ep so far completed;
- * KVF_ERR_CLOSED when the ep failed meanwhile. Returns as kvf_ucx_am_send.
- */
-kvf_status_t kvf_ucx_ep_flush(kvf_ucx_ep_t *ep, uint64_t timeout_ns,
-                              kvf_ucx_op_cb_t cb, void *arg);
+kvf_status_t kvf_ucx_am_recv_data_iov(const kvf_ucx_am_msg_t *msg,
+                                      const kvf_ucx_iov_t *iov, size_t iovcnt,
+                                      uint64_t timeout_ns, kvf_ucx_op_cb_t cb,
+                                      void *arg);
 
 /**
  * Completes when UCX has flushed the worker (ucp_worker_flush_nbx). In UCX

@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 
+#include <stdint.h>
 #include <string.h>
 
 static ucs_status_t kvf_ucx_am_on_recv(void *arg, const void *header,
@@ -183,6 +184,61 @@ kvf_status_t kvf_ucx_am_recv_data(const kvf_ucx_am_msg_t *msg, void *dest,
         op,
         ucp_am_recv_data_nbx(worker->ucp, msg->desc, dest, msg->length, &param),
         "am recv data");
+}
+
+kvf_status_t kvf_ucx_am_recv_data_iov(const kvf_ucx_am_msg_t *msg,
+                                      const kvf_ucx_iov_t *iov, size_t iovcnt,
+                                      uint64_t timeout_ns, kvf_ucx_op_cb_t cb,
+                                      void *arg)
+{
+    ucp_request_param_t param;
+    kvf_ucx_worker_t *worker;
+    kvf_ucx_op_t *op;
+    kvf_status_t status;
+    size_t i, total = 0, at = 0;
+
+    if ((msg == NULL) || (cb == NULL) || (iov == NULL) || (iovcnt == 0) ||
+        (iovcnt > KVF_UCX_IOV_MAX)) {
+        return KVF_ERR_INVALID;
+    }
+    worker = msg->worker;
+    for (i = 0; i < iovcnt; i++) {
+        if ((iov[i].buf == NULL) || (iov[i].len > msg->length - total)) {
+            total = SIZE_MAX;
+            break;
+        }
+        total += iov[i].len;
+    }
+    if (total != msg->length) {
+        kvf_debug("worker %s: am of %zu bytes for %zu pieces that do not "
+                  "add up to it",
+                  worker->name, msg->length, iovcnt);
+        kvf_ucx_am_msg_release(msg);
+        return KVF_ERR_INVALID;
+    }
+    status = kvf_ucx_op_alloc(worker, msg->reply_ep, KVF_UCX_OP_AM_RECV,
+                              timeout_ns, cb, arg, &op);
+    if (status != KVF_OK) {
+        kvf_ucx_am_msg_release(msg);
+        return status;
+    }
+    if (!msg->is_rndv) {
+        for (i = 0; i < iovcnt; i++) {
+            memcpy(iov[i].buf, (const uint8_t *)msg->data + at, iov[i].len);
+            at += iov[i].len;
+        }
+        kvf_ucx_op_complete_now(op, KVF_OK);
+        return KVF_OK;
+    }
+    kvf_ucx_op_param_init(op, &param);
+    param.cb.recv_am = kvf_ucx_op_on_recv_am;
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+    param.datatype = ucp_dt_make_iov();
+    return kvf_ucx_op_start(op,
+                            ucp_am_recv_data_nbx(worker->ucp, msg->desc,
+                                                 (void *)(uintptr_t)iov, iovcnt,
+                                                 &param),
+                            "am recv data iov");
 }
 
 void kvf_ucx_am_msg_release(const kvf_ucx_am_msg_t *msg)

@@ -24,23 +24,11 @@ struct kvf_ucx_mem {
     ucp_mem_h memh;
     void *base;
     size_t len;
-    void *rkey_buf; /* packed rkey, our copy */
-    size_t rkey_len;
-};
-
-struct kvf_ucx_rkey {
-    kvf_ucx_ep_t *ep; /* unpacked for this endpoint only */
-    ucp_rkey_h ucp;
-    uint64_t base;
-    uint64_t len;
 };
 
 typedef enum {
     KVF_UCX_OP_AM_SEND,
     KVF_UCX_OP_AM_RECV,
-    KVF_UCX_OP_PUT,
-    KVF_UCX_OP_GET,
-    KVF_UCX_OP_EP_FLUSH,
     KVF_UCX_OP_WORKER_FLUSH,
 } kvf_ucx_op_type_t;
 

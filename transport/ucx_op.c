@@ -5,7 +5,7 @@
  *
  * UCX callbacks only move an operation to the done queue; the user callback
  * runs from kvf_ucx_op_dispatch_done, after progress, so users may close
- * endpoints or start new operations from it. A send/put/get cannot be
+ * endpoints or start new operations from it. A send or receive cannot be
  * canceled by UCX once started (its buffers may still be in use), so a
  * deadline fails the operation's endpoint: UCX then releases every request
  * on it and the one that timed out reports KVF_ERR_TIMEOUT.
@@ -17,6 +17,7 @@
 #include "common/time.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <string.h>
 
 static void kvf_ucx_op_list_push(kvf_ucx_op_list_t *list, kvf_ucx_op_t *op)
@@ -119,12 +120,8 @@ static void kvf_ucx_op_timer_arm(kvf_ucx_worker_t *worker, uint64_t deadline)
 /* Status reported for an operation UCX finished with @p ucs. */
 static kvf_status_t kvf_ucx_op_status(const kvf_ucx_op_t *op, ucs_status_t ucs)
 {
-    if ((ucs == UCS_OK) &&
-        !((op->type == KVF_UCX_OP_EP_FLUSH) && op->ep->is_failed)) {
-        return KVF_OK; /* a flush of a failed ep did not flush anything */
-    }
     if (ucs == UCS_OK) {
-        return KVF_ERR_CLOSED;
+        return KVF_OK;
     }
     if (op->is_timed_out) {
         return KVF_ERR_TIMEOUT;
@@ -419,124 +416,55 @@ kvf_status_t kvf_ucx_am_send(kvf_ucx_ep_t *ep, unsigned id, const void *header,
                             "am send");
 }
 
-static kvf_status_t kvf_ucx_rma_check(kvf_ucx_ep_t *ep, size_t len,
-                                      uint64_t remote_addr,
-                                      const kvf_ucx_rkey_t *rkey)
-{
-    const kvf_ucx_rkey_t *r = rkey;
+/* kvf_ucx_iov_t is handed to UCX as it is */
+_Static_assert(sizeof(kvf_ucx_iov_t) == sizeof(ucp_dt_iov_t), "iov size");
+_Static_assert(offsetof(kvf_ucx_iov_t, buf) == offsetof(ucp_dt_iov_t, buffer),
+               "iov buffer");
+_Static_assert(offsetof(kvf_ucx_iov_t, len) == offsetof(ucp_dt_iov_t, length),
+               "iov length");
 
-    if ((ep == NULL) || (rkey == NULL) || (len == 0)) {
-        return KVF_ERR_INVALID;
-    }
-    if ((remote_addr < r->base) || (len > r->len) ||
-        (remote_addr - r->base > r->len - len)) {
-        kvf_error("rma to %s: range %" PRIx64 "+%zu outside region %" PRIx64
-                  "+%" PRIu64,
-                  ep->peer, remote_addr, len, r->base, r->len);
-        return KVF_ERR_RANGE;
-    }
-    if (r->ep != ep) {
-        return KVF_ERR_INVALID;
-    }
-    return KVF_OK;
-}
-
-/* What a put and a get share: the range check against the rkey, an
- * operation slot, and the request parameters (with the local memory
- * handle when there is one). */
-static kvf_status_t kvf_ucx_rma_begin(kvf_ucx_ep_t *ep, kvf_ucx_op_type_t type,
-                                      size_t len, const kvf_ucx_mem_t *mem,
-                                      uint64_t remote_addr,
-                                      const kvf_ucx_rkey_t *rkey,
-                                      uint64_t timeout_ns, kvf_ucx_op_cb_t cb,
-                                      void *arg, ucp_request_param_t *param,
-                                      kvf_ucx_op_t **op_p)
-{
-    kvf_status_t status;
-
-    status = kvf_ucx_rma_check(ep, len, remote_addr, rkey);
-    if (status != KVF_OK) {
-        return status;
-    }
-    status = kvf_ucx_op_alloc(ep->worker, ep, type, timeout_ns, cb, arg, op_p);
-    if (status != KVF_OK) {
-        return status;
-    }
-    kvf_ucx_op_param_init(*op_p, param);
-    if (mem != NULL) {
-        param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        param->memh = mem->memh;
-    }
-    return KVF_OK;
-}
-
-/* A put from @p src or (src NULL) a get into @p dest. */
-static kvf_status_t kvf_ucx_rma(kvf_ucx_ep_t *ep, const void *src, void *dest,
-                                size_t len, const kvf_ucx_mem_t *mem,
-                                uint64_t remote_addr,
-                                const kvf_ucx_rkey_t *rkey, uint64_t timeout_ns,
-                                kvf_ucx_op_cb_t cb, void *arg)
+kvf_status_t kvf_ucx_am_send_iov(kvf_ucx_ep_t *ep, unsigned id,
+                                 const void *header, size_t header_len,
+                                 const kvf_ucx_iov_t *iov, size_t iovcnt,
+                                 unsigned flags, uint64_t timeout_ns,
+                                 kvf_ucx_op_cb_t cb, void *arg)
 {
     ucp_request_param_t param;
     kvf_ucx_op_t *op;
     kvf_status_t status;
 
-    status = kvf_ucx_rma_begin(
-        ep, (src != NULL) ? KVF_UCX_OP_PUT : KVF_UCX_OP_GET, len, mem,
-        remote_addr, rkey, timeout_ns, cb, arg, &param, &op);
-    if (status != KVF_OK) {
-        return status;
-    }
-    if (src != NULL) {
-        return kvf_ucx_op_start(
-            op,
-            ucp_put_nbx(ep->ucp_ep, src, len, remote_addr, rkey->ucp, &param),
-            "put");
-    }
-    return kvf_ucx_op_start(
-        op, ucp_get_nbx(ep->ucp_ep, dest, len, remote_addr, rkey->ucp, &param),
-        "get");
-}
-
-kvf_status_t kvf_ucx_put(kvf_ucx_ep_t *ep, const void *src, size_t len,
-                         const kvf_ucx_mem_t *mem, uint64_t remote_addr,
-                         const kvf_ucx_rkey_t *rkey, uint64_t timeout_ns,
-                         kvf_ucx_op_cb_t cb, void *arg)
-{
-    if (src == NULL) {
+    if ((ep == NULL) || (id >= KVF_UCX_AM_ID_MAX) || (iov == NULL) ||
+        (iovcnt == 0) || (iovcnt > KVF_UCX_IOV_MAX) ||
+        ((flags & KVF_UCX_AM_SEND_EAGER) && (flags & KVF_UCX_AM_SEND_RNDV)) ||
+        ((header == NULL) && (header_len > 0))) {
         return KVF_ERR_INVALID;
     }
-    return kvf_ucx_rma(ep, src, NULL, len, mem, remote_addr, rkey, timeout_ns,
-                       cb, arg);
-}
-
-kvf_status_t kvf_ucx_get(kvf_ucx_ep_t *ep, void *dest, size_t len,
-                         const kvf_ucx_mem_t *mem, uint64_t remote_addr,
-                         const kvf_ucx_rkey_t *rkey, uint64_t timeout_ns,
-                         kvf_ucx_op_cb_t cb, void *arg)
-{
-    return kvf_ucx_rma(ep, NULL, dest, len, mem, remote_addr, rkey, timeout_ns,
-                       cb, arg);
-}
-
-kvf_status_t kvf_ucx_ep_flush(kvf_ucx_ep_t *ep, uint64_t timeout_ns,
-                              kvf_ucx_op_cb_t cb, void *arg)
-{
-    ucp_request_param_t param;
-    kvf_ucx_op_t *op;
-    kvf_status_t status;
-
-    if (ep == NULL) {
-        return KVF_ERR_INVALID;
+    if (header_len > KVF_UCX_AM_IOV_HEADER_MAX) {
+        return KVF_ERR_TOO_BIG;
     }
-    status = kvf_ucx_op_alloc(ep->worker, ep, KVF_UCX_OP_EP_FLUSH, timeout_ns,
+    status = kvf_ucx_op_alloc(ep->worker, ep, KVF_UCX_OP_AM_SEND, timeout_ns,
                               cb, arg, &op);
     if (status != KVF_OK) {
         return status;
     }
+    if ((header_len > 0) && (header_len <= KVF_UCX_AM_HEADER_MAX)) {
+        memcpy(op->header, header, header_len);
+        header = op->header;
+    }
     kvf_ucx_op_param_init(op, &param);
-    return kvf_ucx_op_start(op, ucp_ep_flush_nbx(ep->ucp_ep, &param),
-                            "ep flush");
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_DATATYPE;
+    param.datatype = ucp_dt_make_iov();
+    param.flags    = UCP_AM_SEND_FLAG_REPLY;
+    if (flags & KVF_UCX_AM_SEND_EAGER) {
+        param.flags |= UCP_AM_SEND_FLAG_EAGER;
+    }
+    if (flags & KVF_UCX_AM_SEND_RNDV) {
+        param.flags |= UCP_AM_SEND_FLAG_RNDV;
+    }
+    return kvf_ucx_op_start(op,
+                            ucp_am_send_nbx(ep->ucp_ep, id, header, header_len,
+                                            iov, iovcnt, &param),
+                            "am send iov");
 }
 
 kvf_status_t kvf_ucx_worker_flush(kvf_ucx_worker_t *worker, uint64_t timeout_ns,

@@ -758,3 +758,54 @@ Test(pd, drain_refuses_pushes_survives_a_controller_restart_and_undrains)
     kvf_client_disconnect(pc);
     kvf_client_disconnect(dc);
 }
+
+/* Small chunks of a push travel several a PD_DATA (one rendezvous), each
+ * landing in its own slot of the decoder's region, every byte verified. */
+Test(pd, small_chunks_travel_in_batches_byte_exact)
+{
+    enum {
+        N     = 40,
+        SMALL = 16u << 10
+    };
+    kvf_slot_t slots[64];
+    uint64_t sums[N];
+    kvf_client_t *pc, *dc;
+    uint8_t want[SMALL];
+    uint32_t num = 0, i, b;
+
+    start_pair(NULL);
+    pc = connect_to(&g_p);
+    dc = connect_to(&g_d);
+    cr_assert_eq(kvf_client_alloc(pc, SMALL, N, slots), KVF_OK);
+    for (i = 0; i < N; i++) {
+        uint8_t *p = (uint8_t *)kvf_client_pool_base(pc) + slots[i].offset;
+
+        for (b = 0; b < SMALL; b++) {
+            p[b] = (uint8_t)((b * 31u) ^ (i * 7u) ^ (b >> 8));
+        }
+        sums[i] = kvf_chunk_checksum(p, SMALL);
+    }
+    cr_assert_eq(kvf_pd_push(pc, 77, "it-decode", slots, sums, N, true), KVF_OK,
+                 "%s", kvf_client_last_error(pc));
+    cr_assert_eq(kvf_client_release(pc, slots, N), KVF_OK);
+    cr_assert_eq(kvf_pd_wait(dc, 77, 5000000000ull, slots, 64, &num), KVF_OK,
+                 "%s", kvf_client_last_error(dc));
+    cr_assert_eq(num, N);
+    for (i = 0; i < N; i++) {
+        cr_assert_eq(slots[i].length, SMALL);
+        for (b = 0; b < SMALL; b++) {
+            want[b] = (uint8_t)((b * 31u) ^ (i * 7u) ^ (b >> 8));
+        }
+        cr_assert(memcmp((uint8_t *)kvf_client_pool_base(dc) + slots[i].offset,
+                         want, SMALL) == 0,
+                  "chunk %u differs", i);
+    }
+    cr_assert_eq(kvf_pd_release(dc, 77), KVF_OK);
+    /* 40 chunks, one message */
+    cr_assert_eq(
+        metric(&g_d, "kvf_agent_pd_data_messages_total{kind=\"batch\"}"), 1);
+    cr_assert_eq(
+        metric(&g_d, "kvf_agent_pd_data_messages_total{kind=\"chunk\"}"), 0);
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}

@@ -533,3 +533,118 @@ Test(peer_fetch, prefetch_lease_keeps_the_hit_until_retrieve)
     cr_assert_eq(metric(1, "kvf_agent_prefetch_leases "), 0);
     kvf_client_disconnect(c);
 }
+
+/* The value of the controller's metric line @p prefix, or -1. */
+static long long ctl_metric(const char *prefix)
+{
+    static char body[65536];
+    uint16_t port = (uint16_t)atoi(strrchr(g_ctl.http, ':') + 1);
+    const char *p = body;
+
+    if (kvf_test_http_get(port, "/metrics", body, sizeof(body)) != 200) {
+        return -1;
+    }
+    while ((p = strstr(p, prefix)) != NULL) {
+        if ((p == body) || (p[-1] == '\n')) {
+            return atoll(p + strlen(prefix));
+        }
+        p++;
+    }
+    return -1;
+}
+
+Test(peer_fetch, one_controller_round_trip_per_request)
+{
+    uint32_t tokens[8 * 16];
+    kvf_lookup_result_t res;
+    kvf_key_t keys[8], other[8];
+    long long lookups, infos;
+    kvf_client_t *c;
+    bool missing[8];
+    size_t got, k;
+
+    chain(keys, 8);
+    for (k = 0; k < 8 * 16; k++) {
+        tokens[k] = (uint32_t)(k * 11 + 5);
+    }
+    cr_assert_eq(kvf_key_chain(0x78, tokens, 8 * 16, 16, false, other, 8, &got),
+                 KVF_OK);
+    store_on(0, keys, 0, 8);
+    store_on(2, other, 0, 8);
+    wait_hits(2, keys, 8, 8); /* the registry has both */
+    wait_hits(0, other, 8, 8);
+    lookups = ctl_metric("kvf_controller_lookups_total ");
+    infos   = ctl_metric("kvf_controller_node_info_total ");
+    cr_assert_geq(lookups, 0);
+    cr_assert_geq(infos, 0);
+    /* B has never talked to A: a prefetching lookup then the retrieve
+     * cost one LOOKUP (its reply names A's address) and no NODE_INFO */
+    c = connect_to(1);
+    cr_assert_eq(kvf_client_lookup(c, keys, 8, true, &res), KVF_OK);
+    cr_assert_eq(res.hit_chunks, 8);
+    kvf_client_disconnect(c);
+    cr_assert_eq(retrieve_check(1, keys, 8, missing), 8);
+    cr_assert_eq(ctl_metric("kvf_controller_lookups_total "), lookups + 1);
+    cr_assert_eq(ctl_metric("kvf_controller_node_info_total "), infos);
+    /* a retrieve with no lookup before it, from C (new to B): one LOOKUP */
+    cr_assert_eq(retrieve_check(1, other, 8, missing), 8);
+    cr_assert_eq(ctl_metric("kvf_controller_lookups_total "), lookups + 2);
+    cr_assert_eq(ctl_metric("kvf_controller_node_info_total "), infos);
+}
+
+/* Small chunks of one fetch travel several a message (one rendezvous),
+ * each scattered into its own slot and verified on its own. */
+Test(peer_fetch, small_chunks_travel_in_batches_byte_identical)
+{
+    enum {
+        N     = 30,
+        SMALL = 16u << 10
+    };
+    kvf_key_t keys[N];
+    kvf_slot_t slots[N];
+    uint64_t sums[N];
+    bool missing[N];
+    uint8_t expect[SMALL];
+    kvf_client_t *c;
+    uint32_t k;
+
+    chain(keys, N);
+    c = connect_to(0);
+    cr_assert_eq(kvf_client_alloc(c, SMALL, N, slots), KVF_OK);
+    for (k = 0; k < N; k++) {
+        uint8_t *p = (uint8_t *)kvf_client_pool_base(c) + slots[k].offset;
+        uint32_t b;
+
+        for (b = 0; b < SMALL; b++) {
+            p[b] = (uint8_t)(keys[k].lo >> (b % 8) ^ b ^ k);
+        }
+        sums[k] = kvf_chunk_checksum(p, SMALL);
+    }
+    cr_assert_eq(kvf_client_commit(c, keys, slots, sums, N), KVF_OK);
+    kvf_client_disconnect(c);
+    wait_hits(2, keys, N, N);
+    c = connect_to(1);
+    cr_assert_eq(kvf_client_retrieve(c, keys, N, slots, missing), KVF_OK, "%s",
+                 kvf_client_last_error(c));
+    for (k = 0; k < N; k++) {
+        uint32_t b;
+
+        cr_assert(!missing[k], "chunk %u missing", k);
+        cr_assert_eq(slots[k].length, SMALL);
+        for (b = 0; b < SMALL; b++) {
+            expect[b] = (uint8_t)(keys[k].lo >> (b % 8) ^ b ^ k);
+        }
+        cr_assert(memcmp((uint8_t *)kvf_client_pool_base(c) + slots[k].offset,
+                         expect, SMALL) == 0,
+                  "chunk %u differs", k);
+    }
+    cr_assert_eq(kvf_client_release(c, slots, N), KVF_OK);
+    kvf_client_disconnect(c);
+    /* 30 chunks in one message, none on its own */
+    cr_assert_eq(metric(1, "kvf_agent_fetch_chunks_total{result=\"fetched\"} "),
+                 N);
+    cr_assert_eq(metric(1, "kvf_agent_fetch_messages_total{kind=\"batch\"} "),
+                 1);
+    cr_assert_eq(metric(1, "kvf_agent_fetch_messages_total{kind=\"chunk\"} "),
+                 0);
+}

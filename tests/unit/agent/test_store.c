@@ -243,3 +243,25 @@ Test(store, owner_table_growth_keeps_the_owner_list)
     cr_assert_eq(st.pool.used, 0);
     kvf_store_destroy(store);
 }
+
+/* A chunk found damaged while a send to a peer holds it is dropped (and
+ * the registry told) when that send puts it back, not left listed. */
+Test(store, damaged_while_held_is_dropped_when_put_back)
+{
+    kvf_pool_entry_t *entry = NULL;
+    kvf_store_owner_t *o;
+    kvf_slot_t slot;
+    kvf_key_t k = key_of(5);
+
+    cr_assert_eq(kvf_store_owner_create(g_store, &o), KVF_OK);
+    put_chunk(o, 5, &slot);
+    kvf_store_owner_destroy(g_store, o);
+    cr_assert_eq(kvf_store_hold_chunk(g_store, &k, &entry), KVF_OK);
+    ((uint8_t *)kvf_store_base(g_store))[slot.offset + 3] ^= 0x10;
+    cr_assert_eq(kvf_store_verify(g_store, &k), KVF_ERR_CHECKSUM);
+    cr_assert_eq(g_evicts, 0, "held: cannot go yet");
+    cr_assert_eq(kvf_store_local_prefix(g_store, &k, 1), 1);
+    kvf_store_put_chunk(g_store, entry);
+    cr_assert_eq(g_evicts, 1);
+    cr_assert_eq(kvf_store_local_prefix(g_store, &k, 1), 0);
+}

@@ -254,7 +254,6 @@ Test(ucx, ctx_rejects_unknown_setting)
     kvf_ucx_ctx_destroy(NULL);
     kvf_ucx_worker_destroy(NULL);
     kvf_ucx_ep_put(NULL);
-    kvf_ucx_rkey_destroy(NULL);
     kvf_ucx_mem_deregister(NULL);
 }
 
@@ -381,88 +380,95 @@ Test(ucx, am_rndv_received_after_the_handler)
     fixture_down();
 }
 
-ParameterizedTestParameters(ucx, put_get_byte_identical)
+/* Many chunks as one message: gathered at the sender from pieces of
+ * different sizes, scattered at the receiver over a different split. */
+Test(ucx, am_iov_gathers_and_scatters_byte_identical)
 {
-    static transport_case_t cases[] = {
-        {"tcp", false},
-        {"tcp,cma", true},
-    };
-
-    return cr_make_param_array(transport_case_t, cases,
-                               sizeof(cases) / sizeof(cases[0]));
-}
-
-ParameterizedTest(transport_case_t *tc, ucx, put_get_byte_identical)
-{
-    const size_t len     = 1 * MIB;
-    unsigned char *reg   = calloc(1, 2 * len); /* server region */
-    unsigned char *src   = malloc(len);
-    unsigned char *dst   = calloc(1, len);
-    kvf_ucx_mem_t *mem   = NULL;
-    kvf_ucx_mem_t *lmem  = NULL;
-    kvf_ucx_rkey_t *rkey = NULL;
-    const void *packed;
-    size_t packed_len;
-    uint64_t base = (uint64_t)(uintptr_t)reg;
+    static const size_t send_split[] = {16 * KIB, 64 * KIB, 176 * KIB};
+    static const size_t recv_split[] = {48 * KIB, 16 * KIB, 192 * KIB};
+    unsigned char *src               = malloc(256 * KIB);
+    unsigned char *dst               = calloc(1, 512 * KIB);
+    kvf_ucx_iov_t siov[3], riov[3];
     kvf_ucx_ep_t *ep;
-    op_result_t r = {0};
-    op_result_t f = {0};
+    size_t at, rat, i;
+    unsigned round;
 
-    fixture_up(tc->tls, !tc->by_address);
-    cr_assert_eq(kvf_ucx_mem_register(
-                     g.srv_ctx, reg, 2 * len,
-                     KVF_UCX_MEM_REMOTE_READ | KVF_UCX_MEM_REMOTE_WRITE, &mem),
-                 KVF_OK);
-    cr_assert_eq(kvf_ucx_mem_register(g.cli_ctx, dst, len, 0, &lmem), KVF_OK);
-    packed = kvf_ucx_mem_rkey(mem, &packed_len);
-    cr_assert_gt(packed_len, 0);
-    ep = fixture_connect(tc->by_address);
-    cr_assert_eq(
-        kvf_ucx_rkey_unpack(ep, packed, packed_len, base, 2 * len, &rkey),
-        KVF_OK);
+    fixture_up("tcp", true);
+    g.am.keep     = true;
+    g.am.dest_len = 256 * KIB;
+    g.am.dest     = malloc(g.am.dest_len);
+    ep            = fixture_connect(false);
+    for (round = 0; round < 2; round++) {
+        op_result_t sent = {0}, recv = {0};
+        unsigned flags =
+            (round == 0) ? KVF_UCX_AM_SEND_RNDV : KVF_UCX_AM_SEND_EAGER;
 
-    fill(src, len, 5);
-    cr_assert_eq(
-        kvf_ucx_put(ep, src, len, NULL, base + len, rkey, 0, on_op, &r),
-        KVF_OK);
-    cr_assert_eq(kvf_ucx_ep_flush(ep, 0, on_op, &f), KVF_OK);
-    wait_op(&r);
-    wait_op(&f);
-    cr_assert_eq(r.status, KVF_OK);
-    cr_assert_eq(f.status, KVF_OK);
-    cr_assert(memcmp(reg + len, src, len) == 0);
-
-    memset(&r, 0, sizeof(r));
-    cr_assert_eq(
-        kvf_ucx_get(ep, dst, len, lmem, base + len, rkey, 0, on_op, &r),
-        KVF_OK);
-    wait_op(&r);
-    cr_assert_eq(r.status, KVF_OK);
-    cr_assert(memcmp(dst, src, len) == 0);
-
-    /* outside the advertised region: refused before UCX sees it */
-    cr_assert_eq(
-        kvf_ucx_put(ep, src, len, NULL, base + len + 1, rkey, 0, on_op, &r),
-        KVF_ERR_RANGE);
-    cr_assert_eq(
-        kvf_ucx_get(ep, dst, len, NULL, base - 4096, rkey, 0, on_op, &r),
-        KVF_ERR_RANGE);
-    cr_assert_eq(kvf_ucx_rkey_unpack(ep, "junk", 0, base, len, &rkey),
-                 KVF_ERR_INVALID);
-
-    memset(&f, 0, sizeof(f));
-    cr_assert_eq(kvf_ucx_worker_flush(g.cli, 0, on_op, &f), KVF_OK);
-    wait_op(&f);
-    cr_assert_eq(f.status, KVF_OK);
-
-    kvf_ucx_rkey_destroy(rkey);
+        fill(src, 256 * KIB, 11 + round);
+        memset(dst, 0, 512 * KIB);
+        for (i = 0, at = 0, rat = 0; i < 3; i++) {
+            siov[i].buf = src + at;
+            siov[i].len = send_split[i];
+            /* scattered pieces with gaps between them */
+            riov[i].buf = dst + 2 * rat;
+            riov[i].len = recv_split[i];
+            at += send_split[i];
+            rat += recv_split[i];
+        }
+        g.am.kept_count = 0;
+        g.am.received   = 0;
+        memset(&g.am.recv, 0, sizeof(g.am.recv));
+        cr_assert_eq(kvf_ucx_am_send_iov(ep, AM_ID_DATA, "v", 1, siov, 3, flags,
+                                         0, on_op, &sent),
+                     KVF_OK);
+        cr_assert(loop_until(srv_got_am, WAIT_NS));
+        cr_assert_eq(g.am.length, 256 * KIB);
+        if (round == 0) {
+            cr_assert_eq(g.am.kept_count, 1);
+            /* lengths that do not add up: declined, nothing written */
+            riov[2].len--;
+            cr_assert_eq(kvf_ucx_am_recv_data_iov(&g.am.kept[0], riov, 3, 0,
+                                                  on_op, &recv),
+                         KVF_ERR_INVALID);
+            wait_op(&sent);
+            cr_assert_eq(recv.calls, 0);
+            /* again, received this time */
+            riov[2].len++;
+            memset(&sent, 0, sizeof(sent));
+            g.am.kept_count = 0;
+            g.am.received   = 0;
+            cr_assert_eq(kvf_ucx_am_send_iov(ep, AM_ID_DATA, "v", 1, siov, 3,
+                                             flags, 0, on_op, &sent),
+                         KVF_OK);
+            cr_assert(loop_until(srv_got_am, WAIT_NS));
+            cr_assert_eq(g.am.kept_count, 1);
+            cr_assert_eq(kvf_ucx_am_recv_data_iov(&g.am.kept[0], riov, 3, 0,
+                                                  on_op, &recv),
+                         KVF_OK);
+        } else {
+            /* eager: the handler received it whole; scatter that */
+            cr_assert_eq(g.am.kept_count, 0);
+            cr_assert(loop_until(srv_recv_done, WAIT_NS));
+            recv.calls  = 1;
+            recv.status = KVF_OK;
+            for (i = 0, at = 0; i < 3; i++) {
+                memcpy(riov[i].buf, g.am.dest + at, riov[i].len);
+                at += riov[i].len;
+            }
+        }
+        wait_op(&recv);
+        wait_op(&sent);
+        cr_assert_eq(recv.status, KVF_OK);
+        cr_assert_eq(sent.status, KVF_OK);
+        for (i = 0, at = 0; i < 3; i++) {
+            cr_assert(memcmp(riov[i].buf, src + at, riov[i].len) == 0,
+                      "piece %zu of round %u differs", i, round);
+            at += riov[i].len;
+        }
+    }
     kvf_ucx_ep_put(ep);
-    kvf_ucx_mem_deregister(mem);
-    kvf_ucx_mem_deregister(lmem);
-    fixture_down();
-    free(reg);
     free(src);
     free(dst);
+    fixture_down();
 }
 
 Test(ucx, mem_register_rejects_bad_args)
@@ -541,7 +547,6 @@ Test(ucx, peer_gone_fails_inflight_ops_once)
                                      KVF_UCX_AM_SEND_RNDV, 0, on_op, &r[i]),
                      KVF_OK);
     }
-    cr_assert_eq(kvf_ucx_ep_flush(ep, 0, on_op, &f), KVF_OK);
     cr_assert(loop_until(accepted_one, WAIT_NS));
     cr_assert(loop_until(srv_got_am, WAIT_NS));
     cr_assert_eq(r[0].calls, 0);
@@ -561,8 +566,6 @@ Test(ucx, peer_gone_fails_inflight_ops_once)
         cr_assert(r[i].status == KVF_ERR_CLOSED, "op %u: %s", i,
                   kvf_strerror(r[i].status));
     }
-    wait_op(&f);
-    cr_assert_neq(f.status, KVF_OK);
     cr_assert(kvf_ucx_ep_is_failed(ep));
 
     /* new operations on it are refused at once */
@@ -802,33 +805,6 @@ Test(ucx, listener_rejects_bad_host_and_busy_port)
     fixture_down();
 }
 
-Test(ucx, rkey_unpack_of_junk_does_not_crash)
-{
-    unsigned char junk[64];
-    kvf_ucx_rkey_t *rkey = NULL;
-    kvf_ucx_ep_t *ep;
-    kvf_status_t status;
-    unsigned i;
-
-    fixture_up("tcp", true);
-    ep = fixture_connect(false);
-    for (i = 0; i < sizeof(junk); i++) {
-        junk[i] = (unsigned char)(i * 37 + 11);
-    }
-    /* junk[0..7] is the md map: indexes past the context's mds */
-    status = kvf_ucx_rkey_unpack(ep, junk, sizeof(junk), 4096, 4096, &rkey);
-    cr_assert(status == KVF_OK || status == KVF_ERR_PROTO, "%s",
-              kvf_strerror(status));
-    kvf_ucx_rkey_destroy(rkey);
-    rkey = NULL;
-    cr_assert_eq(
-        kvf_ucx_rkey_unpack(ep, junk, KVF_UCX_RKEY_MAX + 1, 4096, 4096, &rkey),
-        KVF_ERR_TOO_BIG);
-    cr_assert_null(rkey);
-    kvf_ucx_ep_put(ep);
-    fixture_down();
-}
-
 static bool accepted_two(void)
 {
     return g.accepted >= 2;
@@ -838,14 +814,9 @@ Test(ucx, bad_arguments_are_refused_without_callbacks)
 {
     kvf_ucx_ep_params_t none = {.field_mask = 0};
     unsigned char buf[4096];
-    kvf_ucx_mem_t *mem  = NULL;
-    kvf_ucx_rkey_t *rk  = NULL;
     kvf_ucx_ep_t *other = NULL;
     kvf_ucx_ep_t *ep;
     op_result_t r = {0};
-    const void *packed;
-    size_t packed_len;
-    uint64_t base = (uint64_t)(uintptr_t)buf;
 
     fixture_up("tcp", true);
     ep = fixture_connect(false);
@@ -866,23 +837,20 @@ Test(ucx, bad_arguments_are_refused_without_callbacks)
                                  NULL, NULL),
                  KVF_ERR_INVALID);
 
-    /* rma: zero length, rkey of another endpoint */
-    cr_assert_eq(kvf_ucx_mem_register(g.srv_ctx, buf, sizeof(buf),
-                                      KVF_UCX_MEM_REMOTE_READ, &mem),
-                 KVF_OK);
-    packed = kvf_ucx_mem_rkey(mem, &packed_len);
-    cr_assert_eq(
-        kvf_ucx_rkey_unpack(ep, packed, packed_len, base, sizeof(buf), &rk),
-        KVF_OK);
-    cr_assert_eq(kvf_ucx_get(ep, buf, 0, NULL, base, rk, 0, on_op, &r),
-                 KVF_ERR_INVALID);
+    /* a second endpoint, so that two handshakes complete below */
     cr_assert_eq(kvf_ucx_ep_create(g.cli,
                                    &(kvf_ucx_ep_params_t){
                                        .field_mask = KVF_UCX_EP_FIELD_SOCKADDR,
                                        .sockaddr   = g.peer},
                                    &other),
                  KVF_OK);
-    cr_assert_eq(kvf_ucx_get(other, buf, 8, NULL, base, rk, 0, on_op, &r),
+    /* iov: none, too many pieces */
+    cr_assert_eq(
+        kvf_ucx_am_send_iov(ep, AM_ID_DATA, NULL, 0, NULL, 1, 0, 0, on_op, &r),
+        KVF_ERR_INVALID);
+    cr_assert_eq(kvf_ucx_am_send_iov(ep, AM_ID_DATA, NULL, 0,
+                                     &(kvf_ucx_iov_t){buf, 8},
+                                     KVF_UCX_IOV_MAX + 1, 0, 0, on_op, &r),
                  KVF_ERR_INVALID);
     cr_assert_eq(r.calls, 0);
     /* both handshakes done before the listener goes: UCX 1.13 can crash
@@ -890,8 +858,6 @@ Test(ucx, bad_arguments_are_refused_without_callbacks)
      * while the listener is destroyed */
     cr_assert(loop_until(accepted_two, WAIT_NS));
 
-    kvf_ucx_rkey_destroy(rk);
-    kvf_ucx_mem_deregister(mem);
     kvf_ucx_ep_put(other);
     kvf_ucx_ep_put(ep);
     fixture_down();
