@@ -64,8 +64,26 @@ static kvf_transports_peer_t *kvf_transports_row(kvf_transports_t *t,
     return row;
 }
 
+static bool kvf_transports_check_slow(kvf_transports_t *t, kvf_ucx_ep_t *ep,
+                                      uint32_t node_id, const char *name);
+
 bool kvf_transports_check(kvf_transports_t *t, kvf_ucx_ep_t *ep,
                           uint32_t node_id, const char *name)
+{
+    if ((ep == t->last_ep) && (node_id == t->last_node) && (ep != NULL)) {
+        if (!t->last_ok) {
+            t->refused++;
+        }
+        return t->last_ok;
+    }
+    t->last_ok   = kvf_transports_check_slow(t, ep, node_id, name);
+    t->last_ep   = ep;
+    t->last_node = node_id;
+    return t->last_ok;
+}
+
+static bool kvf_transports_check_slow(kvf_transports_t *t, kvf_ucx_ep_t *ep,
+                                      uint32_t node_id, const char *name)
 {
     kvf_transports_peer_t *row =
         kvf_transports_row(t, node_id, name, kvf_ucx_ep_peer(ep));

@@ -34,6 +34,11 @@ typedef struct kvf_transports {
     char expect[256]; /* comma-separated; empty: anything goes */
     uint64_t refused; /* messages refused over an unexpected transport */
     char last[96];    /* what the last connection checked runs on */
+    /* the last connection checked and its verdict: messages of one fetch
+     * arrive on one endpoint, so the per-chunk check is a compare */
+    const kvf_ucx_ep_t *last_ep;
+    uint32_t last_node;
+    bool last_ok;
     uint32_t num_peers;
     kvf_transports_peer_t peers[KVF_TRANSPORTS_PEERS_MAX];
 } kvf_transports_t;
