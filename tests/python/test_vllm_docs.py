@@ -188,7 +188,7 @@ class DocRun:
             ktc["kv_connector_extra_config"]["stats_dir"] = stats
             argv[i] = json.dumps(ktc)
             argv += serve_test_flags(BLOCK)
-            env = _vllm_env(cpu)
+            env = _vllm_env(cpu, self.tmp)
             alias = env["PYTHONPATH"].split(os.pathsep)[1:]
             env.update(self.env)
             env["PYTHONPATH"] = os.pathsep.join(

@@ -103,7 +103,7 @@ class VllmEngine:
                 "stats_dir", self.stats_dir)
         spec = dict(model=model, kv_transfer_config=kv_transfer_config,
                     llm_kwargs=llm_kwargs)
-        env = _vllm_env(cpu)
+        env = _vllm_env(cpu, self.dir)
         self._log = open(self.log_path, "ab")
         self.t_start = time.monotonic()
         self.proc = subprocess.Popen(
@@ -351,7 +351,7 @@ class VllmServer:
                 "stats_dir", self.stats_dir)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = _vllm_env(cpu)
+        env = _vllm_env(cpu, self.dir)
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             serve_argv(model, self.port, kv_transfer_config, **kw),
@@ -424,8 +424,13 @@ def _dist_alias_dir() -> Optional[str]:
     return _ALIAS_DIR or None
 
 
-def _vllm_env(cpu: int) -> Dict[str, str]:
+def _vllm_env(cpu: int, rpc_dir: Optional[str] = None) -> Dict[str, str]:
+    """The environment of a vLLM child. @p rpc_dir: where vLLM puts its
+    ZeroMQ IPC sockets (default /tmp, where a killed instance leaves them):
+    the instance's own folder, removed at exit."""
     env = dict(os.environ)
+    if rpc_dir is not None:
+        env["VLLM_RPC_BASE_PATH"] = rpc_dir
     env.pop("LD_PRELOAD", None)  # vLLM runs without the ASan runtime
     env.pop("ASAN_OPTIONS", None)
     lib = vllm_lib()
