@@ -752,6 +752,7 @@ static kvf_status_t kvf_agent_engines_start(kvf_agent_t *agent)
     eparams.node_name         = agent->name;
     eparams.max_frame         = (uint32_t)agent->config->max_frame;
     eparams.max_connections   = 1024;
+    eparams.staging_size      = agent->config->engine_staging_size;
     eparams.secret            = &agent->secret;
     return kvf_engine_server_create(&eparams, &agent->engines);
 }

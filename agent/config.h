@@ -31,6 +31,8 @@ typedef struct kvf_agent_config {
     uint64_t disk_queue_depth; /* write-behind buffers, reads in flight */
     bool disk_flush_on_stop;   /* a clean stop spills the pool to disk */
     uint64_t grant_timeout;    /* ns: uncommitted allocations taken back */
+    /* bytes: each engine's writable staging area */
+    uint64_t engine_staging_size;
     int eviction;              /* kvf_pool_policy_t: lru, lfu, fifo */
     char *socket;              /* Unix socket path for engines */
     char *listen;              /* HOST:PORT of the peer (UCX) service */

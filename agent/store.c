@@ -2,6 +2,7 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "agent/store.h"
 
+#include "common/chunk.h"
 #include "common/log.h"
 #include "common/time.h"
 
@@ -259,22 +260,27 @@ kvf_status_t kvf_store_alloc(kvf_store_t *store, kvf_store_owner_t *owner,
     return KVF_OK;
 }
 
-kvf_status_t kvf_store_commit(kvf_store_t *store, kvf_store_owner_t *owner,
-                              const kvf_key_t *key, uint64_t offset,
-                              uint64_t checksum)
+/* Commits the grant @p hold: its bytes come from @p src (copied into the
+ * block, checksummed as they land) or are already in the block (NULL). */
+static kvf_status_t kvf_store_commit_hold(kvf_store_t *store,
+                                          kvf_store_owner_t *owner,
+                                          kvf_store_hold_t *hold,
+                                          const kvf_key_t *key, const void *src,
+                                          uint64_t checksum)
 {
-    kvf_store_hold_t *hold = kvf_store_hold_find(owner, offset);
-    kvf_pool_entry_t *entry;
+    kvf_pool_entry_t *entry = hold->entry;
+    uint64_t offset         = hold->offset;
     uint64_t actual;
 
-    if ((hold == NULL) || !hold->is_grant) {
-        return KVF_ERR_RANGE;
-    }
-    entry = hold->entry;
     kvf_store_hold_delete(owner, hold);
     owner->grants--;
-    actual = kvf_chunk_checksum(kvf_pool_ptr(store->pool, offset),
-                                kvf_pool_entry_length(entry));
+    if (src != NULL) {
+        actual = kvf_chunk_copy_checksum(kvf_pool_ptr(store->pool, offset), src,
+                                         kvf_pool_entry_length(entry));
+    } else {
+        actual = kvf_chunk_checksum(kvf_pool_ptr(store->pool, offset),
+                                    kvf_pool_entry_length(entry));
+    }
     if (actual != checksum) {
         store->checksum_failures++;
         kvf_pool_free(store->pool, entry);
@@ -292,6 +298,48 @@ kvf_status_t kvf_store_commit(kvf_store_t *store, kvf_store_owner_t *owner,
     store->commits++;
     if (store->admit_cb != NULL) {
         store->admit_cb(store->cb_arg, key);
+    }
+    return KVF_OK;
+}
+
+kvf_status_t kvf_store_commit(kvf_store_t *store, kvf_store_owner_t *owner,
+                              const kvf_key_t *key, uint64_t offset,
+                              uint64_t checksum)
+{
+    kvf_store_hold_t *hold = kvf_store_hold_find(owner, offset);
+
+    if ((hold == NULL) || !hold->is_grant) {
+        return KVF_ERR_RANGE;
+    }
+    return kvf_store_commit_hold(store, owner, hold, key, NULL, checksum);
+}
+
+kvf_status_t kvf_store_commit_copy(kvf_store_t *store, kvf_store_owner_t *owner,
+                                   const kvf_key_t *key, uint64_t offset,
+                                   const void *src, uint64_t checksum)
+{
+    kvf_store_hold_t *hold = kvf_store_hold_find(owner, offset);
+
+    if ((hold == NULL) || !hold->is_grant) {
+        return KVF_ERR_RANGE;
+    }
+    return kvf_store_commit_hold(store, owner, hold, key, src, checksum);
+}
+
+kvf_status_t kvf_store_grant_fill(kvf_store_t *store, kvf_store_owner_t *owner,
+                                  uint64_t offset, const void *src,
+                                  uint64_t length, uint64_t checksum)
+{
+    kvf_store_hold_t *hold = kvf_store_hold_find(owner, offset);
+
+    if ((hold == NULL) || !hold->is_grant || (length == 0) ||
+        (length > kvf_pool_entry_length(hold->entry))) {
+        return KVF_ERR_RANGE;
+    }
+    if (kvf_chunk_copy_checksum(kvf_pool_ptr(store->pool, offset), src,
+                                length) != checksum) {
+        store->checksum_failures++;
+        return KVF_ERR_CHECKSUM;
     }
     return KVF_OK;
 }
@@ -846,9 +894,14 @@ void *kvf_store_base(const kvf_store_t *store)
 
 uint64_t kvf_store_size(const kvf_store_t *store)
 {
-    /* engines map the chunk area and the PD region after it; a huge-page
-     * memfd maps in whole pages */
-    return kvf_pool_map_length(store->pool);
+    /* what engines map: the memfd (the chunk area in whole pages); the PD
+     * region after it is not in the memfd */
+    return kvf_pool_fd_length(store->pool);
+}
+
+kvf_status_t kvf_store_fd_readonly(const kvf_store_t *store, int *fd_p)
+{
+    return kvf_pool_fd_readonly(store->pool, fd_p);
 }
 
 uint64_t kvf_store_reserve(const kvf_store_t *store, uint64_t *offset_p)

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Copyright (c) 2026 The kvfabric authors */
 /*
- * Every byte an engine reads was verified (issue #16.5): an engine
- * changes a chunk after committing it (engines still map the pool
- * writable); another engine's local retrieve of that chunk is a miss, not
- * the changed bytes; the chunk is dropped at the agent, the registry
- * forgets it, and the failure is counted.
+ * Every byte an engine reads was verified (issue #16.5): a chunk changes
+ * in the agent's pool after its commit (engines cannot do that any more,
+ * tests/security/confine; the test writes the agent's memory); an engine's
+ * local retrieve of that chunk is a miss, not the changed bytes; the chunk
+ * is dropped at the agent, the registry forgets it, and the failure is
+ * counted.
  */
 #include "tests/helpers/proc.h"
 #include "tests/helpers/test_helpers.h"
@@ -59,6 +60,19 @@ static kvf_client_t *connect_to(void)
     return connect_agent(&g_agent);
 }
 
+/* Where the agent keeps the committed chunk of @p key (a retrieve's slot:
+ * pool offsets are the same in every mapping). */
+static uint64_t pool_offset(kvf_client_t *c, const kvf_key_t *key)
+{
+    kvf_slot_t slot;
+    bool missing = true;
+
+    cr_assert_eq(kvf_client_retrieve(c, key, 1, &slot, &missing), KVF_OK);
+    cr_assert(!missing);
+    cr_assert_eq(kvf_client_release(c, &slot, 1), KVF_OK);
+    return slot.offset;
+}
+
 Test(local_verify, a_chunk_changed_after_commit_is_a_miss_and_dropped)
 {
     kvf_key_t keys[2]    = {{.ns = 1, .hi = 0x5ec, .lo = 0x10ca1},
@@ -82,7 +96,7 @@ Test(local_verify, a_chunk_changed_after_commit_is_a_miss_and_dropped)
     }
     cr_assert_eq(kvf_client_commit(writer, keys, slots, sums, 2), KVF_OK);
     /* after the commit: one byte of the first chunk changes */
-    p[0][CHUNK / 2] ^= 0xff;
+    kvf_sec_agent_flip(&g_agent, pool_offset(writer, &keys[0]) + CHUNK / 2);
 
     reader = connect_to();
     cr_assert_eq(kvf_client_retrieve(reader, keys, 2, slots, missing), KVF_OK);
@@ -127,7 +141,8 @@ Test(local_verify, a_peer_that_fetched_a_damaged_chunk_makes_its_holder_drop_it)
     memset(p, 0x44, CHUNK);
     sum = kvf_chunk_checksum(p, CHUNK);
     cr_assert_eq(kvf_client_commit(writer, &key, &slot, &sum, 1), KVF_OK);
-    p[7] ^= 0x01; /* damaged at the holder after commit */
+    /* damaged at the holder after commit */
+    kvf_sec_agent_flip(&g_agent, pool_offset(writer, &key) + 7);
 
     /* the other agent fetches it from the holder: refused there */
     reader = connect_agent(&g_other);
