@@ -1223,9 +1223,10 @@ static kvf_status_t kvf_engine_conn_pd_push(kvf_engine_conn_t *conn,
     push->request_id = req->request_id;
     offsets          = malloc(req->n_offsets * sizeof(*offsets));
     status           = (offsets == NULL) ? KVF_ERR_NO_MEMORY : KVF_OK;
-    /* allocations are sent from their pool grant: copied there from the
-     * engine's staging block and checked against the pushed checksum as
-     * they land; retrieved chunks (pins) go as they are */
+    /* allocations are sent from their pool grant, copied there from the
+     * engine's staging block (the engine cannot change them while UCX
+     * sends; the decoder checks the checksums); retrieved chunks (pins)
+     * go as they are */
     for (i = 0; (status == KVF_OK) && (i < req->n_offsets); i++) {
         kvf_pool_entry_t *entry;
         uint64_t grant;
@@ -1236,9 +1237,9 @@ static kvf_status_t kvf_engine_conn_pd_push(kvf_engine_conn_t *conn,
             continue;
         }
         offsets[i] = grant;
-        status     = kvf_store_grant_fill(server->store, conn->owner, grant,
+        status     = kvf_store_grant_copy(server->store, conn->owner, grant,
                                           kvf_engine_staging_ptr(conn, entry),
-                                          req->lengths[i], req->checksums[i]);
+                                          req->lengths[i]);
     }
     if (status == KVF_OK) {
         status = kvf_pd_push_submit(
@@ -1254,8 +1255,6 @@ static kvf_status_t kvf_engine_conn_pd_push(kvf_engine_conn_t *conn,
             (status == KVF_ERR_RANGE)
                 ? "a pushed slot is not one of this connection's grants or "
                   "pins, or its length exceeds it"
-            : (status == KVF_ERR_CHECKSUM)
-                ? "a pushed chunk does not match its checksum"
                 : kvf_strerror(status));
     }
     push->next   = conn->pushes;

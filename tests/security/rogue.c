@@ -13,8 +13,6 @@
 #include <criterion/criterion.h>
 #include <event2/event.h>
 
-#include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -237,38 +235,4 @@ long long kvf_sec_metric(const kvf_sec_agent_t *agent, const char *series)
     snprintf(needle, sizeof(needle), "\n%s ", series);
     p = strstr(body, needle);
     return (p == NULL) ? -1 : atoll(p + strlen(needle));
-}
-
-void kvf_sec_agent_flip(const kvf_sec_agent_t *agent, uint64_t offset)
-{
-    unsigned long long start = 0, lo, hi, off;
-    char path[64], line[512];
-    uint8_t byte;
-    FILE *maps;
-    int fd;
-
-    snprintf(path, sizeof(path), "/proc/%d/maps", (int)agent->proc.pid);
-    maps = fopen(path, "r");
-    cr_assert_not_null(maps, "%s: %s", path, strerror(errno));
-    /* the pool memfd's mapping at file offset 0 (the agent maps it once,
-     * read-write) */
-    while (fgets(line, sizeof(line), maps) != NULL) {
-        if ((strstr(line, "memfd:kvf-pool") != NULL) &&
-            (strstr(line, " rw-s ") != NULL) &&
-            (sscanf(line, "%llx-%llx %*s %llx", &lo, &hi, &off) == 3) &&
-            (off == 0) && (offset < hi - lo)) {
-            start = lo;
-            break;
-        }
-    }
-    fclose(maps);
-    cr_assert_neq(start, 0, "no writable pool mapping in %s", path);
-    snprintf(path, sizeof(path), "/proc/%d/mem", (int)agent->proc.pid);
-    fd = open(path, O_RDWR);
-    cr_assert_geq(fd, 0, "%s: %s", path, strerror(errno));
-    cr_assert_eq(pread(fd, &byte, 1, (off_t)(start + offset)), 1);
-    byte ^= 0xff;
-    cr_assert_eq(pwrite(fd, &byte, 1, (off_t)(start + offset)), 1, "%s: %s",
-                 path, strerror(errno));
-    close(fd);
 }

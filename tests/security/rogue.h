@@ -66,11 +66,4 @@ void kvf_sec_agent_start(kvf_sec_agent_t *agent, const char *ctl_addr,
  * agent's /metrics; -1 when absent. */
 long long kvf_sec_metric(const kvf_sec_agent_t *agent, const char *series);
 
-/* Flips (xor 0xff) the byte at @p offset of the agent's pool in the
- * agent's own memory (its writable mapping of the pool memfd, through
- * /proc/PID/mem: the test started the agent, so it may): what a bug in
- * the agent, a bad DIMM or a process that can ptrace it could do; engines
- * no longer can. Asserts. */
-void kvf_sec_agent_flip(const kvf_sec_agent_t *agent, uint64_t offset);
-
 #endif /* KVF_TESTS_SECURITY_ROGUE_H */

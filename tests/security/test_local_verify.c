@@ -96,7 +96,9 @@ Test(local_verify, a_chunk_changed_after_commit_is_a_miss_and_dropped)
     }
     cr_assert_eq(kvf_client_commit(writer, keys, slots, sums, 2), KVF_OK);
     /* after the commit: one byte of the first chunk changes */
-    kvf_sec_agent_flip(&g_agent, pool_offset(writer, &keys[0]) + CHUNK / 2);
+    cr_assert_eq(kvf_test_agent_pool_flip(
+                     &g_agent.proc, pool_offset(writer, &keys[0]) + CHUNK / 2),
+                 0);
 
     reader = connect_to();
     cr_assert_eq(kvf_client_retrieve(reader, keys, 2, slots, missing), KVF_OK);
@@ -142,7 +144,9 @@ Test(local_verify, a_peer_that_fetched_a_damaged_chunk_makes_its_holder_drop_it)
     sum = kvf_chunk_checksum(p, CHUNK);
     cr_assert_eq(kvf_client_commit(writer, &key, &slot, &sum, 1), KVF_OK);
     /* damaged at the holder after commit */
-    kvf_sec_agent_flip(&g_agent, pool_offset(writer, &key) + 7);
+    cr_assert_eq(
+        kvf_test_agent_pool_flip(&g_agent.proc, pool_offset(writer, &key) + 7),
+        0);
 
     /* the other agent fetches it from the holder: refused there */
     reader = connect_agent(&g_other);
