@@ -984,7 +984,7 @@ static kvf_status_t kvf_engine_retrieve_reply(kvf_engine_conn_t *conn,
                                               const kvf_key_t *keys, uint32_t n)
 {
     kvf_engine_server_t *server = conn->server;
-    uint64_t *offsets, *lengths;
+    uint64_t *offsets, *lengths, *sums;
     Kvf__EngineSlots reply;
     kvf_status_t status;
     uint8_t *missing;
@@ -993,17 +993,20 @@ static kvf_status_t kvf_engine_retrieve_reply(kvf_engine_conn_t *conn,
 
     offsets = calloc(n, sizeof(*offsets));
     lengths = calloc(n, sizeof(*lengths));
+    sums    = calloc(n, sizeof(*sums));
     missing = calloc(n, 1);
-    if ((offsets == NULL) || (lengths == NULL) || (missing == NULL)) {
+    if ((offsets == NULL) || (lengths == NULL) || (sums == NULL) ||
+        (missing == NULL)) {
         free(offsets);
         free(lengths);
+        free(sums);
         free(missing);
         return kvf_engine_conn_status(conn, request_id, KVF_ERR_NO_MEMORY,
                                       "out of memory");
     }
     for (i = 0; i < n; i++) {
-        if (kvf_store_pin_verified(server->store, conn->owner, &keys[i],
-                                   &slot) == KVF_OK) {
+        if (kvf_store_pin_verified(server->store, conn->owner, &keys[i], &slot,
+                                   &sums[i]) == KVF_OK) {
             offsets[i] = slot.offset;
             lengths[i] = slot.length;
         } else {
@@ -1018,10 +1021,13 @@ static kvf_status_t kvf_engine_retrieve_reply(kvf_engine_conn_t *conn,
     reply.lengths      = lengths;
     reply.missing.data = missing;
     reply.missing.len  = n;
+    reply.n_checksums  = n; /* so the engine can check them too */
+    reply.checksums    = sums;
     status = kvf_engine_conn_send(conn, KVF_MSG_ENGINE_SLOTS, &reply.base);
     kvf_engine_leases_use(conn, keys, n);
     free(offsets);
     free(lengths);
+    free(sums);
     free(missing);
     return status;
 }

@@ -405,7 +405,8 @@ kvf_status_t kvf_store_verify(kvf_store_t *store, const kvf_key_t *key)
 
 kvf_status_t kvf_store_pin_verified(kvf_store_t *store,
                                     kvf_store_owner_t *owner,
-                                    const kvf_key_t *key, kvf_slot_t *slot_p)
+                                    const kvf_key_t *key, kvf_slot_t *slot_p,
+                                    uint64_t *checksum_p)
 {
     kvf_pool_entry_t *entry;
     kvf_status_t status;
@@ -415,11 +416,12 @@ kvf_status_t kvf_store_pin_verified(kvf_store_t *store,
     if (status != KVF_OK) {
         return status;
     }
-    entry = kvf_pool_lookup(store->pool, key);
+    entry = kvf_pool_entry_find(store->pool, slot.offset);
     if ((entry != NULL) &&
         (kvf_chunk_checksum(kvf_pool_ptr(store->pool, slot.offset),
                             slot.length) == kvf_pool_entry_checksum(entry))) {
-        *slot_p = slot;
+        *slot_p     = slot;
+        *checksum_p = kvf_pool_entry_checksum(entry);
         return KVF_OK;
     }
     kvf_store_release(store, owner, slot.offset);

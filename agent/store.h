@@ -130,14 +130,16 @@ kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
                            const kvf_key_t *key, kvf_slot_t *slot_p);
 
 /* As kvf_store_pin, then checks the chunk's bytes against the checksum
- * they were committed with: every byte an engine reads was verified
- * (engines map the pool writable, so one could have changed another's
- * chunk). A chunk that fails is unpinned, dropped here (announced evicted,
- * so the registry forgets it), counted in checksum_failures, and
- * KVF_ERR_CHECKSUM returned: a miss, never wrong bytes. */
+ * they were committed with (written to @p checksum_p): every byte an
+ * engine reads was verified (engines map the pool read-only since #16.4;
+ * this is defence in depth against the agent's own bugs and bad memory). A
+ * chunk that fails is unpinned, dropped here (announced evicted, so the
+ * registry forgets it), counted in checksum_failures, and KVF_ERR_CHECKSUM
+ * returned: a miss, never wrong bytes. */
 kvf_status_t kvf_store_pin_verified(kvf_store_t *store,
                                     kvf_store_owner_t *owner,
-                                    const kvf_key_t *key, kvf_slot_t *slot_p);
+                                    const kvf_key_t *key, kvf_slot_t *slot_p,
+                                    uint64_t *checksum_p);
 
 /* Checks the committed chunk of @p key against its checksum (a peer said
  * what we served it failed); one that fails is dropped and counted as in

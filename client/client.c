@@ -427,7 +427,7 @@ static uint8_t *kvf_client_pack_keys(kvf_client_t *client,
 static kvf_status_t kvf_client_take_slots(kvf_client_t *client,
                                           const Kvf__EngineSlots *reply,
                                           uint32_t num, kvf_slot_t *slots,
-                                          bool *missing)
+                                          bool *missing, uint64_t *checksums)
 {
     uint32_t i;
 
@@ -456,6 +456,15 @@ static kvf_status_t kvf_client_take_slots(kvf_client_t *client,
         if (missing != NULL) {
             missing[i] = (reply->missing.data[i] != 0);
         }
+        if ((checksums != NULL) && (reply->n_checksums == num)) {
+            checksums[i] = reply->checksums[i];
+        }
+    }
+    if ((checksums != NULL) && (reply->n_checksums != num)) {
+        /* the slots are pinned all the same: the caller releases them */
+        return kvf_client_fail(client, KVF_ERR_UNSUPPORTED,
+                               "the %s sent no checksums (an older agent)",
+                               client->peer);
     }
     return KVF_OK;
 }
@@ -548,7 +557,7 @@ kvf_status_t kvf_client_alloc(kvf_client_t *client, uint64_t chunk_bytes,
         return status;
     }
     status = kvf_client_take_slots(client, (const Kvf__EngineSlots *)frame.msg,
-                                   num, slots, NULL);
+                                   num, slots, NULL, NULL);
     kvf_frame_release(&frame, NULL);
     return status;
 }
@@ -653,8 +662,11 @@ kvf_status_t kvf_client_lookup(kvf_client_t *client, const kvf_key_t *keys,
     return status;
 }
 
-kvf_status_t kvf_client_retrieve(kvf_client_t *client, const kvf_key_t *keys,
-                                 uint32_t num, kvf_slot_t *slots, bool *missing)
+/* RETRIEVE, with the chunks' checksums when @p checksums is not NULL. */
+static kvf_status_t kvf_client_retrieve_sums(kvf_client_t *client,
+                                             const kvf_key_t *keys,
+                                             uint32_t num, kvf_slot_t *slots,
+                                             bool *missing, uint64_t *checksums)
 {
     Kvf__EngineRetrieve req;
     kvf_frame_t frame;
@@ -680,9 +692,39 @@ kvf_status_t kvf_client_retrieve(kvf_client_t *client, const kvf_key_t *keys,
         return status;
     }
     status = kvf_client_take_slots(client, (const Kvf__EngineSlots *)frame.msg,
-                                   num, slots, missing);
+                                   num, slots, missing, checksums);
     kvf_frame_release(&frame, NULL);
     return status;
+}
+
+kvf_status_t kvf_client_retrieve(kvf_client_t *client, const kvf_key_t *keys,
+                                 uint32_t num, kvf_slot_t *slots, bool *missing)
+{
+    return kvf_client_retrieve_sums(client, keys, num, slots, missing, NULL);
+}
+
+kvf_status_t kvf_client_retrieve_checksums(kvf_client_t *client,
+                                           const kvf_key_t *keys, uint32_t num,
+                                           kvf_slot_t *slots, bool *missing,
+                                           uint64_t *checksums)
+{
+    if (checksums == NULL) {
+        return KVF_ERR_INVALID;
+    }
+    return kvf_client_retrieve_sums(client, keys, num, slots, missing,
+                                    checksums);
+}
+
+bool kvf_client_verify(const kvf_client_t *client, const kvf_slot_t *slot,
+                       uint64_t checksum)
+{
+    if ((client == NULL) || (slot == NULL) ||
+        (slot->offset > client->pool_size) ||
+        (slot->length > client->pool_size - slot->offset)) {
+        return false;
+    }
+    return kvf_chunk_checksum((const uint8_t *)client->pool_base + slot->offset,
+                              slot->length) == checksum;
 }
 
 kvf_status_t kvf_client_release(kvf_client_t *client, const kvf_slot_t *slots,

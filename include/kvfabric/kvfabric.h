@@ -189,6 +189,31 @@ KVF_API kvf_status_t kvf_client_retrieve(kvf_client_t *client,
                                          kvf_slot_t *slots, bool *missing);
 
 /**
+ * As kvf_client_retrieve(), and also the checksum each chunk was committed
+ * with (kvf_chunk_checksum of its bytes; 0 for a missing one), so the
+ * engine can check what it reads with kvf_client_verify(). The agent has
+ * already checked them; this is for engines that want to see for
+ * themselves, e.g. after copying a chunk elsewhere.
+ *
+ * @param [out] checksums  one per key
+ * @return as kvf_client_retrieve(); KVF_ERR_UNSUPPORTED when the agent is
+ *         too old to send checksums (the slots are still pinned: release
+ *         them)
+ */
+KVF_API kvf_status_t kvf_client_retrieve_checksums(
+    kvf_client_t *client, const kvf_key_t *keys, uint32_t num,
+    kvf_slot_t *slots, bool *missing, uint64_t *checksums);
+
+/**
+ * true when the bytes of @p slot (in this client's mapping) have checksum
+ * @p checksum; false for a slot outside the mapping. Reads the whole slot.
+ *
+ * thread: thread-safe (reads only).
+ */
+KVF_API bool kvf_client_verify(const kvf_client_t *client,
+                               const kvf_slot_t *slot, uint64_t checksum);
+
+/**
  * Reads the agent's counters.
  *
  * @param [in]  client   the connection

@@ -211,7 +211,7 @@ Test(confine, an_engine_cannot_change_another_engines_committed_chunk)
     kvf_slot_t slot, got;
     raw_engine_t hostile;
     bool missing = true;
-    uint64_t sum;
+    uint64_t sum, got_sum = 0;
 
     kvf_th_ctl_start(&g_ctl, NULL);
     kvf_sec_agent_start(&g_agent, g_ctl.addr, "confine-a", NULL);
@@ -239,10 +239,16 @@ Test(confine, an_engine_cannot_change_another_engines_committed_chunk)
     raw_engine_close(&hostile);
     cr_assert_eq(kvf_client_release(b, &got, 1), KVF_OK);
 
-    /* the next retrieve gets the original bytes, verified */
+    /* the next retrieve gets the original bytes, verified, and the
+     * checksum they were committed with (#16.5) to check them itself */
     c = engine(&g_agent, "engine-c");
-    cr_assert_eq(kvf_client_retrieve(c, &key, 1, &got, &missing), KVF_OK);
+    cr_assert_eq(
+        kvf_client_retrieve_checksums(c, &key, 1, &got, &missing, &got_sum),
+        KVF_OK);
     cr_assert(!missing);
+    cr_assert_eq(got_sum, sum);
+    cr_assert(kvf_client_verify(c, &got, got_sum));
+    cr_assert(!kvf_client_verify(c, &got, got_sum ^ 1));
     cr_assert_eq(
         memcmp((uint8_t *)kvf_client_pool_base(c) + got.offset, want, CHUNK), 0,
         "the committed chunk changed");
