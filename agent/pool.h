@@ -6,7 +6,10 @@
  * with two-phase commit, refcounts and pins, a key index and eviction.
  *
  * Transport-free on purpose: the agent registers [base, base+capacity)
- * with UCX once (kvf_ucx_mem_register) and passes the fd to engines.
+ * with UCX once (kvf_ucx_mem_register) and passes a read-only fd to
+ * engines (kvf_pool_fd_readonly; the memfd is sealed against writable
+ * mappings: only the pool's own mapping writes). Each engine's staging
+ * area is a pool too (KVF_POOL_FIELD_UNSEALED, agent/engine_server.c).
  *
  * Offsets, never pointers, leave the agent: an engine maps the same fd,
  * and every offset it sends back is validated with kvf_pool_entry_find.

@@ -108,10 +108,16 @@ KVF_API kvf_status_t kvf_client_connect(const kvf_client_params_t *params,
  *  the connection still holds. NULL is a no-op. */
 KVF_API void kvf_client_disconnect(kvf_client_t *client);
 
-/** Base address of the mapped pool in this process (for slot offsets). */
+/**
+ * Base address of the mapping in this process (for slot offsets): the
+ * agent's pool, read-only, then this connection's own writable staging
+ * area. Allocated slots (kvf_client_alloc) and claimed PD chunks
+ * (kvf_pd_wait) lie in the staging area; retrieved chunks in the pool,
+ * where a write faults (docs/security.md, "Engines").
+ */
 KVF_API void *kvf_client_pool_base(const kvf_client_t *client);
 
-/** Size of the mapped pool in bytes. */
+/** Size of the mapping in bytes (pool and staging area). */
 KVF_API uint64_t kvf_client_pool_size(const kvf_client_t *client);
 
 /**
@@ -278,7 +284,9 @@ KVF_API kvf_status_t kvf_pd_push(kvf_client_t *client, uint64_t request_id,
  * @param [in]  request_id  the PD request
  * @param [in]  timeout_ns  how long to wait (0: the connection's default)
  * @param [out] slots       the chunks: offsets from kvf_client_pool_base()
- *                          (the receive region is mapped after the pool)
+ *                          (copies in this connection's staging area until
+ *                          kvf_pd_release; no engine maps the receive
+ *                          region itself)
  * @param [in]  max         room in @p slots
  * @param [out] num_p       chunks written
  * @return KVF_OK; KVF_ERR_TIMEOUT; KVF_ERR_CANCELED (the prefill side
