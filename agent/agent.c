@@ -358,6 +358,10 @@ static void kvf_agent_metrics_pd(kvf_agent_t *agent, struct evbuffer *body)
         "for a bad checksum\n"
         "# TYPE kvf_agent_pd_checksum_failures_total counter\n"
         "kvf_agent_pd_checksum_failures_total %" PRIu64 "\n"
+        "# HELP kvf_agent_pd_quota_refusals_total pushes refused: their "
+        "sender held pd_peer_max_bytes of the receive region\n"
+        "# TYPE kvf_agent_pd_quota_refusals_total counter\n"
+        "kvf_agent_pd_quota_refusals_total %" PRIu64 "\n"
         "# HELP kvf_agent_pd_requests PD requests held now\n"
         "# TYPE kvf_agent_pd_requests gauge\n"
         "kvf_agent_pd_requests %" PRIu64 "\n"
@@ -368,7 +372,8 @@ static void kvf_agent_metrics_pd(kvf_agent_t *agent, struct evbuffer *body)
         ps.pushes, ps.push_failures, ps.bytes_sent, ps.bytes_received,
         ps.batches_received, ps.requests_ready, ps.queue_depth, ps.alloc_waits,
         ps.alloc_timeouts, ps.aborts, ps.reclaimed, ps.checksum_failures,
-        ps.requests, ps.region_used, ps.region_size - ps.region_used);
+        ps.quota_refusals, ps.requests, ps.region_used,
+        ps.region_size - ps.region_used);
 }
 
 /* Bytes and chunks per peer agent, both directions. */
@@ -878,6 +883,7 @@ static kvf_status_t kvf_agent_pd_start(kvf_agent_t *agent)
     params.pool_mem         = agent->pool_mem;
     params.store            = agent->store;
     params.queue_max        = (uint32_t)config->pd_queue_max;
+    params.peer_max_bytes   = config->pd_peer_max_bytes;
     params.alloc_timeout_ns = config->pd_alloc_timeout;
     params.push_timeout_ns  = config->pd_push_timeout;
     params.wait_timeout_ns  = config->pd_wait_timeout;

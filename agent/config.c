@@ -107,6 +107,10 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
                     0, 0,
                     "where the PD receive region lives: empty for host "
                     "memory, cuda:N for GPU N (needs UCX with CUDA)"),
+    KVF_AGENT_FIELD("pd_peer_max_bytes", KVF_CONFIG_SIZE, pd_peer_max_bytes,
+                    "0", 0, 1ull << 40,
+                    "receive region one prefill peer may hold in requests "
+                    "(reserved, received, not yet released); 0: no limit"),
     KVF_AGENT_FIELD("pd_queue_max", KVF_CONFIG_UINT, pd_queue_max, "64", 1,
                     65536,
                     "pushes that may wait for room in a full receive region"),
