@@ -525,10 +525,15 @@ static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
         "# HELP kvf_agent_auth_failures_total engine connections refused "
         "by the cluster-secret handshake\n"
         "# TYPE kvf_agent_auth_failures_total counter\n"
-        "kvf_agent_auth_failures_total %" PRIu64 "\n",
+        "kvf_agent_auth_failures_total %" PRIu64 "\n"
+        "# HELP kvf_agent_engine_staging_full_total allocations and PD "
+        "claims refused: the engine's staging area was full\n"
+        "# TYPE kvf_agent_engine_staging_full_total counter\n"
+        "kvf_agent_engine_staging_full_total %" PRIu64 "\n",
         st.pool.used, st.pool.free, st.pool.entries, st.commits,
         st.pool.evictions, st.hits, st.misses, st.expired_grants,
-        st.checksum_failures, es.active, es.protocol_errors, es.auth_failures);
+        st.checksum_failures, es.active, es.protocol_errors, es.auth_failures,
+        es.staging_full);
 }
 
 static void kvf_agent_on_metrics(struct evhttp_request *req, void *arg)

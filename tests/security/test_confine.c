@@ -338,3 +338,25 @@ Test(confine, a_pd_request_is_readable_only_by_the_engine_that_claimed_it)
     kvf_client_disconnect(pe);
     free(want);
 }
+
+Test(confine, a_full_staging_area_refuses_allocations_and_is_counted)
+{
+    const char *const args[] = {"--engine-staging-size", "2M", NULL};
+    kvf_slot_t slots[3];
+    kvf_client_t *a;
+
+    kvf_th_ctl_start(&g_ctl, NULL);
+    kvf_sec_agent_start(&g_agent, g_ctl.addr, "confine-s", args);
+    a = engine(&g_agent, "engine-a");
+    /* 2 MiB of staging: two 1 MiB chunks, not three; all or nothing */
+    cr_assert_eq(kvf_client_alloc(a, 1u << 20, 3, slots), KVF_ERR_NO_MEMORY,
+                 "%s", kvf_client_last_error(a));
+    cr_assert_eq(
+        kvf_sec_metric(&g_agent, "kvf_agent_engine_staging_full_total"), 1);
+    cr_assert_eq(kvf_client_alloc(a, 1u << 20, 2, slots), KVF_OK, "%s",
+                 kvf_client_last_error(a));
+    cr_assert_eq(kvf_client_release(a, slots, 2), KVF_OK);
+    cr_assert_eq(kvf_client_alloc(a, 1u << 20, 2, slots), KVF_OK, "%s",
+                 kvf_client_last_error(a));
+    kvf_client_disconnect(a);
+}
