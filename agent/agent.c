@@ -394,6 +394,7 @@ static kvf_status_t kvf_agent_engines_start(kvf_agent_t *agent)
     eparams.node_name         = agent->name;
     eparams.max_frame         = (uint32_t)agent->config->max_frame;
     eparams.max_connections   = 1024;
+    eparams.staging_size      = agent->config->engine_staging_size;
     eparams.secret            = &agent->secret;
     return kvf_engine_server_create(&eparams, &agent->engines);
 }
@@ -566,6 +567,7 @@ static kvf_status_t kvf_agent_pd_start(kvf_agent_t *agent)
     params.pool_mem         = agent->pool_mem;
     params.store            = agent->store;
     params.queue_max        = (uint32_t)config->pd_queue_max;
+    params.peer_max_bytes   = config->pd_peer_max_bytes;
     params.alloc_timeout_ns = config->pd_alloc_timeout;
     params.push_timeout_ns  = config->pd_push_timeout;
     params.wait_timeout_ns  = config->pd_wait_timeout;

@@ -53,6 +53,10 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
                     "true", 0, 0,
                     "a clean stop writes the pool's chunks to the disk tier "
                     "first (takes pool_size / disk speed)"),
+    KVF_AGENT_FIELD("engine_staging_size", KVF_CONFIG_SIZE, engine_staging_size,
+                    "256M", 64ull << 10, 1ull << 40,
+                    "each engine's writable staging area (allocations and "
+                    "PD chunks it holds); at least max_chunk"),
     KVF_AGENT_FIELD("grant_timeout", KVF_CONFIG_DURATION, grant_timeout, "30s",
                     1000000ull, 3600000000000ull,
                     "an allocation not committed this long is taken back"),
@@ -118,6 +122,10 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
                     0, 0,
                     "where the PD receive region lives: empty for host "
                     "memory, cuda:N for GPU N (needs UCX with CUDA)"),
+    KVF_AGENT_FIELD("pd_peer_max_bytes", KVF_CONFIG_SIZE, pd_peer_max_bytes,
+                    "0", 0, 1ull << 40,
+                    "receive region one prefill peer may hold in requests "
+                    "(reserved, received, not yet released); 0: no limit"),
     KVF_AGENT_FIELD("pd_queue_max", KVF_CONFIG_UINT, pd_queue_max, "64", 1,
                     65536,
                     "pushes that may wait for room in a full receive region"),

@@ -33,25 +33,29 @@ typedef struct kvf_agent_config {
     uint64_t disk_queue_depth; /* write-behind buffers, reads in flight */
     bool disk_flush_on_stop;   /* a clean stop spills the pool to disk */
     uint64_t grant_timeout;    /* ns: uncommitted allocations taken back */
-    int eviction;              /* kvf_pool_policy_t: lru, lfu, fifo */
-    char *socket;              /* Unix socket path for engines */
-    char *listen;              /* HOST:PORT of the peer (UCX) service */
-    char *http;                /* HOST:PORT of /healthz and /metrics */
-    char *instance_id;         /* engine instance (TP group) */
-    uint64_t tp_rank;          /* this worker's tensor-parallel rank */
-    uint64_t tp_world;         /* tensor-parallel world size */
-    char *net_devices;         /* UCX_NET_DEVICES, comma-separated */
-    char *transports;          /* UCX_TLS, comma-separated */
-    char *expect_transports;   /* refuse peers over others; "": no check */
-    uint64_t connect_timeout;  /* ns */
-    uint64_t request_timeout;  /* ns */
-    uint64_t fetch_timeout;    /* ns: a peer fetch, end to end */
-    bool same_host;            /* copy from same-host agents (agent/local.h) */
-    uint64_t lookup_timeout;   /* ns: controller part of an engine lookup */
-    uint64_t prefetch_lease;   /* ns: a prefetched hit stays pinned this long */
-    uint64_t reconnect_max;    /* ns: ceiling of the reconnect backoff */
-    uint64_t admit_flush;      /* ns: ADMIT/EVICT coalescing window */
-    uint64_t max_frame;        /* bytes */
+    /* bytes: each engine's writable staging area */
+    uint64_t engine_staging_size;
+    int eviction;             /* kvf_pool_policy_t: lru, lfu, fifo */
+    char *socket;             /* Unix socket path for engines */
+    char *listen;             /* HOST:PORT of the peer (UCX) service */
+    char *http;               /* HOST:PORT of /healthz and /metrics */
+    char *instance_id;        /* engine instance (TP group) */
+    uint64_t tp_rank;         /* this worker's tensor-parallel rank */
+    uint64_t tp_world;        /* tensor-parallel world size */
+    char *net_devices;        /* UCX_NET_DEVICES, comma-separated */
+    char *transports;         /* UCX_TLS, comma-separated */
+    char *expect_transports;  /* refuse peers over others; "": no check */
+    uint64_t connect_timeout; /* ns */
+    uint64_t request_timeout; /* ns */
+    uint64_t fetch_timeout;   /* ns: a peer fetch, end to end */
+    bool same_host;           /* copy from same-host agents (agent/local.h) */
+    uint64_t lookup_timeout;  /* ns: controller part of an engine lookup */
+    uint64_t prefetch_lease;  /* ns: a prefetched hit stays pinned this long */
+    uint64_t reconnect_max;   /* ns: ceiling of the reconnect backoff */
+    uint64_t admit_flush;     /* ns: ADMIT/EVICT coalescing window */
+    uint64_t max_frame;       /* bytes */
+    /* bytes of the PD receive region one sender may hold (0: all) */
+    uint64_t pd_peer_max_bytes;
     uint64_t pd_buffer_size;   /* PD receive region (decode, both); 0: none */
     char *pd_buffer_device;    /* "": host memory; "cuda:N": GPU N */
     uint64_t pd_queue_max;     /* PD reservations that may wait for room */

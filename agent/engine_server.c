@@ -2,6 +2,8 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "agent/engine_server.h"
 
+#include "agent/pool.h"
+
 #include "common/listen.h"
 #include "common/log.h"
 #include "common/time.h"
@@ -60,7 +62,17 @@ typedef struct kvf_engine_push {
     struct kvf_engine_push *next;
     kvf_engine_conn_t *conn;
     uint64_t request_id;
+    uint64_t pd_request; /* a wait: the PD request it claims */
 } kvf_engine_push_t;
+
+/* A claimed PD request's chunks, copied into the engine's staging area
+ * (it never maps the receive region), until it releases the request. */
+typedef struct kvf_engine_claim {
+    struct kvf_engine_claim *next;
+    uint64_t pd_request;
+    uint32_t num;
+    kvf_pool_entry_t *entries[];
+} kvf_engine_claim_t;
 
 struct kvf_engine_conn {
     kvf_engine_server_t *server;
@@ -71,6 +83,14 @@ struct kvf_engine_conn {
     kvf_engine_wait_t *waits; /* requests waiting for the controller/peers */
     kvf_engine_lease_t *leases;
     uint32_t num_leases;
+    /* the engine's writable memory (docs/security.md, "Engines"): the pool
+     * is mapped read-only; it writes chunks here and the agent copies them
+     * into the pool at commit. Its offsets, as the engine sees them, start
+     * at staging_at (right after the pool). staging_grant maps each staging
+     * unit holding an allocation to the pool grant it fills. */
+    kvf_pool_t *staging;
+    uint64_t *staging_grant; /* UINT64_MAX: none */
+    kvf_engine_claim_t *claims;
     bool hello_done;
     kvf_auth_session_t auth; /* the pool is mapped only once it is done */
     uint64_t accepted_ns;
@@ -92,6 +112,8 @@ struct kvf_engine_server {
     char node_name[128];
     uint32_t max_frame;
     uint32_t max_connections;
+    uint64_t staging_size;
+    unsigned staging_shift; /* log2 of a staging unit (its smallest block) */
     LIST_HEAD(, kvf_engine_conn) conns;
     kvf_evconn_group_t group; /* the engine connections' settings */
     kvf_engine_server_stats_t stats;
@@ -133,6 +155,145 @@ static void kvf_engine_push_unlink(kvf_engine_push_t *push)
 static kvf_engine_conn_t *kvf_engine_conn_create(kvf_engine_server_t *server,
                                                  evutil_socket_t fd);
 
+/* ------------------------------------------------------------ staging */
+
+static void kvf_engine_claim_free(kvf_engine_conn_t *conn,
+                                  kvf_engine_claim_t *claim)
+{
+    uint32_t i;
+
+    for (i = 0; i < claim->num; i++) {
+        kvf_pool_free(conn->staging, claim->entries[i]);
+    }
+    free(claim);
+}
+
+/* Forgets the staging copy of @p pd_request (released, or claimed again). */
+static void kvf_engine_claim_drop(kvf_engine_conn_t *conn, uint64_t pd_request)
+{
+    kvf_engine_claim_t **pp, *claim;
+
+    for (pp = &conn->claims; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->pd_request == pd_request) {
+            claim = *pp;
+            *pp   = claim->next;
+            kvf_engine_claim_free(conn, claim);
+            return;
+        }
+    }
+}
+
+static void kvf_engine_staging_destroy(kvf_engine_conn_t *conn)
+{
+    kvf_engine_claim_t *claim;
+    uint64_t units, i;
+
+    if (conn->staging == NULL) {
+        return;
+    }
+    while (conn->claims != NULL) {
+        claim        = conn->claims;
+        conn->claims = claim->next;
+        kvf_engine_claim_free(conn, claim);
+    }
+    units = kvf_pool_capacity(conn->staging) >> conn->server->staging_shift;
+    for (i = 0; i < units; i++) {
+        if (conn->staging_grant[i] != UINT64_MAX) {
+            kvf_pool_free(conn->staging,
+                          kvf_pool_entry_find(
+                              conn->staging, i << conn->server->staging_shift));
+        }
+    }
+    kvf_pool_destroy(conn->staging);
+    free(conn->staging_grant);
+    conn->staging       = NULL;
+    conn->staging_grant = NULL;
+}
+
+/* The engine's staging area: a memfd of its own (sealed against resizing,
+ * so the engine cannot truncate it under the agent's copies), created when
+ * it is admitted. */
+static kvf_status_t kvf_engine_staging_create(kvf_engine_conn_t *conn)
+{
+    kvf_engine_server_t *server = conn->server;
+    uint64_t max_chunk          = kvf_store_max_chunk(server->store);
+    kvf_pool_params_t params;
+    uint64_t units, i;
+    kvf_status_t status;
+
+    memset(&params, 0, sizeof(params));
+    params.field_mask = KVF_POOL_FIELD_NAME | KVF_POOL_FIELD_SIZE |
+                        KVF_POOL_FIELD_MIN_CHUNK | KVF_POOL_FIELD_MAX_CHUNK |
+                        KVF_POOL_FIELD_WATERMARKS | KVF_POOL_FIELD_NO_HUGETLB |
+                        KVF_POOL_FIELD_UNSEALED;
+    params.name      = "kvf-staging";
+    params.size      = server->staging_size;
+    params.min_chunk = 1ull << server->staging_shift;
+    params.max_chunk = max_chunk;
+    params.high_pct  = 100;
+    params.low_pct   = 100;
+    status           = kvf_pool_create(&params, &conn->staging);
+    if (status != KVF_OK) {
+        return status;
+    }
+    units = kvf_pool_capacity(conn->staging) >> server->staging_shift;
+    conn->staging_grant = malloc(units * sizeof(uint64_t));
+    if (conn->staging_grant == NULL) {
+        kvf_pool_destroy(conn->staging);
+        conn->staging = NULL;
+        return KVF_ERR_NO_MEMORY;
+    }
+    for (i = 0; i < units; i++) {
+        conn->staging_grant[i] = UINT64_MAX;
+    }
+    return KVF_OK;
+}
+
+/* Where the engine sees the staging area: right after the pool. */
+static uint64_t kvf_engine_staging_at(const kvf_engine_conn_t *conn)
+{
+    return kvf_store_size(conn->server->store);
+}
+
+/* The staging block at engine offset @p offset holding an allocation, and
+ * the pool grant it fills; NULL for anything else. */
+static kvf_pool_entry_t *kvf_engine_staging_find(kvf_engine_conn_t *conn,
+                                                 uint64_t offset,
+                                                 uint64_t *grant_p)
+{
+    uint64_t at = kvf_engine_staging_at(conn);
+    kvf_pool_entry_t *entry;
+    uint64_t unit;
+
+    if ((conn->staging == NULL) || (offset < at) ||
+        (offset - at >= kvf_pool_capacity(conn->staging))) {
+        return NULL;
+    }
+    entry = kvf_pool_entry_find(conn->staging, offset - at);
+    unit  = (offset - at) >> conn->server->staging_shift;
+    if ((entry == NULL) || (conn->staging_grant[unit] == UINT64_MAX)) {
+        return NULL;
+    }
+    *grant_p = conn->staging_grant[unit];
+    return entry;
+}
+
+/* Gives back the staging block of an allocation (committed or released). */
+static void kvf_engine_staging_put(kvf_engine_conn_t *conn,
+                                   kvf_pool_entry_t *entry)
+{
+    uint64_t off = kvf_pool_entry_offset(entry);
+
+    conn->staging_grant[off >> conn->server->staging_shift] = UINT64_MAX;
+    kvf_pool_free(conn->staging, entry);
+}
+
+static void *kvf_engine_staging_ptr(kvf_engine_conn_t *conn,
+                                    kvf_pool_entry_t *entry)
+{
+    return kvf_pool_ptr(conn->staging, kvf_pool_entry_offset(entry));
+}
+
 static void kvf_engine_conn_close(kvf_engine_conn_t *conn)
 {
     kvf_engine_server_t *server = conn->server;
@@ -162,6 +323,7 @@ static void kvf_engine_conn_close(kvf_engine_conn_t *conn)
     /* everything the engine held goes back: a crashed engine leaks nothing
      * and the cache it filled stays */
     kvf_store_owner_destroy(server->store, conn->owner);
+    kvf_engine_staging_destroy(conn);
     while (conn->pushes != NULL) {
         kvf_engine_push_t *push = conn->pushes;
 
@@ -283,7 +445,9 @@ static kvf_status_t kvf_engine_conn_auth_failed(kvf_engine_conn_t *conn,
 }
 
 /* The engine is admitted: @p first (HELLO_REPLY, or the STATUS answering
- * AUTH) and POOL_INFO go out in one sendmsg() carrying the pool's fd. */
+ * AUTH) goes out with a read-only fd of the pool, then POOL_INFO with the
+ * engine's staging fd, in two sendmsg() calls (one fd each: a receiver
+ * gets each fd with the bytes it came with). */
 static kvf_status_t kvf_engine_conn_admit(kvf_engine_conn_t *conn,
                                           uint16_t type,
                                           const ProtobufCMessage *first,
@@ -295,13 +459,21 @@ static kvf_status_t kvf_engine_conn_admit(kvf_engine_conn_t *conn,
     size_t len1 = 0, len2 = 0;
     char node[128];
     kvf_status_t status;
+    int pool_fd;
 
+    status = kvf_engine_staging_create(conn);
+    if (status != KVF_OK) {
+        kvf_warn("engine %s: no staging area (%s); refused", conn->name,
+                 kvf_strerror(status));
+        return status;
+    }
     snprintf(node, sizeof(node), "%s", server->node_name);
     kvf__pool_info__init(&info);
     info.request_id      = request_id;
     info.pool_size       = kvf_store_size(server->store);
     info.max_chunk_bytes = kvf_store_max_chunk(server->store);
     info.node_name       = node;
+    info.staging_size    = kvf_pool_capacity(conn->staging);
     if (server->pd != NULL) {
         uint64_t push_ns;
 
@@ -316,8 +488,16 @@ static kvf_status_t kvf_engine_conn_admit(kvf_engine_conn_t *conn,
                         &len2) != KVF_OK)) {
         return KVF_ERR_TOO_BIG;
     }
-    status = kvf_engine_conn_sendmsg(conn, buf, len1 + len2,
-                                     kvf_store_fd(server->store));
+    status = kvf_store_fd_readonly(server->store, &pool_fd);
+    if (status != KVF_OK) {
+        return status;
+    }
+    status = kvf_engine_conn_sendmsg(conn, buf, len1, pool_fd);
+    close(pool_fd);
+    if (status == KVF_OK) {
+        status = kvf_engine_conn_sendmsg(conn, buf + len1, len2,
+                                         kvf_pool_fd(conn->staging));
+    }
     if (status == KVF_OK) {
         kvf_info("engine %s connected", conn->name);
     }
@@ -397,15 +577,57 @@ static bool kvf_engine_keys_ok(const ProtobufCBinaryData *keys)
            (keys->len / KVF_KEY_WIRE_SIZE <= KVF_ENGINE_MAX_BATCH);
 }
 
+/* One allocation: a pool grant, and the staging block the engine writes
+ * it in (its offset is what the engine gets). */
+static kvf_status_t kvf_engine_conn_alloc_one(kvf_engine_conn_t *conn,
+                                              uint64_t bytes,
+                                              uint64_t *offset_p)
+{
+    kvf_engine_server_t *server = conn->server;
+    kvf_pool_entry_t *entry;
+    kvf_status_t status;
+    kvf_slot_t slot;
+    uint64_t off;
+
+    status = kvf_store_alloc(server->store, conn->owner, bytes, &slot);
+    if (status != KVF_OK) {
+        return status;
+    }
+    status = kvf_pool_alloc(conn->staging, bytes, UINT64_MAX, &entry);
+    if (status != KVF_OK) {
+        kvf_store_release(server->store, conn->owner, slot.offset);
+        server->stats.staging_full++;
+        return status;
+    }
+    off = kvf_pool_entry_offset(entry);
+    conn->staging_grant[off >> server->staging_shift] = slot.offset;
+    *offset_p = kvf_engine_staging_at(conn) + off;
+    return KVF_OK;
+}
+
+/* Gives back an allocation by the engine's offset: its staging block and
+ * its grant. KVF_ERR_RANGE when it is not one. */
+static kvf_status_t kvf_engine_conn_alloc_release(kvf_engine_conn_t *conn,
+                                                  uint64_t offset)
+{
+    kvf_pool_entry_t *entry;
+    uint64_t grant;
+
+    entry = kvf_engine_staging_find(conn, offset, &grant);
+    if (entry == NULL) {
+        return KVF_ERR_RANGE;
+    }
+    kvf_engine_staging_put(conn, entry);
+    return kvf_store_release(conn->server->store, conn->owner, grant);
+}
+
 static kvf_status_t kvf_engine_conn_alloc(kvf_engine_conn_t *conn,
                                           const Kvf__EngineAlloc *req)
 {
-    kvf_engine_server_t *server = conn->server;
     uint64_t *offsets = NULL, *lengths = NULL;
     Kvf__EngineSlots reply;
     kvf_status_t status = KVF_OK;
-    kvf_slot_t slot;
-    char message[128] = "";
+    char message[128]   = "";
     uint32_t i, got = 0;
 
     kvf__engine_slots__init(&reply);
@@ -423,11 +645,9 @@ static kvf_status_t kvf_engine_conn_alloc(kvf_engine_conn_t *conn,
         snprintf(message, sizeof(message), "agent out of memory");
     }
     for (i = 0; (status == KVF_OK) && (i < req->count); i++) {
-        status = kvf_store_alloc(server->store, conn->owner, req->chunk_bytes,
-                                 &slot);
+        status = kvf_engine_conn_alloc_one(conn, req->chunk_bytes, &offsets[i]);
         if (status == KVF_OK) {
-            offsets[i] = slot.offset;
-            lengths[i] = slot.length;
+            lengths[i] = req->chunk_bytes;
             got++;
         } else {
             snprintf(message, sizeof(message),
@@ -439,7 +659,7 @@ static kvf_status_t kvf_engine_conn_alloc(kvf_engine_conn_t *conn,
     if (status != KVF_OK) {
         /* all or nothing: give back what was granted */
         for (i = 0; i < got; i++) {
-            kvf_store_release(server->store, conn->owner, offsets[i]);
+            kvf_engine_conn_alloc_release(conn, offsets[i]);
         }
         reply.status  = status;
         reply.message = message;
@@ -479,9 +699,24 @@ static kvf_status_t kvf_engine_conn_commit(kvf_engine_conn_t *conn,
                                       "out of memory");
     }
     for (i = 0; i < n; i++) {
+        kvf_pool_entry_t *entry;
+        uint64_t grant;
+
         kvf_key_unpack(req->keys.data + i * KVF_KEY_WIRE_SIZE, &key);
-        status     = kvf_store_commit(server->store, conn->owner, &key,
-                                      req->offsets[i], req->checksums[i]);
+        /* the bytes are copied from the engine's staging block into the
+         * grant, checksummed as they land: committed bytes are the agent's
+         * alone from here on */
+        entry = kvf_engine_staging_find(conn, req->offsets[i], &grant);
+        if (entry == NULL) {
+            status = KVF_ERR_RANGE;
+        } else {
+            status = kvf_store_commit_copy(
+                server->store, conn->owner, &key, grant,
+                kvf_engine_staging_ptr(conn, entry), req->checksums[i]);
+            if (status != KVF_ERR_RANGE) {
+                kvf_engine_staging_put(conn, entry); /* the grant is gone */
+            }
+        }
         results[i] = status;
         if ((status != KVF_OK) && (status != KVF_ERR_EXISTS) &&
             (first == KVF_OK)) {
@@ -765,7 +1000,7 @@ static kvf_status_t kvf_engine_retrieve_reply(kvf_engine_conn_t *conn,
                                               const kvf_key_t *keys, uint32_t n)
 {
     kvf_engine_server_t *server = conn->server;
-    uint64_t *offsets, *lengths;
+    uint64_t *offsets, *lengths, *sums;
     Kvf__EngineSlots reply;
     kvf_status_t status;
     uint8_t *missing;
@@ -774,17 +1009,20 @@ static kvf_status_t kvf_engine_retrieve_reply(kvf_engine_conn_t *conn,
 
     offsets = calloc(n, sizeof(*offsets));
     lengths = calloc(n, sizeof(*lengths));
+    sums    = calloc(n, sizeof(*sums));
     missing = calloc(n, 1);
-    if ((offsets == NULL) || (lengths == NULL) || (missing == NULL)) {
+    if ((offsets == NULL) || (lengths == NULL) || (sums == NULL) ||
+        (missing == NULL)) {
         free(offsets);
         free(lengths);
+        free(sums);
         free(missing);
         return kvf_engine_conn_status(conn, request_id, KVF_ERR_NO_MEMORY,
                                       "out of memory");
     }
     for (i = 0; i < n; i++) {
-        if (kvf_store_pin_verified(server->store, conn->owner, &keys[i],
-                                   &slot) == KVF_OK) {
+        if (kvf_store_pin_verified(server->store, conn->owner, &keys[i], &slot,
+                                   &sums[i]) == KVF_OK) {
             offsets[i] = slot.offset;
             lengths[i] = slot.length;
         } else {
@@ -799,10 +1037,13 @@ static kvf_status_t kvf_engine_retrieve_reply(kvf_engine_conn_t *conn,
     reply.lengths      = lengths;
     reply.missing.data = missing;
     reply.missing.len  = n;
+    reply.n_checksums  = n; /* so the engine can check them too */
+    reply.checksums    = sums;
     status = kvf_engine_conn_send(conn, KVF_MSG_ENGINE_SLOTS, &reply.base);
     kvf_engine_leases_use(conn, keys, n);
     free(offsets);
     free(lengths);
+    free(sums);
     free(missing);
     return status;
 }
@@ -911,8 +1152,12 @@ static kvf_status_t kvf_engine_conn_release(kvf_engine_conn_t *conn,
                                       "release needs 1..65536 offsets");
     }
     for (i = 0; i < req->n_offsets; i++) {
-        status = kvf_store_release(conn->server->store, conn->owner,
-                                   req->offsets[i]);
+        /* an allocation (in staging), else a retrieved chunk's pin */
+        status = kvf_engine_conn_alloc_release(conn, req->offsets[i]);
+        if (status == KVF_ERR_RANGE) {
+            status = kvf_store_release(conn->server->store, conn->owner,
+                                       req->offsets[i]);
+        }
         if ((status != KVF_OK) && (first == KVF_OK)) {
             first = status;
         }
@@ -973,7 +1218,9 @@ static kvf_status_t kvf_engine_conn_pd_push(kvf_engine_conn_t *conn,
 {
     kvf_engine_server_t *server = conn->server;
     kvf_engine_push_t *push;
+    uint64_t *offsets;
     kvf_status_t status;
+    size_t i;
 
     if (server->pd == NULL) {
         return kvf_engine_conn_status(conn, req->request_id,
@@ -996,10 +1243,33 @@ static kvf_status_t kvf_engine_conn_pd_push(kvf_engine_conn_t *conn,
     }
     push->conn       = conn;
     push->request_id = req->request_id;
-    status = kvf_pd_push_submit(server->pd, conn, conn->owner, req->pd_request,
-                                req->decoder, req->offsets, req->lengths,
-                                req->checksums, (uint32_t)req->n_offsets,
-                                req->final, kvf_engine_on_pd_pushed, push);
+    offsets          = malloc(req->n_offsets * sizeof(*offsets));
+    status           = (offsets == NULL) ? KVF_ERR_NO_MEMORY : KVF_OK;
+    /* allocations are sent from their pool grant, copied there from the
+     * engine's staging block (the engine cannot change them while UCX
+     * sends; the decoder checks the checksums); retrieved chunks (pins)
+     * go as they are */
+    for (i = 0; (status == KVF_OK) && (i < req->n_offsets); i++) {
+        kvf_pool_entry_t *entry;
+        uint64_t grant;
+
+        entry = kvf_engine_staging_find(conn, req->offsets[i], &grant);
+        if (entry == NULL) {
+            offsets[i] = req->offsets[i];
+            continue;
+        }
+        offsets[i] = grant;
+        status     = kvf_store_grant_copy(server->store, conn->owner, grant,
+                                          kvf_engine_staging_ptr(conn, entry),
+                                          req->lengths[i]);
+    }
+    if (status == KVF_OK) {
+        status = kvf_pd_push_submit(
+            server->pd, conn, conn->owner, req->pd_request, req->decoder,
+            offsets, req->lengths, req->checksums, (uint32_t)req->n_offsets,
+            req->final, kvf_engine_on_pd_pushed, push);
+    }
+    free(offsets);
     if (status != KVF_OK) {
         free(push);
         return kvf_engine_conn_status(
@@ -1011,6 +1281,57 @@ static kvf_status_t kvf_engine_conn_pd_push(kvf_engine_conn_t *conn,
     }
     push->next   = conn->pushes;
     conn->pushes = push;
+    return KVF_OK;
+}
+
+/* Copies the chunks of a claimed PD request from the receive region
+ * (which engines never map) into the engine's staging area and points
+ * @p offsets there. A device region's slots are passed as they are. */
+static kvf_status_t kvf_engine_claim_copy(kvf_engine_conn_t *conn,
+                                          uint64_t pd_request,
+                                          const kvf_slot_t *slots, uint32_t num,
+                                          uint64_t *offsets)
+{
+    kvf_store_t *store = conn->server->store;
+    kvf_engine_claim_t *claim;
+    uint64_t region_at, region_len;
+    kvf_status_t status = KVF_OK;
+    uint32_t i;
+
+    region_len = kvf_store_reserve(store, &region_at);
+    kvf_engine_claim_drop(conn, pd_request); /* waited again: a new copy */
+    claim = calloc(1, sizeof(*claim) + (size_t)num * sizeof(claim->entries[0]));
+    if (claim == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    claim->pd_request = pd_request;
+    for (i = 0; i < num; i++) {
+        const kvf_slot_t *slot = &slots[i];
+        kvf_pool_entry_t *entry;
+
+        if ((slot->offset < region_at) ||
+            (slot->offset - region_at >= region_len) ||
+            (slot->length > region_len - (slot->offset - region_at))) {
+            offsets[i] = slot->offset; /* not in the host region */
+            continue;
+        }
+        status =
+            kvf_pool_alloc(conn->staging, slot->length, UINT64_MAX, &entry);
+        if (status != KVF_OK) {
+            conn->server->stats.staging_full++;
+            break;
+        }
+        claim->entries[claim->num++] = entry;
+        memcpy(kvf_engine_staging_ptr(conn, entry),
+               (uint8_t *)kvf_store_base(store) + slot->offset, slot->length);
+        offsets[i] = kvf_engine_staging_at(conn) + kvf_pool_entry_offset(entry);
+    }
+    if (status != KVF_OK) {
+        kvf_engine_claim_free(conn, claim);
+        return status;
+    }
+    claim->next  = conn->claims;
+    conn->claims = claim;
     return KVF_OK;
 }
 
@@ -1033,12 +1354,19 @@ static void kvf_engine_on_pd_waited(void *arg, kvf_status_t status,
             message = "out of memory";
         }
     }
+    if (status == KVF_OK) {
+        status =
+            kvf_engine_claim_copy(conn, wait->pd_request, slots, num, offsets);
+        if (status != KVF_OK) {
+            message = "the engine's staging area is full "
+                      "(engine_staging_size): release PD requests";
+        }
+    }
     if (status != KVF_OK) {
         status =
             kvf_engine_conn_status(conn, wait->request_id, status, message);
     } else {
         for (i = 0; i < num; i++) {
-            offsets[i] = slots[i].offset;
             lengths[i] = slots[i].length;
         }
         kvf__engine_slots__init(&reply);
@@ -1075,6 +1403,7 @@ static kvf_status_t kvf_engine_conn_pd_wait(kvf_engine_conn_t *conn,
     }
     wait->conn       = conn;
     wait->request_id = req->request_id;
+    wait->pd_request = req->pd_request;
     wait->next       = conn->pushes;
     conn->pushes     = wait;
     /* the reply may be written from inside this call */
@@ -1097,6 +1426,9 @@ static kvf_status_t kvf_engine_conn_pd_release(kvf_engine_conn_t *conn,
                                       "this agent has no PD service");
     }
     status = kvf_pd_request_release(server->pd, conn, req->pd_request);
+    if (status != KVF_ERR_BUSY) {
+        kvf_engine_claim_drop(conn, req->pd_request);
+    }
     snprintf(message, sizeof(message), "%s",
              (status == KVF_ERR_NOT_FOUND) ? "unknown PD request"
              : (status == KVF_ERR_BUSY)    ? "PD request claimed by another "
@@ -1322,6 +1654,16 @@ kvf_status_t kvf_engine_server_create(const kvf_engine_server_params_t *params,
     server->group.max_frame_preauth = params->max_frame;
     server->group.max_output        = UINT64_MAX; /* engines read replies */
     server->secret                  = params->secret;
+    server->staging_size =
+        (params->staging_size != 0) ? params->staging_size : (256ull << 20);
+    if (server->staging_size < kvf_store_max_chunk(params->store)) {
+        server->staging_size = kvf_store_max_chunk(params->store);
+    }
+    server->staging_shift = 16; /* 64 KiB units, or the largest chunk */
+    while ((1ull << server->staging_shift) >
+           kvf_store_max_chunk(params->store)) {
+        server->staging_shift--;
+    }
     server->max_connections =
         (params->max_connections > 0) ? params->max_connections : 1024;
     snprintf(server->path, sizeof(server->path), "%s", params->path);

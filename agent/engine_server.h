@@ -43,6 +43,8 @@ typedef struct kvf_engine_server_params {
     uint32_t max_frame;
     uint32_t max_connections;
     const kvf_auth_secret_t *secret; /* borrowed; NULL/empty: no auth */
+    uint64_t staging_size; /* each engine's writable staging area (0: 256
+                              MiB; at least the largest chunk) */
 } kvf_engine_server_params_t;
 
 typedef struct kvf_engine_server_stats {
@@ -51,6 +53,8 @@ typedef struct kvf_engine_server_stats {
     uint64_t requests;
     uint64_t protocol_errors;
     uint64_t auth_failures; /* connections refused by the handshake */
+    uint64_t staging_full;  /* allocations/PD claims refused: an engine's
+                               staging area was full */
     uint64_t lookups;
     uint64_t lookup_keys;
     uint64_t local_hit_keys;

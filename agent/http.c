@@ -122,6 +122,10 @@ static void kvf_agent_metrics_pd(kvf_agent_http_t *http, struct evbuffer *body)
     kvf_prom_metric(
         body, "kvf_agent_pd_checksum_failures_total", KVF_PROM_COUNTER,
         "pushed chunks refused for a bad checksum", ps.checksum_failures);
+    kvf_prom_metric(body, "kvf_agent_pd_quota_refusals_total", KVF_PROM_COUNTER,
+                    "pushes refused: their sender held pd_peer_max_bytes of "
+                    "the receive region",
+                    ps.quota_refusals);
     kvf_prom_metric(body, "kvf_agent_pd_requests", KVF_PROM_GAUGE,
                     "PD requests held now", ps.requests);
     kvf_prom_metric_by(
@@ -332,6 +336,11 @@ static void kvf_agent_metrics_store(kvf_agent_http_t *http,
                     "engine connections refused by the cluster-secret "
                     "handshake",
                     es.auth_failures);
+    kvf_prom_metric(body, "kvf_agent_engine_staging_full_total",
+                    KVF_PROM_COUNTER,
+                    "allocations and PD claims refused: the engine's staging "
+                    "area was full",
+                    es.staging_full);
 }
 
 /* The controller link and the agent's own figures. */

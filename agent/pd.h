@@ -65,6 +65,8 @@ typedef struct kvf_pd_params {
     const kvf_ucx_mem_t *region_mem; /* the registration covering it */
     bool region_is_device;           /* GPU memory: verify via a copy */
     uint32_t queue_max;              /* reservations that may wait */
+    uint64_t peer_max_bytes;         /* receive region one sender may
+                                        hold (0: all of it) */
     uint64_t alloc_timeout_ns;       /* how long one may wait */
     uint64_t push_timeout_ns;        /* a push, end to end; also how long
                                         a decoder waits for a quiet sender */
@@ -87,8 +89,10 @@ typedef struct kvf_pd_stats {
     uint64_t aborts;         /* requests aborted here (decoder) */
     uint64_t reclaimed;      /* ready requests never claimed */
     uint64_t checksum_failures;
-    uint64_t queue_depth; /* reservations waiting now */
-    uint64_t requests;    /* requests held now */
+    uint64_t quota_refusals; /* pushes refused: their sender held
+                                peer_max_bytes of the region */
+    uint64_t queue_depth;    /* reservations waiting now */
+    uint64_t requests;       /* requests held now */
     uint64_t region_size;
     uint64_t region_used;
     uint64_t data_messages;  /* PD_DATA received with one chunk */

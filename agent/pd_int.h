@@ -78,6 +78,7 @@ struct kvf_pd_req {
     kvf_ucx_ep_t *src; /* held: the sender's endpoint */
     uint64_t touched_ns;
     uint64_t footprint; /* region bytes held, the batch's included */
+    uint64_t quota_key; /* its sender in pd->quota (0: none yet) */
     uint64_t *offsets;  /* verified chunks, in order */
     uint64_t *lengths;
     uint32_t num;
@@ -152,6 +153,10 @@ typedef struct kvf_pd_open {
 /* Requests by id (UCX's khash): PD_ALLOC, PD_DATA and PD_DONE find theirs
  * in O(1), whatever a flood of requests a peer opened. */
 KHASH_MAP_INIT_INT64(kvf_pd_reqs, kvf_pd_req_t *)
+/* Region bytes held per sending endpoint (its requests' footprints), for
+ * peer_max_bytes. Keyed by the endpoint's address as it was when the
+ * request took its first reservation (req->quota_key). */
+KHASH_MAP_INIT_INT64(kvf_pd_quota, uint64_t)
 
 struct kvf_pd {
     struct kvf_transports *transports; /* expect_transports; NULL: none */
@@ -177,7 +182,9 @@ struct kvf_pd {
     uint64_t next_batch;
     kvf_pd_req_t *reqs; /* every request, for the tick and teardown */
     khash_t(kvf_pd_reqs) reqs_by_id;
-    uint64_t *scratch; /* ids of a pass over reqs that may unlink them */
+    khash_t(kvf_pd_quota) quota;
+    uint64_t peer_max_bytes; /* 0: one sender may fill the region */
+    uint64_t *scratch;       /* ids of a pass over reqs that may unlink them */
     size_t scratch_cap;
     kvf_pd_batch_t *queue; /* FIFO of reservations waiting for room */
     kvf_pd_batch_t *queue_tail;

@@ -190,6 +190,43 @@ static void kvf_pd_batch_drop(kvf_pd_t *pd, kvf_pd_batch_t *batch)
 }
 
 /* Frees the verified slots of @p req. */
+/* Region bytes the sender @p key holds in requests. */
+static uint64_t kvf_pd_quota_used(kvf_pd_t *pd, uint64_t key)
+{
+    khiter_t it = kh_get(kvf_pd_quota, &pd->quota, key);
+
+    return (it == kh_end(&pd->quota)) ? 0 : kh_val(&pd->quota, it);
+}
+
+/* Adds @p bytes to, or (@p add false) takes them from, @p req's sender. */
+static kvf_status_t kvf_pd_quota_charge(kvf_pd_t *pd, kvf_pd_req_t *req,
+                                        uint64_t bytes, bool add)
+{
+    khiter_t it;
+    int ret;
+
+    if ((req->quota_key == 0) || (bytes == 0)) {
+        return KVF_OK;
+    }
+    it = kh_put(kvf_pd_quota, &pd->quota, req->quota_key, &ret);
+    if (ret < 0) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    if (ret > 0) {
+        kh_val(&pd->quota, it) = 0;
+    }
+    if (add) {
+        kh_val(&pd->quota, it) += bytes;
+    } else {
+        kh_val(&pd->quota, it) -=
+            (bytes < kh_val(&pd->quota, it)) ? bytes : kh_val(&pd->quota, it);
+    }
+    if (kh_val(&pd->quota, it) == 0) {
+        kh_del(kvf_pd_quota, &pd->quota, it);
+    }
+    return KVF_OK;
+}
+
 static void kvf_pd_req_free_slots(kvf_pd_t *pd, kvf_pd_req_t *req)
 {
     uint32_t i;
@@ -197,6 +234,7 @@ static void kvf_pd_req_free_slots(kvf_pd_t *pd, kvf_pd_req_t *req)
     for (i = 0; i < req->num; i++) {
         kvf_pd_region_free(pd->region, req->offsets[i], req->lengths[i]);
     }
+    kvf_pd_quota_charge(pd, req, req->footprint, false);
     req->num       = 0;
     req->footprint = 0;
 }
@@ -337,7 +375,7 @@ void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAlloc *m)
     char message[KVF_PD_MESSAGE_SIZE];
     kvf_pd_req_t *req;
     kvf_pd_batch_t *batch;
-    uint64_t footprint = 0;
+    uint64_t footprint = 0, used;
     kvf_status_t status;
     size_t i;
 
@@ -383,6 +421,20 @@ void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAlloc *m)
             return;
         }
         footprint += kvf_pd_region_footprint(m->lengths[i]);
+    }
+    used = kvf_pd_quota_used(pd, (uintptr_t)ep);
+    if ((pd->peer_max_bytes > 0) && ((used >= pd->peer_max_bytes) ||
+                                     (footprint > pd->peer_max_bytes - used))) {
+        /* refused like a duplicate: no request is touched */
+        pd->stats.quota_refusals++;
+        snprintf(message, sizeof(message),
+                 "this sender holds %llu bytes of the receive region of %.60s "
+                 "and may hold %llu (pd_peer_max_bytes)",
+                 (unsigned long long)used, pd->name,
+                 (unsigned long long)pd->peer_max_bytes);
+        kvf_pd_reply_alloc(pd, ep, m->request_id, m->ticket, KVF_ERR_BUSY,
+                           message, NULL);
+        return;
     }
     req = kvf_pd_req_find(pd, m->request_id);
     if ((req == NULL) && pd->is_draining) {
@@ -489,6 +541,16 @@ void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAlloc *m)
     batch->is_final = m->final;
     batch->req      = req;
     req->batch      = batch;
+    if (req->quota_key == 0) {
+        req->quota_key = (uintptr_t)ep;
+    }
+    if (kvf_pd_quota_charge(pd, req, footprint, true) != KVF_OK) {
+        req->batch = NULL;
+        kvf_pd_batch_free(batch);
+        kvf_pd_reply_alloc(pd, ep, m->request_id, m->ticket, KVF_ERR_NO_MEMORY,
+                           "decoder out of memory", NULL);
+        return;
+    }
     req->footprint += footprint;
     if ((pd->queue == NULL) &&
         (kvf_pd_region_alloc(pd->region, batch->lengths, batch->num,

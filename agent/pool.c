@@ -12,6 +12,7 @@
 #include "common/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,9 +52,12 @@ struct kvf_pool {
     int fd;
     void *base;
     size_t map_len;
+    size_t fd_len;    /* bytes of the memfd: the chunk area, page rounded */
     uint64_t reserve; /* bytes after the chunk area, not allocated here */
+    uint64_t reserve_offset; /* = fd_len: the reserve is not in the memfd */
     uint64_t capacity;
     bool is_hugetlb;
+    bool is_sealed; /* F_SEAL_FUTURE_WRITE: no fd maps it writable again */
     bool prefault;
     char name[64];
 
@@ -393,54 +397,109 @@ static kvf_pool_entry_t *kvf_pool_victim(kvf_pool_t *pool)
 
 /* ----------------------------------------------------------- create */
 
-static kvf_status_t kvf_pool_map(kvf_pool_t *pool, bool try_huge)
+/* Seals that hold for every pool: its size never changes (an engine
+ * holding the fd cannot truncate it under the agent's mapping: SIGBUS),
+ * and, unless @p writable_fd, no new writable mapping or write() through
+ * any descriptor of it, while the mappings made here stay writable
+ * (F_SEAL_FUTURE_WRITE, Linux 5.1): the fd handed to engines and same-host
+ * peers is read-only whatever they reopen it as. */
+static kvf_status_t kvf_pool_seal(kvf_pool_t *pool, bool writable_fd)
 {
-    if (try_huge) {
-        pool->map_len =
-            (pool->capacity + pool->reserve + KVF_POOL_HUGE_PAGE - 1) &
-            ~(KVF_POOL_HUGE_PAGE - 1);
-        pool->fd = memfd_create(pool->name, MFD_CLOEXEC | MFD_HUGETLB);
-        if (pool->fd >= 0) {
-            if ((ftruncate(pool->fd, (off_t)pool->map_len) == 0) &&
-                ((pool->base = mmap(NULL, pool->map_len, PROT_READ | PROT_WRITE,
-                                    MAP_SHARED, pool->fd, 0)) != MAP_FAILED)) {
-                pool->is_hugetlb = true;
-                return KVF_OK;
-            }
-            close(pool->fd);
-        }
-        kvf_info("pool %s: no huge pages for %" PRIu64 " bytes (%m), "
-                 "using 4 KiB pages",
-                 pool->name, pool->capacity);
-    }
+    int seals = F_SEAL_SHRINK | F_SEAL_GROW;
 
-    pool->map_len = pool->capacity + pool->reserve;
-    pool->fd      = memfd_create(pool->name, MFD_CLOEXEC);
-    if (pool->fd < 0) {
-        kvf_error("pool %s: memfd_create failed: %m", pool->name);
+    if (!writable_fd) {
+        seals |= F_SEAL_FUTURE_WRITE;
+    }
+    if (fcntl(pool->fd, F_ADD_SEALS, seals | F_SEAL_SEAL) != 0) {
+        kvf_error("pool %s: cannot seal the memfd: %m", pool->name);
         return KVF_ERR_IO;
     }
-    if (ftruncate(pool->fd, (off_t)pool->map_len) != 0) {
-        kvf_error("pool %s: ftruncate to %zu failed: %m", pool->name,
-                  pool->map_len);
+    pool->is_sealed = !writable_fd;
+    return KVF_OK;
+}
+
+/* The chunk area is the memfd, mapped at a @p page aligned address; the
+ * reserve (the PD receive region) follows it in anonymous shared memory,
+ * outside the memfd: whoever holds the fd never sees it. */
+static kvf_status_t kvf_pool_map_try(kvf_pool_t *pool, bool huge)
+{
+    const uint64_t page = huge ? KVF_POOL_HUGE_PAGE : 4096u;
+    const int populate  = pool->prefault ? MAP_POPULATE : 0;
+    uint64_t fd_len     = (pool->capacity + page - 1) & ~(page - 1);
+    uint64_t reserve    = pool->reserve;
+    uint8_t *area, *base;
+    size_t area_len;
+
+    pool->fd = memfd_create(pool->name, MFD_CLOEXEC | MFD_ALLOW_SEALING |
+                                            (huge ? MFD_HUGETLB : 0));
+    if (pool->fd < 0) {
+        return KVF_ERR_IO;
+    }
+    if (ftruncate(pool->fd, (off_t)fd_len) != 0) {
         goto err_close;
     }
-    /* prefaulting allocates every page now instead of on the first write
-     * of each chunk, which otherwise halves transfer rates into the pool */
-    pool->base =
-        mmap(NULL, pool->map_len, PROT_READ | PROT_WRITE,
-             MAP_SHARED | (pool->prefault ? MAP_POPULATE : 0), pool->fd, 0);
-    if (pool->base == MAP_FAILED) {
-        kvf_error("pool %s: mmap of %zu bytes failed: %m", pool->name,
-                  pool->map_len);
+    if (huge) {
+        reserve = (reserve + page - 1) & ~(page - 1);
+    }
+    area_len = fd_len + reserve + page;
+    area     = mmap(NULL, area_len, PROT_NONE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (area == MAP_FAILED) {
         goto err_close;
     }
+    base = (uint8_t *)(((uintptr_t)area + page - 1) & ~(uintptr_t)(page - 1));
+    if ((mmap(base, fd_len, PROT_READ | PROT_WRITE,
+              MAP_SHARED | MAP_FIXED | populate, pool->fd, 0) != base) ||
+        ((reserve > 0) && (mmap(base + fd_len, reserve, PROT_READ | PROT_WRITE,
+                                MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED |
+                                    populate | (huge ? MAP_HUGETLB : 0),
+                                -1, 0) != base + fd_len))) {
+        munmap(area, area_len);
+        goto err_close;
+    }
+    if (base > area) {
+        munmap(area, (size_t)(base - area));
+    }
+    if (area + area_len > base + fd_len + reserve) {
+        munmap(base + fd_len + reserve,
+               (size_t)(area + area_len - (base + fd_len + reserve)));
+    }
+    pool->base           = base;
+    pool->fd_len         = fd_len;
+    pool->reserve_offset = fd_len;
+    pool->reserve        = reserve;
+    pool->map_len        = fd_len + reserve;
+    pool->is_hugetlb     = huge;
     return KVF_OK;
 
 err_close:
     close(pool->fd);
     pool->fd = -1;
     return KVF_ERR_IO;
+}
+
+static kvf_status_t kvf_pool_map(kvf_pool_t *pool, bool try_huge,
+                                 bool writable_fd)
+{
+    kvf_status_t status;
+
+    if (try_huge && (kvf_pool_map_try(pool, true) == KVF_OK)) {
+        return kvf_pool_seal(pool, writable_fd);
+    }
+    if (try_huge) {
+        kvf_info("pool %s: no huge pages for %" PRIu64 " bytes (%m), "
+                 "using 4 KiB pages",
+                 pool->name, pool->capacity);
+    }
+    /* prefaulting allocates every page now instead of on the first write
+     * of each chunk, which otherwise halves transfer rates into the pool */
+    status = kvf_pool_map_try(pool, false);
+    if (status != KVF_OK) {
+        kvf_error("pool %s: cannot create and map %" PRIu64 " bytes: %m",
+                  pool->name, pool->capacity + pool->reserve);
+        return status;
+    }
+    return kvf_pool_seal(pool, writable_fd);
 }
 
 static kvf_status_t kvf_pool_tables_alloc(kvf_pool_t *pool)
@@ -578,7 +637,8 @@ kvf_status_t kvf_pool_create(const kvf_pool_params_t *params,
     pool->reserve  = (mask & KVF_POOL_FIELD_RESERVE)
                          ? (params->reserve + 4095) & ~(uint64_t)4095
                          : 0;
-    status         = kvf_pool_map(pool, !(mask & KVF_POOL_FIELD_NO_HUGETLB));
+    status         = kvf_pool_map(pool, !(mask & KVF_POOL_FIELD_NO_HUGETLB),
+                                  (mask & KVF_POOL_FIELD_UNSEALED) != 0);
     if (status != KVF_OK) {
         goto err_free_tables;
     }
@@ -608,7 +668,7 @@ void kvf_pool_destroy(kvf_pool_t *pool)
                  "%" PRIu64 " uncommitted allocations",
                  pool->name, stats.pinned, stats.allocated);
     }
-    if (munmap(pool->base, pool->map_len) != 0) {
+    if ((pool->base != NULL) && (munmap(pool->base, pool->map_len) != 0)) {
         kvf_warn("pool %s: munmap failed: %m", pool->name);
     }
     close(pool->fd);
@@ -633,8 +693,33 @@ size_t kvf_pool_capacity(const kvf_pool_t *pool)
 
 uint64_t kvf_pool_reserve(const kvf_pool_t *pool, uint64_t *offset_p)
 {
-    *offset_p = pool->capacity;
+    *offset_p = pool->reserve_offset;
     return pool->reserve;
+}
+
+size_t kvf_pool_fd_length(const kvf_pool_t *pool)
+{
+    return pool->fd_len;
+}
+
+kvf_status_t kvf_pool_fd_readonly(const kvf_pool_t *pool, int *fd_p)
+{
+    char path[64];
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", pool->fd);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        kvf_error("pool %s: cannot reopen %s read-only: %m", pool->name, path);
+        return KVF_ERR_IO;
+    }
+    *fd_p = fd;
+    return KVF_OK;
+}
+
+bool kvf_pool_is_sealed(const kvf_pool_t *pool)
+{
+    return pool->is_sealed;
 }
 
 size_t kvf_pool_map_length(const kvf_pool_t *pool)

@@ -6,7 +6,10 @@
  * with two-phase commit, refcounts and pins, a key index and eviction.
  *
  * Transport-free on purpose: the agent registers [base, base+capacity)
- * with UCX once (kvf_ucx_mem_register) and passes the fd to engines.
+ * with UCX once (kvf_ucx_mem_register) and passes a read-only fd to
+ * engines (kvf_pool_fd_readonly; the memfd is sealed against writable
+ * mappings: only the pool's own mapping writes). Each engine's staging
+ * area is a pool too (KVF_POOL_FIELD_UNSEALED, agent/engine_server.c).
  *
  * Offsets, never pointers, leave the agent: an engine maps the same fd,
  * and every offset it sends back is validated with kvf_pool_entry_find.
@@ -73,6 +76,9 @@ typedef enum {
     KVF_POOL_FIELD_NO_HUGETLB = 1u << 7,
     KVF_POOL_FIELD_PREFAULT   = 1u << 8, /**< allocate every page at create */
     KVF_POOL_FIELD_RESERVE    = 1u << 9, /**< map extra bytes after the pool */
+    /** do not seal the memfd against new writable mappings (kvf_pool_fd):
+     *  an engine's staging area */
+    KVF_POOL_FIELD_UNSEALED = 1u << 10,
 } kvf_pool_field_t;
 
 typedef struct kvf_pool_params {
@@ -87,8 +93,10 @@ typedef struct kvf_pool_params {
     kvf_pool_evict_cb_t evict_cb;
     void *evict_arg;
     size_t reserve; /**< bytes mapped after the chunk area (rounded up to
-                         4 KiB) that the pool never allocates: the PD
-                         receive region lives there (agent/pd.h) */
+                         4 KiB, or a huge page) that the pool never
+                         allocates: the PD receive region lives there
+                         (agent/pd.h). Anonymous shared memory, not in the
+                         memfd: holders of the fd never see it */
 } kvf_pool_params_t;
 
 typedef struct kvf_pool_stats {
@@ -120,10 +128,31 @@ kvf_status_t kvf_pool_create(const kvf_pool_params_t *params,
 void kvf_pool_destroy(kvf_pool_t *pool);
 
 /**
- * The memfd of the region. ownership: the pool's; dup() it to pass it to
- * an engine (SCM_RIGHTS) or keep it past kvf_pool_destroy.
+ * The memfd of the chunk area, open read-write. ownership: the pool's.
+ * Unless created with KVF_POOL_FIELD_WRITABLE_FD it is sealed
+ * (F_SEAL_FUTURE_WRITE, F_SEAL_SHRINK, F_SEAL_GROW): only the mapping the
+ * pool made itself is writable; nobody can map it writable again, write()
+ * to it or resize it, through this fd or any other.
  */
 int kvf_pool_fd(const kvf_pool_t *pool);
+
+/**
+ * A new read-only descriptor of the chunk area (the memfd reopened
+ * O_RDONLY through /proc/self/fd): what engines and same-host peers get.
+ * A MAP_SHARED PROT_WRITE mapping of it fails (EACCES), and with the
+ * seals above so does one of any reopened descriptor (EPERM).
+ *
+ * @return KVF_OK; KVF_ERR_IO (logged with %m)
+ *
+ * ownership: the caller closes *fd_p. Not for per-chunk paths (a syscall).
+ */
+kvf_status_t kvf_pool_fd_readonly(const kvf_pool_t *pool, int *fd_p);
+
+/** Bytes of the memfd (the chunk area rounded to whole pages). */
+size_t kvf_pool_fd_length(const kvf_pool_t *pool);
+
+/** true when the memfd carries F_SEAL_FUTURE_WRITE (see kvf_pool_fd). */
+bool kvf_pool_is_sealed(const kvf_pool_t *pool);
 
 /** Start of the mapping and usable bytes: what to register with UCX. */
 void *kvf_pool_base(const kvf_pool_t *pool);
@@ -131,8 +160,8 @@ size_t kvf_pool_capacity(const kvf_pool_t *pool);
 
 /**
  * The reserved area after the chunk area (KVF_POOL_FIELD_RESERVE), in the
- * same mapping and memfd: its offset through @p offset_p, its length as
- * the result (0: none).
+ * same mapping but not in the memfd: its offset through @p offset_p, its
+ * length as the result (0: none).
  */
 uint64_t kvf_pool_reserve(const kvf_pool_t *pool, uint64_t *offset_p);
 

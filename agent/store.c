@@ -2,6 +2,7 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "agent/store.h"
 
+#include "common/chunk.h"
 #include "common/log.h"
 #include "common/time.h"
 
@@ -266,33 +267,16 @@ kvf_status_t kvf_store_alloc(kvf_store_t *store, kvf_store_owner_t *owner,
     return KVF_OK;
 }
 
-kvf_status_t kvf_store_commit(kvf_store_t *store, kvf_store_owner_t *owner,
-                              const kvf_key_t *key, uint64_t offset,
-                              uint64_t checksum)
+/* Commits the grant @p hold, whose bytes hash to @p actual (computed over
+ * the block, or by the caller as they landed: one pass, not two). */
+static kvf_status_t kvf_store_commit_hold(kvf_store_t *store,
+                                          kvf_store_owner_t *owner,
+                                          kvf_store_hold_t *hold,
+                                          const kvf_key_t *key,
+                                          uint64_t checksum, uint64_t actual)
 {
-    kvf_store_hold_t *hold = kvf_store_hold_find(owner, offset);
+    kvf_pool_entry_t *entry = hold->entry;
 
-    if ((hold == NULL) || !hold->is_grant) {
-        return KVF_ERR_RANGE;
-    }
-    return kvf_store_commit_hashed(
-        store, owner, key, offset, checksum,
-        kvf_chunk_checksum(kvf_pool_ptr(store->pool, offset),
-                           kvf_pool_entry_length(hold->entry)));
-}
-
-kvf_status_t kvf_store_commit_hashed(kvf_store_t *store,
-                                     kvf_store_owner_t *owner,
-                                     const kvf_key_t *key, uint64_t offset,
-                                     uint64_t checksum, uint64_t actual)
-{
-    kvf_store_hold_t *hold = kvf_store_hold_find(owner, offset);
-    kvf_pool_entry_t *entry;
-
-    if ((hold == NULL) || !hold->is_grant) {
-        return KVF_ERR_RANGE;
-    }
-    entry = hold->entry;
     kvf_store_hold_delete(owner, hold);
     owner->grants--;
     if (actual != checksum) {
@@ -313,6 +297,72 @@ kvf_status_t kvf_store_commit_hashed(kvf_store_t *store,
     if (store->admit_cb != NULL) {
         store->admit_cb(store->cb_arg, key);
     }
+    return KVF_OK;
+}
+
+/* The grant of @p owner at @p offset, or NULL. */
+static kvf_store_hold_t *kvf_store_grant_find(kvf_store_owner_t *owner,
+                                              uint64_t offset)
+{
+    kvf_store_hold_t *hold = kvf_store_hold_find(owner, offset);
+
+    return ((hold != NULL) && hold->is_grant) ? hold : NULL;
+}
+
+kvf_status_t kvf_store_commit(kvf_store_t *store, kvf_store_owner_t *owner,
+                              const kvf_key_t *key, uint64_t offset,
+                              uint64_t checksum)
+{
+    kvf_store_hold_t *hold = kvf_store_grant_find(owner, offset);
+
+    if (hold == NULL) {
+        return KVF_ERR_RANGE;
+    }
+    return kvf_store_commit_hold(
+        store, owner, hold, key, checksum,
+        kvf_chunk_checksum(kvf_pool_ptr(store->pool, offset),
+                           kvf_pool_entry_length(hold->entry)));
+}
+
+kvf_status_t kvf_store_commit_hashed(kvf_store_t *store,
+                                     kvf_store_owner_t *owner,
+                                     const kvf_key_t *key, uint64_t offset,
+                                     uint64_t checksum, uint64_t actual)
+{
+    kvf_store_hold_t *hold = kvf_store_grant_find(owner, offset);
+
+    if (hold == NULL) {
+        return KVF_ERR_RANGE;
+    }
+    return kvf_store_commit_hold(store, owner, hold, key, checksum, actual);
+}
+
+kvf_status_t kvf_store_commit_copy(kvf_store_t *store, kvf_store_owner_t *owner,
+                                   const kvf_key_t *key, uint64_t offset,
+                                   const void *src, uint64_t checksum)
+{
+    kvf_store_hold_t *hold = kvf_store_grant_find(owner, offset);
+
+    if (hold == NULL) {
+        return KVF_ERR_RANGE;
+    }
+    return kvf_store_commit_hold(
+        store, owner, hold, key, checksum,
+        kvf_chunk_copy_checksum(kvf_pool_ptr(store->pool, offset), src,
+                                kvf_pool_entry_length(hold->entry)));
+}
+
+kvf_status_t kvf_store_grant_copy(kvf_store_t *store, kvf_store_owner_t *owner,
+                                  uint64_t offset, const void *src,
+                                  uint64_t length)
+{
+    kvf_store_hold_t *hold = kvf_store_hold_find(owner, offset);
+
+    if ((hold == NULL) || !hold->is_grant || (length == 0) ||
+        (length > kvf_pool_entry_length(hold->entry))) {
+        return KVF_ERR_RANGE;
+    }
+    memcpy(kvf_pool_ptr(store->pool, offset), src, length);
     return KVF_OK;
 }
 
@@ -394,7 +444,8 @@ kvf_status_t kvf_store_verify(kvf_store_t *store, const kvf_key_t *key)
 
 kvf_status_t kvf_store_pin_verified(kvf_store_t *store,
                                     kvf_store_owner_t *owner,
-                                    const kvf_key_t *key, kvf_slot_t *slot_p)
+                                    const kvf_key_t *key, kvf_slot_t *slot_p,
+                                    uint64_t *checksum_p)
 {
     kvf_pool_entry_t *entry;
     kvf_status_t status;
@@ -404,11 +455,12 @@ kvf_status_t kvf_store_pin_verified(kvf_store_t *store,
     if (status != KVF_OK) {
         return status;
     }
-    entry = kvf_pool_lookup(store->pool, key);
+    entry = kvf_pool_entry_find(store->pool, slot.offset);
     if ((entry != NULL) &&
         (kvf_chunk_checksum(kvf_pool_ptr(store->pool, slot.offset),
                             slot.length) == kvf_pool_entry_checksum(entry))) {
-        *slot_p = slot;
+        *slot_p     = slot;
+        *checksum_p = kvf_pool_entry_checksum(entry);
         return KVF_OK;
     }
     kvf_store_release(store, owner, slot.offset);
@@ -951,9 +1003,14 @@ void *kvf_store_base(const kvf_store_t *store)
 
 uint64_t kvf_store_size(const kvf_store_t *store)
 {
-    /* engines map the chunk area and the PD region after it; a huge-page
-     * memfd maps in whole pages */
-    return kvf_pool_map_length(store->pool);
+    /* what engines map: the memfd (the chunk area in whole pages); the PD
+     * region after it is not in the memfd */
+    return kvf_pool_fd_length(store->pool);
+}
+
+kvf_status_t kvf_store_fd_readonly(const kvf_store_t *store, int *fd_p)
+{
+    return kvf_pool_fd_readonly(store->pool, fd_p);
 }
 
 uint64_t kvf_store_reserve(const kvf_store_t *store, uint64_t *offset_p)

@@ -71,14 +71,18 @@ void kvf_store_destroy(kvf_store_t *store);
 
 void kvf_store_get_stats(const kvf_store_t *store, kvf_store_stats_t *stats_p);
 
-/* The pool's memfd, base, size and largest chunk (for engines to map). */
+/* The pool's memfd, base, size and largest chunk (for engines to map:
+ * they get kvf_store_fd_readonly, kvf_store_size bytes). */
 int kvf_store_fd(const kvf_store_t *store);
+/* A new read-only fd of the pool (kvf_pool_fd_readonly); caller closes. */
+kvf_status_t kvf_store_fd_readonly(const kvf_store_t *store, int *fd_p);
 void *kvf_store_base(const kvf_store_t *store);
 uint64_t kvf_store_size(const kvf_store_t *store);
 uint64_t kvf_store_max_chunk(const kvf_store_t *store);
 
-/* The PD receive region reserved after the pool in the same mapping
- * (agent/pd.h): its offset through @p offset_p, its length as the result. */
+/* The PD receive region reserved after the pool in the same mapping, not
+ * in the memfd engines get (agent/pd.h): its offset through @p offset_p,
+ * its length as the result. */
 uint64_t kvf_store_reserve(const kvf_store_t *store, uint64_t *offset_p);
 
 /* Moves what @p from holds at @p offset (a grant or pins) to @p to, e.g. to
@@ -118,19 +122,35 @@ kvf_status_t kvf_store_commit_hashed(kvf_store_t *store,
                                      const kvf_key_t *key, uint64_t offset,
                                      uint64_t checksum, uint64_t actual);
 
+/* As kvf_store_commit, the bytes copied from @p src (an engine's staging
+ * area) into the grant and checksummed as they land, in one pass: the
+ * checksum is of the committed bytes, whatever the source does meanwhile. */
+kvf_status_t kvf_store_commit_copy(kvf_store_t *store, kvf_store_owner_t *owner,
+                                   const kvf_key_t *key, uint64_t offset,
+                                   const void *src, uint64_t checksum);
+
+/* Copies @p length bytes from @p src into the owner's grant at @p offset,
+ * without committing (a push sends from the grant; its receiver checks the
+ * checksum). KVF_ERR_RANGE (not a grant of this owner, or longer). */
+kvf_status_t kvf_store_grant_copy(kvf_store_t *store, kvf_store_owner_t *owner,
+                                  uint64_t offset, const void *src,
+                                  uint64_t length);
+
 /* Pins the local chunk of @p key for @p owner. KVF_ERR_NOT_FOUND. */
 kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
                            const kvf_key_t *key, kvf_slot_t *slot_p);
 
 /* As kvf_store_pin, then checks the chunk's bytes against the checksum
- * they were committed with: every byte an engine reads was verified
- * (engines map the pool writable, so one could have changed another's
- * chunk). A chunk that fails is unpinned, dropped here (announced evicted,
- * so the registry forgets it), counted in checksum_failures, and
- * KVF_ERR_CHECKSUM returned: a miss, never wrong bytes. */
+ * they were committed with (written to @p checksum_p): every byte an
+ * engine reads was verified (engines map the pool read-only since #16.4;
+ * this is defence in depth against the agent's own bugs and bad memory). A
+ * chunk that fails is unpinned, dropped here (announced evicted, so the
+ * registry forgets it), counted in checksum_failures, and KVF_ERR_CHECKSUM
+ * returned: a miss, never wrong bytes. */
 kvf_status_t kvf_store_pin_verified(kvf_store_t *store,
                                     kvf_store_owner_t *owner,
-                                    const kvf_key_t *key, kvf_slot_t *slot_p);
+                                    const kvf_key_t *key, kvf_slot_t *slot_p,
+                                    uint64_t *checksum_p);
 
 /* Checks the committed chunk of @p key against its checksum (a peer said
  * what we served it failed); one that fails is dropped and counted as in

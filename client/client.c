@@ -85,24 +85,48 @@ uint64_t kvf_client_reconnects(const kvf_client_t *client)
     return client->reconnects;
 }
 
-/* Maps the agent's pool. After a reconnect the new pool goes at the old
+/* Maps the pool read-only (the agent's fd is read-only and sealed: a
+ * writable shared mapping of it fails) at @p at, and the engine's own
+ * staging area read-write right after it. */
+static kvf_status_t kvf_client_map_at(uint8_t *at, int pool_fd,
+                                      uint64_t pool_size, int staging_fd,
+                                      uint64_t staging_size)
+{
+    /* an agent older than staging areas: engines write into its pool */
+    const int prot = (staging_size > 0) ? PROT_READ : PROT_READ | PROT_WRITE;
+
+    if (mmap(at, pool_size, prot, MAP_SHARED | MAP_FIXED, pool_fd, 0) != at) {
+        return KVF_ERR_IO;
+    }
+    if ((staging_size > 0) &&
+        (mmap(at + pool_size, staging_size, PROT_READ | PROT_WRITE,
+              MAP_SHARED | MAP_FIXED, staging_fd, 0) != at + pool_size)) {
+        return KVF_ERR_IO;
+    }
+    return KVF_OK;
+}
+
+/* Maps the agent's pool and this engine's staging area after it, as one
+ * range of @p size bytes. After a reconnect the new range goes at the old
  * address, so pointers the engine derived from kvf_client_pool_base() stay
  * valid (they now see the new pool): in place when it is not larger, else
  * grown in place when the addresses after it are free. Otherwise it goes
- * elsewhere, and the old range is kept mapped onto the new pool's first
- * bytes (stale pointers read the same offsets, never fault) until
- * disconnect. */
+ * elsewhere, and the old range is kept mapped, read-only, onto the new
+ * pool's first bytes (stale pointers read the same offsets, never fault)
+ * until disconnect. */
 static kvf_status_t kvf_client_map_pool(kvf_client_t *client, int pool_fd,
-                                        uint64_t size)
+                                        uint64_t pool_size, int staging_fd,
+                                        uint64_t staging_size)
 {
-    const int prot = PROT_READ | PROT_WRITE;
+    const int anon = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+    uint64_t size  = pool_size + staging_size;
     uint8_t *old   = client->pool_base;
-    void *base, *tail;
+    uint8_t *base  = NULL;
+    void *tail;
 
     if ((old != NULL) && (size > client->map_size)) {
-        tail = mmap(old + client->map_size, size - client->map_size, prot,
-                    MAP_SHARED | MAP_FIXED_NOREPLACE, pool_fd,
-                    (off_t)client->map_size);
+        tail = mmap(old + client->map_size, size - client->map_size, PROT_NONE,
+                    anon | MAP_FIXED_NOREPLACE, -1, 0);
         if (tail == old + client->map_size) {
             client->map_size = size; /* grown in place */
         } else if (tail != MAP_FAILED) {
@@ -110,26 +134,34 @@ static kvf_status_t kvf_client_map_pool(kvf_client_t *client, int pool_fd,
         }
     }
     if ((old != NULL) && (size <= client->map_size)) {
-        base = mmap(old, size, prot, MAP_SHARED | MAP_FIXED, pool_fd, 0);
+        base = old;
     } else {
-        base = mmap(NULL, size, prot, MAP_SHARED, pool_fd, 0);
-        if ((base != MAP_FAILED) && (old != NULL)) {
+        base = mmap(NULL, size, PROT_NONE, anon, -1, 0);
+        if (base == MAP_FAILED) {
+            base = NULL;
+        } else if (old != NULL) {
             if (client->stale_base != NULL) {
                 munmap(client->stale_base, client->stale_size);
             }
             client->stale_base = old;
             client->stale_size = client->map_size;
-            if (mmap(old, client->map_size, prot, MAP_SHARED | MAP_FIXED,
-                     pool_fd, 0) == MAP_FAILED) {
+            if ((mmap(old, client->map_size, PROT_READ, anon | MAP_FIXED, -1,
+                      0) != old) ||
+                (mmap(old,
+                      (client->map_size < pool_size) ? client->map_size
+                                                     : pool_size,
+                      PROT_READ, MAP_SHARED | MAP_FIXED, pool_fd, 0) != old)) {
                 munmap(old, client->map_size);
                 client->stale_base = NULL;
             }
         }
-        if (base != MAP_FAILED) {
+        if (base != NULL) {
             client->map_size = size;
         }
     }
-    if (base == MAP_FAILED) {
+    if ((base == NULL) ||
+        (kvf_client_map_at(base, pool_fd, pool_size, staging_fd,
+                           staging_size) != KVF_OK)) {
         return kvf_client_fail(client, KVF_ERR_IO,
                                "cannot map the pool of the %s: %s",
                                client->peer, strerror(errno));
@@ -156,8 +188,8 @@ static kvf_status_t kvf_client_open(kvf_client_t *client, uint64_t deadline)
     kvf_bconn_t *conn;
     kvf_status_t status;
     kvf_frame_t frame;
-    uint64_t pool_size;
-    int fd, pool_fd = -1;
+    uint64_t pool_size, staging_size;
+    int fd, pool_fd = -1, staging_fd = -1;
 
     status = kvf_bconn_dial_unix(client->path, deadline, &fd, client->error,
                                  sizeof(client->error));
@@ -171,8 +203,11 @@ static kvf_status_t kvf_client_open(kvf_client_t *client, uint64_t deadline)
     /* the pool's fd may arrive with the bytes of HELLO_REPLY already */
     status = kvf_bconn_hello(conn, &hp, deadline, &pool_fd);
     if (status == KVF_OK) {
-        status = kvf_bconn_expect(conn, KVF_MSG_POOL_INFO, deadline, &pool_fd,
-                                  &frame);
+        /* the staging area's fd comes with POOL_INFO (an old agent's
+         * pool fd, when not with HELLO_REPLY) */
+        status =
+            kvf_bconn_expect(conn, KVF_MSG_POOL_INFO, deadline,
+                             (pool_fd < 0) ? &pool_fd : &staging_fd, &frame);
     }
     if (status != KVF_OK) {
         kvf_client_fail(client, status, "%s", kvf_bconn_last_error(conn));
@@ -180,6 +215,7 @@ static kvf_status_t kvf_client_open(kvf_client_t *client, uint64_t deadline)
     }
     info                    = (const Kvf__PoolInfo *)frame.msg;
     pool_size               = info->pool_size;
+    staging_size            = info->staging_size;
     client->max_chunk_bytes = info->max_chunk_bytes;
     client->pd_offset       = info->pd_offset;
     client->pd_size         = info->pd_size;
@@ -188,22 +224,32 @@ static kvf_status_t kvf_client_open(kvf_client_t *client, uint64_t deadline)
     snprintf(client->node_name, sizeof(client->node_name), "%s",
              (info->node_name != NULL) ? info->node_name : "");
     kvf_frame_release(&frame, NULL);
-    if ((pool_fd < 0) || (pool_size == 0)) {
+    if ((pool_fd < 0) || (pool_size == 0) || (pool_size % 4096 != 0) ||
+        ((staging_size > 0) && (staging_fd < 0)) ||
+        (staging_size > UINT64_MAX - pool_size)) {
         status = kvf_client_fail(client, KVF_ERR_PROTO,
-                                 "%s sent no pool to map", client->peer);
+                                 "%s sent no pool (or staging area) to map",
+                                 client->peer);
         goto err_destroy;
     }
-    status = kvf_client_map_pool(client, pool_fd, pool_size);
+    status = kvf_client_map_pool(client, pool_fd, pool_size, staging_fd,
+                                 staging_size);
     if (status != KVF_OK) {
         goto err_destroy;
     }
     close(pool_fd); /* the mapping keeps the memory alive */
+    if (staging_fd >= 0) {
+        close(staging_fd);
+    }
     client->conn = conn;
     return KVF_OK;
 
 err_destroy:
     if (pool_fd >= 0) {
         close(pool_fd);
+    }
+    if (staging_fd >= 0) {
+        close(staging_fd);
     }
     kvf_bconn_destroy(conn);
     return status;
@@ -381,7 +427,7 @@ static uint8_t *kvf_client_pack_keys(kvf_client_t *client,
 static kvf_status_t kvf_client_take_slots(kvf_client_t *client,
                                           const Kvf__EngineSlots *reply,
                                           uint32_t num, kvf_slot_t *slots,
-                                          bool *missing)
+                                          bool *missing, uint64_t *checksums)
 {
     uint32_t i;
 
@@ -410,6 +456,15 @@ static kvf_status_t kvf_client_take_slots(kvf_client_t *client,
         if (missing != NULL) {
             missing[i] = (reply->missing.data[i] != 0);
         }
+        if ((checksums != NULL) && (reply->n_checksums == num)) {
+            checksums[i] = reply->checksums[i];
+        }
+    }
+    if ((checksums != NULL) && (reply->n_checksums != num)) {
+        /* the slots are pinned all the same: the caller releases them */
+        return kvf_client_fail(client, KVF_ERR_UNSUPPORTED,
+                               "the %s sent no checksums (an older agent)",
+                               client->peer);
     }
     return KVF_OK;
 }
@@ -502,7 +557,7 @@ kvf_status_t kvf_client_alloc(kvf_client_t *client, uint64_t chunk_bytes,
         return status;
     }
     status = kvf_client_take_slots(client, (const Kvf__EngineSlots *)frame.msg,
-                                   num, slots, NULL);
+                                   num, slots, NULL, NULL);
     kvf_frame_release(&frame, NULL);
     return status;
 }
@@ -607,8 +662,11 @@ kvf_status_t kvf_client_lookup(kvf_client_t *client, const kvf_key_t *keys,
     return status;
 }
 
-kvf_status_t kvf_client_retrieve(kvf_client_t *client, const kvf_key_t *keys,
-                                 uint32_t num, kvf_slot_t *slots, bool *missing)
+/* RETRIEVE, with the chunks' checksums when @p checksums is not NULL. */
+static kvf_status_t kvf_client_retrieve_sums(kvf_client_t *client,
+                                             const kvf_key_t *keys,
+                                             uint32_t num, kvf_slot_t *slots,
+                                             bool *missing, uint64_t *checksums)
 {
     Kvf__EngineRetrieve req;
     kvf_frame_t frame;
@@ -634,9 +692,39 @@ kvf_status_t kvf_client_retrieve(kvf_client_t *client, const kvf_key_t *keys,
         return status;
     }
     status = kvf_client_take_slots(client, (const Kvf__EngineSlots *)frame.msg,
-                                   num, slots, missing);
+                                   num, slots, missing, checksums);
     kvf_frame_release(&frame, NULL);
     return status;
+}
+
+kvf_status_t kvf_client_retrieve(kvf_client_t *client, const kvf_key_t *keys,
+                                 uint32_t num, kvf_slot_t *slots, bool *missing)
+{
+    return kvf_client_retrieve_sums(client, keys, num, slots, missing, NULL);
+}
+
+kvf_status_t kvf_client_retrieve_checksums(kvf_client_t *client,
+                                           const kvf_key_t *keys, uint32_t num,
+                                           kvf_slot_t *slots, bool *missing,
+                                           uint64_t *checksums)
+{
+    if (checksums == NULL) {
+        return KVF_ERR_INVALID;
+    }
+    return kvf_client_retrieve_sums(client, keys, num, slots, missing,
+                                    checksums);
+}
+
+bool kvf_client_verify(const kvf_client_t *client, const kvf_slot_t *slot,
+                       uint64_t checksum)
+{
+    if ((client == NULL) || (slot == NULL) ||
+        (slot->offset > client->pool_size) ||
+        (slot->length > client->pool_size - slot->offset)) {
+        return false;
+    }
+    return kvf_chunk_checksum((const uint8_t *)client->pool_base + slot->offset,
+                              slot->length) == checksum;
 }
 
 kvf_status_t kvf_client_release(kvf_client_t *client, const kvf_slot_t *slots,

@@ -108,10 +108,16 @@ KVF_API kvf_status_t kvf_client_connect(const kvf_client_params_t *params,
  *  the connection still holds. NULL is a no-op. */
 KVF_API void kvf_client_disconnect(kvf_client_t *client);
 
-/** Base address of the mapped pool in this process (for slot offsets). */
+/**
+ * Base address of the mapping in this process (for slot offsets): the
+ * agent's pool, read-only, then this connection's own writable staging
+ * area. Allocated slots (kvf_client_alloc) and claimed PD chunks
+ * (kvf_pd_wait) lie in the staging area; retrieved chunks in the pool,
+ * where a write faults (docs/security.md, "Engines").
+ */
 KVF_API void *kvf_client_pool_base(const kvf_client_t *client);
 
-/** Size of the mapped pool in bytes. */
+/** Size of the mapping in bytes (pool and staging area). */
 KVF_API uint64_t kvf_client_pool_size(const kvf_client_t *client);
 
 /**
@@ -189,6 +195,31 @@ KVF_API kvf_status_t kvf_client_retrieve(kvf_client_t *client,
                                          kvf_slot_t *slots, bool *missing);
 
 /**
+ * As kvf_client_retrieve(), and also the checksum each chunk was committed
+ * with (kvf_chunk_checksum of its bytes; 0 for a missing one), so the
+ * engine can check what it reads with kvf_client_verify(). The agent has
+ * already checked them; this is for engines that want to see for
+ * themselves, e.g. after copying a chunk elsewhere.
+ *
+ * @param [out] checksums  one per key
+ * @return as kvf_client_retrieve(); KVF_ERR_UNSUPPORTED when the agent is
+ *         too old to send checksums (the slots are still pinned: release
+ *         them)
+ */
+KVF_API kvf_status_t kvf_client_retrieve_checksums(
+    kvf_client_t *client, const kvf_key_t *keys, uint32_t num,
+    kvf_slot_t *slots, bool *missing, uint64_t *checksums);
+
+/**
+ * true when the bytes of @p slot (in this client's mapping) have checksum
+ * @p checksum; false for a slot outside the mapping. Reads the whole slot.
+ *
+ * thread: thread-safe (reads only).
+ */
+KVF_API bool kvf_client_verify(const kvf_client_t *client,
+                               const kvf_slot_t *slot, uint64_t checksum);
+
+/**
  * Reads the agent's counters.
  *
  * @param [in]  client   the connection
@@ -253,7 +284,9 @@ KVF_API kvf_status_t kvf_pd_push(kvf_client_t *client, uint64_t request_id,
  * @param [in]  request_id  the PD request
  * @param [in]  timeout_ns  how long to wait (0: the connection's default)
  * @param [out] slots       the chunks: offsets from kvf_client_pool_base()
- *                          (the receive region is mapped after the pool)
+ *                          (copies in this connection's staging area until
+ *                          kvf_pd_release; no engine maps the receive
+ *                          region itself)
  * @param [in]  max         room in @p slots
  * @param [out] num_p       chunks written
  * @return KVF_OK; KVF_ERR_TIMEOUT; KVF_ERR_CANCELED (the prefill side

@@ -293,6 +293,30 @@ class Client:
                  for i in range(n)]
         return slots, [bool(m) for m in missing]
 
+    def retrieve_checksums(self, keys: Sequence[Key]
+                           ) -> Tuple[List[Optional[Slot]], List[bool],
+                                      List[int]]:
+        """kvf_client_retrieve_checksums(): as ``retrieve``, plus the
+        checksum each chunk was committed with (0 for a missing one), to
+        check with ``verify``."""
+        n = len(keys)
+        arr = (_lib.SlotStruct * n)()
+        missing = (ctypes.c_bool * n)()
+        sums = (ctypes.c_uint64 * n)()
+        with self._lock:
+            self._check(_lib.lib.kvf_client_retrieve_checksums(
+                self._handle(), keys_to_c(keys), n, arr, missing, sums),
+                "kvf_client_retrieve_checksums")
+        slots = [None if missing[i] else Slot(arr[i].offset, arr[i].length)
+                 for i in range(n)]
+        return slots, [bool(m) for m in missing], list(sums)
+
+    def verify(self, slot: Slot, checksum: int) -> bool:
+        """kvf_client_verify(): do the bytes of @p slot have @p checksum?"""
+        s = _lib.SlotStruct(slot.offset, slot.length)
+        return bool(_lib.lib.kvf_client_verify(self._handle(),
+                                               ctypes.byref(s), checksum))
+
     def release(self, slots: Sequence[Optional[Slot]]) -> None:
         """kvf_client_release(): unpins retrieved slots (None entries are
         skipped)."""

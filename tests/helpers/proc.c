@@ -335,3 +335,49 @@ int kvf_test_http_request(uint16_t port, const char *method, const char *path,
     }
     return code;
 }
+
+int kvf_test_agent_pool_flip(const kvf_test_proc_t *agent, uint64_t offset)
+{
+    unsigned long long start = 0, lo, hi, off;
+    char path[64], line[512];
+    uint8_t byte;
+    FILE *maps;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/maps", (int)agent->pid);
+    maps = fopen(path, "r");
+    if (maps == NULL) {
+        return -1;
+    }
+    /* the pool memfd's mapping at file offset 0 (the agent maps it once,
+     * read-write) */
+    while (fgets(line, sizeof(line), maps) != NULL) {
+        if ((strstr(line, "memfd:kvf-pool") != NULL) &&
+            (strstr(line, " rw-s ") != NULL) &&
+            (sscanf(line, "%llx-%llx %*s %llx", &lo, &hi, &off) == 3) &&
+            (off == 0) && (offset < hi - lo)) {
+            start = lo;
+            break;
+        }
+    }
+    fclose(maps);
+    if (start == 0) {
+        return -1;
+    }
+    snprintf(path, sizeof(path), "/proc/%d/mem", (int)agent->pid);
+    fd = open(path, O_RDWR);
+    if (fd < 0) {
+        return -1;
+    }
+    if (pread(fd, &byte, 1, (off_t)(start + offset)) != 1) {
+        close(fd);
+        return -1;
+    }
+    byte ^= 0xff;
+    if (pwrite(fd, &byte, 1, (off_t)(start + offset)) != 1) {
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    return 0;
+}

@@ -75,4 +75,11 @@ int kvf_test_http_request(uint16_t port, const char *method, const char *path,
                           const char *token, const char *body, char *out,
                           size_t out_len);
 
+/* Flips (xor 0xff) the byte at @p offset of the pool of the kvf-agent
+ * @p agent, in the agent's own memory (its writable mapping of the pool
+ * memfd, through /proc/PID/mem: the test started it, so it may): what a
+ * bug in the agent, bad memory or a process that can ptrace it could do;
+ * engines cannot (docs/security.md). 0, or -1 with errno. */
+int kvf_test_agent_pool_flip(const kvf_test_proc_t *agent, uint64_t offset);
+
 #endif /* KVF_TESTS_PROC_H */

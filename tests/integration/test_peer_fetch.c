@@ -353,10 +353,15 @@ Test(peer_fetch, damaged_chunk_becomes_a_miss_not_wrong_bytes)
         sums[k] = kvf_chunk_checksum(p, CHUNK);
     }
     cr_assert_eq(kvf_client_commit(a, keys, slots, sums, 2), KVF_OK);
-    /* the bytes of chunk 1 change after commit (a stray write into the
-     * shared pool): A still serves them with the original checksum */
-    p = (uint8_t *)kvf_client_pool_base(a) + slots[1].offset;
-    p[CHUNK / 2] ^= 0x5a;
+    /* the bytes of chunk 1 change after commit (a stray write into A's
+     * pool; engines cannot): A still serves them with the original
+     * checksum */
+    cr_assert_eq(kvf_client_retrieve(a, &keys[1], 1, slots, missing), KVF_OK);
+    cr_assert(!missing[0]);
+    cr_assert_eq(kvf_client_release(a, slots, 1), KVF_OK);
+    cr_assert_eq(kvf_test_agent_pool_flip(&g_agents[0].proc,
+                                          slots[0].offset + CHUNK / 2),
+                 0);
     kvf_client_disconnect(a);
     wait_hits(1, keys, 2, 2);
     cr_assert_eq(retrieve_check(1, keys, 2, missing), 1);

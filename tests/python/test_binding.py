@@ -138,6 +138,29 @@ def test_pd_is_bound_only_when_exported():
     assert kvf.HAS_PD
 
 
+def test_retrieve_hands_out_the_committed_checksums(cluster):
+    ns = kvf.namespace_fingerprint("binding-sums", "bf16", 2, 2, 64,
+                                   chunk_size=16)
+    keys = kvf.key_chain(ns, list(range(32)), 16)
+    chunk = 64 << 10
+    a = cluster.client("a")
+    slots = a.alloc(chunk, len(keys))
+    sums = []
+    for i, s in enumerate(slots):
+        v = a.slot_view(s, np.uint8)[:chunk]
+        v[:] = (np.arange(chunk) * 7 + i).astype(np.uint8)
+        sums.append(kvf.chunk_checksum(v))
+    del v
+    assert a.commit(keys, [kvf.Slot(s.offset, chunk) for s in slots],
+                    sums) == 0
+    got, missing, got_sums = a.retrieve_checksums(keys)
+    assert missing == [False] * len(keys)
+    assert got_sums == sums
+    assert all(a.verify(s, c) for s, c in zip(got, got_sums))
+    assert not a.verify(got[0], sums[0] ^ 1)
+    a.release(got)
+
+
 def test_store_on_a_retrieve_on_b(cluster):
     torch = torch_or_skip()
     ns = kvf.namespace_fingerprint("binding-test", "bf16", 2, 2, 64,

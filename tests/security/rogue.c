@@ -13,6 +13,7 @@
 #include <criterion/criterion.h>
 #include <event2/event.h>
 
+#include <sys/stat.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -235,4 +236,101 @@ long long kvf_sec_metric(const kvf_sec_agent_t *agent, const char *series)
     snprintf(needle, sizeof(needle), "\n%s ", series);
     p = strstr(body, needle);
     return (p == NULL) ? -1 : atoll(p + strlen(needle));
+}
+
+static void kvf_sec_write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    fputs(text, f);
+    fclose(f);
+}
+
+void kvf_sec_cluster_start(kvf_sec_cluster_t *cluster, const char *name_a,
+                           const char *name_b, bool with_secret)
+{
+    const char *args[] = {"--config", cluster->yaml, NULL};
+    char text[256];
+
+    memset(cluster, 0, sizeof(*cluster));
+    if (with_secret) {
+        snprintf(cluster->dir, sizeof(cluster->dir), "/tmp/kvf-sec-XXXXXX");
+        cr_assert_not_null(mkdtemp(cluster->dir));
+        snprintf(cluster->secret, sizeof(cluster->secret), "%s/secret",
+                 cluster->dir);
+        kvf_sec_write_file(cluster->secret,
+                           "0c1e5d7f9a2b4c6e8f0a1b3c5d7e9f21\n");
+        chmod(cluster->secret, 0600);
+        snprintf(cluster->yaml, sizeof(cluster->yaml), "%s/kvf.yaml",
+                 cluster->dir);
+        snprintf(text, sizeof(text), "cluster_secret_file: %s\n",
+                 cluster->secret);
+        kvf_sec_write_file(cluster->yaml, text);
+    }
+    kvf_th_ctl_start(&cluster->ctl, with_secret ? args : NULL);
+    kvf_sec_agent_start(&cluster->a, cluster->ctl.addr, name_a,
+                        with_secret ? args : NULL);
+    kvf_sec_agent_start(&cluster->b, cluster->ctl.addr, name_b,
+                        with_secret ? args : NULL);
+}
+
+void kvf_sec_cluster_stop(kvf_sec_cluster_t *cluster)
+{
+    char cmd[128];
+
+    kvf_test_proc_stop(&cluster->b.proc, 10000);
+    kvf_test_proc_stop(&cluster->a.proc, 10000);
+    kvf_th_ctl_stop(&cluster->ctl);
+    if (cluster->dir[0] != '\0') {
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", cluster->dir);
+        if (system(cmd) != 0) {
+            fprintf(stderr, "%s failed\n", cmd);
+        }
+    }
+}
+
+kvf_client_t *kvf_sec_connect(const kvf_sec_cluster_t *cluster,
+                              const kvf_sec_agent_t *agent)
+{
+    kvf_client_params_t p = {.field_mask = KVF_CLIENT_PARAM_SOCKET |
+                                           KVF_CLIENT_PARAM_TIMEOUT,
+                             .socket_path = agent->sock,
+                             .timeout_ns  = 20000000000ull};
+    kvf_client_t *c       = NULL;
+
+    if (cluster->secret[0] != '\0') {
+        p.field_mask |= KVF_CLIENT_PARAM_SECRET;
+        p.secret_file = cluster->secret;
+    }
+    cr_assert_eq(kvf_client_connect(&p, &c), KVF_OK, "%s",
+                 kvf_client_last_error(NULL));
+    return c;
+}
+
+void kvf_sec_store(const kvf_sec_cluster_t *cluster,
+                   const kvf_sec_agent_t *agent, const kvf_key_t *keys,
+                   uint32_t n, size_t chunk,
+                   uint8_t (*fill)(uint32_t k, size_t i))
+{
+    kvf_client_t *c   = kvf_sec_connect(cluster, agent);
+    kvf_slot_t *slots = calloc(n, sizeof(*slots));
+    uint64_t *sums    = calloc(n, sizeof(*sums));
+    uint32_t k;
+    size_t i;
+
+    cr_assert((slots != NULL) && (sums != NULL));
+    cr_assert_eq(kvf_client_alloc(c, chunk, n, slots), KVF_OK);
+    for (k = 0; k < n; k++) {
+        uint8_t *p = (uint8_t *)kvf_client_pool_base(c) + slots[k].offset;
+
+        for (i = 0; i < chunk; i++) {
+            p[i] = fill(k, i);
+        }
+        sums[k] = kvf_chunk_checksum(p, chunk);
+    }
+    cr_assert_eq(kvf_client_commit(c, keys, slots, sums, n), KVF_OK);
+    kvf_client_disconnect(c);
+    free(slots);
+    free(sums);
 }

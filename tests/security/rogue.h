@@ -13,6 +13,9 @@
 #define KVF_TESTS_SECURITY_ROGUE_H
 
 #include "tests/helpers/proc.h"
+#include "tests/integration/controller_harness.h"
+
+#include <kvfabric/kvfabric.h>
 
 #include <kvfabric/status.h>
 
@@ -65,5 +68,35 @@ void kvf_sec_agent_start(kvf_sec_agent_t *agent, const char *ctl_addr,
 /* The value of metric line @p series ("name" or "name{labels}") in the
  * agent's /metrics; -1 when absent. */
 long long kvf_sec_metric(const kvf_sec_agent_t *agent, const char *series);
+
+/* The set-up most attacks share: a controller and two agents, A (the
+ * holder) and B (the victim), with or without a cluster secret. */
+typedef struct kvf_sec_cluster {
+    kvf_th_ctl_t ctl;
+    kvf_sec_agent_t a, b;
+    char dir[64];     /* temporary folder of the secret and the YAML */
+    char secret[128]; /* the secret file; "" without a secret */
+    char yaml[128];   /* --config FILE that sets it ("" without) */
+} kvf_sec_cluster_t;
+
+/* Starts the cluster: agents named @p name_a and @p name_b, all three
+ * processes given the secret when @p with_secret. Asserts. */
+void kvf_sec_cluster_start(kvf_sec_cluster_t *cluster, const char *name_a,
+                           const char *name_b, bool with_secret);
+
+/* Stops the agents and the controller and removes the folder. */
+void kvf_sec_cluster_stop(kvf_sec_cluster_t *cluster);
+
+/* An engine connection to @p agent (with the cluster's secret when it has
+ * one), 20 s per call. Asserts. */
+kvf_client_t *kvf_sec_connect(const kvf_sec_cluster_t *cluster,
+                              const kvf_sec_agent_t *agent);
+
+/* Stores @p n chunks of @p chunk bytes under @p keys through @p agent,
+ * byte i of chunk k being @p fill(k, i). Asserts. */
+void kvf_sec_store(const kvf_sec_cluster_t *cluster,
+                   const kvf_sec_agent_t *agent, const kvf_key_t *keys,
+                   uint32_t n, size_t chunk,
+                   uint8_t (*fill)(uint32_t k, size_t i));
 
 #endif /* KVF_TESTS_SECURITY_ROGUE_H */

@@ -29,49 +29,16 @@
 #define CHUNK (64u << 10)
 #define KEYS  4u
 
-static kvf_th_ctl_t g_ctl;
-static kvf_sec_agent_t g_a, g_b;
-static char g_dir[64], g_yaml[128];
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
-}
+static kvf_sec_cluster_t g_c; /* with the secret */
 
 static void setup(void)
 {
-    char path[128], text[256];
-    const char *ctl_args[]   = {"--config", g_yaml, NULL};
-    const char *agent_args[] = {"--config", g_yaml, NULL};
-
-    snprintf(g_dir, sizeof(g_dir), "/tmp/kvf-sec-auth-XXXXXX");
-    cr_assert_not_null(mkdtemp(g_dir));
-    snprintf(path, sizeof(path), "%s/secret", g_dir);
-    write_file(path, "0c1e5d7f9a2b4c6e8f0a1b3c5d7e9f21\n");
-    chmod(path, 0600);
-    snprintf(g_yaml, sizeof(g_yaml), "%s/kvf.yaml", g_dir);
-    snprintf(text, sizeof(text), "cluster_secret_file: %s\n", path);
-    write_file(g_yaml, text);
-    kvf_th_ctl_start(&g_ctl, ctl_args);
-    kvf_sec_agent_start(&g_a, g_ctl.addr, "auth-a", agent_args);
-    kvf_sec_agent_start(&g_b, g_ctl.addr, "auth-b", agent_args);
+    kvf_sec_cluster_start(&g_c, "auth-a", "auth-b", true);
 }
 
 static void teardown(void)
 {
-    char cmd[128];
-
-    kvf_test_proc_stop(&g_b.proc, 10000);
-    kvf_test_proc_stop(&g_a.proc, 10000);
-    kvf_th_ctl_stop(&g_ctl);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "%s failed\n", cmd);
-    }
+    kvf_sec_cluster_stop(&g_c);
     kvf_test_check_leaks();
 }
 
@@ -79,40 +46,24 @@ TestSuite(data_auth, .init = setup, .fini = teardown, .timeout = 120);
 
 static kvf_client_t *connect_to(const kvf_sec_agent_t *a)
 {
-    kvf_client_params_t p = {.field_mask = KVF_CLIENT_PARAM_SOCKET |
-                                           KVF_CLIENT_PARAM_TIMEOUT |
-                                           KVF_CLIENT_PARAM_SECRET,
-                             .socket_path = a->sock,
-                             .timeout_ns  = 20000000000ull};
-    kvf_client_t *c       = NULL;
-    char path[128];
+    return kvf_sec_connect(&g_c, a);
+}
 
-    snprintf(path, sizeof(path), "%s/secret", g_dir);
-    p.secret_file = path;
-    cr_assert_eq(kvf_client_connect(&p, &c), KVF_OK);
-    return c;
+static uint8_t fill(uint32_t k, size_t i)
+{
+    (void)i;
+    return (uint8_t)(0x40 + k);
 }
 
 static void store_keys(const kvf_sec_agent_t *a, kvf_key_t *keys)
 {
-    kvf_client_t *c = connect_to(a);
-    kvf_slot_t slots[KEYS];
-    uint64_t sums[KEYS];
     uint32_t k;
 
     for (k = 0; k < KEYS; k++) {
         keys[k].lo = 0xa0a0 + k;
         keys[k].hi = 0x5ec;
     }
-    cr_assert_eq(kvf_client_alloc(c, CHUNK, KEYS, slots), KVF_OK);
-    for (k = 0; k < KEYS; k++) {
-        uint8_t *p = (uint8_t *)kvf_client_pool_base(c) + slots[k].offset;
-
-        memset(p, 0x40 + (int)k, CHUNK);
-        sums[k] = kvf_chunk_checksum(p, CHUNK);
-    }
-    cr_assert_eq(kvf_client_commit(c, keys, slots, sums, KEYS), KVF_OK);
-    kvf_client_disconnect(c);
+    kvf_sec_store(&g_c, a, keys, KEYS, CHUNK, fill);
 }
 
 Test(data_auth, agents_with_the_secret_fetch_from_each_other)
@@ -124,12 +75,12 @@ Test(data_auth, agents_with_the_secret_fetch_from_each_other)
     uint32_t k;
     int n;
 
-    store_keys(&g_a, keys);
-    c = connect_to(&g_b);
+    store_keys(&g_c.a, keys);
+    c = connect_to(&g_c.b);
     for (n = 0; n < 200; n++) {
         cr_assert_eq(kvf_client_retrieve(c, keys, KEYS, slots, missing), KVF_OK,
                      "%s; agent log: %s", kvf_client_last_error(c),
-                     kvf_test_proc_log(&g_b.proc));
+                     kvf_test_proc_log(&g_c.b.proc));
         if (!missing[KEYS - 1]) {
             break;
         }
@@ -145,8 +96,8 @@ Test(data_auth, agents_with_the_secret_fetch_from_each_other)
     }
     kvf_client_release(c, slots, KEYS);
     kvf_client_disconnect(c);
-    cr_assert_eq(kvf_sec_metric(&g_b, "kvf_agent_fetch_chunks_total{result="
-                                      "\"fetched\"}"),
+    cr_assert_eq(kvf_sec_metric(&g_c.b, "kvf_agent_fetch_chunks_total{result="
+                                        "\"fetched\"}"),
                  KEYS);
 }
 
@@ -163,7 +114,7 @@ Test(data_auth, a_peer_without_the_secret_is_served_nothing)
     size_t len = 0;
     uint32_t k;
 
-    store_keys(&g_a, keys);
+    store_keys(&g_c.a, keys);
     for (k = 0; k < KEYS; k++) {
         kvf_key_pack(&keys[k], keybuf + k * KVF_KEY_WIRE_SIZE);
     }
@@ -179,7 +130,7 @@ Test(data_auth, a_peer_without_the_secret_is_served_nothing)
                                 &req.base, sizeof(frame), &len),
                  KVF_OK);
 
-    rogue = kvf_rogue_create(g_a.data);
+    rogue = kvf_rogue_create(g_c.a.data);
     cr_assert_eq(kvf_rogue_send(rogue, KVF_MESH_AM_PEER_FETCH, NULL, 0, frame,
                                 len, false),
                  KVF_OK);
@@ -200,16 +151,16 @@ Test(data_auth, a_peer_without_the_secret_is_served_nothing)
                  "the decoder answered a forged PD_ALLOC");
     kvf_rogue_destroy(rogue);
 
-    cr_assert_geq(kvf_sec_metric(&g_a, "kvf_agent_mesh_dropped_total{reason="
-                                       "\"unauthenticated\"}"),
+    cr_assert_geq(kvf_sec_metric(&g_c.a, "kvf_agent_mesh_dropped_total{reason="
+                                         "\"unauthenticated\"}"),
                   2);
-    cr_assert_eq(kvf_sec_metric(&g_a, "kvf_agent_served_chunks_total"), 0);
-    cr_assert(kvf_test_proc_alive(&g_a.proc));
+    cr_assert_eq(kvf_sec_metric(&g_c.a, "kvf_agent_served_chunks_total"), 0);
+    cr_assert(kvf_test_proc_alive(&g_c.a.proc));
 }
 
 Test(data_auth, pd_push_between_agents_with_the_secret)
 {
-    kvf_client_t *pc = connect_to(&g_a), *dc;
+    kvf_client_t *pc = connect_to(&g_c.a), *dc;
     kvf_slot_t slots[KEYS];
     uint64_t sums[KEYS];
     uint32_t k, num = 0;
@@ -225,7 +176,7 @@ Test(data_auth, pd_push_between_agents_with_the_secret)
                  "%s", kvf_client_last_error(pc));
     kvf_client_disconnect(pc);
 
-    dc = connect_to(&g_b);
+    dc = connect_to(&g_c.b);
     cr_assert_eq(kvf_pd_wait(dc, 42, 5000000000ull, slots, KEYS, &num), KVF_OK,
                  "%s", kvf_client_last_error(dc));
     cr_assert_eq(num, KEYS);
@@ -242,14 +193,14 @@ Test(data_auth, pd_push_between_agents_with_the_secret)
 
 Test(data_auth, pd_alloc_from_a_decode_only_node_is_refused)
 {
-    const char *args[] = {"--config", g_yaml, "--role", "decode", NULL};
+    const char *args[] = {"--config", g_c.yaml, "--role", "decode", NULL};
     kvf_sec_agent_t dec;
     kvf_client_t *c;
     kvf_slot_t slot;
     uint64_t sum;
     uint8_t *p;
 
-    kvf_sec_agent_start(&dec, g_ctl.addr, "auth-decode-only", args);
+    kvf_sec_agent_start(&dec, g_c.ctl.addr, "auth-decode-only", args);
     c = connect_to(&dec);
     cr_assert_eq(kvf_client_alloc(c, CHUNK, 1, &slot), KVF_OK);
     p = (uint8_t *)kvf_client_pool_base(c) + slot.offset;

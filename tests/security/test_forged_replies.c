@@ -28,37 +28,20 @@
 #define CHUNK (64u << 10)
 #define KEYS  8u
 
-static kvf_th_ctl_t g_ctl;
-static kvf_sec_agent_t g_holder, g_victim;
+static kvf_sec_cluster_t g_c; /* A: the holder, B: the victim */
 
 static void setup(void)
 {
-    kvf_th_ctl_start(&g_ctl, NULL);
-    kvf_sec_agent_start(&g_holder, g_ctl.addr, "sec-holder", NULL);
-    kvf_sec_agent_start(&g_victim, g_ctl.addr, "sec-victim", NULL);
+    kvf_sec_cluster_start(&g_c, "sec-holder", "sec-victim", false);
 }
 
 static void teardown(void)
 {
-    kvf_test_proc_stop(&g_victim.proc, 10000);
-    kvf_test_proc_stop(&g_holder.proc, 10000);
-    kvf_th_ctl_stop(&g_ctl);
+    kvf_sec_cluster_stop(&g_c);
     kvf_test_check_leaks();
 }
 
 TestSuite(forged, .init = setup, .fini = teardown, .timeout = 120);
-
-static kvf_client_t *connect_to(const kvf_sec_agent_t *a)
-{
-    kvf_client_params_t p = {.field_mask = KVF_CLIENT_PARAM_SOCKET |
-                                           KVF_CLIENT_PARAM_TIMEOUT,
-                             .socket_path = a->sock,
-                             .timeout_ns  = 20000000000ull};
-    kvf_client_t *c       = NULL;
-
-    cr_assert_eq(kvf_client_connect(&p, &c), KVF_OK);
-    return c;
-}
 
 static uint8_t pattern(uint32_t k, size_t i)
 {
@@ -75,7 +58,7 @@ typedef struct retrieve_job {
 static void *retrieve_thread(void *arg)
 {
     retrieve_job_t *job = arg;
-    kvf_client_t *c     = connect_to(&g_victim);
+    kvf_client_t *c     = kvf_sec_connect(&g_c, &g_c.b);
     bool missing[KEYS];
     kvf_slot_t slots[KEYS];
     uint32_t k;
@@ -129,16 +112,13 @@ static void forge_chunk(kvf_rogue_t *rogue, uint64_t request_id, uint32_t index,
 Test(forged, peer_chunks_from_a_rogue_never_reach_an_engine)
 {
     static retrieve_job_t job;
-    kvf_client_t *c = connect_to(&g_holder);
-    kvf_slot_t slots[KEYS];
-    uint64_t sums[KEYS];
     uint8_t *evil = malloc(CHUNK);
+    kvf_client_t *c;
     kvf_lookup_result_t res;
     kvf_rogue_t *rogue;
     pthread_t thread;
     uint64_t id = 1;
     uint32_t k;
-    size_t i;
     int n;
 
     memset(&job, 0, sizeof(job));
@@ -146,19 +126,9 @@ Test(forged, peer_chunks_from_a_rogue_never_reach_an_engine)
         job.keys[k].lo = 0xf0f0 + k;
         job.keys[k].hi = 0x5ec;
     }
-    cr_assert_eq(kvf_client_alloc(c, CHUNK, KEYS, slots), KVF_OK);
-    for (k = 0; k < KEYS; k++) {
-        uint8_t *p = (uint8_t *)kvf_client_pool_base(c) + slots[k].offset;
-
-        for (i = 0; i < CHUNK; i++) {
-            p[i] = pattern(k, i);
-        }
-        sums[k] = kvf_chunk_checksum(p, CHUNK);
-    }
-    cr_assert_eq(kvf_client_commit(c, job.keys, slots, sums, KEYS), KVF_OK);
-    kvf_client_disconnect(c);
+    kvf_sec_store(&g_c, &g_c.a, job.keys, KEYS, CHUNK, pattern);
     /* the registry knows before the victim asks */
-    c = connect_to(&g_victim);
+    c = kvf_sec_connect(&g_c, &g_c.b);
     for (n = 0; n < 1000; n++) {
         cr_assert_eq(kvf_client_lookup(c, job.keys, KEYS, false, &res), KVF_OK);
         if (res.hit_chunks == KEYS) {
@@ -170,7 +140,7 @@ Test(forged, peer_chunks_from_a_rogue_never_reach_an_engine)
     kvf_client_disconnect(c);
 
     memset(evil, 0x66, CHUNK);
-    rogue = kvf_rogue_create(g_victim.data);
+    rogue = kvf_rogue_create(g_c.b.data);
     forge_chunk(rogue, 1, 0, evil); /* connected before the race */
     cr_assert_eq(pthread_create(&thread, NULL, retrieve_thread, &job), 0);
     while (!atomic_load(&job.done)) {
@@ -189,9 +159,8 @@ Test(forged, peer_chunks_from_a_rogue_never_reach_an_engine)
                  "engine",
                  job.wrong);
     cr_assert_eq(job.got, KEYS, "only %u of %u chunks fetched", job.got, KEYS);
-    cr_assert_geq(kvf_sec_metric(&g_victim,
-                                 "kvf_agent_mesh_dropped_total{reason="
-                                 "\"unexpected\"}"),
+    cr_assert_geq(kvf_sec_metric(&g_c.b, "kvf_agent_mesh_dropped_total{reason="
+                                         "\"unexpected\"}"),
                   1);
-    cr_assert(kvf_test_proc_alive(&g_victim.proc));
+    cr_assert(kvf_test_proc_alive(&g_c.b.proc));
 }

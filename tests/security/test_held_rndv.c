@@ -26,36 +26,25 @@
 #define KEYS  8u
 #define ASKS  1100u
 
-static kvf_th_ctl_t g_ctl;
-static kvf_sec_agent_t g_holder, g_victim;
+static kvf_sec_cluster_t g_c; /* A: the holder, B: the victim */
 
 static void setup(void)
 {
-    kvf_th_ctl_start(&g_ctl, NULL);
-    kvf_sec_agent_start(&g_holder, g_ctl.addr, "held-a", NULL);
-    kvf_sec_agent_start(&g_victim, g_ctl.addr, "held-b", NULL);
+    kvf_sec_cluster_start(&g_c, "held-a", "held-b", false);
 }
 
 static void teardown(void)
 {
-    kvf_test_proc_stop(&g_victim.proc, 10000);
-    kvf_test_proc_stop(&g_holder.proc, 10000);
-    kvf_th_ctl_stop(&g_ctl);
+    kvf_sec_cluster_stop(&g_c);
     kvf_test_check_leaks();
 }
 
 TestSuite(held, .init = setup, .fini = teardown, .timeout = 120);
 
-static kvf_client_t *connect_to(const kvf_sec_agent_t *a)
+static uint8_t fill(uint32_t k, size_t i)
 {
-    kvf_client_params_t p = {.field_mask = KVF_CLIENT_PARAM_SOCKET |
-                                           KVF_CLIENT_PARAM_TIMEOUT,
-                             .socket_path = a->sock,
-                             .timeout_ns  = 20000000000ull};
-    kvf_client_t *c       = NULL;
-
-    cr_assert_eq(kvf_client_connect(&p, &c), KVF_OK);
-    return c;
+    (void)i;
+    return (uint8_t)(0x20 + k);
 }
 
 Test(held, a_peer_holding_rendezvous_does_not_block_others)
@@ -64,10 +53,9 @@ Test(held, a_peer_holding_rendezvous_does_not_block_others)
     static uint32_t indexes[ASKS];
     static uint8_t frame[ASKS * (KVF_KEY_WIRE_SIZE + 8) + 1024];
     static char name[] = "rogue";
-    kvf_client_t *c    = connect_to(&g_holder);
+    kvf_client_t *c;
     kvf_key_t keys[KEYS];
     kvf_slot_t slots[KEYS];
-    uint64_t sums[KEYS];
     bool missing[KEYS];
     Kvf__PeerFetch req;
     kvf_rogue_t *rogue;
@@ -78,15 +66,7 @@ Test(held, a_peer_holding_rendezvous_does_not_block_others)
         keys[k].lo = 0xbeef00 + k;
         keys[k].hi = 0x5ec;
     }
-    cr_assert_eq(kvf_client_alloc(c, CHUNK, KEYS, slots), KVF_OK);
-    for (k = 0; k < KEYS; k++) {
-        uint8_t *p = (uint8_t *)kvf_client_pool_base(c) + slots[k].offset;
-
-        memset(p, 0x20 + (int)k, CHUNK);
-        sums[k] = kvf_chunk_checksum(p, CHUNK);
-    }
-    cr_assert_eq(kvf_client_commit(c, keys, slots, sums, KEYS), KVF_OK);
-    kvf_client_disconnect(c);
+    kvf_sec_store(&g_c, &g_c.a, keys, KEYS, CHUNK, fill);
 
     /* the rogue asks for the chunks over and over, and keeps every one */
     for (k = 0; k < ASKS; k++) {
@@ -104,7 +84,7 @@ Test(held, a_peer_holding_rendezvous_does_not_block_others)
     cr_assert_eq(kvf_frame_pack(frame, sizeof(frame), KVF_MSG_PEER_FETCH, 0,
                                 &req.base, sizeof(frame), &len),
                  KVF_OK);
-    rogue = kvf_rogue_create(g_holder.data);
+    rogue = kvf_rogue_create(g_c.a.data);
     kvf_rogue_hold_rndv(rogue);
     cr_assert_eq(kvf_rogue_send(rogue, KVF_MESH_AM_PEER_FETCH, NULL, 0, frame,
                                 len, false),
@@ -112,7 +92,7 @@ Test(held, a_peer_holding_rendezvous_does_not_block_others)
     kvf_rogue_progress(rogue, 500);
 
     /* meanwhile an engine on the other agent needs the same chunks */
-    c = connect_to(&g_victim);
+    c = kvf_sec_connect(&g_c, &g_c.b);
     cr_assert_eq(kvf_client_retrieve(c, keys, KEYS, slots, missing), KVF_OK);
     for (k = 0; k < KEYS; k++) {
         const uint8_t *p;
@@ -132,5 +112,5 @@ Test(held, a_peer_holding_rendezvous_does_not_block_others)
                  "only %u of %u chunks served while a peer held "
                  "rendezvous open",
                  got, KEYS);
-    cr_assert(kvf_test_proc_alive(&g_holder.proc));
+    cr_assert(kvf_test_proc_alive(&g_c.a.proc));
 }

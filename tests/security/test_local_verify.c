@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Copyright (c) 2026 The kvfabric authors */
 /*
- * Every byte an engine reads was verified (issue #16.5): an engine
- * changes a chunk after committing it (engines still map the pool
- * writable); another engine's local retrieve of that chunk is a miss, not
- * the changed bytes; the chunk is dropped at the agent, the registry
- * forgets it, and the failure is counted.
+ * Every byte an engine reads was verified (issue #16.5): a chunk changes
+ * in the agent's pool after its commit (engines cannot do that any more,
+ * tests/security/confine; the test writes the agent's memory); an engine's
+ * local retrieve of that chunk is a miss, not the changed bytes; the chunk
+ * is dropped at the agent, the registry forgets it, and the failure is
+ * counted.
  */
 #include "tests/helpers/proc.h"
 #include "tests/helpers/test_helpers.h"
@@ -22,41 +23,37 @@
 
 #define CHUNK (64u << 10)
 
-static kvf_th_ctl_t g_ctl;
-static kvf_sec_agent_t g_agent, g_other;
+static kvf_sec_cluster_t g_c; /* A: the holder; B: fetches from it */
 
 static void setup(void)
 {
-    kvf_th_ctl_start(&g_ctl, NULL);
-    kvf_sec_agent_start(&g_agent, g_ctl.addr, "verify-a", NULL);
-    kvf_sec_agent_start(&g_other, g_ctl.addr, "verify-b", NULL);
+    kvf_sec_cluster_start(&g_c, "verify-a", "verify-b", false);
 }
 
 static void teardown(void)
 {
-    kvf_test_proc_stop(&g_other.proc, 10000);
-    kvf_test_proc_stop(&g_agent.proc, 10000);
-    kvf_th_ctl_stop(&g_ctl);
+    kvf_sec_cluster_stop(&g_c);
     kvf_test_check_leaks();
 }
 
 TestSuite(local_verify, .init = setup, .fini = teardown, .timeout = 60);
 
-static kvf_client_t *connect_agent(const kvf_sec_agent_t *a)
-{
-    kvf_client_params_t p = {.field_mask = KVF_CLIENT_PARAM_SOCKET |
-                                           KVF_CLIENT_PARAM_TIMEOUT,
-                             .socket_path = a->sock,
-                             .timeout_ns  = 10000000000ull};
-    kvf_client_t *c       = NULL;
-
-    cr_assert_eq(kvf_client_connect(&p, &c), KVF_OK);
-    return c;
-}
-
 static kvf_client_t *connect_to(void)
 {
-    return connect_agent(&g_agent);
+    return kvf_sec_connect(&g_c, &g_c.a);
+}
+
+/* Where the agent keeps the committed chunk of @p key (a retrieve's slot:
+ * pool offsets are the same in every mapping). */
+static uint64_t pool_offset(kvf_client_t *c, const kvf_key_t *key)
+{
+    kvf_slot_t slot;
+    bool missing = true;
+
+    cr_assert_eq(kvf_client_retrieve(c, key, 1, &slot, &missing), KVF_OK);
+    cr_assert(!missing);
+    cr_assert_eq(kvf_client_release(c, &slot, 1), KVF_OK);
+    return slot.offset;
 }
 
 Test(local_verify, a_chunk_changed_after_commit_is_a_miss_and_dropped)
@@ -72,7 +69,7 @@ Test(local_verify, a_chunk_changed_after_commit_is_a_miss_and_dropped)
     long long before;
     int k, n;
 
-    before = kvf_sec_metric(&g_agent, "kvf_agent_checksum_failures_total");
+    before = kvf_sec_metric(&g_c.a, "kvf_agent_checksum_failures_total");
     cr_assert_geq(before, 0);
     cr_assert_eq(kvf_client_alloc(writer, CHUNK, 2, slots), KVF_OK);
     for (k = 0; k < 2; k++) {
@@ -82,7 +79,9 @@ Test(local_verify, a_chunk_changed_after_commit_is_a_miss_and_dropped)
     }
     cr_assert_eq(kvf_client_commit(writer, keys, slots, sums, 2), KVF_OK);
     /* after the commit: one byte of the first chunk changes */
-    p[0][CHUNK / 2] ^= 0xff;
+    cr_assert_eq(kvf_test_agent_pool_flip(
+                     &g_c.a.proc, pool_offset(writer, &keys[0]) + CHUNK / 2),
+                 0);
 
     reader = connect_to();
     cr_assert_eq(kvf_client_retrieve(reader, keys, 2, slots, missing), KVF_OK);
@@ -92,7 +91,7 @@ Test(local_verify, a_chunk_changed_after_commit_is_a_miss_and_dropped)
                   slots[1].offset)[CHUNK - 1],
                  0x32);
     kvf_client_release(reader, &slots[1], 1);
-    cr_assert_eq(kvf_sec_metric(&g_agent, "kvf_agent_checksum_failures_total"),
+    cr_assert_eq(kvf_sec_metric(&g_c.a, "kvf_agent_checksum_failures_total"),
                  before + 1);
 
     /* dropped at the agent, and the registry forgets it */
@@ -121,16 +120,19 @@ Test(local_verify, a_peer_that_fetched_a_damaged_chunk_makes_its_holder_drop_it)
     uint8_t *p;
     int n;
 
-    before = kvf_sec_metric(&g_agent, "kvf_agent_checksum_failures_total");
+    before = kvf_sec_metric(&g_c.a, "kvf_agent_checksum_failures_total");
     cr_assert_eq(kvf_client_alloc(writer, CHUNK, 1, &slot), KVF_OK);
     p = (uint8_t *)kvf_client_pool_base(writer) + slot.offset;
     memset(p, 0x44, CHUNK);
     sum = kvf_chunk_checksum(p, CHUNK);
     cr_assert_eq(kvf_client_commit(writer, &key, &slot, &sum, 1), KVF_OK);
-    p[7] ^= 0x01; /* damaged at the holder after commit */
+    /* damaged at the holder after commit */
+    cr_assert_eq(
+        kvf_test_agent_pool_flip(&g_c.a.proc, pool_offset(writer, &key) + 7),
+        0);
 
     /* the other agent fetches it from the holder: refused there */
-    reader = connect_agent(&g_other);
+    reader = kvf_sec_connect(&g_c, &g_c.b);
     for (n = 0; n < 1000; n++) {
         cr_assert_eq(kvf_client_lookup(reader, &key, 1, false, &res), KVF_OK);
         if (res.hit_chunks == 1) {
@@ -141,26 +143,26 @@ Test(local_verify, a_peer_that_fetched_a_damaged_chunk_makes_its_holder_drop_it)
     cr_assert_eq(kvf_client_retrieve(reader, &key, 1, &slot, &missing), KVF_OK);
     cr_assert(missing, "the damaged chunk reached an engine");
     cr_assert_geq(
-        kvf_sec_metric(&g_other, "kvf_agent_fetch_checksum_failures_total"), 1);
+        kvf_sec_metric(&g_c.b, "kvf_agent_fetch_checksum_failures_total"), 1);
     /* a refused transfer is no fetched chunk, per peer as in total */
     snprintf(series, sizeof(series),
-             "kvf_agent_peer_fetch_chunks_total{peer=\"%s\"}", g_agent.name);
+             "kvf_agent_peer_fetch_chunks_total{peer=\"%s\"}", g_c.a.name);
     cr_assert_eq(
-        kvf_sec_metric(&g_other, series),
-        kvf_sec_metric(&g_other,
+        kvf_sec_metric(&g_c.b, series),
+        kvf_sec_metric(&g_c.b,
                        "kvf_agent_fetch_chunks_total{result=\"fetched\"}"));
     /* told, the holder re-verifies and drops it; the registry forgets */
     for (n = 0; n < 1000; n++) {
         cr_assert_eq(kvf_client_lookup(reader, &key, 1, false, &res), KVF_OK);
         if ((res.hit_chunks == 0) &&
-            (kvf_sec_metric(&g_agent, "kvf_agent_checksum_failures_total") ==
+            (kvf_sec_metric(&g_c.a, "kvf_agent_checksum_failures_total") ==
              before + 1)) {
             break;
         }
         poll(NULL, 0, 10);
     }
     cr_assert_eq(res.hit_chunks, 0, "the registry still lists the chunk");
-    cr_assert_eq(kvf_sec_metric(&g_agent, "kvf_agent_checksum_failures_total"),
+    cr_assert_eq(kvf_sec_metric(&g_c.a, "kvf_agent_checksum_failures_total"),
                  before + 1);
     kvf_client_disconnect(reader);
     kvf_client_disconnect(writer);

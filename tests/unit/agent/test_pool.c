@@ -9,7 +9,9 @@
 
 #include <fcntl.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define KIB (1024ull)
@@ -133,6 +135,70 @@ Test(pool, region_is_a_shared_memfd)
     cr_assert_eq(view[3 * MIB + 100], 0x5a);
     munmap(view, 8 * MIB);
     kvf_pool_destroy(pool);
+}
+
+Test(pool, engines_get_a_read_only_sealed_fd_without_the_reserve)
+{
+    kvf_pool_params_t p = {.field_mask = KVF_POOL_FIELD_SIZE |
+                                         KVF_POOL_FIELD_NO_HUGETLB |
+                                         KVF_POOL_FIELD_RESERVE,
+                           .size    = 8 * MIB,
+                           .reserve = 1 * MIB};
+    kvf_pool_t *pool = NULL, *staging = NULL;
+    uint64_t reserve_at = 0;
+    unsigned char *view;
+    char path[64];
+    struct stat st;
+    int fd, rw;
+
+    cr_assert_eq(kvf_pool_create(&p, &pool), KVF_OK);
+    cr_assert(kvf_pool_is_sealed(pool));
+    /* the reserve (PD region) follows the chunk area in the mapping, not
+     * in the memfd */
+    cr_assert_eq(kvf_pool_reserve(pool, &reserve_at), 1 * MIB);
+    cr_assert_eq(reserve_at, kvf_pool_fd_length(pool));
+    cr_assert_eq(fstat(kvf_pool_fd(pool), &st), 0);
+    cr_assert_eq((uint64_t)st.st_size, kvf_pool_fd_length(pool));
+    memset(kvf_pool_ptr(pool, reserve_at), 0x77, 1 * MIB); /* writable */
+
+    cr_assert_eq(kvf_pool_fd_readonly(pool, &fd), KVF_OK);
+    cr_assert(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+    cr_assert_eq(mmap(NULL, 8 * MIB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0),
+                 MAP_FAILED);
+    view = mmap(NULL, 8 * MIB, PROT_READ, MAP_SHARED, fd, 0);
+    cr_assert_neq(view, MAP_FAILED);
+    memset(kvf_pool_ptr(pool, 3 * MIB), 0x5a, 4096); /* the pool writes */
+    cr_assert_eq(view[3 * MIB + 100], 0x5a);
+    cr_assert_neq(mprotect(view, 4096, PROT_READ | PROT_WRITE), 0);
+    munmap(view, 8 * MIB);
+    /* reopened read-write, the seals still refuse every write */
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    rw = open(path, O_RDWR);
+    if (rw >= 0) {
+        cr_assert_eq(
+            mmap(NULL, 8 * MIB, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0),
+            MAP_FAILED);
+        cr_assert_lt(write(rw, "x", 1), 0);
+        cr_assert_neq(ftruncate(rw, 0), 0);
+        close(rw);
+    }
+    close(fd);
+    kvf_pool_destroy(pool);
+
+    /* an unsealed pool (an engine's staging area) maps writable, but
+     * cannot be truncated under its owner */
+    p.field_mask = KVF_POOL_FIELD_SIZE | KVF_POOL_FIELD_NO_HUGETLB |
+                   KVF_POOL_FIELD_UNSEALED;
+    cr_assert_eq(kvf_pool_create(&p, &staging), KVF_OK);
+    cr_assert(!kvf_pool_is_sealed(staging));
+    view = mmap(NULL, 8 * MIB, PROT_READ | PROT_WRITE, MAP_SHARED,
+                kvf_pool_fd(staging), 0);
+    cr_assert_neq(view, MAP_FAILED);
+    view[5] = 9;
+    cr_assert_eq(((unsigned char *)kvf_pool_base(staging))[5], 9);
+    munmap(view, 8 * MIB);
+    cr_assert_neq(ftruncate(kvf_pool_fd(staging), 0), 0);
+    kvf_pool_destroy(staging);
 }
 
 Test(pool, size_classes_and_offsets_in_range)

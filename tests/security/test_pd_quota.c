@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * PD receive-slot quota per peer (issue #16.6): a rogue peer (no secret in
+ * this cluster, so its pushes are accepted) opens PD requests at a decoder
+ * until it holds pd_peer_max_bytes of the receive region; past that its
+ * PD_ALLOCs are refused and counted, and a real prefill agent still pushes
+ * and the decode engine gets every byte.
+ */
+#include "agent/mesh.h"
+#include "proto/frame.h"
+#include "tests/helpers/proc.h"
+#include "tests/helpers/test_helpers.h"
+#include "tests/integration/controller_harness.h"
+#include "tests/security/rogue.h"
+
+#include <kvfabric/kvfabric.h>
+
+#include <criterion/criterion.h>
+
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+
+#define CHUNK      (256u << 10)
+#define ROGUE_REQS 8u
+
+static kvf_th_ctl_t g_ctl;
+static kvf_sec_agent_t g_dec, g_pre;
+
+static void setup(void)
+{
+    const char *const dec[] = {
+        "--role", "decode", "--pd-buffer-size", "4M", "--pd-peer-max-bytes",
+        "1M",     NULL};
+    const char *const pre[] = {"--role", "prefill", NULL};
+
+    kvf_th_ctl_start(&g_ctl, NULL);
+    kvf_sec_agent_start(&g_dec, g_ctl.addr, "quota-d", dec);
+    kvf_sec_agent_start(&g_pre, g_ctl.addr, "quota-p", pre);
+}
+
+static void teardown(void)
+{
+    kvf_test_proc_stop(&g_pre.proc, 10000);
+    kvf_test_proc_stop(&g_dec.proc, 10000);
+    kvf_th_ctl_stop(&g_ctl);
+    kvf_test_check_leaks();
+}
+
+TestSuite(pd_quota, .init = setup, .fini = teardown, .timeout = 60);
+
+static kvf_client_t *connect_to(const kvf_sec_agent_t *a)
+{
+    kvf_client_params_t p = {.field_mask = KVF_CLIENT_PARAM_SOCKET |
+                                           KVF_CLIENT_PARAM_TIMEOUT,
+                             .socket_path = a->sock,
+                             .timeout_ns  = 10000000000ull};
+    kvf_client_t *c       = NULL;
+
+    cr_assert_eq(kvf_client_connect(&p, &c), KVF_OK);
+    return c;
+}
+
+static bool metric_becomes(const char *series, long long want, int ms)
+{
+    int n;
+
+    for (n = 0; n < ms / 10; n++) {
+        if (kvf_sec_metric(&g_dec, series) == want) {
+            return true;
+        }
+        poll(NULL, 0, 10);
+    }
+    return kvf_sec_metric(&g_dec, series) == want;
+}
+
+Test(pd_quota, a_peer_holds_at_most_its_share_of_the_receive_region)
+{
+    uint64_t lengths[1] = {CHUNK};
+    kvf_slot_t slots[2], got[2];
+    uint8_t frame[512];
+    Kvf__PdAlloc alloc;
+    kvf_client_t *pc, *dc;
+    kvf_rogue_t *rogue;
+    uint32_t k, num = 0;
+    uint64_t sums[2];
+    size_t len = 0;
+
+    /* the rogue asks for 8 x 256 KiB: 4 fit its 1 MiB */
+    rogue = kvf_rogue_create(g_dec.data);
+    for (k = 0; k < ROGUE_REQS; k++) {
+        kvf__pd_alloc__init(&alloc);
+        alloc.request_id = 1000 + k;
+        alloc.ticket     = 77 + k;
+        alloc.n_lengths  = 1;
+        alloc.lengths    = lengths;
+        alloc.final      = true;
+        cr_assert_eq(kvf_frame_pack(frame, sizeof(frame), KVF_MSG_PD_ALLOC, 0,
+                                    &alloc.base, sizeof(frame), &len),
+                     KVF_OK);
+        cr_assert_eq(kvf_rogue_send(rogue, KVF_MESH_AM_PD_CTRL, NULL, 0, frame,
+                                    len, false),
+                     KVF_OK);
+    }
+    for (k = 0; (k < 200) &&
+                (kvf_rogue_received(rogue, KVF_MESH_AM_PD_CTRL) < ROGUE_REQS);
+         k++) {
+        kvf_rogue_progress(rogue, 10);
+    }
+    cr_assert_eq(kvf_rogue_received(rogue, KVF_MESH_AM_PD_CTRL), ROGUE_REQS,
+                 "the decoder answered %u of %u PD_ALLOCs",
+                 kvf_rogue_received(rogue, KVF_MESH_AM_PD_CTRL), ROGUE_REQS);
+    cr_assert(metric_becomes("kvf_agent_pd_quota_refusals_total",
+                             ROGUE_REQS - 4, 2000),
+              "refusals: %lld",
+              kvf_sec_metric(&g_dec, "kvf_agent_pd_quota_refusals_total"));
+    cr_assert_eq(
+        kvf_sec_metric(&g_dec, "kvf_agent_pd_region_bytes{state=\"used\"}"),
+        4 * CHUNK);
+
+    /* a real prefill agent still pushes, and every byte arrives */
+    pc = connect_to(&g_pre);
+    cr_assert_eq(kvf_client_alloc(pc, CHUNK, 2, slots), KVF_OK);
+    for (k = 0; k < 2; k++) {
+        uint8_t *p = (uint8_t *)kvf_client_pool_base(pc) + slots[k].offset;
+
+        memset(p, 0x61 + (int)k, CHUNK);
+        sums[k] = kvf_chunk_checksum(p, CHUNK);
+    }
+    cr_assert_eq(kvf_pd_push(pc, 5, "quota-d", slots, sums, 2, true), KVF_OK,
+                 "%s", kvf_client_last_error(pc));
+    kvf_client_release(pc, slots, 2);
+    dc = connect_to(&g_dec);
+    cr_assert_eq(kvf_pd_wait(dc, 5, 5000000000ull, got, 2, &num), KVF_OK, "%s",
+                 kvf_client_last_error(dc));
+    cr_assert_eq(num, 2);
+    for (k = 0; k < 2; k++) {
+        const uint8_t *p =
+            (const uint8_t *)kvf_client_pool_base(dc) + got[k].offset;
+
+        cr_assert_eq(p[0], 0x61 + k);
+        cr_assert_eq(p[CHUNK - 1], 0x61 + k);
+    }
+    cr_assert_eq(kvf_pd_release(dc, 5), KVF_OK);
+    kvf_client_disconnect(dc);
+    kvf_client_disconnect(pc);
+    kvf_rogue_destroy(rogue);
+    cr_assert(kvf_test_proc_alive(&g_dec.proc));
+}
