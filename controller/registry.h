@@ -113,6 +113,13 @@ bool kvf_registry_holds(const kvf_registry_t *reg, const kvf_key_t *key,
  * work remains. */
 uint32_t kvf_registry_purge_step(kvf_registry_t *reg, uint64_t budget);
 
+/* Lists the keys @p slot holds, packed, up to @p max per call: start with
+ * *@p cursor = 0 and call again while it returns @p max. Admin path (a
+ * standby's snapshot, controller/replica.c): walks the whole table; the
+ * registry must not change between the calls of one listing. */
+size_t kvf_registry_slot_list(const kvf_registry_t *reg, uint16_t slot,
+                              uint64_t *cursor, uint8_t *out, size_t max);
+
 void kvf_registry_stats(const kvf_registry_t *reg,
                         kvf_registry_stats_t *stats_p);
 

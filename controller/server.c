@@ -115,6 +115,7 @@ static void kvf_conn_destroy(kvf_conn_t *conn)
 {
     kvf_server_t *server = conn->server;
 
+    kvf_replica_drop(server, conn);
     if (conn->prev != NULL) {
         conn->prev->next = conn->next;
     } else {
@@ -279,6 +280,33 @@ static kvf_status_t kvf_conn_send_status(kvf_conn_t *conn, uint64_t req_id,
     return kvf_conn_send(conn, KVF_MSG_STATUS, &st.base);
 }
 
+kvf_status_t kvf_server_conn_push(kvf_conn_t *conn, uint16_t type,
+                                  const ProtobufCMessage *msg)
+{
+    kvf_status_t status = kvf_conn_send(conn, type, msg);
+
+    /* written on the next loop turn, with whatever else was queued */
+    if ((status == KVF_OK) && !event_pending(conn->ev_write, EV_WRITE, NULL)) {
+        event_add(conn->ev_write, NULL);
+    }
+    return status;
+}
+
+size_t kvf_server_conn_queued(const kvf_conn_t *conn)
+{
+    return evbuffer_get_length(conn->out);
+}
+
+kvf_server_t *kvf_server_conn_server(const kvf_conn_t *conn)
+{
+    return conn->server;
+}
+
+void kvf_server_conn_close(kvf_conn_t *conn)
+{
+    kvf_conn_destroy(conn);
+}
+
 /* Counts a peer error and answers it. */
 static void kvf_conn_reject(kvf_conn_t *conn, uint64_t req_id,
                             kvf_status_t code, const char *text)
@@ -322,7 +350,7 @@ bool kvf_server_recovering(kvf_server_t *server)
     return server->is_recovering;
 }
 
-static void kvf_server_purge_kick(kvf_server_t *server)
+void kvf_server_purge_kick(kvf_server_t *server)
 {
     kvf_registry_stats_t st;
     struct timeval tv = {0, 0};
@@ -548,7 +576,10 @@ static kvf_status_t kvf_server_on_register(kvf_conn_t *conn, Kvf__Register *reg)
     params.is_replace         = reg->replace;
     params.is_draining        = reg->draining;
     now_ms                    = kvf_time_now_ms();
-    status = kvf_node_table_register(server->nodes, &params, now_ms, &node);
+    status                    = kvf_replica_readopt(server, &params, &node);
+    if (status != KVF_OK) {
+        status = kvf_node_table_register(server->nodes, &params, now_ms, &node);
+    }
     kvf__register_reply__init(&rep);
     rep.request_id = reg->request_id;
     rep.term       = server->term;
@@ -565,6 +596,7 @@ static kvf_status_t kvf_server_on_register(kvf_conn_t *conn, Kvf__Register *reg)
              kvf_msg_role_name(node->role), node->data_address, node->slot,
              (node->state == KVF_NODE_DRAINING) ? " (draining)" : "");
     server->has_registrations = true;
+    kvf_replica_forward_node(server, node);
     kvf_server_push_pins(server, node);
     kvf_server_purge_kick(server);
     rep.status   = KVF_OK;
@@ -696,6 +728,7 @@ static kvf_status_t kvf_server_on_deregister(kvf_conn_t *conn,
     }
     kvf_node_table_kill(conn->server->nodes, node, kvf_time_now_ms(),
                         "deregistered");
+    kvf_replica_forward_node(conn->server, node);
     kvf_server_purge_kick(conn->server);
     kvf_server_events_sweep(conn->server);
     return kvf_conn_send_status(conn, dr->request_id, KVF_OK, NULL);
@@ -746,6 +779,7 @@ static kvf_status_t kvf_server_on_batch(kvf_conn_t *conn, uint16_t type,
         server->ctr.evicts += n;
     }
     if (status == KVF_OK) {
+        kvf_replica_forward(server, type, &kb->base);
         kvf_server_event(server,
                          (type == KVF_MSG_ADMIT) ? KVF_EVENTS_STORED
                                                  : KVF_EVENTS_REMOVED,
@@ -786,6 +820,7 @@ static kvf_status_t kvf_server_on_inventory(kvf_conn_t *conn,
         kvf_server_purge_kick(server);
         node->last_seq = inv->seq;
         if (status == KVF_OK) {
+            kvf_replica_forward(server, KVF_MSG_INVENTORY, &inv->base);
             kvf_server_event(server, KVF_EVENTS_STORED, node, inv->keys.data,
                              inv->keys.len / KVF_KEY_WIRE_SIZE);
         }
@@ -925,8 +960,8 @@ static kvf_status_t kvf_server_on_tp_lookup(kvf_conn_t *conn, Kvf__TpLookup *lk)
                                    min_hit * lk->tp_world);
 }
 
-static void kvf_server_node_desc(kvf_server_t *server, kvf_node_t *node,
-                                 uint64_t now, Kvf__NodeDesc *d)
+void kvf_server_node_desc(kvf_server_t *server, kvf_node_t *node, uint64_t now,
+                          Kvf__NodeDesc *d)
 {
     kvf__node_desc__init(d);
     d->node_id             = node->id;
@@ -1097,9 +1132,8 @@ static kvf_status_t kvf_server_pins_update(kvf_server_pins_t *pins, bool is_add,
 
 /* PIN keeps a key in the hard set, SOFT_PIN in the soft set (a key is in
  * at most one), UNPIN in neither. */
-static kvf_status_t kvf_server_pins_set(kvf_server_t *server,
-                                        Kvf__CommandType type,
-                                        const uint8_t *keys, size_t len)
+kvf_status_t kvf_server_pins_set(kvf_server_t *server, Kvf__CommandType type,
+                                 const uint8_t *keys, size_t len)
 {
     kvf_status_t status;
 
@@ -1155,6 +1189,7 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
         if (ac->type != KVF__COMMAND_TYPE__COMMAND_REPLICATE) {
             status = kvf_server_pins_set(server, ac->type, ac->keys.data,
                                          ac->keys.len);
+            kvf_replica_pins_changed(server, ac);
         } else if (target == NULL) {
             return kvf_conn_send_status(conn, ac->request_id, KVF_ERR_INVALID,
                                         "replicate needs a node");
@@ -1167,6 +1202,7 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
         }
         target->state = KVF_NODE_DRAINING;
         kvf_registry_slot_set_excluded(server->reg, target->slot, true);
+        kvf_replica_forward_node(server, target);
         break;
     case KVF__COMMAND_TYPE__COMMAND_UNDRAIN:
         if (target == NULL) {
@@ -1175,9 +1211,13 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
         }
         target->state = KVF_NODE_ALIVE;
         kvf_registry_slot_set_excluded(server->reg, target->slot, false);
+        kvf_replica_forward_node(server, target);
         break;
     case KVF__COMMAND_TYPE__COMMAND_CLEAR:
+        kvf_replica_forward(server, KVF_MSG_ADMIN_COMMAND, &ac->base);
         break;
+    case KVF__COMMAND_TYPE__COMMAND_FOLLOW:
+        return kvf_replica_follow(conn, ac->request_id);
     default:
         snprintf(text, sizeof(text), "admin command type %d not supported",
                  (int)ac->type);
@@ -1660,10 +1700,17 @@ static void kvf_server_on_tick(evutil_socket_t fd, short what, void *arg)
     kvf_server_t *server = arg;
 
     kvf_server_expire_handshakes(server);
+    if (server->is_standby) {
+        /* the leader decides who is dead, and says so; forget the dead */
+        kvf_node_table_expire(server->nodes, kvf_time_now_ms(), UINT64_MAX,
+                              server->cfg->forget_dead_ns / KVF_NSEC_PER_MSEC);
+        return;
+    }
     if (kvf_node_table_expire(server->nodes, kvf_time_now_ms(),
                               server->cfg->lease_ns / KVF_NSEC_PER_MSEC,
                               server->cfg->forget_dead_ns / KVF_NSEC_PER_MSEC) >
         0) {
+        kvf_replica_forward_deaths(server);
         kvf_server_purge_kick(server);
     }
     kvf_server_events_sweep(server);
@@ -1675,6 +1722,7 @@ static void kvf_server_on_signal(evutil_socket_t sig, short what, void *arg)
     kvf_server_t *server = arg;
 
     kvf_info("signal %d: shutting down", (int)sig);
+    server->is_quit = true;
     event_base_loopexit(server->base, NULL);
 }
 
@@ -1756,8 +1804,10 @@ static kvf_status_t kvf_server_write_port_file(kvf_server_t *server)
     return KVF_OK;
 }
 
-kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
-                               struct event_base *base, kvf_server_t **server_p)
+static kvf_status_t kvf_server_create_as(const kvf_controller_config_t *cfg,
+                                         struct event_base *base,
+                                         bool is_standby,
+                                         kvf_server_t **server_p)
 {
     kvf_server_t *server;
     kvf_status_t status;
@@ -1771,6 +1821,7 @@ kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
     }
     server->cfg           = cfg;
     server->base          = base;
+    server->is_standby    = is_standby;
     server->start_ms      = kvf_time_now_ms();
     server->is_recovering = cfg->recovery_window_ns > 0;
     status = kvf_auth_secret_load_opt(cfg->cluster_secret_file, &server->secret,
@@ -1826,7 +1877,7 @@ kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
         status = KVF_ERR_NO_MEMORY;
         goto err_free;
     }
-    status = kvf_server_bind(server);
+    status = is_standby ? KVF_OK : kvf_server_bind(server);
     if (status != KVF_OK) {
         goto err_free;
     }
@@ -1855,6 +1906,36 @@ kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
 
 err_free:
     kvf_server_destroy(server);
+    return status;
+}
+
+kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
+                               struct event_base *base, kvf_server_t **server_p)
+{
+    return kvf_server_create_as(cfg, base, false, server_p);
+}
+
+kvf_status_t kvf_server_create_standby(const kvf_controller_config_t *cfg,
+                                       struct event_base *base,
+                                       kvf_server_t **server_p)
+{
+    return kvf_server_create_as(cfg, base, true, server_p);
+}
+
+kvf_status_t kvf_server_take_over(kvf_server_t *server)
+{
+    kvf_status_t status;
+
+    if (!server->is_standby) {
+        return KVF_OK;
+    }
+    kvf_replica_take_over(server); /* before the first request */
+    server->is_standby = false;
+    server->start_ms   = kvf_time_now_ms();
+    status             = kvf_server_bind(server);
+    if (status == KVF_OK) {
+        status = kvf_server_write_port_file(server);
+    }
     return status;
 }
 
@@ -1888,6 +1969,7 @@ void kvf_server_destroy(kvf_server_t *server)
     free(server->arena);
     free(server->pins[0].keys);
     free(server->pins[1].keys);
+    kvf_replica_destroy(server);
     kvf_events_destroy(server->events);
     free(server->event_nodes);
     kvf_index_destroy(server->index);
@@ -1908,6 +1990,31 @@ void kvf_server_addresses(const kvf_server_t *server, const char **control_p,
 void kvf_server_set_term(kvf_server_t *server, uint64_t term)
 {
     server->term = term;
+}
+
+void kvf_server_follow(kvf_server_t *server, const char *control)
+{
+    if (server->is_standby && (server->replica == NULL) &&
+        (kvf_replica_create(server) != KVF_OK)) {
+        return;
+    }
+    kvf_replica_step(server, control);
+}
+
+struct event_base *kvf_server_base(const kvf_server_t *server)
+{
+    return server->base;
+}
+
+bool kvf_server_quit_requested(const kvf_server_t *server)
+{
+    return server->is_quit;
+}
+
+void kvf_server_set_election(kvf_server_t *server,
+                             const struct kvf_election *election)
+{
+    server->election = election;
 }
 
 void kvf_server_set_lease(kvf_server_t *server,

@@ -54,6 +54,9 @@ typedef struct kvf_server_counters {
 extern const double kvf_server_lat_bounds_us[KVF_SERVER_LAT_BUCKETS];
 
 typedef struct kvf_conn kvf_conn_t;
+typedef struct kvf_replica kvf_replica_t;
+
+#define KVF_REPLICA_MAX_FOLLOWERS 8
 
 /* Keys pinned cluster-wide by kvfctl, packed; delivered to every node that
  * registers later too. */
@@ -106,7 +109,69 @@ struct kvf_server {
     char http_addr[300];
     uint64_t term; /* leader term with HA on etcd, else 0 */
     const _Atomic uint64_t *serve_until_ns; /* NULL: no HA */
+    /* HA warm standby (controller/replica.c) */
+    bool is_standby;        /* follows the leader; control port not bound */
+    kvf_replica_t *replica; /* a standby's stream from the leader */
+    kvf_conn_t *followers[KVF_REPLICA_MAX_FOLLOWERS]; /* a leader's standbys */
+    unsigned num_followers;
+    uint64_t replica_death_ms;           /* deaths before this were forwarded */
+    const struct kvf_election *election; /* NULL: no HA */
+    bool is_quit;                        /* SIGTERM/SIGINT seen */
 };
+
+/* A connection of the server: queue a frame, written on the next loop
+ * turn (a standby's stream); bytes still queued; its server; close now. */
+kvf_status_t kvf_server_conn_push(kvf_conn_t *conn, uint16_t type,
+                                  const ProtobufCMessage *msg);
+size_t kvf_server_conn_queued(const kvf_conn_t *conn);
+kvf_server_t *kvf_server_conn_server(const kvf_conn_t *conn);
+void kvf_server_conn_close(kvf_conn_t *conn);
+
+/* Schedules the registry's purge and growth steps when work is left. */
+void kvf_server_purge_kick(kvf_server_t *server);
+
+/* NODE_INFO's description of @p node (borrowing its strings). */
+void kvf_server_node_desc(kvf_server_t *server, kvf_node_t *node, uint64_t now,
+                          Kvf__NodeDesc *d);
+
+/* PIN / SOFT_PIN / UNPIN of packed keys in the cluster-wide pin sets. */
+kvf_status_t kvf_server_pins_set(kvf_server_t *server, Kvf__CommandType type,
+                                 const uint8_t *keys, size_t len);
+
+/*
+ * HA warm standby (controller/replica.c, docs/architecture.md "Warm
+ * standby"). Leader side: a standby's ADMIN_COMMAND FOLLOW turns its
+ * connection into a stream: a snapshot (NODE_INFO_REPLY of every node,
+ * INVENTORY of each node's keys, PIN/SOFT_PIN of the pin sets, then a
+ * STATUS "warm"), then every change as it is applied (the agents' ADMIT,
+ * EVICT and INVENTORY frames as they came, a NODE_INFO_REPLY per node
+ * that registered, died or (un)drained, the pin commands, CLEAR).
+ */
+kvf_status_t kvf_replica_follow(kvf_conn_t *conn, uint64_t request_id);
+void kvf_replica_forward(kvf_server_t *server, uint16_t type,
+                         const ProtobufCMessage *msg);
+void kvf_replica_forward_node(kvf_server_t *server, kvf_node_t *node);
+void kvf_replica_forward_deaths(kvf_server_t *server);
+void kvf_replica_pins_changed(kvf_server_t *server,
+                              const Kvf__AdminCommand *ac);
+void kvf_replica_drop(kvf_server_t *server, kvf_conn_t *conn);
+
+/* A node the previous leader knew registering again with the same
+ * incarnation (it follows the new leader): KVF_OK with that node, its id
+ * and holdings kept; KVF_ERR_NOT_FOUND otherwise. */
+kvf_status_t kvf_replica_readopt(kvf_server_t *server,
+                                 const kvf_node_params_t *params,
+                                 kvf_node_t **node_p);
+
+/* Standby side, on the server's loop: follow the leader at @p control
+ * ("" or NULL: none known); reconnects when it changes or the stream
+ * broke. */
+kvf_status_t kvf_replica_create(kvf_server_t *server);
+void kvf_replica_destroy(kvf_server_t *server);
+void kvf_replica_step(kvf_server_t *server, const char *control);
+bool kvf_replica_is_warm(const kvf_server_t *server);
+/* Becoming leader: keep the followed state when warm, else drop it. */
+void kvf_replica_take_over(kvf_server_t *server);
 
 /* Starts HTTP on cfg->http (no-op when empty). */
 kvf_status_t kvf_server_http_start(kvf_server_t *server);

@@ -14,6 +14,8 @@
 
 #include "common/time.h"
 
+#include <inttypes.h>
+
 #include <criterion/criterion.h>
 
 #include <signal.h>
@@ -35,6 +37,7 @@ typedef struct ha_cluster {
     char ports[HA_CTLS][128];
     char listen[HA_CTLS][32]; /* "": 127.0.0.1:0 */
     bool running[HA_CTLS];
+    const char *node_lease; /* NULL: the default */
 } ha_cluster_t;
 
 static void ha_pause(void)
@@ -112,6 +115,8 @@ static void ha_ctl_start(ha_cluster_t *c, int i)
                           "/kvf-ha-test",
                           "--etcd-lease",
                           "2s",
+                          (c->node_lease != NULL) ? "--lease" : NULL,
+                          c->node_lease,
                           NULL};
 
     snprintf(c->ports[i], sizeof(c->ports[i]), "%s/ctl%d.ports", c->dir, i);
@@ -154,24 +159,46 @@ static int ha_wait_leader(ha_cluster_t *c, int timeout_ms, char *addr,
     }
 }
 
+/* The HTTP port of controller @p i (its port file's second line; a
+ * standby writes one too, with an empty control line); 0 if none yet. */
+static uint16_t ha_http_port(ha_cluster_t *c, int i)
+{
+    char line[128];
+    const char *colon;
+    bool ok;
+    FILE *f;
+
+    if ((f = fopen(c->ports[i], "r")) == NULL) {
+        return 0;
+    }
+    ok = (fgets(line, sizeof(line), f) != NULL) &&
+         (fgets(line, sizeof(line), f) != NULL);
+    fclose(f);
+    if (!ok || ((colon = strrchr(line, ':')) == NULL)) {
+        return 0;
+    }
+    return (uint16_t)atoi(colon + 1);
+}
+
+/* The value of the metric line starting @p name in controller @p i's
+ * /metrics. */
+static uint64_t ha_metric(ha_cluster_t *c, int i, const char *name)
+{
+    char out[16384], want[160];
+    uint16_t port = ha_http_port(c, i);
+    const char *p;
+
+    cr_assert_neq(port, 0, "controller %d wrote no port file", i);
+    cr_assert_eq(kvf_test_http_get(port, "/metrics", out, sizeof(out)), 200);
+    snprintf(want, sizeof(want), "\n%s ", name);
+    cr_assert_not_null(p = strstr(out, want), "%s not in %s", name, out);
+    return strtoull(p + strlen(want), NULL, 10);
+}
+
 /* kvf_controller_leader_term from controller @p i's /metrics. */
 static uint64_t ha_term(ha_cluster_t *c, int i)
 {
-    char line[128], out[16384];
-    const char *p, *colon;
-    FILE *f;
-
-    cr_assert_not_null(f = fopen(c->ports[i], "r"));
-    cr_assert_not_null(fgets(line, sizeof(line), f));
-    cr_assert_not_null(fgets(line, sizeof(line), f));
-    fclose(f);
-    cr_assert_not_null(colon = strrchr(line, ':'));
-    cr_assert_eq(kvf_test_http_get((uint16_t)atoi(colon + 1), "/metrics", out,
-                                   sizeof(out)),
-                 200);
-    cr_assert_not_null(p = strstr(out, "\nkvf_controller_leader_term "), "%s",
-                       out);
-    return strtoull(p + strlen("\nkvf_controller_leader_term "), NULL, 10);
+    return ha_metric(c, i, "kvf_controller_leader_term");
 }
 
 static int ha_leaders(ha_cluster_t *c)
@@ -303,7 +330,8 @@ Test(ha, kill9_leader_standby_answers_within_ttl, .timeout = 120)
     cr_assert_eq(ha_leaders(&c), 1, "exactly one leader after failover");
     cr_assert_gt(ha_term(&c, next), term, "a new election, a newer term");
     cr_assert(kvf_test_proc_wait_log(&c.ctl[next], "term", 1000));
-    /* not warm yet (item 3): the agent's resync refills it */
+    /* the node comes back with its incarnation; its resync replaces what
+     * the warm copy had */
     cr_assert(ha_ctl_addr(&c, next, addr, sizeof(addr)));
     ha_fill(addr, KVF_MSG_INVENTORY);
 
@@ -504,4 +532,175 @@ Test(ha, agent_print_config_accepts_a_controller_list)
     snprintf(bin, sizeof(bin), "%s", kvf_th_build_path("agent/kvf-agent"));
     cr_assert_eq(kvf_test_run(ok, out, sizeof(out), 10000), 0, "%s", out);
     cr_assert_neq(kvf_test_run(bad, out, sizeof(out), 10000), 0, "%s", out);
+}
+
+#define HA_WARM_NODES   2
+#define HA_WARM_BATCHES 32
+#define HA_WARM_BATCH   256
+#define HA_WARM_KEYS    (HA_WARM_BATCHES * HA_WARM_BATCH)
+#define HA_WARM_ROUNDS  4
+
+/* Waits until controller @p i's registry holds @p keys keys (a standby's
+ * copy of the leader's). */
+static void ha_wait_keys(ha_cluster_t *c, int i, uint64_t keys)
+{
+    uint64_t deadline = kvf_time_deadline_ns(20 * KVF_NSEC_PER_SEC);
+
+    while ((ha_http_port(c, i) == 0) ||
+           (ha_metric(c, i, "kvf_controller_keys") != keys)) {
+        cr_assert(
+            !kvf_time_expired(deadline),
+            "controller %d holds %" PRIu64 " keys, not %" PRIu64 ": %s", i,
+            (ha_http_port(c, i) != 0) ? ha_metric(c, i, "kvf_controller_keys")
+                                      : 0,
+            keys, kvf_test_proc_log(&c->ctl[i]));
+        ha_pause();
+    }
+}
+
+static int ha_cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+/*
+ * Item 3 (warm standby): two nodes report keys in batches to the leader;
+ * the standbys follow its stream. kill -9 of the leader: the new leader's
+ * very first lookup, before any agent came back (these never do), finds
+ * every key at its holder, with the holders' node ids of the old leader;
+ * a node that then registers again with its incarnation keeps its id.
+ * Repeated (the killed controller comes back as a standby) to measure the
+ * failover, kill -9 to the first lookup answered with every key.
+ */
+Test(ha, kill9_warm_standby_answers_lookups_at_once, .timeout = 240)
+{
+    ha_cluster_t c;
+    kvf_ctlconn_t *agent[HA_WARM_NODES], *conn;
+    uint32_t ids[HA_WARM_NODES], *holders;
+    uint64_t took[HA_WARM_ROUNDS], t0, deadline, keys = 0, inc = 1;
+    char addr[128], err[256], state[32];
+    int i, n, r, leader, next;
+    double load[3] = {0, 0, 0};
+
+    memset(&c, 0, sizeof(c));
+    c.node_lease = "120s"; /* the nodes of earlier rounds stay */
+    ha_etcd_start(&c);
+    for (i = 0; i < HA_CTLS; i++) {
+        ha_ctl_start(&c, i);
+    }
+    leader  = ha_wait_leader(&c, 20000, addr, sizeof(addr));
+    holders = calloc(HA_WARM_KEYS, sizeof(*holders));
+    for (r = 0; r < HA_WARM_ROUNDS; r++) {
+        /* the standbys follow (the killed one came back as one) */
+        for (i = 0; i < HA_CTLS; i++) {
+            if (i != leader) {
+                cr_assert(
+                    kvf_test_proc_wait_log(&c.ctl[i], "standby: warm", 20000),
+                    "%s", kvf_test_proc_log(&c.ctl[i]));
+            }
+        }
+        /* each round: two new nodes, HA_WARM_KEYS keys each */
+        for (n = 0; n < HA_WARM_NODES; n++) {
+            char name[32];
+            uint64_t b;
+
+            snprintf(name, sizeof(name), "ha-warm-%d-%d", r, n);
+            cr_assert_eq(kvf_ctlconn_create(addr, KVF__PEER_KIND__PEER_AGENT,
+                                            name, KVF_PROTOCOL_VERSION, 5000,
+                                            &agent[n], err, sizeof(err)),
+                         KVF_OK, "%s", err);
+            ids[n] = kvf_th_register(agent[n], name, inc, NULL);
+            for (b = 0; b < HA_WARM_BATCHES; b++) {
+                cr_assert_eq(kvf_th_batch(agent[n], KVF_MSG_ADMIT, ids[n], inc,
+                                          b + 1,
+                                          (uint64_t)(r * HA_WARM_NODES + n) *
+                                                  HA_WARM_KEYS +
+                                              b * HA_WARM_BATCH,
+                                          HA_WARM_BATCH, false),
+                             KVF_OK);
+            }
+        }
+        keys += HA_WARM_NODES * HA_WARM_KEYS;
+        for (i = 0; i < HA_CTLS; i++) {
+            ha_wait_keys(&c, i, keys);
+        }
+
+        kvf_test_proc_kill(&c.ctl[leader]);
+        c.running[leader] = false;
+        t0                = kvf_time_now_ns();
+        for (n = 0; n < HA_WARM_NODES; n++) {
+            kvf_ctlconn_destroy(agent[n]); /* they never come back */
+        }
+        deadline = kvf_time_deadline_ns(20 * KVF_NSEC_PER_SEC);
+        for (;;) {
+            for (next = 0; next < HA_CTLS; next++) {
+                if (ha_ctl_addr(&c, next, addr, sizeof(addr))) {
+                    break;
+                }
+            }
+            if ((next < HA_CTLS) &&
+                (kvf_ctlconn_create(addr, KVF__PEER_KIND__PEER_AGENT,
+                                    "ha-probe", KVF_PROTOCOL_VERSION, 2000,
+                                    &conn, err, sizeof(err)) == KVF_OK)) {
+                break;
+            }
+            cr_assert(!kvf_time_expired(deadline), "no new leader");
+            ha_pause();
+        }
+        /* the new leader's first request: every key of this round at its
+         * holder, under the old leader's node ids */
+        for (n = 0; n < HA_WARM_NODES; n++) {
+            uint64_t base = (uint64_t)(r * HA_WARM_NODES + n) * HA_WARM_KEYS;
+            uint32_t k;
+
+            cr_assert_eq(
+                kvf_th_lookup(conn, 0, base, HA_WARM_KEYS, holders, NULL),
+                HA_WARM_KEYS, "round %d node %d: %s", r, n,
+                kvf_test_proc_log(&c.ctl[next]));
+            for (k = 0; k < HA_WARM_KEYS; k++) {
+                cr_assert_eq(holders[k], ids[n]);
+            }
+            if (n == 0) {
+                took[r] = kvf_time_now_ns() - t0;
+            }
+        }
+        kvf_th_node_state(conn, ids[0], state, sizeof(state));
+        cr_assert_str_eq(state, "alive");
+        /* the node comes back with its incarnation: same id, keys kept */
+        {
+            char name[32];
+
+            snprintf(name, sizeof(name), "ha-warm-%d-0", r);
+            cr_assert_eq(kvf_th_register(conn, name, inc, NULL), ids[0]);
+            cr_assert_eq(
+                kvf_th_lookup(conn, 0,
+                              (uint64_t)(r * HA_WARM_NODES) * HA_WARM_KEYS,
+                              HA_WARM_KEYS, NULL, NULL),
+                HA_WARM_KEYS);
+        }
+        kvf_ctlconn_destroy(conn);
+        cr_assert(kvf_test_proc_wait_log(&c.ctl[next], "elected warm", 1000),
+                  "%s", kvf_test_proc_log(&c.ctl[next]));
+        fprintf(stderr,
+                "ha: round %d: kill -9 of the leader: the warm standby "
+                "answered %d keys after %.0f ms\n",
+                r, HA_WARM_NODES * HA_WARM_KEYS, (double)took[r] / 1e6);
+        ha_ctl_start(&c, leader); /* back, as a standby */
+        leader = next;
+    }
+    getloadavg(load, 3);
+    qsort(took, HA_WARM_ROUNDS, sizeof(took[0]), ha_cmp_u64);
+    fprintf(
+        stderr,
+        "ha: warm failover over %d kill -9: min %.0f ms, median %.0f ms, "
+        "max %.0f ms (lease %d ms; load average %.2f %.2f %.2f)\n",
+        HA_WARM_ROUNDS, (double)took[0] / 1e6,
+        (double)(took[(HA_WARM_ROUNDS - 1) / 2] + took[HA_WARM_ROUNDS / 2]) /
+            2e6,
+        (double)took[HA_WARM_ROUNDS - 1] / 1e6, HA_LEASE_MS, load[0], load[1],
+        load[2]);
+    free(holders);
+    ha_stop_all(&c);
 }
