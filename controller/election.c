@@ -27,6 +27,7 @@ struct kvf_election {
     kvf_etcd_t *etcd; /* loop thread */
     kvf_etcd_t *ka;   /* keep-alive thread */
     char key[512];
+    char prefix[480];
     int64_t ttl_s;
     int64_t lease;
     int64_t term;
@@ -77,6 +78,7 @@ kvf_status_t kvf_election_create(const kvf_controller_config_t *cfg,
     el->ttl_s = (int64_t)((cfg->etcd_lease_ns + KVF_NSEC_PER_SEC - 1) /
                           KVF_NSEC_PER_SEC);
     snprintf(el->key, sizeof(el->key), "%s/leader", cfg->etcd_prefix);
+    snprintf(el->prefix, sizeof(el->prefix), "%s", cfg->etcd_prefix);
     /* etcd calls of the loop thread: a third of the lease each */
     status = kvf_etcd_create(cfg->etcd, ttl_ms / 3, &el->etcd);
     if (status != KVF_OK) {
@@ -442,4 +444,22 @@ void kvf_election_info(const kvf_election_t *el, kvf_election_info_t *info_p)
     info_p->elections_won = el->terms;
     info_p->leader_term   = (uint64_t)el->leader_term;
     info_p->leader_ns = (el->won_ns != 0) ? kvf_time_now_ns() - el->won_ns : 0;
+}
+
+kvf_status_t kvf_election_state_put(kvf_election_t *el, const char *name,
+                                    const char *value)
+{
+    char key[600];
+
+    snprintf(key, sizeof(key), "%s/state/%s", el->prefix, name);
+    return kvf_etcd_put_guarded(el->etcd, key, value, el->key, el->term);
+}
+
+kvf_status_t kvf_election_state_get(kvf_election_t *el, const char *name,
+                                    char *value, size_t len, bool *found_p)
+{
+    char key[600];
+
+    snprintf(key, sizeof(key), "%s/state/%s", el->prefix, name);
+    return kvf_etcd_get(el->etcd, key, found_p, value, len, NULL);
 }

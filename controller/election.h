@@ -30,6 +30,7 @@
 #include <kvfabric/status.h>
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct event_base;
@@ -94,6 +95,15 @@ uint64_t kvf_election_term(const kvf_election_t *el);
 /* true once the lease was lost or is about to be (on_lost ran, or the
  * serve-until time passed). */
 bool kvf_election_lost(kvf_election_t *el);
+
+/* The leader's small state that must outlive it (pins, drained nodes):
+ * PREFIX/state/NAME, written only while this controller's term holds
+ * (KVF_ERR_STATE once deposed), read when elected. Blocking, bounded by a
+ * third of the lease; loop thread. */
+kvf_status_t kvf_election_state_put(kvf_election_t *el, const char *name,
+                                    const char *value);
+kvf_status_t kvf_election_state_get(kvf_election_t *el, const char *name,
+                                    char *value, size_t len, bool *found_p);
 
 typedef struct kvf_election_info {
     uint64_t elections_won; /* by this process */

@@ -315,12 +315,13 @@ kvf_status_t kvf_etcd_lease_revoke(kvf_etcd_t *etcd, int64_t id)
     return status;
 }
 
-/* A txn: if @p key's create revision is @p rev, put @p value under
- * @p lease. */
-static kvf_status_t kvf_etcd_txn_put(kvf_etcd_t *etcd, const char *key,
-                                     const char *value, int64_t lease,
-                                     int64_t rev, bool *done_p,
-                                     int64_t *revision_p)
+/* A txn: if @p guard's create revision is @p rev, put @p key = @p value
+ * under @p lease (0: none). */
+static kvf_status_t kvf_etcd_txn_put_guarded(kvf_etcd_t *etcd,
+                                             const char *guard, const char *key,
+                                             const char *value, int64_t lease,
+                                             int64_t rev, bool *done_p,
+                                             int64_t *revision_p)
 {
     json_object *req, *cmp, *put, *op, *rep = NULL;
     kvf_status_t status;
@@ -336,13 +337,15 @@ static kvf_status_t kvf_etcd_txn_put(kvf_etcd_t *etcd, const char *key,
         json_object_put(op);
         return KVF_ERR_NO_MEMORY;
     }
-    json_object_object_add(cmp, "key", kvf_etcd_b64(key));
+    json_object_object_add(cmp, "key", kvf_etcd_b64(guard));
     json_object_object_add(cmp, "target", json_object_new_string("CREATE"));
     json_object_object_add(cmp, "result", json_object_new_string("EQUAL"));
     json_object_object_add(cmp, "create_revision", json_object_new_int64(rev));
     json_object_object_add(put, "key", kvf_etcd_b64(key));
     json_object_object_add(put, "value", kvf_etcd_b64(value));
-    json_object_object_add(put, "lease", json_object_new_int64(lease));
+    if (lease != 0) {
+        json_object_object_add(put, "lease", json_object_new_int64(lease));
+    }
     json_object_object_add(op, "request_put", put);
     json_object_object_add(req, "compare", json_object_new_array());
     json_object_array_add(kvf_etcd_field(req, "compare"), cmp);
@@ -359,6 +362,30 @@ static kvf_status_t kvf_etcd_txn_put(kvf_etcd_t *etcd, const char *key,
     }
     json_object_put(rep);
     return KVF_OK;
+}
+
+static kvf_status_t kvf_etcd_txn_put(kvf_etcd_t *etcd, const char *key,
+                                     const char *value, int64_t lease,
+                                     int64_t rev, bool *done_p,
+                                     int64_t *revision_p)
+{
+    return kvf_etcd_txn_put_guarded(etcd, key, key, value, lease, rev, done_p,
+                                    revision_p);
+}
+
+kvf_status_t kvf_etcd_put_guarded(kvf_etcd_t *etcd, const char *key,
+                                  const char *value, const char *guard,
+                                  int64_t guard_revision)
+{
+    kvf_status_t status;
+    bool done = false;
+
+    status = kvf_etcd_txn_put_guarded(etcd, guard, key, value, 0,
+                                      guard_revision, &done, NULL);
+    if ((status == KVF_OK) && !done) {
+        status = KVF_ERR_STATE;
+    }
+    return status;
 }
 
 kvf_status_t kvf_etcd_create_key(kvf_etcd_t *etcd, const char *key,

@@ -54,6 +54,13 @@ kvf_status_t kvf_etcd_update_key(kvf_etcd_t *etcd, const char *key,
                                  const char *value, int64_t lease,
                                  int64_t create_revision);
 
+/* Sets @p key = @p value (no lease: it outlives the writer) only while
+ * @p guard's create revision is @p guard_revision (the leader key of this
+ * term: a deposed leader cannot write); KVF_ERR_STATE otherwise. */
+kvf_status_t kvf_etcd_put_guarded(kvf_etcd_t *etcd, const char *key,
+                                  const char *value, const char *guard,
+                                  int64_t guard_revision);
+
 /* Reads @p key: *found_p, its value (NUL-terminated, truncated to
  * @p len) and its create revision. */
 kvf_status_t kvf_etcd_get(kvf_etcd_t *etcd, const char *key, bool *found_p,

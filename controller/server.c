@@ -596,6 +596,7 @@ static kvf_status_t kvf_server_on_register(kvf_conn_t *conn, Kvf__Register *reg)
              kvf_msg_role_name(node->role), node->data_address, node->slot,
              (node->state == KVF_NODE_DRAINING) ? " (draining)" : "");
     server->has_registrations = true;
+    kvf_hastate_on_register(server, node);
     kvf_replica_forward_node(server, node);
     kvf_server_push_pins(server, node);
     kvf_server_purge_kick(server);
@@ -1190,6 +1191,7 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
             status = kvf_server_pins_set(server, ac->type, ac->keys.data,
                                          ac->keys.len);
             kvf_replica_pins_changed(server, ac);
+            kvf_hastate_changed(server);
         } else if (target == NULL) {
             return kvf_conn_send_status(conn, ac->request_id, KVF_ERR_INVALID,
                                         "replicate needs a node");
@@ -1203,6 +1205,7 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
         target->state = KVF_NODE_DRAINING;
         kvf_registry_slot_set_excluded(server->reg, target->slot, true);
         kvf_replica_forward_node(server, target);
+        kvf_hastate_drain(server, target->name, true);
         break;
     case KVF__COMMAND_TYPE__COMMAND_UNDRAIN:
         if (target == NULL) {
@@ -1212,6 +1215,7 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
         target->state = KVF_NODE_ALIVE;
         kvf_registry_slot_set_excluded(server->reg, target->slot, false);
         kvf_replica_forward_node(server, target);
+        kvf_hastate_drain(server, target->name, false);
         break;
     case KVF__COMMAND_TYPE__COMMAND_CLEAR:
         kvf_replica_forward(server, KVF_MSG_ADMIN_COMMAND, &ac->base);
@@ -1715,6 +1719,7 @@ static void kvf_server_on_tick(evutil_socket_t fd, short what, void *arg)
     }
     kvf_server_events_sweep(server);
     kvf_server_recovering(server);
+    kvf_hastate_sync(server);
 }
 
 static void kvf_server_on_signal(evutil_socket_t sig, short what, void *arg)
@@ -1931,8 +1936,9 @@ kvf_status_t kvf_server_take_over(kvf_server_t *server)
     }
     kvf_replica_take_over(server); /* before the first request */
     server->is_standby = false;
-    server->start_ms   = kvf_time_now_ms();
-    status             = kvf_server_bind(server);
+    kvf_hastate_load(server); /* logs what it could not read */
+    server->start_ms = kvf_time_now_ms();
+    status           = kvf_server_bind(server);
     if (status == KVF_OK) {
         status = kvf_server_write_port_file(server);
     }
@@ -1970,6 +1976,7 @@ void kvf_server_destroy(kvf_server_t *server)
     free(server->pins[0].keys);
     free(server->pins[1].keys);
     kvf_replica_destroy(server);
+    free(server->ha_drained);
     kvf_events_destroy(server->events);
     free(server->event_nodes);
     kvf_index_destroy(server->index);
@@ -2012,7 +2019,7 @@ bool kvf_server_quit_requested(const kvf_server_t *server)
 }
 
 void kvf_server_set_election(kvf_server_t *server,
-                             const struct kvf_election *election)
+                             struct kvf_election *election)
 {
     server->election = election;
 }

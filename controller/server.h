@@ -66,7 +66,7 @@ bool kvf_server_quit_requested(const kvf_server_t *server);
 /* HA on etcd: the election whose counters /metrics and /healthz show
  * (borrowed; outlives the server). */
 void kvf_server_set_election(kvf_server_t *server,
-                             const struct kvf_election *election);
+                             struct kvf_election *election);
 
 /* HA on etcd: no request is answered at or after *@p serve_until_ns
  * (monotonic ns, updated by another thread); then the loop stops. */

@@ -114,9 +114,13 @@ struct kvf_server {
     kvf_replica_t *replica; /* a standby's stream from the leader */
     kvf_conn_t *followers[KVF_REPLICA_MAX_FOLLOWERS]; /* a leader's standbys */
     unsigned num_followers;
-    uint64_t replica_death_ms;           /* deaths before this were forwarded */
-    const struct kvf_election *election; /* NULL: no HA */
-    bool is_quit;                        /* SIGTERM/SIGINT seen */
+    uint64_t replica_death_ms;     /* deaths before this were forwarded */
+    struct kvf_election *election; /* NULL: no HA */
+    bool is_quit;                  /* SIGTERM/SIGINT seen */
+    /* HA state kept in etcd (controller/hastate.c) */
+    char *ha_drained;      /* names drained by kvfctl, each ending '\n' */
+    bool is_ha_dirty;      /* pins or ha_drained not yet in etcd */
+    uint64_t ha_warned_ms; /* last warning that etcd did not take them */
 };
 
 /* A connection of the server: queue a frame, written on the next loop
@@ -172,6 +176,16 @@ void kvf_replica_step(kvf_server_t *server, const char *control);
 bool kvf_replica_is_warm(const kvf_server_t *server);
 /* Becoming leader: keep the followed state when warm, else drop it. */
 void kvf_replica_take_over(kvf_server_t *server);
+
+/* HA state in etcd (controller/hastate.c): the pin sets changed; a node
+ * was drained or undrained by kvfctl; a node registered (drained before
+ * a failover: draining again); on the tick: write what changed; when
+ * elected: read it. */
+void kvf_hastate_changed(kvf_server_t *server);
+void kvf_hastate_drain(kvf_server_t *server, const char *name, bool is_drained);
+void kvf_hastate_on_register(kvf_server_t *server, kvf_node_t *node);
+void kvf_hastate_sync(kvf_server_t *server);
+kvf_status_t kvf_hastate_load(kvf_server_t *server);
 
 /* Starts HTTP on cfg->http (no-op when empty). */
 kvf_status_t kvf_server_http_start(kvf_server_t *server);

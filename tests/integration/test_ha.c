@@ -704,3 +704,138 @@ Test(ha, kill9_warm_standby_answers_lookups_at_once, .timeout = 240)
     free(holders);
     ha_stop_all(&c);
 }
+
+/* ADMIN_COMMAND @p type of keys base..base+n-1 (or of node @p node);
+ * returns the STATUS reply's status. */
+static int ha_admin(kvf_ctlconn_t *conn, int type, uint64_t base, size_t n,
+                    uint32_t node)
+{
+    uint8_t keys[8 * KVF_KEY_WIRE_SIZE];
+    Kvf__AdminCommand ac;
+    kvf_frame_t frame;
+    int status;
+
+    cr_assert_leq(n, 8);
+    kvf_th_keys(keys, n, base);
+    kvf__admin_command__init(&ac);
+    ac.request_id = kvf_ctlconn_next_id(conn);
+    ac.type       = (Kvf__CommandType)type;
+    ac.keys.data  = keys;
+    ac.keys.len   = n * KVF_KEY_WIRE_SIZE;
+    ac.node_id    = node;
+    cr_assert_eq(
+        kvf_ctlconn_call(conn, KVF_MSG_ADMIN_COMMAND, &ac.base, &frame),
+        KVF_OK);
+    cr_assert_eq(frame.type, KVF_MSG_STATUS);
+    status = ((Kvf__Status *)frame.msg)->status;
+    kvf_frame_release(&frame, NULL);
+    return status;
+}
+
+/* Whether the value of etcd key @p key contains @p text (etcdctl). */
+static bool ha_etcd_has(ha_cluster_t *c, const char *key, const char *text)
+{
+    char out[4096];
+
+    return (kvf_th_run(out, sizeof(out),
+                       "ETCDCTL_API=3 /usr/bin/etcdctl --endpoints %s get "
+                       "--print-value-only %s",
+                       c->url, key) == 0) &&
+           (strstr(out, text) != NULL);
+}
+
+/*
+ * Issue 21 item 3, second half: pins, soft pins and drained nodes survive
+ * a failover through etcd, even to a controller that had nothing to
+ * follow (a cold one: started after the leader died). A key pinned and
+ * unpinned again is not pinned after it (no leaked pin).
+ */
+Test(ha, pins_and_drain_survive_failover_in_etcd, .timeout = 120)
+{
+    ha_cluster_t c;
+    kvf_ctlconn_t *conn;
+    Kvf__HeartbeatReply *hb;
+    kvf_frame_t frame;
+    char addr[128], err[256], state[32];
+    size_t i, pinned = 0, soft = 0;
+    uint64_t deadline;
+    uint32_t node;
+    int leader;
+
+    memset(&c, 0, sizeof(c));
+    ha_etcd_start(&c);
+    ha_ctl_start(&c, 0);
+    leader = ha_wait_leader(&c, 20000, addr, sizeof(addr));
+    cr_assert_eq(kvf_ctlconn_create(addr, KVF__PEER_KIND__PEER_AGENT, "ha",
+                                    KVF_PROTOCOL_VERSION, 5000, &conn, err,
+                                    sizeof(err)),
+                 KVF_OK, "%s", err);
+    node = kvf_th_register(conn, "ha-pinned", 1, NULL);
+    /* keys 100..103 pinned, 104 soft-pinned, 105 pinned then unpinned */
+    cr_assert_eq(ha_admin(conn, KVF__COMMAND_TYPE__COMMAND_PIN, 100, 4, 0),
+                 KVF_OK);
+    cr_assert_eq(ha_admin(conn, KVF__COMMAND_TYPE__COMMAND_SOFT_PIN, 104, 1, 0),
+                 KVF_OK);
+    cr_assert_eq(ha_admin(conn, KVF__COMMAND_TYPE__COMMAND_PIN, 105, 1, 0),
+                 KVF_OK);
+    cr_assert_eq(ha_admin(conn, KVF__COMMAND_TYPE__COMMAND_UNPIN, 105, 1, 0),
+                 KVF_OK);
+    cr_assert_eq(ha_admin(conn, KVF__COMMAND_TYPE__COMMAND_DRAIN, 0, 0, node),
+                 KVF_OK);
+    kvf_ctlconn_destroy(conn);
+    deadline = kvf_time_deadline_ns(10 * KVF_NSEC_PER_SEC);
+    while (!ha_etcd_has(&c, "/kvf-ha-test/state/drained", "ha-pinned")) {
+        cr_assert(!kvf_time_expired(deadline), "not in etcd: %s",
+                  kvf_test_proc_log(&c.ctl[leader]));
+        ha_pause();
+    }
+
+    kvf_test_proc_kill(&c.ctl[leader]);
+    c.running[leader] = false;
+    ha_ctl_start(&c, 1); /* cold: nothing to follow */
+    leader = ha_wait_leader(&c, 20000, addr, sizeof(addr));
+    cr_assert_eq(leader, 1);
+    cr_assert_eq(kvf_ctlconn_create(addr, KVF__PEER_KIND__PEER_AGENT, "ha",
+                                    KVF_PROTOCOL_VERSION, 5000, &conn, err,
+                                    sizeof(err)),
+                 KVF_OK, "%s", err);
+    /* the agent comes back without saying it drains: etcd says so */
+    node = kvf_th_register(conn, "ha-pinned", 1, NULL);
+    kvf_th_node_state(conn, node, state, sizeof(state));
+    cr_assert_str_eq(state, "draining", "%s",
+                     kvf_test_proc_log(&c.ctl[leader]));
+    /* its first heartbeat reply delivers the pins, and only those */
+    kvf_th_heartbeat(conn, node, 1, 0, &frame);
+    cr_assert_eq(frame.type, KVF_MSG_HEARTBEAT_REPLY);
+    hb = (Kvf__HeartbeatReply *)frame.msg;
+    for (i = 0; i < hb->n_commands; i++) {
+        uint8_t want[5 * KVF_KEY_WIRE_SIZE];
+        const Kvf__Command *cmd = hb->commands[i];
+
+        kvf_th_keys(want, 5, 100);
+        if (cmd->type == KVF__COMMAND_TYPE__COMMAND_PIN) {
+            cr_assert_eq(cmd->keys.len, 4 * KVF_KEY_WIRE_SIZE);
+            cr_assert_eq(memcmp(cmd->keys.data, want, cmd->keys.len), 0);
+            pinned += cmd->keys.len / KVF_KEY_WIRE_SIZE;
+        } else if (cmd->type == KVF__COMMAND_TYPE__COMMAND_SOFT_PIN) {
+            cr_assert_eq(cmd->keys.len, KVF_KEY_WIRE_SIZE);
+            cr_assert_eq(memcmp(cmd->keys.data, want + 4 * KVF_KEY_WIRE_SIZE,
+                                KVF_KEY_WIRE_SIZE),
+                         0);
+            soft++;
+        }
+    }
+    kvf_frame_release(&frame, NULL);
+    cr_assert_eq(pinned, 4, "the pinned keys, not the unpinned one");
+    cr_assert_eq(soft, 1);
+    /* undrain is kept too */
+    cr_assert_eq(ha_admin(conn, KVF__COMMAND_TYPE__COMMAND_UNDRAIN, 0, 0, node),
+                 KVF_OK);
+    kvf_ctlconn_destroy(conn);
+    deadline = kvf_time_deadline_ns(10 * KVF_NSEC_PER_SEC);
+    while (ha_etcd_has(&c, "/kvf-ha-test/state/drained", "ha-pinned")) {
+        cr_assert(!kvf_time_expired(deadline), "undrain not in etcd");
+        ha_pause();
+    }
+    ha_stop_all(&c);
+}
