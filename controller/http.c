@@ -94,6 +94,12 @@ static void kvf_http_on_healthz(struct evhttp_request *req, void *arg)
         evhttp_send_error(req, HTTP_INTERNAL, NULL);
         return;
     }
+    if (((kvf_server_t *)arg)->election != NULL) {
+        kvf_replica_health(arg, b); /* HA: role, term, warm */
+        kvf_server_http_reply(req, b, "application/json");
+        evbuffer_free(b);
+        return;
+    }
     evbuffer_add_printf(b, "ok\n");
     kvf_server_http_reply(req, b, "text/plain");
     evbuffer_free(b);
@@ -303,6 +309,7 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
         "kvf_controller_index_request_seconds_sum %.9f\n"
         "kvf_controller_index_request_seconds_count %" PRIu64 "\n",
         c->index_requests, (double)c->index_sum_ns / 1e9, c->index_requests);
+    kvf_replica_metrics(server, b);
     kvf_server_http_reply(req, b, "text/plain; version=0.0.4");
     evbuffer_free(b);
 }

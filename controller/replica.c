@@ -14,12 +14,16 @@
  */
 #include "controller/server_int.h"
 
+#include "controller/election.h"
+
 #include "common/config.h"
+#include "common/evjson.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "proto/bconn.h"
 #include "proto/frame.h"
 
+#include <event2/buffer.h>
 #include <event2/event.h>
 
 #include <errno.h>
@@ -56,35 +60,87 @@ struct kvf_replica {
 
 /* ---- leader side --------------------------------------------------- */
 
-static void kvf_replica_push(kvf_conn_t *conn, uint16_t type,
+/* Queues a frame of the stream; a follower whose frame cannot be queued
+ * or that is too far behind is closed on the next tick (not now: the
+ * connection may be the one whose request is being handled). */
+static void kvf_replica_push(kvf_replica_follower_t *f, uint16_t type,
                              const ProtobufCMessage *msg)
 {
-    if (kvf_server_conn_push(conn, type, msg) != KVF_OK) {
-        kvf_warn("standby follower: cannot queue %s; dropping it",
-                 kvf_msg_type_name(type));
-        kvf_server_conn_close(conn); /* drops it from the followers */
+    if (f->is_dropped) {
         return;
     }
-    if (kvf_server_conn_queued(conn) > KVF_REPLICA_MAX_QUEUED) {
-        kvf_warn("standby follower: %zu bytes not read; dropping it (it "
-                 "follows again from a new snapshot)",
-                 kvf_server_conn_queued(conn));
-        kvf_server_conn_close(conn);
+    if (kvf_server_conn_push(f->conn, type, msg) != KVF_OK) {
+        kvf_warn("standby %s: cannot queue %s; dropping it", f->name,
+                 kvf_msg_type_name(type));
+        f->is_dropped = true;
+    } else if (kvf_server_conn_queued(f->conn) > KVF_REPLICA_MAX_QUEUED) {
+        kvf_warn("standby %s: %zu bytes not read; dropping it (it follows "
+                 "again from a new snapshot)",
+                 f->name, kvf_server_conn_queued(f->conn));
+        f->is_dropped = true;
     }
 }
 
 void kvf_replica_forward(kvf_server_t *server, uint16_t type,
                          const ProtobufCMessage *msg)
 {
-    unsigned i = server->num_followers;
+    unsigned i;
 
-    /* backwards: a follower dropped on the way leaves the array */
-    while (i-- > 0) {
-        kvf_replica_push(server->followers[i], type, msg);
+    for (i = 0; i < server->num_followers; i++) {
+        kvf_replica_push(&server->followers[i], type, msg);
     }
 }
 
-static void kvf_replica_send_nodes(kvf_server_t *server, kvf_conn_t *only,
+void kvf_replica_tick(kvf_server_t *server)
+{
+    Kvf__Status st;
+    char text[] = "tick";
+    unsigned i  = server->num_followers;
+
+    /* backwards: a follower closed here leaves the array */
+    while (i-- > 0) {
+        if (server->followers[i].is_dropped) {
+            kvf_server_conn_close(server->followers[i].conn);
+        }
+    }
+    kvf__status__init(&st);
+    st.message = text;
+    kvf_replica_forward(server, KVF_MSG_STATUS, &st.base);
+}
+
+void kvf_replica_stats_fill(kvf_server_t *server, Kvf__StatsReply *rep)
+{
+    kvf_election_info_t info;
+    uint64_t now = kvf_time_now_ms();
+    unsigned i;
+
+    if (server->election == NULL) {
+        return;
+    }
+    kvf_election_info(server->election, &info);
+    /* protobuf-c fields are non-const; packing only reads them */
+    rep->role = (char *)(uintptr_t)(server->is_standby ? "standby" : "leader");
+    rep->term = server->is_standby ? info.leader_term : server->term;
+    rep->elections_won = info.elections_won;
+    rep->leader_ms     = info.leader_ns / KVF_NSEC_PER_MSEC;
+    rep->etcd          = server->cfg->etcd;
+    for (i = 0; i < server->num_followers; i++) {
+        const kvf_replica_follower_t *f = &server->followers[i];
+        Kvf__StandbyDesc *d             = &server->standby_descs[i];
+
+        kvf__standby_desc__init(d);
+        d->name         = (char *)(uintptr_t)f->name;
+        d->queued_bytes = kvf_server_conn_queued(f->conn);
+        d->warm         = !f->is_dropped && (d->queued_bytes < (1u << 20));
+        d->following_ms = now - f->since_ms;
+        server->standby_ptrs[i] = d;
+    }
+    rep->n_standbys = server->num_followers;
+    rep->standbys   = server->standby_ptrs;
+}
+
+static void kvf_replica_send_nodes(kvf_server_t *server,
+                                   kvf_replica_follower_t *only,
                                    kvf_node_t **nodes, size_t n)
 {
     Kvf__NodeInfoReply rep;
@@ -150,16 +206,18 @@ void kvf_replica_drop(kvf_server_t *server, kvf_conn_t *conn)
     unsigned i;
 
     for (i = 0; i < server->num_followers; i++) {
-        if (server->followers[i] == conn) {
+        if (server->followers[i].conn == conn) {
+            kvf_info("standby %s left (%u left)", server->followers[i].name,
+                     server->num_followers - 1);
             server->followers[i] = server->followers[--server->num_followers];
-            kvf_info("standby follower left (%u left)", server->num_followers);
             return;
         }
     }
 }
 
 /* The INVENTORY frames of @p node's keys, the last with `last` set. */
-static void kvf_replica_send_keys(kvf_server_t *server, kvf_conn_t *conn,
+static void kvf_replica_send_keys(kvf_server_t *server,
+                                  kvf_replica_follower_t *conn,
                                   kvf_node_t *node, uint8_t *buf)
 {
     Kvf__Inventory inv;
@@ -180,7 +238,8 @@ static void kvf_replica_send_keys(kvf_server_t *server, kvf_conn_t *conn,
     } while (!inv.last);
 }
 
-static void kvf_replica_send_pins(kvf_server_t *server, kvf_conn_t *conn)
+static void kvf_replica_send_pins(kvf_server_t *server,
+                                  kvf_replica_follower_t *conn)
 {
     static const Kvf__CommandType types[2] = {
         KVF__COMMAND_TYPE__COMMAND_PIN, KVF__COMMAND_TYPE__COMMAND_SOFT_PIN};
@@ -199,10 +258,12 @@ static void kvf_replica_send_pins(kvf_server_t *server, kvf_conn_t *conn)
     }
 }
 
-kvf_status_t kvf_replica_follow(kvf_conn_t *conn, uint64_t request_id)
+kvf_status_t kvf_replica_follow(kvf_conn_t *conn, const Kvf__AdminCommand *ac)
 {
     kvf_server_t *server = kvf_server_conn_server(conn);
     size_t i, n = 0, count = kvf_node_table_count(server->nodes);
+    uint64_t request_id = ac->request_id;
+    kvf_replica_follower_t *f;
     kvf_node_t **live;
     Kvf__Status st;
     uint8_t *buf;
@@ -217,7 +278,14 @@ kvf_status_t kvf_replica_follow(kvf_conn_t *conn, uint64_t request_id)
         kvf_server_conn_push(conn, KVF_MSG_STATUS, &st.base);
         return KVF_ERR_PROTO; /* closes it */
     }
-    server->followers[server->num_followers++] = conn;
+    f = &server->followers[server->num_followers++];
+    memset(f, 0, sizeof(*f));
+    f->conn     = conn;
+    f->since_ms = kvf_time_now_ms();
+    snprintf(f->name, sizeof(f->name), "%s",
+             ((ac->node_name != NULL) && (ac->node_name[0] != '\0'))
+                 ? ac->node_name
+                 : "?");
     /* admin path: may allocate */
     live = calloc(count + 1, sizeof(*live));
     buf  = malloc(KVF_REPLICA_SNAPSHOT_KEYS * KVF_KEY_WIRE_SIZE);
@@ -233,20 +301,20 @@ kvf_status_t kvf_replica_follow(kvf_conn_t *conn, uint64_t request_id)
             live[n++] = node;
         }
     }
-    kvf_replica_send_nodes(server, conn, live, n);
+    kvf_replica_send_nodes(server, f, live, n);
     for (i = 0; i < n; i++) {
-        kvf_replica_send_keys(server, conn, live[i], buf);
+        kvf_replica_send_keys(server, f, live[i], buf);
     }
-    kvf_replica_send_pins(server, conn);
+    kvf_replica_send_pins(server, f);
     free(buf);
     free(live);
     kvf__status__init(&st);
     st.request_id = request_id;
     st.status     = KVF_OK;
     st.message    = text;
-    kvf_replica_push(conn, KVF_MSG_STATUS, &st.base);
-    kvf_info("standby follows (%u now); snapshot of %zu nodes queued",
-             server->num_followers, n);
+    kvf_replica_push(f, KVF_MSG_STATUS, &st.base);
+    kvf_info("standby %s follows (%u now); snapshot of %zu nodes queued",
+             f->name, server->num_followers, n);
     return KVF_OK;
 }
 
@@ -464,6 +532,9 @@ static bool kvf_replica_apply(kvf_replica_t *rep, const kvf_frame_t *frame)
     case KVF_MSG_STATUS: {
         const Kvf__Status *st = (const Kvf__Status *)frame->msg;
 
+        if ((st->request_id == 0) && (st->status == KVF_OK)) {
+            return true; /* the leader's tick: last_frame_ms is the lag */
+        }
         if ((st->request_id != rep->request_id) || (st->status != KVF_OK)) {
             kvf_warn("standby: leader %s refused to stream: %s (%s)",
                      rep->leader, kvf_strerror((kvf_status_t)st->status),
@@ -594,6 +665,7 @@ static void kvf_replica_connect(kvf_replica_t *rep, const char *control)
     hp.secret  = &server->secret;
     kvf__admin_command__init(&ac);
     ac.type         = KVF__COMMAND_TYPE__COMMAND_FOLLOW;
+    ac.node_name    = server->http_addr;
     ac.request_id   = kvf_bconn_next_id(rep->conn);
     rep->request_id = ac.request_id;
     status          = kvf_bconn_hello(rep->conn, &hp, deadline, NULL);
@@ -702,6 +774,7 @@ void kvf_replica_take_over(kvf_server_t *server)
         }
         is_warm = kvf_replica_is_usable(rep);
     }
+    server->failovers[is_warm ? 0 : 1]++;
     if (!is_warm) {
         kvf_warn("elected while not warm: starting from the agents' resync");
         kvf_replica_reset(server);
@@ -715,4 +788,72 @@ void kvf_replica_take_over(kvf_server_t *server)
                  count);
     }
     kvf_replica_destroy(server);
+}
+
+/* ---- /healthz and /metrics ----------------------------------------- */
+
+void kvf_replica_health(kvf_server_t *server, struct evbuffer *b)
+{
+    const kvf_replica_t *rep = server->replica;
+    kvf_election_info_t info;
+
+    kvf_election_info(server->election, &info);
+    if (!server->is_standby) {
+        evbuffer_add_printf(b,
+                            "{\"status\":\"ok\",\"role\":\"leader\","
+                            "\"term\":%" PRIu64 ",\"standbys\":%u}\n",
+                            server->term, server->num_followers);
+        return;
+    }
+    evbuffer_add_printf(b,
+                        "{\"status\":\"ok\",\"role\":\"standby\",\"warm\":%s,"
+                        "\"leader_term\":%" PRIu64 ",\"leader\":",
+                        kvf_replica_is_warm(server) ? "true" : "false",
+                        info.leader_term);
+    kvf_evjson_add_str(b, (rep != NULL) ? rep->leader : "");
+    evbuffer_add_printf(b, ",\"last_frame_ms_ago\":%" PRIu64 "}\n",
+                        ((rep != NULL) && (rep->last_frame_ms != 0))
+                            ? kvf_time_now_ms() - rep->last_frame_ms
+                            : 0);
+}
+
+void kvf_replica_metrics(kvf_server_t *server, struct evbuffer *b)
+{
+    const kvf_replica_t *rep = server->replica;
+    kvf_election_info_t info;
+    uint64_t queued = 0;
+    unsigned i;
+
+    if (server->election == NULL) {
+        return;
+    }
+    kvf_election_info(server->election, &info);
+    for (i = 0; i < server->num_followers; i++) {
+        queued += kvf_server_conn_queued(server->followers[i].conn);
+    }
+    evbuffer_add_printf(
+        b,
+        "# TYPE kvf_controller_ha_leader gauge\n"
+        "kvf_controller_ha_leader %d\n"
+        "# TYPE kvf_controller_elections_won_total counter\n"
+        "kvf_controller_elections_won_total %" PRIu64 "\n"
+        "# TYPE kvf_controller_failovers_total counter\n"
+        "kvf_controller_failovers_total{copy=\"warm\"} %" PRIu64 "\n"
+        "kvf_controller_failovers_total{copy=\"cold\"} %" PRIu64 "\n"
+        "# TYPE kvf_controller_leader_seconds gauge\n"
+        "kvf_controller_leader_seconds %.3f\n"
+        "# TYPE kvf_controller_standbys gauge\n"
+        "kvf_controller_standbys %u\n"
+        "# TYPE kvf_controller_standby_queued_bytes gauge\n"
+        "kvf_controller_standby_queued_bytes %" PRIu64 "\n"
+        "# TYPE kvf_controller_standby_warm gauge\n"
+        "kvf_controller_standby_warm %d\n"
+        "# TYPE kvf_controller_standby_lag_seconds gauge\n"
+        "kvf_controller_standby_lag_seconds %.3f\n",
+        server->is_standby ? 0 : 1, info.elections_won, server->failovers[0],
+        server->failovers[1], (double)info.leader_ns / 1e9,
+        server->num_followers, queued, kvf_replica_is_warm(server) ? 1 : 0,
+        ((rep != NULL) && (rep->last_frame_ms != 0))
+            ? (double)(kvf_time_now_ms() - rep->last_frame_ms) / 1e3
+            : 0.0);
 }

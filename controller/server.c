@@ -1071,6 +1071,7 @@ void kvf_server_stats_fill(kvf_server_t *server, Kvf__StatsReply *rep_p)
     rep.seq_gaps           = server->ctr.seq_gaps;
     rep.stale_rejects      = server->ctr.stale_rejects;
     rep.auth_failures      = server->ctr.auth_failures;
+    kvf_replica_stats_fill(server, &rep);
     {
         size_t i, count = kvf_node_table_count(server->nodes);
         uint64_t holdings = 0;
@@ -1158,6 +1159,9 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
     bool has_target = (ac->node_id != 0) ||
                       ((ac->node_name != NULL) && (ac->node_name[0] != '\0'));
 
+    if (ac->type == KVF__COMMAND_TYPE__COMMAND_FOLLOW) {
+        return kvf_replica_follow(conn, ac); /* node_name: the standby's */
+    }
     if (has_target) {
         target = (ac->node_id != 0)
                      ? kvf_node_table_find(server->nodes, ac->node_id)
@@ -1220,8 +1224,6 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
     case KVF__COMMAND_TYPE__COMMAND_CLEAR:
         kvf_replica_forward(server, KVF_MSG_ADMIN_COMMAND, &ac->base);
         break;
-    case KVF__COMMAND_TYPE__COMMAND_FOLLOW:
-        return kvf_replica_follow(conn, ac->request_id);
     default:
         snprintf(text, sizeof(text), "admin command type %d not supported",
                  (int)ac->type);
@@ -1720,6 +1722,7 @@ static void kvf_server_on_tick(evutil_socket_t fd, short what, void *arg)
     kvf_server_events_sweep(server);
     kvf_server_recovering(server);
     kvf_hastate_sync(server);
+    kvf_replica_tick(server);
 }
 
 static void kvf_server_on_signal(evutil_socket_t sig, short what, void *arg)

@@ -58,6 +58,14 @@ typedef struct kvf_replica kvf_replica_t;
 
 #define KVF_REPLICA_MAX_FOLLOWERS 8
 
+/* A standby following this leader (controller/replica.c). */
+typedef struct kvf_replica_follower {
+    kvf_conn_t *conn;
+    char name[128];    /* its HTTP address, as it said in FOLLOW */
+    uint64_t since_ms; /* when it began to follow */
+    bool is_dropped;   /* fell too far behind: closed on the next tick */
+} kvf_replica_follower_t;
+
 /* Keys pinned cluster-wide by kvfctl, packed; delivered to every node that
  * registers later too. */
 typedef struct kvf_server_pins {
@@ -112,7 +120,10 @@ struct kvf_server {
     /* HA warm standby (controller/replica.c) */
     bool is_standby;        /* follows the leader; control port not bound */
     kvf_replica_t *replica; /* a standby's stream from the leader */
-    kvf_conn_t *followers[KVF_REPLICA_MAX_FOLLOWERS]; /* a leader's standbys */
+    kvf_replica_follower_t followers[KVF_REPLICA_MAX_FOLLOWERS];
+    Kvf__StandbyDesc standby_descs[KVF_REPLICA_MAX_FOLLOWERS]; /* STATS */
+    Kvf__StandbyDesc *standby_ptrs[KVF_REPLICA_MAX_FOLLOWERS];
+    uint64_t failovers[2]; /* elected with [0] a warm copy, [1] without */
     unsigned num_followers;
     uint64_t replica_death_ms;     /* deaths before this were forwarded */
     struct kvf_election *election; /* NULL: no HA */
@@ -151,7 +162,12 @@ kvf_status_t kvf_server_pins_set(kvf_server_t *server, Kvf__CommandType type,
  * EVICT and INVENTORY frames as they came, a NODE_INFO_REPLY per node
  * that registered, died or (un)drained, the pin commands, CLEAR).
  */
-kvf_status_t kvf_replica_follow(kvf_conn_t *conn, uint64_t request_id);
+kvf_status_t kvf_replica_follow(kvf_conn_t *conn, const Kvf__AdminCommand *ac);
+/* On the leader's tick: closes followers too far behind, sends the rest
+ * a "tick" STATUS (their lag clock). */
+void kvf_replica_tick(kvf_server_t *server);
+/* The HA fields of STATS (role, term, standbys...). */
+void kvf_replica_stats_fill(kvf_server_t *server, Kvf__StatsReply *rep);
 void kvf_replica_forward(kvf_server_t *server, uint16_t type,
                          const ProtobufCMessage *msg);
 void kvf_replica_forward_node(kvf_server_t *server, kvf_node_t *node);
@@ -174,6 +190,9 @@ kvf_status_t kvf_replica_create(kvf_server_t *server);
 void kvf_replica_destroy(kvf_server_t *server);
 void kvf_replica_step(kvf_server_t *server, const char *control);
 bool kvf_replica_is_warm(const kvf_server_t *server);
+/* HA fields of /healthz (JSON, with --etcd) and of /metrics. */
+void kvf_replica_health(kvf_server_t *server, struct evbuffer *b);
+void kvf_replica_metrics(kvf_server_t *server, struct evbuffer *b);
 /* Becoming leader: keep the followed state when warm, else drop it. */
 void kvf_replica_take_over(kvf_server_t *server);
 

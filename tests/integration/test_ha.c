@@ -687,7 +687,9 @@ Test(ha, kill9_warm_standby_answers_lookups_at_once, .timeout = 240)
                 "ha: round %d: kill -9 of the leader: the warm standby "
                 "answered %d keys after %.0f ms\n",
                 r, HA_WARM_NODES * HA_WARM_KEYS, (double)took[r] / 1e6);
-        ha_ctl_start(&c, leader); /* back, as a standby */
+        if (r + 1 < HA_WARM_ROUNDS) {
+            ha_ctl_start(&c, leader); /* back, as a standby */
+        }
         leader = next;
     }
     getloadavg(load, 3);
@@ -837,5 +839,99 @@ Test(ha, pins_and_drain_survive_failover_in_etcd, .timeout = 120)
         cr_assert(!kvf_time_expired(deadline), "undrain not in etcd");
         ha_pause();
     }
+    ha_stop_all(&c);
+}
+
+/* GET @p path of controller @p i into @p out; asserts 200. */
+static void ha_http(ha_cluster_t *c, int i, const char *path, char *out,
+                    size_t len)
+{
+    uint16_t port     = 0;
+    uint64_t deadline = kvf_time_deadline_ns(20 * KVF_NSEC_PER_SEC);
+
+    while ((port = ha_http_port(c, i)) == 0) {
+        cr_assert(!kvf_time_expired(deadline), "no port file: %s",
+                  kvf_test_proc_log(&c->ctl[i]));
+        ha_pause();
+    }
+    cr_assert_eq(kvf_test_http_get(port, path, out, len), 200);
+}
+
+/*
+ * Item 3 of the brief: a standby says whether it is warm (/healthz,
+ * /metrics), the leader lists its standbys (kvfctl status), and the
+ * failover is counted. A standby whose leader cannot be reached (here a
+ * leader key naming a closed port) is not warm.
+ */
+Test(ha, status_healthz_and_metrics_say_role_and_warmth, .timeout = 120)
+{
+    ha_cluster_t c;
+    char out[16384], bin[4096], addr[128];
+    const char *argv[]  = {bin, "--controller", addr, "status", "--json", NULL};
+    const char *plain[] = {bin, "--controller", addr, "status", NULL};
+    uint64_t deadline;
+    int leader;
+
+    memset(&c, 0, sizeof(c));
+    ha_etcd_start(&c);
+    cr_assert_eq(kvf_th_run(out, sizeof(out),
+                            "ETCDCTL_API=3 /usr/bin/etcdctl --endpoints %s put "
+                            "/kvf-ha-test/leader "
+                            "'{\"control\":\"127.0.0.1:9\",\"http\":\"\"}'",
+                            c.url),
+                 0, "%s", out);
+    ha_ctl_start(&c, 0);
+    cr_assert(kvf_test_proc_wait_log(&c.ctl[0], "standby", 10000));
+    ha_http(&c, 0, "/healthz", out, sizeof(out));
+    cr_assert_not_null(strstr(out, "\"role\":\"standby\",\"warm\":false"), "%s",
+                       out);
+    cr_assert_eq(ha_metric(&c, 0, "kvf_controller_standby_warm"), 0);
+    cr_assert_eq(ha_metric(&c, 0, "kvf_controller_ha_leader"), 0);
+
+    /* the key goes: controller 0 leads, controller 1 follows it */
+    cr_assert_eq(kvf_th_run(out, sizeof(out),
+                            "ETCDCTL_API=3 /usr/bin/etcdctl --endpoints %s del "
+                            "/kvf-ha-test/leader",
+                            c.url),
+                 0, "%s", out);
+    leader = ha_wait_leader(&c, 20000, addr, sizeof(addr));
+    cr_assert_eq(leader, 0);
+    ha_ctl_start(&c, 1);
+    cr_assert(kvf_test_proc_wait_log(&c.ctl[1], "standby: warm", 20000), "%s",
+              kvf_test_proc_log(&c.ctl[1]));
+    ha_http(&c, 1, "/healthz", out, sizeof(out));
+    cr_assert_not_null(strstr(out, "\"role\":\"standby\",\"warm\":true"), "%s",
+                       out);
+    cr_assert_eq(ha_metric(&c, 1, "kvf_controller_standby_warm"), 1);
+    ha_http(&c, 0, "/healthz", out, sizeof(out));
+    cr_assert_not_null(strstr(out, "\"role\":\"leader\""), "%s", out);
+    cr_assert_eq(ha_metric(&c, 0, "kvf_controller_ha_leader"), 1);
+    cr_assert_eq(ha_metric(&c, 0, "kvf_controller_elections_won_total"), 1);
+
+    snprintf(bin, sizeof(bin), "%s", kvf_th_build_path("tools/kvfctl"));
+    deadline = kvf_time_deadline_ns(10 * KVF_NSEC_PER_SEC);
+    for (;;) {
+        cr_assert_eq(kvf_test_run(argv, out, sizeof(out), 10000), 0, "%s", out);
+        if (strstr(out, "\"warm\":true") != NULL) {
+            break;
+        }
+        cr_assert(!kvf_time_expired(deadline), "%s", out);
+        ha_pause();
+    }
+    cr_assert_not_null(strstr(out, "\"role\":\"leader\""), "%s", out);
+    cr_assert_not_null(strstr(out, "\"healthy\":true"), "%s", out);
+    cr_assert_eq(ha_metric(&c, 0, "kvf_controller_standbys"), 1);
+    cr_assert_eq(kvf_test_run(plain, out, sizeof(out), 10000), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "leader "), "%s", out);
+    cr_assert_not_null(strstr(out, "  warm,"), "%s", out);
+    cr_assert_not_null(strstr(out, "healthy"), "%s", out);
+
+    kvf_test_proc_kill(&c.ctl[0]);
+    c.running[0] = false;
+    leader       = ha_wait_leader(&c, 20000, addr, sizeof(addr));
+    cr_assert_eq(leader, 1);
+    cr_assert_eq(
+        ha_metric(&c, 1, "kvf_controller_failovers_total{copy=\"warm\"}"), 1);
+    cr_assert_eq(ha_metric(&c, 1, "kvf_controller_ha_leader"), 1);
     ha_stop_all(&c);
 }
