@@ -476,8 +476,13 @@ static void kvf_replica_apply_admin(kvf_server_t *server,
         for (i = 0; i < count; i++) {
             kvf_node_t *node = kvf_node_table_at(server->nodes, i);
 
+            bool by_name =
+                (ac->node_name != NULL) && (ac->node_name[0] != '\0');
+
+            /* the leader's target: by id, by (newest live) name, or all */
             if ((node->state != KVF_NODE_DEAD) &&
-                ((ac->node_id == 0) || (ac->node_id == node->id))) {
+                (by_name ? (strcmp(ac->node_name, node->name) == 0)
+                         : ((ac->node_id == 0) || (ac->node_id == node->id)))) {
                 kvf_node_table_reslot(server->nodes, node);
             }
         }
