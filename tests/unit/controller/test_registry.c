@@ -395,3 +395,55 @@ Test(registry, writes_during_growth_see_one_table)
     cr_assert_eq(lookup(664, 64, 0, false, out), 64);
     cr_assert_eq(lookup(0, 64, 0, true, out), 0);
 }
+
+/* kvf_registry_slot_list: every key of a slot exactly once, in pieces,
+ * also while the table grows (entries in both tables), none of another
+ * slot's, and a key shared by 5 holders (two entries) listed for each. */
+Test(registry, slot_list_lists_a_slots_keys_once)
+{
+    enum {
+        N   = 3000,
+        MAX = 256
+    };
+    uint16_t a = open_slot(), b = open_slot(), extra[3];
+    uint8_t *out    = malloc(MAX * KVF_KEY_WIRE_SIZE);
+    bool *seen      = calloc(N, sizeof(*seen));
+    uint64_t cursor = 0, total = 0;
+    size_t n, i;
+    kvf_registry_stats_t st;
+    bool grew = false;
+
+    for (i = 0; i < 3; i++) {
+        extra[i] = open_slot();
+        admit(extra[i], 0, 1); /* key 0: a, b and three more holders */
+    }
+    for (i = 0; i < N; i += 100) {
+        admit(a, i, 100); /* grows: migration in progress below */
+        kvf_registry_stats(g_reg, &st);
+        grew = grew || st.is_migrating;
+    }
+    admit(b, 0, 1);
+    admit(b, N, 50);
+    cr_assert(grew, "the table grew while filling");
+    do {
+        n = kvf_registry_slot_list(g_reg, a, &cursor, out, MAX);
+        for (i = 0; i < n; i++) {
+            kvf_key_t k;
+
+            kvf_key_unpack(out + i * KVF_KEY_WIRE_SIZE, &k);
+            cr_assert_lt(k.lo, N, "a key of another slot");
+            cr_assert(!seen[k.lo], "key %llu twice", (unsigned long long)k.lo);
+            seen[k.lo] = true;
+            total++;
+        }
+    } while (n == MAX);
+    cr_assert_eq(total, N);
+    cursor = 0;
+    cr_assert_eq(kvf_registry_slot_list(g_reg, b, &cursor, out, MAX), 51);
+    cursor = 0;
+    cr_assert_eq(kvf_registry_slot_list(g_reg, extra[2], &cursor, out, MAX), 1);
+    cursor = 0;
+    cr_assert_eq(kvf_registry_slot_list(g_reg, 0, &cursor, out, MAX), 0);
+    free(seen);
+    free(out);
+}
