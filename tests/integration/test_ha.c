@@ -19,6 +19,7 @@
 #include <criterion/criterion.h>
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -558,6 +559,96 @@ static void ha_wait_keys(ha_cluster_t *c, int i, uint64_t keys)
     }
 }
 
+/* A child that registers "ha-load-R" on @p addr and then ADMITs 64 keys
+ * and looks them up, in a loop, until the controller goes away; returns
+ * once it has done 20 rounds (the load is on). */
+static pid_t ha_load_start(const char *addr, int r)
+{
+    int fds[2];
+    char name[32], c;
+    pid_t pid;
+
+    cr_assert_eq(pipe(fds), 0);
+    pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        kvf_ctlconn_t *conn = NULL;
+        uint8_t keys[64 * KVF_KEY_WIRE_SIZE];
+        Kvf__RegisterReply *reg;
+        kvf_frame_t frame;
+        Kvf__Register rq;
+        Kvf__KeyBatch kb;
+        Kvf__Lookup lk;
+        char err[256];
+        uint64_t i;
+        uint32_t id;
+
+        close(fds[0]);
+        snprintf(name, sizeof(name), "ha-load-%d", r);
+        if (kvf_ctlconn_create(addr, KVF__PEER_KIND__PEER_AGENT, name,
+                               KVF_PROTOCOL_VERSION, 5000, &conn, err,
+                               sizeof(err)) != KVF_OK) {
+            _exit(1);
+        }
+        kvf__register__init(&rq);
+        rq.request_id   = kvf_ctlconn_next_id(conn);
+        rq.name         = name;
+        rq.incarnation  = 1;
+        rq.data_address = name;
+        if ((kvf_ctlconn_call(conn, KVF_MSG_REGISTER, &rq.base, &frame) !=
+             KVF_OK) ||
+            (frame.type != KVF_MSG_REGISTER_REPLY)) {
+            _exit(1);
+        }
+        reg = (Kvf__RegisterReply *)frame.msg;
+        id  = reg->node_id;
+        kvf_frame_release(&frame, NULL);
+        for (i = 0;; i++) {
+            kvf_th_keys(keys, 64, 1000000 + (uint64_t)r * 100000 + i * 64);
+            kvf__key_batch__init(&kb);
+            kb.request_id  = kvf_ctlconn_next_id(conn);
+            kb.node_id     = id;
+            kb.incarnation = 1;
+            kb.seq         = i + 1;
+            kb.keys.data   = keys;
+            kb.keys.len    = sizeof(keys);
+            if (kvf_ctlconn_call(conn, KVF_MSG_ADMIT, &kb.base, &frame) !=
+                KVF_OK) {
+                break; /* the leader is gone */
+            }
+            kvf_frame_release(&frame, NULL);
+            kvf__lookup__init(&lk);
+            lk.request_id = kvf_ctlconn_next_id(conn);
+            lk.keys.data  = keys;
+            lk.keys.len   = sizeof(keys);
+            if (kvf_ctlconn_call(conn, KVF_MSG_LOOKUP, &lk.base, &frame) !=
+                KVF_OK) {
+                break;
+            }
+            kvf_frame_release(&frame, NULL);
+            if ((i == 20) && (write(fds[1], "x", 1) != 1)) {
+                break;
+            }
+        }
+        kvf_ctlconn_destroy(conn);
+        _exit(0);
+    }
+    close(fds[1]);
+    cr_assert_eq(read(fds[0], &c, 1), 1, "the load did not start");
+    close(fds[0]);
+    return pid;
+}
+
+/* Waits for the load child (it ends when its controller died). */
+static void ha_load_wait(pid_t pid)
+{
+    int status = 0;
+
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && (WEXITSTATUS(status) == 0),
+              "load child: status %d", status);
+}
+
 static int ha_cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -567,7 +658,8 @@ static int ha_cmp_u64(const void *a, const void *b)
 
 /*
  * Item 3 (warm standby): two nodes report keys in batches to the leader;
- * the standbys follow its stream. kill -9 of the leader: the new leader's
+ * the standbys follow its stream. kill -9 of the leader while a third
+ * node admits and looks up as fast as it can: the new leader's
  * very first lookup, before any agent came back (these never do), finds
  * every key at its holder, with the holders' node ids of the old leader;
  * a node that then registers again with its incarnation keeps its id.
@@ -580,6 +672,7 @@ Test(ha, kill9_warm_standby_answers_lookups_at_once, .timeout = 240)
     kvf_ctlconn_t *agent[HA_WARM_NODES], *conn;
     uint32_t ids[HA_WARM_NODES], *holders;
     uint64_t took[HA_WARM_ROUNDS], t0, deadline, keys = 0, inc = 1;
+    pid_t loader;
     char addr[128], err[256], state[32];
     int i, n, r, leader, next;
     double load[3] = {0, 0, 0};
@@ -622,14 +715,19 @@ Test(ha, kill9_warm_standby_answers_lookups_at_once, .timeout = 240)
                              KVF_OK);
             }
         }
-        keys += HA_WARM_NODES * HA_WARM_KEYS;
+        /* the standbys have it all (the load of earlier rounds too) */
+        keys = ha_metric(&c, leader, "kvf_controller_keys");
+        cr_assert_geq(keys, (uint64_t)(r + 1) * HA_WARM_NODES * HA_WARM_KEYS);
         for (i = 0; i < HA_CTLS; i++) {
             ha_wait_keys(&c, i, keys);
         }
 
+        /* under load: a third node admits and looks up while it dies */
+        loader = ha_load_start(addr, r);
         kvf_test_proc_kill(&c.ctl[leader]);
         c.running[leader] = false;
         t0                = kvf_time_now_ns();
+        ha_load_wait(loader);
         for (n = 0; n < HA_WARM_NODES; n++) {
             kvf_ctlconn_destroy(agent[n]); /* they never come back */
         }
