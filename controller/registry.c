@@ -953,56 +953,42 @@ void kvf_registry_stats(const kvf_registry_t *reg,
     stats_p->purging_slots = reg->purging;
 }
 
-/* Packs into @p out the keys that @p slot holds in @p table, from entry
- * *@p at on; stops when @p max keys are packed. */
-static size_t kvf_registry_slot_scan(const kvf_registry_entry_t *table,
-                                     uint64_t cap, uint16_t slot, uint64_t *at,
-                                     uint8_t *out, size_t max)
+/* Calls @p cb for each live holder of each key of @p table. */
+static void kvf_registry_dump_table(const kvf_registry_t *reg,
+                                    const kvf_registry_entry_t *table,
+                                    uint64_t cap, kvf_registry_dump_cb_t cb,
+                                    void *arg)
 {
-    size_t n = 0;
+    uint8_t packed[KVF_KEY_WIRE_SIZE];
+    uint64_t i;
     unsigned k;
 
-    for (; (*at < cap) && (n < max); (*at)++) {
-        const kvf_registry_entry_t *e = &table[*at];
+    for (i = 0; i < cap; i++) {
+        const kvf_registry_entry_t *e = &table[i];
         kvf_key_t key;
 
         if (kvf_registry_entry_is_empty(e) || kvf_registry_entry_is_tomb(e)) {
             continue;
         }
+        key.ns = e->ns;
+        key.hi = e->hi;
+        key.lo = e->lo;
+        kvf_key_pack(&key, packed);
         for (k = 0; k < KVF_REGISTRY_INLINE; k++) {
-            if (kvf_registry_h(e, k) == slot) {
-                key.ns = e->ns;
-                key.hi = e->hi;
-                key.lo = e->lo;
-                kvf_key_pack(&key, out + n * KVF_KEY_WIRE_SIZE);
-                n++;
-                break;
+            uint16_t h = kvf_registry_h(e, k);
+
+            if (kvf_registry_slot_is_live(reg, h)) {
+                cb(arg, h, packed);
             }
         }
     }
-    return n;
 }
 
-size_t kvf_registry_slot_list(const kvf_registry_t *reg, uint16_t slot,
-                              uint64_t *cursor, uint8_t *out, size_t max)
+void kvf_registry_dump(const kvf_registry_t *reg, kvf_registry_dump_cb_t cb,
+                       void *arg)
 {
-    uint64_t old_cap = reg->is_migrating ? reg->old_cap : 0;
-    uint64_t at;
-    size_t n = 0;
-
-    if ((slot == 0) || (slot >= KVF_REGISTRY_MAX_SLOTS)) {
-        return 0;
+    if (reg->is_migrating) {
+        kvf_registry_dump_table(reg, reg->old, reg->old_cap, cb, arg);
     }
-    if (*cursor < old_cap) {
-        at = *cursor;
-        n  = kvf_registry_slot_scan(reg->old, old_cap, slot, &at, out, max);
-        *cursor = at;
-    }
-    if ((n < max) && (*cursor >= old_cap)) {
-        at = *cursor - old_cap;
-        n += kvf_registry_slot_scan(reg->table, reg->cap, slot, &at,
-                                    out + n * KVF_KEY_WIRE_SIZE, max - n);
-        *cursor = at + old_cap;
-    }
-    return n;
+    kvf_registry_dump_table(reg, reg->table, reg->cap, cb, arg);
 }

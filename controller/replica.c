@@ -215,27 +215,82 @@ void kvf_replica_drop(kvf_server_t *server, kvf_conn_t *conn)
     }
 }
 
-/* The INVENTORY frames of @p node's keys, the last with `last` set. */
-static void kvf_replica_send_keys(kvf_server_t *server,
-                                  kvf_replica_follower_t *conn,
-                                  kvf_node_t *node, uint8_t *buf)
-{
-    Kvf__Inventory inv;
-    uint64_t cursor = 0;
-    size_t n;
+/* The snapshot's keys: one pass over the registry, a buffer per node
+ * (holder slot), sent as an INVENTORY batch whenever it fills; then each
+ * node's last batch. */
+typedef struct kvf_replica_snap {
+    kvf_replica_follower_t *f;
+    kvf_node_t *nodes[KVF_REGISTRY_MAX_SLOTS]; /* by slot: live nodes */
+    uint8_t *bufs[KVF_REGISTRY_MAX_SLOTS];     /* by slot, lazily */
+    uint32_t counts[KVF_REGISTRY_MAX_SLOTS];
+    bool is_failed; /* out of memory: the standby gets no "warm" */
+} kvf_replica_snap_t;
 
-    do {
-        n = kvf_registry_slot_list(server->reg, node->slot, &cursor, buf,
-                                   KVF_REPLICA_SNAPSHOT_KEYS);
-        kvf__inventory__init(&inv);
-        inv.node_id     = node->id;
-        inv.incarnation = node->incarnation;
-        inv.seq         = node->last_seq;
-        inv.keys.data   = buf;
-        inv.keys.len    = n * KVF_KEY_WIRE_SIZE;
-        inv.last        = n < KVF_REPLICA_SNAPSHOT_KEYS;
-        kvf_replica_push(conn, KVF_MSG_INVENTORY, &inv.base);
-    } while (!inv.last);
+static void kvf_replica_snap_flush(kvf_replica_snap_t *snap, uint16_t slot,
+                                   bool last)
+{
+    kvf_node_t *node = snap->nodes[slot];
+    Kvf__Inventory inv;
+
+    kvf__inventory__init(&inv);
+    inv.node_id     = node->id;
+    inv.incarnation = node->incarnation;
+    inv.seq         = node->last_seq;
+    inv.keys.data   = snap->bufs[slot];
+    inv.keys.len    = (size_t)snap->counts[slot] * KVF_KEY_WIRE_SIZE;
+    inv.last        = last;
+    kvf_replica_push(snap->f, KVF_MSG_INVENTORY, &inv.base);
+    snap->counts[slot] = 0;
+}
+
+static void kvf_replica_snap_key(void *arg, uint16_t slot, const uint8_t *key)
+{
+    kvf_replica_snap_t *snap = arg;
+
+    if (snap->nodes[slot] == NULL) {
+        return; /* a slot of no live node (being reslotted) */
+    }
+    if (snap->bufs[slot] == NULL) {
+        snap->bufs[slot] =
+            malloc((size_t)KVF_REPLICA_SNAPSHOT_KEYS * KVF_KEY_WIRE_SIZE);
+        if (snap->bufs[slot] == NULL) {
+            snap->is_failed = true;
+            return;
+        }
+    }
+    memcpy(snap->bufs[slot] + (size_t)snap->counts[slot] * KVF_KEY_WIRE_SIZE,
+           key, KVF_KEY_WIRE_SIZE);
+    if (++snap->counts[slot] == KVF_REPLICA_SNAPSHOT_KEYS) {
+        kvf_replica_snap_flush(snap, slot, false);
+    }
+}
+
+/* Sends every live node's keys; false when out of memory. */
+static bool kvf_replica_send_keys(kvf_server_t *server,
+                                  kvf_replica_follower_t *f, kvf_node_t **live,
+                                  size_t n)
+{
+    kvf_replica_snap_t *snap = calloc(1, sizeof(*snap));
+    bool ok;
+    size_t i;
+
+    if (snap == NULL) {
+        return false;
+    }
+    snap->f = f;
+    for (i = 0; i < n; i++) {
+        snap->nodes[live[i]->slot] = live[i];
+    }
+    kvf_registry_dump(server->reg, kvf_replica_snap_key, snap);
+    for (i = 0; i < n; i++) {
+        kvf_replica_snap_flush(snap, live[i]->slot, true);
+    }
+    ok = !snap->is_failed;
+    for (i = 0; i < KVF_REGISTRY_MAX_SLOTS; i++) {
+        free(snap->bufs[i]);
+    }
+    free(snap);
+    return ok;
 }
 
 static void kvf_replica_send_pins(kvf_server_t *server,
@@ -262,11 +317,10 @@ kvf_status_t kvf_replica_follow(kvf_conn_t *conn, const Kvf__AdminCommand *ac)
 {
     kvf_server_t *server = kvf_server_conn_server(conn);
     size_t i, n = 0, count = kvf_node_table_count(server->nodes);
-    uint64_t request_id = ac->request_id;
+    uint64_t request_id = ac->request_id, t0;
     kvf_replica_follower_t *f;
     kvf_node_t **live;
     Kvf__Status st;
-    uint8_t *buf;
     char text[] = "warm";
 
     if (server->is_standby ||
@@ -288,10 +342,7 @@ kvf_status_t kvf_replica_follow(kvf_conn_t *conn, const Kvf__AdminCommand *ac)
                  : "?");
     /* admin path: may allocate */
     live = calloc(count + 1, sizeof(*live));
-    buf  = malloc(KVF_REPLICA_SNAPSHOT_KEYS * KVF_KEY_WIRE_SIZE);
-    if ((live == NULL) || (buf == NULL)) {
-        free(live);
-        free(buf);
+    if (live == NULL) {
         return KVF_ERR_PROTO;
     }
     for (i = 0; i < count; i++) {
@@ -301,20 +352,24 @@ kvf_status_t kvf_replica_follow(kvf_conn_t *conn, const Kvf__AdminCommand *ac)
             live[n++] = node;
         }
     }
+    t0 = kvf_time_now_ns();
     kvf_replica_send_nodes(server, f, live, n);
-    for (i = 0; i < n; i++) {
-        kvf_replica_send_keys(server, f, live[i], buf);
+    if (!kvf_replica_send_keys(server, f, live, n)) {
+        kvf_error("standby %s: out of memory for its snapshot", f->name);
+        free(live);
+        return KVF_ERR_PROTO; /* closes it; it tries again */
     }
     kvf_replica_send_pins(server, f);
-    free(buf);
     free(live);
     kvf__status__init(&st);
     st.request_id = request_id;
     st.status     = KVF_OK;
     st.message    = text;
     kvf_replica_push(f, KVF_MSG_STATUS, &st.base);
-    kvf_info("standby %s follows (%u now); snapshot of %zu nodes queued",
-             f->name, server->num_followers, n);
+    kvf_info("standby %s follows (%u now); snapshot of %zu nodes and %zu "
+             "bytes queued in %.1f ms",
+             f->name, server->num_followers, n, kvf_server_conn_queued(conn),
+             (double)(kvf_time_now_ns() - t0) / 1e6);
     return KVF_OK;
 }
 
