@@ -84,11 +84,49 @@ static void kvf_replica_push(kvf_replica_follower_t *f, uint16_t type,
 void kvf_replica_forward(kvf_server_t *server, uint16_t type,
                          const ProtobufCMessage *msg)
 {
+    struct evbuffer *frame = server->replica_out;
+    const uint8_t *data;
+    size_t len;
     unsigned i;
 
-    for (i = 0; i < server->num_followers; i++) {
-        kvf_replica_push(&server->followers[i], type, msg);
+    if (server->num_followers == 0) {
+        return;
     }
+    if (frame == NULL) {
+        frame = server->replica_out = evbuffer_new();
+    }
+    /* packed once for all standbys */
+    if ((frame == NULL) ||
+        (kvf_frame_encode(frame, type, KVF_FRAME_FLAG_REPLY, msg,
+                          (uint32_t)server->cfg->max_frame) != KVF_OK)) {
+        kvf_warn("standby stream: cannot encode %s; dropping the standbys",
+                 kvf_msg_type_name(type));
+        for (i = 0; i < server->num_followers; i++) {
+            server->followers[i].is_dropped = true;
+        }
+        if (frame != NULL) {
+            evbuffer_drain(frame, evbuffer_get_length(frame));
+        }
+        return;
+    }
+    len  = evbuffer_get_length(frame);
+    data = evbuffer_pullup(frame, -1);
+    for (i = 0; i < server->num_followers; i++) {
+        kvf_replica_follower_t *f = &server->followers[i];
+
+        if (!f->is_dropped &&
+            (kvf_server_conn_push_raw(f->conn, data, len) != KVF_OK)) {
+            f->is_dropped = true;
+        }
+        if (!f->is_dropped &&
+            (kvf_server_conn_queued(f->conn) > KVF_REPLICA_MAX_QUEUED)) {
+            kvf_warn("standby %s: %zu bytes not read; dropping it (it "
+                     "follows again from a new snapshot)",
+                     f->name, kvf_server_conn_queued(f->conn));
+            f->is_dropped = true;
+        }
+    }
+    evbuffer_drain(frame, len);
 }
 
 void kvf_replica_tick(kvf_server_t *server)
@@ -773,6 +811,10 @@ void kvf_replica_destroy(kvf_server_t *server)
 {
     kvf_replica_t *rep = server->replica;
 
+    if (server->replica_out != NULL) {
+        evbuffer_free(server->replica_out);
+        server->replica_out = NULL;
+    }
     if (rep == NULL) {
         return;
     }
@@ -834,11 +876,15 @@ void kvf_replica_take_over(kvf_server_t *server)
         }
         is_warm = kvf_replica_is_usable(rep);
     }
-    server->failovers[is_warm ? 0 : 1]++;
-    if (!is_warm) {
+    if ((rep == NULL) || (rep->leader[0] == '\0')) {
+        /* no leader was ever seen: the cluster's first, not a failover */
+        kvf_replica_reset(server);
+    } else if (!is_warm) {
+        server->failovers[1]++;
         kvf_warn("elected while not warm: starting from the agents' resync");
         kvf_replica_reset(server);
     } else {
+        server->failovers[0]++;
         /* every node gets a whole lease to find the new leader */
         for (i = 0; i < count; i++) {
             kvf_node_table_at(server->nodes, i)->last_heartbeat_ms = now;

@@ -292,6 +292,18 @@ kvf_status_t kvf_server_conn_push(kvf_conn_t *conn, uint16_t type,
     return status;
 }
 
+kvf_status_t kvf_server_conn_push_raw(kvf_conn_t *conn, const void *data,
+                                      size_t len)
+{
+    if (evbuffer_add(conn->out, data, len) != 0) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    if (!event_pending(conn->ev_write, EV_WRITE, NULL)) {
+        event_add(conn->ev_write, NULL);
+    }
+    return KVF_OK;
+}
+
 size_t kvf_server_conn_queued(const kvf_conn_t *conn)
 {
     return evbuffer_get_length(conn->out);

@@ -124,6 +124,7 @@ struct kvf_server {
     Kvf__StandbyDesc standby_descs[KVF_REPLICA_MAX_FOLLOWERS]; /* STATS */
     Kvf__StandbyDesc *standby_ptrs[KVF_REPLICA_MAX_FOLLOWERS];
     uint64_t failovers[2]; /* elected with [0] a warm copy, [1] without */
+    struct evbuffer *replica_out; /* a forwarded frame, packed once */
     unsigned num_followers;
     uint64_t replica_death_ms;     /* deaths before this were forwarded */
     struct kvf_election *election; /* NULL: no HA */
@@ -138,6 +139,8 @@ struct kvf_server {
  * turn (a standby's stream); bytes still queued; its server; close now. */
 kvf_status_t kvf_server_conn_push(kvf_conn_t *conn, uint16_t type,
                                   const ProtobufCMessage *msg);
+kvf_status_t kvf_server_conn_push_raw(kvf_conn_t *conn, const void *data,
+                                      size_t len);
 size_t kvf_server_conn_queued(const kvf_conn_t *conn);
 kvf_server_t *kvf_server_conn_server(const kvf_conn_t *conn);
 void kvf_server_conn_close(kvf_conn_t *conn);
