@@ -2,6 +2,8 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "agent/ctl_client.h"
 
+#include "agent/discover.h"
+
 #include "common/config.h"
 #include "common/log.h"
 #include "common/tls.h"
@@ -30,7 +32,10 @@
 #define KVF_CTL_MAX_ADDRS      8
 #define KVF_CTL_HEARTBEAT_NS   (1000ull * KVF_NSEC_PER_MSEC)
 #define KVF_CTL_MAX_BATCH_KEYS 65536u
-#define KVF_CTL_NAMES          64u /* data address -> node name, for logs */
+/* how often etcd is read while the leader is unknown */
+#define KVF_CTL_DISCOVER_POLL_NS (100 * KVF_NSEC_PER_MSEC)
+#define KVF_CTL_DISCOVER_CALL_NS (1000ull * KVF_NSEC_PER_MSEC)
+#define KVF_CTL_NAMES            64u /* data address -> node name, for logs */
 
 typedef enum {
     KVF_CTL_STATE_IDLE,       /* waiting to reconnect */
@@ -83,6 +88,8 @@ struct kvf_ctl_client {
     socklen_t addr_lens[KVF_CTL_MAX_ADDRS];
     unsigned num_addrs, addr_idx;
     uint64_t term; /* highest leader term seen (HA on etcd), kept */
+    /* with etcd: the leader it names is the one address (addrs[0]) */
+    kvf_discover_t *discover;
 
     char *controller;
     char *name;
@@ -125,8 +132,10 @@ struct kvf_ctl_client {
     } names[KVF_CTL_NAMES]; /* filled round robin from NODE_INFO replies */
     unsigned next_name;
 
-    uint16_t batch_type; /* KVF_MSG_ADMIT or KVF_MSG_EVICT */
+    uint16_t batch_type;      /* KVF_MSG_ADMIT or KVF_MSG_EVICT */
+    Kvf__Medium batch_medium; /* of the ADMIT batch */
     kvf_ctl_keybuf_t batch;
+    Kvf__Medium inventory_medium; /* of the inventory batch being filled */
     kvf_ctl_keybuf_t inventory;
     kvf_ctl_client_stats_t stats;
 };
@@ -336,6 +345,7 @@ static void kvf_ctl_client_flush(kvf_ctl_client_t *client)
     batch.seq         = ++client->seq;
     batch.keys.data   = client->batch.data;
     batch.keys.len    = client->batch.len;
+    batch.medium      = client->batch_medium;
     if (kvf_ctl_client_send(client, client->batch_type, &batch.base) ==
         KVF_OK) {
         client->stats.batches++;
@@ -354,14 +364,16 @@ static void kvf_ctl_client_on_flush(evutil_socket_t fd, short what, void *arg)
 }
 
 static void kvf_ctl_client_queue(kvf_ctl_client_t *client, uint16_t type,
-                                 const kvf_key_t *key)
+                                 Kvf__Medium medium, const kvf_key_t *key)
 {
     if ((client->state != KVF_CTL_STATE_READY) || client->stop_requested) {
         return; /* the inventory after (re)registration covers it */
     }
-    /* order matters (evict then re-admit): a change of type sends the
-     * batch collected so far first */
-    if ((client->batch.len > 0) && (client->batch_type != type)) {
+    /* order matters (evict then re-admit, admit on host then move to
+     * disk): a change of type or medium sends the batch collected so far
+     * first */
+    if ((client->batch.len > 0) &&
+        ((client->batch_type != type) || (client->batch_medium != medium))) {
         kvf_ctl_client_flush(client);
     }
     if (kvf_ctl_keybuf_reserve(&client->batch, KVF_KEY_WIRE_SIZE) != KVF_OK) {
@@ -371,7 +383,8 @@ static void kvf_ctl_client_queue(kvf_ctl_client_t *client, uint16_t type,
         kvf_ctl_client_reset(client, "out of memory");
         return;
     }
-    client->batch_type = type;
+    client->batch_type   = type;
+    client->batch_medium = medium;
     kvf_key_pack(key, client->batch.data + client->batch.len);
     client->batch.len += KVF_KEY_WIRE_SIZE;
     if (client->batch.len / KVF_KEY_WIRE_SIZE >= client->max_batch_keys) {
@@ -383,12 +396,18 @@ static void kvf_ctl_client_queue(kvf_ctl_client_t *client, uint16_t type,
 
 void kvf_ctl_client_admit(kvf_ctl_client_t *client, const kvf_key_t *key)
 {
-    kvf_ctl_client_queue(client, KVF_MSG_ADMIT, key);
+    kvf_ctl_client_queue(client, KVF_MSG_ADMIT, KVF__MEDIUM__MEDIUM_HOST, key);
+}
+
+void kvf_ctl_client_admit_medium(kvf_ctl_client_t *client, const kvf_key_t *key,
+                                 Kvf__Medium medium)
+{
+    kvf_ctl_client_queue(client, KVF_MSG_ADMIT, medium, key);
 }
 
 void kvf_ctl_client_evict(kvf_ctl_client_t *client, const kvf_key_t *key)
 {
-    kvf_ctl_client_queue(client, KVF_MSG_EVICT, key);
+    kvf_ctl_client_queue(client, KVF_MSG_EVICT, KVF__MEDIUM__MEDIUM_HOST, key);
 }
 
 static void kvf_ctl_client_send_inventory(kvf_ctl_client_t *client, bool last)
@@ -403,6 +422,7 @@ static void kvf_ctl_client_send_inventory(kvf_ctl_client_t *client, bool last)
     inv.keys.data   = client->inventory.data;
     inv.keys.len    = client->inventory.len;
     inv.last        = last;
+    inv.medium      = client->inventory_medium;
     if (kvf_ctl_client_send(client, KVF_MSG_INVENTORY, &inv.base) == KVF_OK) {
         client->stats.inventory_keys += inv.keys.len / KVF_KEY_WIRE_SIZE;
     }
@@ -412,6 +432,18 @@ static void kvf_ctl_client_send_inventory(kvf_ctl_client_t *client, bool last)
 void kvf_ctl_client_inventory_add(kvf_ctl_client_t *client,
                                   const kvf_key_t *key)
 {
+    kvf_ctl_client_inventory_add_medium(client, key, KVF__MEDIUM__MEDIUM_HOST);
+}
+
+void kvf_ctl_client_inventory_add_medium(kvf_ctl_client_t *client,
+                                         const kvf_key_t *key,
+                                         Kvf__Medium medium)
+{
+    /* one medium per INVENTORY batch: a change sends what was collected */
+    if ((client->inventory.len > 0) && (client->inventory_medium != medium)) {
+        kvf_ctl_client_send_inventory(client, false);
+    }
+    client->inventory_medium = medium;
     if (kvf_ctl_keybuf_reserve(&client->inventory, KVF_KEY_WIRE_SIZE) !=
         KVF_OK) {
         client->stats.errors++;
@@ -439,14 +471,7 @@ static void kvf_ctl_client_send_heartbeat(kvf_ctl_client_t *client)
     if ((client->ops != NULL) && (client->ops->usage != NULL)) {
         client->ops->usage(client->arg, &usage);
     }
-    kvf__node_traffic__init(&traffic);
-    traffic.lookup_chunks        = usage.lookup_chunks;
-    traffic.lookup_local_chunks  = usage.lookup_local_chunks;
-    traffic.lookup_remote_chunks = usage.lookup_remote_chunks;
-    traffic.fetched_chunks       = usage.fetched_chunks;
-    traffic.fetched_bytes        = usage.fetched_bytes;
-    traffic.served_chunks        = usage.served_chunks;
-    traffic.served_bytes         = usage.served_bytes;
+    kvf_traffic_to_msg(&usage.traffic, &traffic);
     kvf__heartbeat__init(&hb);
     hb.request_id    = client->next_request++;
     hb.node_id       = client->node_id;
@@ -456,6 +481,9 @@ static void kvf_ctl_client_send_heartbeat(kvf_ctl_client_t *client)
     hb.entries       = usage.entries;
     hb.pd_capacity   = usage.pd_capacity;
     hb.pd_used       = usage.pd_used;
+    hb.disk_capacity = usage.disk_capacity;
+    hb.disk_used     = usage.disk_used;
+    hb.disk_chunks   = usage.disk_chunks;
     hb.last_seq      = client->seq;
     hb.traffic       = &traffic;
     if (kvf_ctl_client_send(client, KVF_MSG_HEARTBEAT, &hb.base) == KVF_OK) {
@@ -576,6 +604,10 @@ static void kvf_ctl_client_reset(kvf_ctl_client_t *client, const char *why)
         kvf_ctl_client_complain(client, why);
     }
     client->state = KVF_CTL_STATE_IDLE;
+    if (client->discover != NULL) {
+        /* maybe the leader is gone: a new one connects at once */
+        kvf_discover_want(client->discover);
+    }
     /* jitter of up to a quarter keeps restarted agents from reconnecting
      * in lockstep */
     delay =
@@ -652,6 +684,9 @@ static void kvf_ctl_client_on_registered(kvf_ctl_client_t *client,
     client->stats.registrations++;
     client->is_replace = false; /* a later re-registration is a restart */
     client->problem[0] = '\0';
+    if (client->discover != NULL) {
+        kvf_discover_settle(client->discover);
+    }
     kvf_info("registered with controller %s as node %u (%s)%s%s",
              client->controller, client->node_id, client->name,
              reply->recovering ? ", controller recovering" : "",
@@ -1224,6 +1259,13 @@ static void kvf_ctl_client_connect(kvf_ctl_client_t *client)
 {
     SSL *ssl;
 
+    if (client->num_addrs == 0) {
+        char why[320];
+
+        kvf_discover_problem(client->discover, why, sizeof(why));
+        kvf_ctl_client_reset(client, why);
+        return;
+    }
     if (client->tls_ctx != NULL) {
         ssl = kvf_tls_client_new(client->tls_ctx, client->tls_server_name);
         client->bev =
@@ -1313,6 +1355,72 @@ static kvf_status_t kvf_ctl_client_resolve(kvf_ctl_client_t *client)
     }
     memcpy(&client->addr, &client->addrs[0], sizeof(client->addr));
     client->addr_len = client->addr_lens[0];
+    return KVF_OK;
+}
+
+/* etcd named a new leader: it is the address from now on; when not
+ * registered, connect there at once. */
+static void kvf_ctl_client_on_leader(void *arg,
+                                     const kvf_discover_leader_t *leader)
+{
+    kvf_ctl_client_t *client = arg;
+    char *name               = strdup(leader->control);
+
+    if (name == NULL) {
+        return; /* the next look tries again */
+    }
+    free(client->controller);
+    client->controller = name;
+    memcpy(&client->addrs[0], &leader->addr, sizeof(client->addrs[0]));
+    client->addr_lens[0] = leader->addr_len;
+    client->num_addrs    = 1;
+    client->addr_idx     = 0;
+    memcpy(&client->addr, &leader->addr, sizeof(client->addr));
+    client->addr_len = leader->addr_len;
+    if (client->stop_requested || (client->state == KVF_CTL_STATE_READY) ||
+        (client->state == KVF_CTL_STATE_STOPPING) ||
+        (client->state == KVF_CTL_STATE_STOPPED)) {
+        return;
+    }
+    /* IDLE (backing off) or half-way to an older address: go now */
+    if (client->bev != NULL) {
+        bufferevent_free(client->bev);
+        client->bev = NULL;
+    }
+    evtimer_del(client->deadline_ev);
+    evtimer_del(client->retry_ev);
+    client->backoff_ns = KVF_CTL_BACKOFF_MIN_NS;
+    kvf_ctl_client_connect(client);
+}
+
+/* With etcd: the address comes from the leader it names (a thread looks;
+ * the first answer connects). */
+static kvf_status_t
+kvf_ctl_client_discover(kvf_ctl_client_t *client,
+                        const kvf_ctl_client_params_t *params)
+{
+    kvf_status_t status;
+    uint64_t timeout;
+    char *name = strdup("(leader in etcd)");
+
+    if (name == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    free(client->controller);
+    client->controller = name;
+    /* the longest etcd call is also what a stop may wait for */
+    timeout = (client->connect_timeout_ns < KVF_CTL_DISCOVER_CALL_NS)
+                  ? client->connect_timeout_ns
+                  : KVF_CTL_DISCOVER_CALL_NS;
+    status  = kvf_discover_create(
+         client->base, params->etcd,
+        (params->etcd_prefix != NULL) ? params->etcd_prefix : "/kvfabric",
+         timeout, KVF_CTL_DISCOVER_POLL_NS, kvf_ctl_client_on_leader, client,
+         &client->discover);
+    if (status != KVF_OK) {
+        return (status == KVF_ERR_NO_MEMORY) ? status : KVF_ERR_INVALID;
+    }
+    kvf_discover_want(client->discover);
     return KVF_OK;
 }
 
@@ -1409,7 +1517,11 @@ kvf_status_t kvf_ctl_client_create(const kvf_ctl_client_params_t *params,
         (client->pending_ev == NULL)) {
         goto err_destroy;
     }
-    status = kvf_ctl_client_resolve(client);
+    if ((params->etcd != NULL) && (params->etcd[0] != '\0')) {
+        status = kvf_ctl_client_discover(client, params);
+    } else {
+        status = kvf_ctl_client_resolve(client);
+    }
     if (status != KVF_OK) {
         goto err_destroy;
     }
@@ -1427,6 +1539,7 @@ void kvf_ctl_client_destroy(kvf_ctl_client_t *client)
     if (client == NULL) {
         return;
     }
+    kvf_discover_destroy(client->discover);
     if (client->bev != NULL) {
         bufferevent_free(client->bev);
     }

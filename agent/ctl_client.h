@@ -17,6 +17,7 @@
 
 #include "common/auth.h"
 #include "proto/msg.h"
+#include "proto/traffic.h"
 
 #include <kvfabric/keys.h>
 #include <kvfabric/status.h>
@@ -37,13 +38,10 @@ typedef struct kvf_ctl_usage {
     uint64_t entries;
     uint64_t pd_capacity; /* PD receive region bytes, 0: none */
     uint64_t pd_used;
-    uint64_t lookup_chunks;
-    uint64_t lookup_local_chunks;
-    uint64_t lookup_remote_chunks;
-    uint64_t fetched_chunks;
-    uint64_t fetched_bytes;
-    uint64_t served_chunks;
-    uint64_t served_bytes;
+    kvf_traffic_t traffic;
+    uint64_t disk_capacity; /* local-disk tier bytes, 0: none */
+    uint64_t disk_used;
+    uint64_t disk_chunks;
 } kvf_ctl_usage_t;
 
 typedef struct kvf_ctl_client_ops {
@@ -65,7 +63,12 @@ typedef struct kvf_ctl_client_ops {
 
 typedef struct kvf_ctl_client_params {
     struct event_base *base;
-    const char *controller; /* HOST:PORT */
+    const char *controller; /* HOST:PORT[,HOST:PORT...] */
+    /* etcd endpoints (http://HOST:PORT[,...]): the controller is the
+     * leader published there, re-read whenever the connection is lost;
+     * NULL/empty: the controller list above */
+    const char *etcd;
+    const char *etcd_prefix; /* NULL: "/kvfabric" */
     const char *name;
     int role;                   /* kvf_agent_role_t */
     const void *worker_address; /* UCX worker address blob, may be NULL */
@@ -136,10 +139,22 @@ void kvf_ctl_client_destroy(kvf_ctl_client_t *client);
 void kvf_ctl_client_admit(kvf_ctl_client_t *client, const kvf_key_t *key);
 void kvf_ctl_client_evict(kvf_ctl_client_t *client, const kvf_key_t *key);
 
+/* Queues an ADMIT of @p key on @p medium: the node now keeps it there (a
+ * pool eviction the disk tier keeps: MEDIUM_DISK; a promotion back:
+ * MEDIUM_HOST). kvf_ctl_client_admit() is MEDIUM_HOST. */
+void kvf_ctl_client_admit_medium(kvf_ctl_client_t *client, const kvf_key_t *key,
+                                 Kvf__Medium medium);
+
 /* Inside ops->inventory: adds keys, then ends the inventory. */
 void kvf_ctl_client_inventory_add(kvf_ctl_client_t *client,
                                   const kvf_key_t *key);
 void kvf_ctl_client_inventory_end(kvf_ctl_client_t *client);
+
+/* As kvf_ctl_client_inventory_add, on @p medium (batches carry one medium:
+ * add the keys of one medium together). */
+void kvf_ctl_client_inventory_add_medium(kvf_ctl_client_t *client,
+                                         const kvf_key_t *key,
+                                         Kvf__Medium medium);
 
 /* Flushes pending batches, deregisters, and calls ops->stopped when the
  * controller acknowledged or request_timeout passed (also at once when not

@@ -5,6 +5,7 @@
 #include "agent/config.h"
 #include "agent/store.h"
 #include "common/log.h"
+#include "common/prom.h"
 #include "common/time.h"
 
 #include <event2/buffer.h>
@@ -474,6 +475,13 @@ kvf_status_t kvf_disk_put(kvf_disk_t *disk, const kvf_key_t *key,
 bool kvf_disk_contains(const kvf_disk_t *disk, const kvf_key_t *key)
 {
     return kvf_disk_index_find(disk, key) != NULL;
+}
+
+bool kvf_disk_is_stored(const kvf_disk_t *disk, const kvf_key_t *key)
+{
+    uint32_t *cell = kvf_disk_index_find(disk, key);
+
+    return (cell != NULL) && (disk->slots[*cell].state == KVF_DISK_SLOT_VALID);
 }
 
 uint64_t kvf_disk_length(const kvf_disk_t *disk, const kvf_key_t *key)
@@ -975,11 +983,39 @@ kvf_status_t kvf_disk_start(struct kvf_store *store,
     params.slot_size   = config->max_chunk;
     params.queue_depth = (unsigned)config->disk_queue_depth;
     params.base        = base;
+    params.stored_cb   = kvf_store_on_disk_stored;
+    params.dropped_cb  = kvf_store_on_disk_dropped;
+    params.cb_arg      = store;
     status             = kvf_disk_create(&params, disk_p);
     if (status == KVF_OK) {
         kvf_store_set_disk(store, *disk_p);
     }
     return status;
+}
+
+void kvf_disk_print_tier_metrics(const kvf_disk_t *disk, uint64_t host_chunks,
+                                 uint64_t host_bytes, uint64_t served_from_disk,
+                                 struct evbuffer *body)
+{
+    uint64_t disk_chunks = (disk != NULL) ? disk->st.used_slots : 0;
+    uint64_t disk_bytes  = (disk != NULL) ? disk->st.used_bytes : 0;
+
+    evbuffer_add_printf(
+        body,
+        "# HELP kvf_agent_tier_chunks chunks held, by medium (a chunk in "
+        "the pool and on disk counts in both)\n"
+        "# TYPE kvf_agent_tier_chunks gauge\n"
+        "kvf_agent_tier_chunks{medium=\"host\"} %" PRIu64 "\n"
+        "kvf_agent_tier_chunks{medium=\"disk\"} %" PRIu64 "\n"
+        "# HELP kvf_agent_tier_bytes bytes of chunks held, by medium\n"
+        "# TYPE kvf_agent_tier_bytes gauge\n"
+        "kvf_agent_tier_bytes{medium=\"host\"} %" PRIu64 "\n"
+        "kvf_agent_tier_bytes{medium=\"disk\"} %" PRIu64 "\n"
+        "# HELP kvf_agent_served_from_disk_total chunks sent to peers that "
+        "were read from the disk tier first\n"
+        "# TYPE kvf_agent_served_from_disk_total counter\n"
+        "kvf_agent_served_from_disk_total %" PRIu64 "\n",
+        host_chunks, disk_chunks, host_bytes, disk_bytes, served_from_disk);
 }
 
 void kvf_disk_print_metrics(const kvf_disk_t *disk, struct evbuffer *body)
@@ -990,51 +1026,32 @@ void kvf_disk_print_metrics(const kvf_disk_t *disk, struct evbuffer *body)
         return;
     }
     st = &disk->st;
-    evbuffer_add_printf(
-        body,
-        "# HELP kvf_agent_disk_capacity_bytes bytes of the disk tier\n"
-        "# TYPE kvf_agent_disk_capacity_bytes gauge\n"
-        "kvf_agent_disk_capacity_bytes %" PRIu64 "\n"
-        "# HELP kvf_agent_disk_used_bytes bytes of chunks on the disk tier\n"
-        "# TYPE kvf_agent_disk_used_bytes gauge\n"
-        "kvf_agent_disk_used_bytes %" PRIu64 "\n"
-        "# HELP kvf_agent_disk_chunks chunks on the disk tier\n"
-        "# TYPE kvf_agent_disk_chunks gauge\n"
-        "kvf_agent_disk_chunks %" PRIu64 "\n"
-        "# HELP kvf_agent_disk_direct 1 when the tier uses O_DIRECT\n"
-        "# TYPE kvf_agent_disk_direct gauge\n"
-        "kvf_agent_disk_direct %d\n"
-        "# HELP kvf_agent_disk_writes_total chunks written behind\n"
-        "# TYPE kvf_agent_disk_writes_total counter\n"
-        "kvf_agent_disk_writes_total %" PRIu64 "\n"
-        "# HELP kvf_agent_disk_write_bytes_total bytes written behind\n"
-        "# TYPE kvf_agent_disk_write_bytes_total counter\n"
-        "kvf_agent_disk_write_bytes_total %" PRIu64 "\n"
-        "# HELP kvf_agent_disk_write_drops_total evicted chunks not "
-        "written (write-behind buffers busy)\n"
-        "# TYPE kvf_agent_disk_write_drops_total counter\n"
-        "kvf_agent_disk_write_drops_total %" PRIu64 "\n"
-        "# HELP kvf_agent_disk_reads_total chunks read back and verified\n"
-        "# TYPE kvf_agent_disk_reads_total counter\n"
-        "kvf_agent_disk_reads_total %" PRIu64 "\n"
-        "# HELP kvf_agent_disk_read_bytes_total bytes read back\n"
-        "# TYPE kvf_agent_disk_read_bytes_total counter\n"
-        "kvf_agent_disk_read_bytes_total %" PRIu64 "\n"
-        "# HELP kvf_agent_disk_errors_total disk tier failures, by kind\n"
-        "# TYPE kvf_agent_disk_errors_total counter\n"
-        "kvf_agent_disk_errors_total{kind=\"write\"} %" PRIu64 "\n"
-        "kvf_agent_disk_errors_total{kind=\"read\"} %" PRIu64 "\n"
-        "kvf_agent_disk_errors_total{kind=\"checksum\"} %" PRIu64 "\n"
-        "# HELP kvf_agent_disk_evictions_total disk slots reused for a "
-        "newer chunk\n"
-        "# TYPE kvf_agent_disk_evictions_total counter\n"
-        "kvf_agent_disk_evictions_total %" PRIu64 "\n"
-        "# HELP kvf_agent_disk_recovered_chunks chunks found on disk at "
-        "start\n"
-        "# TYPE kvf_agent_disk_recovered_chunks gauge\n"
-        "kvf_agent_disk_recovered_chunks %" PRIu64 "\n",
-        st->capacity_bytes, st->used_bytes, st->used_slots,
-        disk->is_direct ? 1 : 0, st->writes, st->write_bytes, st->write_drops,
-        st->reads, st->read_bytes, st->write_errors, st->read_errors,
-        st->checksum_failures, st->evictions, st->recovered);
+    kvf_prom_metric(body, "kvf_agent_disk_capacity_bytes", KVF_PROM_GAUGE,
+                    "bytes of the disk tier", st->capacity_bytes);
+    kvf_prom_metric(body, "kvf_agent_disk_used_bytes", KVF_PROM_GAUGE,
+                    "bytes of chunks on the disk tier", st->used_bytes);
+    kvf_prom_metric(body, "kvf_agent_disk_chunks", KVF_PROM_GAUGE,
+                    "chunks on the disk tier", st->used_slots);
+    kvf_prom_metric(body, "kvf_agent_disk_direct", KVF_PROM_GAUGE,
+                    "1 when the tier uses O_DIRECT", disk->is_direct ? 1 : 0);
+    kvf_prom_metric(body, "kvf_agent_disk_writes_total", KVF_PROM_COUNTER,
+                    "chunks written behind", st->writes);
+    kvf_prom_metric(body, "kvf_agent_disk_write_bytes_total", KVF_PROM_COUNTER,
+                    "bytes written behind", st->write_bytes);
+    kvf_prom_metric(body, "kvf_agent_disk_write_drops_total", KVF_PROM_COUNTER,
+                    "evicted chunks not written (write-behind buffers busy)",
+                    st->write_drops);
+    kvf_prom_metric(body, "kvf_agent_disk_reads_total", KVF_PROM_COUNTER,
+                    "chunks read back and verified", st->reads);
+    kvf_prom_metric(body, "kvf_agent_disk_read_bytes_total", KVF_PROM_COUNTER,
+                    "bytes read back", st->read_bytes);
+    kvf_prom_metric_by(body, "kvf_agent_disk_errors_total", KVF_PROM_COUNTER,
+                       "disk tier failures, by kind", "kind", 3,
+                       (const char *const[]){"write", "read", "checksum"},
+                       (const uint64_t[]){st->write_errors, st->read_errors,
+                                          st->checksum_failures});
+    kvf_prom_metric(body, "kvf_agent_disk_evictions_total", KVF_PROM_COUNTER,
+                    "disk slots reused for a newer chunk", st->evictions);
+    kvf_prom_metric(body, "kvf_agent_disk_recovered_chunks", KVF_PROM_GAUGE,
+                    "chunks found on disk at start", st->recovered);
 }

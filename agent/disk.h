@@ -115,6 +115,10 @@ kvf_status_t kvf_disk_put(kvf_disk_t *disk, const kvf_key_t *key,
 /* true when @p key is on disk (or being written there). */
 bool kvf_disk_contains(const kvf_disk_t *disk, const kvf_key_t *key);
 
+/* true when @p key is on disk and its write landed (readable after a
+ * restart too). */
+bool kvf_disk_is_stored(const kvf_disk_t *disk, const kvf_key_t *key);
+
 /* Length of the chunk of @p key on disk, 0 when absent. */
 uint64_t kvf_disk_length(const kvf_disk_t *disk, const kvf_key_t *key);
 
@@ -153,6 +157,13 @@ void kvf_disk_foreach_key(kvf_disk_t *disk, kvf_disk_key_cb_t cb, void *arg);
 kvf_status_t kvf_disk_start(struct kvf_store *store,
                             const struct kvf_agent_config *config,
                             struct event_base *base, kvf_disk_t **disk_p);
+
+/* Appends chunks and bytes per medium (the pool's @p host_chunks and
+ * @p host_bytes, the tier's; 0 on disk without a tier) and the chunks
+ * served to peers from disk, to @p body. */
+void kvf_disk_print_tier_metrics(const kvf_disk_t *disk, uint64_t host_chunks,
+                                 uint64_t host_bytes, uint64_t served_from_disk,
+                                 struct evbuffer *body);
 
 /* Appends the tier's Prometheus series to @p body (NULL disk: none). */
 void kvf_disk_print_metrics(const kvf_disk_t *disk, struct evbuffer *body);

@@ -5,17 +5,18 @@
 #include "common/listen.h"
 #include "common/log.h"
 #include "common/time.h"
+#include "proto/evconn.h"
 #include "proto/frame.h"
 #include "proto/hello.h"
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -64,9 +65,9 @@ typedef struct kvf_engine_push {
 struct kvf_engine_conn {
     kvf_engine_server_t *server;
     kvf_engine_push_t *pushes; /* PD requests waiting for agent/pd.c */
-    struct bufferevent *bev;
-    kvf_engine_conn_t *prev, *next;
-    kvf_store_owner_t *owner; /* this engine's grants and pins */
+    kvf_evconn_t *ev;
+    LIST_ENTRY(kvf_engine_conn) link; /* in server->conns */
+    kvf_store_owner_t *owner;         /* this engine's grants and pins */
     kvf_engine_wait_t *waits; /* requests waiting for the controller/peers */
     kvf_engine_lease_t *leases;
     uint32_t num_leases;
@@ -91,7 +92,8 @@ struct kvf_engine_server {
     char node_name[128];
     uint32_t max_frame;
     uint32_t max_connections;
-    kvf_engine_conn_t *conns;
+    LIST_HEAD(, kvf_engine_conn) conns;
+    kvf_evconn_group_t group; /* the engine connections' settings */
     kvf_engine_server_stats_t stats;
     const kvf_auth_secret_t *secret; /* borrowed; may be NULL */
 };
@@ -166,15 +168,8 @@ static void kvf_engine_conn_close(kvf_engine_conn_t *conn)
         conn->pushes = push->next;
         free(push); /* kvf_pd_cancel made sure no callback comes */
     }
-    if (conn->prev != NULL) {
-        conn->prev->next = conn->next;
-    } else {
-        server->conns = conn->next;
-    }
-    if (conn->next != NULL) {
-        conn->next->prev = conn->prev;
-    }
-    bufferevent_free(conn->bev);
+    LIST_REMOVE(conn, link);
+    kvf_evconn_destroy(conn->ev);
     server->stats.active--;
     if (kvf_auth_session_is_abandoned(&conn->auth)) {
         server->stats.auth_failures++; /* the engine refused our proof */
@@ -195,8 +190,7 @@ static void kvf_engine_conn_error(kvf_engine_conn_t *conn, const char *what)
 static kvf_status_t kvf_engine_conn_send(kvf_engine_conn_t *conn, uint16_t type,
                                          const ProtobufCMessage *msg)
 {
-    return kvf_frame_encode(bufferevent_get_output(conn->bev), type,
-                            KVF_FRAME_FLAG_REPLY, msg, conn->server->max_frame);
+    return kvf_evconn_send(conn->ev, type, msg);
 }
 
 static kvf_status_t kvf_engine_conn_status(kvf_engine_conn_t *conn,
@@ -216,7 +210,7 @@ static kvf_status_t kvf_engine_conn_status(kvf_engine_conn_t *conn,
 }
 
 /* Writes @p len bytes of frames straight to the socket, with @p fd as
- * SCM_RIGHTS when >= 0. Only while the bufferevent's output is empty (the
+ * SCM_RIGHTS when >= 0. Only while the connection's output is empty (the
  * handshake, before any other reply), so the order on the wire holds. */
 static kvf_status_t kvf_engine_conn_sendmsg(kvf_engine_conn_t *conn,
                                             const uint8_t *buf, size_t len,
@@ -243,7 +237,7 @@ static kvf_status_t kvf_engine_conn_sendmsg(kvf_engine_conn_t *conn,
         cmsg->cmsg_len    = CMSG_LEN(sizeof(int));
         memcpy(CMSG_DATA(cmsg), &fd, sizeof(fd));
     }
-    n = sendmsg(bufferevent_getfd(conn->bev), &mh, MSG_NOSIGNAL);
+    n = sendmsg(kvf_evconn_fd(conn->ev), &mh, MSG_NOSIGNAL);
     if (n != (ssize_t)len) {
         kvf_warn("engine %s: cannot send the handshake: %s", conn->name,
                  (n < 0) ? strerror(errno) : "short write");
@@ -630,7 +624,8 @@ uint64_t kvf_engine_server_expire_leases(kvf_engine_server_t *server,
     kvf_engine_conn_t *conn;
     uint64_t n = 0;
 
-    for (conn = server->conns; conn != NULL; conn = conn->next) {
+    for (conn = LIST_FIRST(&server->conns); conn != NULL;
+         conn = LIST_NEXT(conn, link)) {
         for (lease = conn->leases; lease != NULL; lease = next) {
             next = lease->next;
             if (lease->deadline_ns <= now_ns) {
@@ -1135,42 +1130,48 @@ static kvf_status_t kvf_engine_conn_dispatch(kvf_engine_conn_t *conn,
     }
 }
 
-static void kvf_engine_conn_on_read(struct bufferevent *bev, void *arg)
+/* Counts and logs a frame the engine got wrong; the connection closes. */
+static kvf_status_t kvf_engine_conn_refuse(kvf_engine_conn_t *conn,
+                                           kvf_status_t status)
 {
-    kvf_engine_conn_t *conn = arg;
-    kvf_frame_t frame;
-    kvf_status_t status;
-
-    for (;;) {
-        status = kvf_frame_decode(bufferevent_get_input(bev),
-                                  conn->server->max_frame, NULL, &frame);
-        if (status == KVF_INPROGRESS) {
-            return;
-        }
-        if (status != KVF_OK) {
-            kvf_engine_conn_error(conn, kvf_strerror(status));
-            return;
-        }
-        status = kvf_engine_conn_dispatch(conn, &frame);
-        kvf_frame_release(&frame, NULL);
-        if (status != KVF_OK) {
-            kvf_engine_conn_error(conn, kvf_strerror(status));
-            return;
-        }
-    }
+    conn->server->stats.protocol_errors++;
+    kvf_debug("engine %s: %s; closing its connection",
+              (conn->name[0] != '\0') ? conn->name : "(before hello)",
+              kvf_strerror(status));
+    return KVF_ERR_CANCELED;
 }
 
-static void kvf_engine_conn_on_event(struct bufferevent *bev, short what,
-                                     void *arg)
+static kvf_status_t kvf_engine_conn_on_frame(kvf_evconn_t *ev,
+                                             kvf_frame_t *frame)
 {
-    kvf_engine_conn_t *conn = arg;
+    kvf_engine_conn_t *conn = kvf_evconn_arg(ev);
+    kvf_status_t status     = kvf_engine_conn_dispatch(conn, frame);
 
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+    return (status == KVF_OK) ? KVF_OK : kvf_engine_conn_refuse(conn, status);
+}
+
+static kvf_status_t kvf_engine_conn_on_bad_frame(kvf_evconn_t *ev,
+                                                 kvf_status_t status)
+{
+    return kvf_engine_conn_refuse(kvf_evconn_arg(ev), status);
+}
+
+static void kvf_engine_conn_on_close(kvf_evconn_t *ev, kvf_status_t why)
+{
+    kvf_engine_conn_t *conn = kvf_evconn_arg(ev);
+
+    if ((why == KVF_ERR_CLOSED) || (why == KVF_ERR_IO)) {
         kvf_info("engine %s disconnected",
                  (conn->name[0] != '\0') ? conn->name : "(before hello)");
-        kvf_engine_conn_close(conn);
     }
+    kvf_engine_conn_close(conn);
 }
+
+static const kvf_evconn_ops_t kvf_engine_conn_ops = {
+    .on_frame     = kvf_engine_conn_on_frame,
+    .on_bad_frame = kvf_engine_conn_on_bad_frame,
+    .on_close     = kvf_engine_conn_on_close,
+};
 
 static void kvf_engine_server_on_accept(struct evconnlistener *listener,
                                         evutil_socket_t fd,
@@ -1207,21 +1208,14 @@ static kvf_engine_conn_t *kvf_engine_conn_create(kvf_engine_server_t *server,
         free(conn);
         return NULL;
     }
-    conn->bev = bufferevent_socket_new(server->base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (conn->bev == NULL) {
+    conn->ev = kvf_evconn_create(&server->group, fd, NULL, conn);
+    if (conn->ev == NULL) { /* fd closed */
         kvf_store_owner_destroy(server->store, conn->owner);
-        evutil_closesocket(fd);
+        kvf_auth_session_cleanup(&conn->auth);
         free(conn);
         return NULL;
     }
-    bufferevent_setcb(conn->bev, kvf_engine_conn_on_read, NULL,
-                      kvf_engine_conn_on_event, conn);
-    bufferevent_enable(conn->bev, EV_READ | EV_WRITE);
-    conn->next = server->conns;
-    if (server->conns != NULL) {
-        server->conns->prev = conn;
-    }
-    server->conns = conn;
+    LIST_INSERT_HEAD(&server->conns, conn, link);
     server->stats.connections++;
     server->stats.active++;
     return conn;
@@ -1292,16 +1286,21 @@ kvf_status_t kvf_engine_server_create(const kvf_engine_server_params_t *params,
     if (server == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    server->base              = params->base;
-    server->store             = params->store;
-    server->peer              = params->peer;
-    server->pd                = params->pd;
-    server->ctl               = params->ctl;
-    server->lookup_timeout_ns = params->lookup_timeout_ns;
-    server->lease_ns          = (params->lease_ns > 0) ? params->lease_ns
-                                                       : 10 * (uint64_t)KVF_NSEC_PER_SEC;
-    server->max_frame         = params->max_frame;
-    server->secret            = params->secret;
+    server->base                    = params->base;
+    server->store                   = params->store;
+    server->peer                    = params->peer;
+    server->pd                      = params->pd;
+    server->ctl                     = params->ctl;
+    server->lookup_timeout_ns       = params->lookup_timeout_ns;
+    server->lease_ns                = (params->lease_ns > 0) ? params->lease_ns
+                                                             : 10 * (uint64_t)KVF_NSEC_PER_SEC;
+    server->max_frame               = params->max_frame;
+    server->group.base              = params->base;
+    server->group.ops               = &kvf_engine_conn_ops;
+    server->group.max_frame         = params->max_frame;
+    server->group.max_frame_preauth = params->max_frame;
+    server->group.max_output        = UINT64_MAX; /* engines read replies */
+    server->secret                  = params->secret;
     server->max_connections =
         (params->max_connections > 0) ? params->max_connections : 1024;
     snprintf(server->path, sizeof(server->path), "%s", params->path);
@@ -1351,8 +1350,8 @@ void kvf_engine_server_destroy(kvf_engine_server_t *server)
     if (server == NULL) {
         return;
     }
-    while (server->conns != NULL) {
-        kvf_engine_conn_close(server->conns);
+    while (!LIST_EMPTY(&server->conns)) {
+        kvf_engine_conn_close(LIST_FIRST(&server->conns));
     }
     kvf_listen_guard_cleanup(&server->listen_guard);
     if (server->listener != NULL) {
@@ -1379,17 +1378,9 @@ void kvf_engine_server_feed(kvf_engine_server_t *server, const void *data,
     }
     conn = kvf_engine_conn_create(server, sv[0]); /* sv[0] is conn's now */
     if (conn != NULL) {
-        struct evbuffer *in = bufferevent_get_input(conn->bev);
-        int rc;
-
-        /* a socket bufferevent freezes the end of its input: only it reads */
-        evbuffer_unfreeze(in, 0);
-        rc = evbuffer_add(in, data, len);
-        evbuffer_freeze(in, 0);
-        if (rc == 0) {
-            kvf_engine_conn_on_read(conn->bev, conn); /* may close conn */
-        }
-        for (c = server->conns; c != NULL; c = c->next) {
+        kvf_evconn_feed(conn->ev, data, len); /* may close conn */
+        for (c = LIST_FIRST(&server->conns); c != NULL;
+             c = LIST_NEXT(c, link)) {
             if (c == conn) {
                 kvf_engine_conn_close(conn);
                 break;
@@ -1407,8 +1398,8 @@ void kvf_engine_server_expire_handshakes(kvf_engine_server_t *server,
     if ((server == NULL) || !kvf_auth_secret_is_set(server->secret)) {
         return;
     }
-    for (conn = server->conns; conn != NULL; conn = next) {
-        next = conn->next;
+    for (conn = LIST_FIRST(&server->conns); conn != NULL; conn = next) {
+        next = LIST_NEXT(conn, link);
         if (kvf_auth_session_is_done(&conn->auth) ||
             (now_ns - conn->accepted_ns < KVF_ENGINE_HANDSHAKE_NS)) {
             continue;

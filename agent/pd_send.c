@@ -188,10 +188,24 @@ void kvf_pd_push_maybe_complete(kvf_pd_push_t *push)
     free(push);
 }
 
+/* Sends @p m (PD_ALLOC or PD_DONE) to the decoder, the push now in
+ * @p state; a failure finishes the push. */
+static void kvf_pd_push_send_msg(kvf_pd_push_t *push, kvf_pd_push_state_t state,
+                                 uint16_t type, const ProtobufCMessage *m)
+{
+    kvf_status_t status;
+
+    push->state = state;
+    status      = kvf_pd_send(push->pd, push->ep, type, m, push);
+    if (status != KVF_OK) {
+        kvf_pd_push_finish(push, status, "cannot send %s to %s: %s",
+                           kvf_msg_type_name(type), push->decoder,
+                           kvf_strerror(status));
+    }
+}
+
 static void kvf_pd_push_send_done(kvf_pd_push_t *push)
 {
-    kvf_pd_t *pd = push->pd;
-    kvf_status_t status;
     Kvf__PdDone m;
 
     kvf__pd_done__init(&m);
@@ -201,12 +215,7 @@ static void kvf_pd_push_send_done(kvf_pd_push_t *push)
     m.n_checksums = push->num;
     m.checksums   = push->checksums;
     m.final       = push->is_final;
-    push->state   = KVF_PD_PUSH_DONE;
-    status        = kvf_pd_send(pd, push->ep, KVF_MSG_PD_DONE, &m.base, push);
-    if (status != KVF_OK) {
-        kvf_pd_push_finish(push, status, "cannot send PD_DONE to %s: %s",
-                           push->decoder, kvf_strerror(status));
-    }
+    kvf_pd_push_send_msg(push, KVF_PD_PUSH_DONE, KVF_MSG_PD_DONE, &m.base);
 }
 
 static void kvf_pd_on_data_sent(kvf_status_t status, void *arg)
@@ -375,12 +384,7 @@ static void kvf_pd_push_send_alloc(kvf_pd_push_t *push)
     m.n_checksums = push->num;
     m.checksums   = push->checksums;
     m.final       = push->is_final;
-    push->state   = KVF_PD_PUSH_ALLOC;
-    status        = kvf_pd_send(pd, push->ep, KVF_MSG_PD_ALLOC, &m.base, push);
-    if (status != KVF_OK) {
-        kvf_pd_push_finish(push, status, "cannot send PD_ALLOC to %s: %s",
-                           push->decoder, kvf_strerror(status));
-    }
+    kvf_pd_push_send_msg(push, KVF_PD_PUSH_ALLOC, KVF_MSG_PD_ALLOC, &m.base);
 }
 
 /* Starts the push at its decoder's address; remembers the request so an

@@ -75,9 +75,12 @@ typedef struct kvf_peer_stats {
     uint64_t chunks_served;
     uint64_t bytes_served;
     uint64_t serve_misses;
-    uint64_t bad_reports; /* peers said a chunk we served was damaged */
-    uint64_t serve_busy;  /* keys answered busy: the requester's share of
-                            sends was in flight (KVF_PEER_SERVE_PER_PEER) */
+    uint64_t bad_reports;      /* peers said a chunk we served was damaged */
+    uint64_t serve_busy;       /* keys answered busy: the requester's share of
+                                 sends was in flight (KVF_PEER_SERVE_PER_PEER) */
+    uint64_t served_from_disk; /* of chunks_served, read from disk first */
+    uint64_t disk_serve_busy;  /* keys on disk answered as misses: every
+                                  disk read slot was busy */
 } kvf_peer_stats_t;
 
 /* Traffic with one other agent. Names come from the peers themselves and
@@ -101,6 +104,21 @@ kvf_status_t kvf_peer_create(const kvf_peer_params_t *params,
  * every operation in flight, and those callbacks still use the service.
  * NULL is a no-op. */
 void kvf_peer_destroy(kvf_peer_t *peer);
+
+/* The same-host path (agent/local.h) tried before UCX for each holder;
+ * NULL: none. Borrowed: destroy the peer service first. */
+struct kvf_local;
+void kvf_peer_set_local(kvf_peer_t *peer, struct kvf_local *local);
+
+/* Transport truth (agent/transports.h): requests are served only over
+ * connections it accepts; NULL: all. Borrowed. */
+struct kvf_transports;
+void kvf_peer_set_transports(kvf_peer_t *peer, struct kvf_transports *t);
+
+/* Counts chunks another path (the same-host one) served to node
+ * @p node_id named @p name, in the totals and per peer. */
+void kvf_peer_count_served(kvf_peer_t *peer, uint32_t node_id, const char *name,
+                           uint64_t chunks, uint64_t bytes);
 
 /* The controller connection used to find holders (set once it exists). */
 void kvf_peer_set_ctl(kvf_peer_t *peer, kvf_ctl_client_t *ctl);

@@ -55,6 +55,7 @@ struct kvf_store {
     kvf_pool_t *pool;
     kvf_store_key_cb_t admit_cb;
     kvf_store_key_cb_t evict_cb;
+    kvf_store_key_cb_t demote_cb; /* NULL: evict_cb */
     void *cb_arg;
     uint64_t max_chunk;
     uint64_t grant_timeout_ns; /* 0: grants live as long as their owner */
@@ -264,8 +265,23 @@ kvf_status_t kvf_store_commit(kvf_store_t *store, kvf_store_owner_t *owner,
                               uint64_t checksum)
 {
     kvf_store_hold_t *hold = kvf_store_hold_find(owner, offset);
+
+    if ((hold == NULL) || !hold->is_grant) {
+        return KVF_ERR_RANGE;
+    }
+    return kvf_store_commit_hashed(
+        store, owner, key, offset, checksum,
+        kvf_chunk_checksum(kvf_pool_ptr(store->pool, offset),
+                           kvf_pool_entry_length(hold->entry)));
+}
+
+kvf_status_t kvf_store_commit_hashed(kvf_store_t *store,
+                                     kvf_store_owner_t *owner,
+                                     const kvf_key_t *key, uint64_t offset,
+                                     uint64_t checksum, uint64_t actual)
+{
+    kvf_store_hold_t *hold = kvf_store_hold_find(owner, offset);
     kvf_pool_entry_t *entry;
-    uint64_t actual;
 
     if ((hold == NULL) || !hold->is_grant) {
         return KVF_ERR_RANGE;
@@ -273,8 +289,6 @@ kvf_status_t kvf_store_commit(kvf_store_t *store, kvf_store_owner_t *owner,
     entry = hold->entry;
     kvf_store_hold_delete(owner, hold);
     owner->grants--;
-    actual = kvf_chunk_checksum(kvf_pool_ptr(store->pool, offset),
-                                kvf_pool_entry_length(entry));
     if (actual != checksum) {
         store->checksum_failures++;
         kvf_pool_free(store->pool, entry);
@@ -505,6 +519,9 @@ static void kvf_store_on_disk_read(void *arg, const kvf_key_t *key,
         (kvf_pool_commit(store->pool, read->entry, key, checksum) == KVF_OK)) {
         store->promoted++;
         promotion->promoted++;
+        if (store->admit_cb != NULL) {
+            store->admit_cb(store->cb_arg, key); /* in memory again */
+        }
     } else {
         /* damaged or torn on disk, or promoted meanwhile by another read */
         kvf_pool_free(store->pool, read->entry);
@@ -751,24 +768,69 @@ uint64_t kvf_store_spill_all(kvf_store_t *store)
     return store->spilled - before;
 }
 
+/* The chunk of @p key left the pool and stays on disk only. */
+static void kvf_store_demote(kvf_store_t *store, const kvf_key_t *key)
+{
+    if (store->demote_cb != NULL) {
+        store->demote_cb(store->cb_arg, key);
+    } else if (store->evict_cb != NULL) {
+        store->evict_cb(store->cb_arg, key);
+    }
+}
+
 static void kvf_store_on_evict(const kvf_key_t *key, uint64_t offset,
                                uint64_t length, void *arg)
 {
     kvf_store_t *store = arg;
     kvf_pool_entry_t *entry;
+    kvf_status_t status;
 
     if (store->disk != NULL) {
         /* write-behind: the tier copies the bytes before the block is
          * reused; a busy tier drops the chunk (it counts that) */
-        entry = kvf_pool_entry_find(store->pool, offset);
-        if ((entry != NULL) &&
-            (kvf_disk_put(store->disk, key, kvf_pool_ptr(store->pool, offset),
-                          length, kvf_pool_entry_checksum(entry)) == KVF_OK)) {
+        entry  = kvf_pool_entry_find(store->pool, offset);
+        status = (entry == NULL)
+                     ? KVF_ERR_NOT_FOUND
+                     : kvf_disk_put(store->disk, key,
+                                    kvf_pool_ptr(store->pool, offset), length,
+                                    kvf_pool_entry_checksum(entry));
+        if (status == KVF_OK) {
+            /* the chunk moves to disk when its write lands
+             * (kvf_store_on_disk_stored); meanwhile the tier serves it
+             * from the staging buffer */
             store->spilled++;
+            return;
+        }
+        if ((status == KVF_ERR_EXISTS) &&
+            kvf_disk_is_stored(store->disk, key)) {
+            kvf_store_demote(store, key);
+            return;
+        }
+        if (status == KVF_ERR_EXISTS) {
+            return; /* its write is in flight: the same as above */
         }
     }
     if (store->evict_cb != NULL) {
         store->evict_cb(store->cb_arg, key);
+    }
+}
+
+void kvf_store_on_disk_stored(void *arg, const kvf_key_t *key)
+{
+    kvf_store_t *store = arg;
+
+    if (kvf_pool_lookup(store->pool, key) == NULL) {
+        kvf_store_demote(store, key);
+    }
+}
+
+void kvf_store_on_disk_dropped(void *arg, const kvf_key_t *key)
+{
+    kvf_store_t *store = arg;
+
+    if ((kvf_pool_lookup(store->pool, key) == NULL) &&
+        (store->evict_cb != NULL)) {
+        store->evict_cb(store->cb_arg, key); /* in no tier any more */
     }
 }
 
@@ -788,6 +850,7 @@ kvf_status_t kvf_store_create(const kvf_store_params_t *params,
     }
     store->admit_cb         = params->admit_cb;
     store->evict_cb         = params->evict_cb;
+    store->demote_cb        = params->demote_cb;
     store->grant_timeout_ns = params->grant_timeout_ns;
     store->cb_arg           = params->cb_arg;
     pool_params             = *params->pool;

@@ -39,7 +39,10 @@ typedef void (*kvf_store_promote_cb_t)(void *arg, uint32_t promoted,
 typedef struct kvf_store_params {
     const kvf_pool_params_t *pool; /* the pool to create */
     kvf_store_key_cb_t admit_cb;   /* a chunk was committed; may be NULL */
-    kvf_store_key_cb_t evict_cb;   /* a chunk was evicted; may be NULL */
+    kvf_store_key_cb_t evict_cb;   /* a chunk left the node; may be NULL */
+    /* a chunk left the pool and is kept on the disk tier only (its write
+     * landed); NULL: evict_cb. A promotion back calls admit_cb. */
+    kvf_store_key_cb_t demote_cb;
     void *cb_arg;
     uint64_t grant_timeout_ns; /* grants not committed by then are taken
                                   back; 0: only when their owner goes */
@@ -107,6 +110,14 @@ kvf_status_t kvf_store_commit(kvf_store_t *store, kvf_store_owner_t *owner,
                               const kvf_key_t *key, uint64_t offset,
                               uint64_t checksum);
 
+/* As kvf_store_commit, with @p actual the checksum the caller computed
+ * over the grant's bytes as they landed (a copy that hashes what it wrote
+ * while it is in cache, agent/local.c): one pass over the bytes, not two. */
+kvf_status_t kvf_store_commit_hashed(kvf_store_t *store,
+                                     kvf_store_owner_t *owner,
+                                     const kvf_key_t *key, uint64_t offset,
+                                     uint64_t checksum, uint64_t actual);
+
 /* Pins the local chunk of @p key for @p owner. KVF_ERR_NOT_FOUND. */
 kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
                            const kvf_key_t *key, kvf_slot_t *slot_p);
@@ -164,6 +175,12 @@ void kvf_store_foreach_key(kvf_store_t *store, kvf_store_key_cb_t cb,
  * kvf_store_promote reads chunks back. The disk is borrowed: destroy it
  * before the store (its last completions land in the pool). */
 void kvf_store_set_disk(kvf_store_t *store, kvf_disk_t *disk);
+
+/* The disk tier's stored_cb and dropped_cb (@p arg: the store): a chunk
+ * whose write landed and that the pool no longer has is announced with
+ * demote_cb; one that left the disk and the pool with evict_cb. */
+void kvf_store_on_disk_stored(void *arg, const kvf_key_t *key);
+void kvf_store_on_disk_dropped(void *arg, const kvf_key_t *key);
 
 /* Number of leading keys of @p keys held locally, in the pool or on disk. */
 uint32_t kvf_store_tier_prefix(kvf_store_t *store, const kvf_key_t *keys,

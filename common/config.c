@@ -80,26 +80,6 @@ static void kvf_config_origin_format(const kvf_config_origin_t *origin,
     }
 }
 
-kvf_status_t kvf_config_parse_uint(const char *text, uint64_t *value_p)
-{
-    unsigned long long value;
-    char *end;
-
-    if ((text == NULL) || !isdigit((unsigned char)text[0])) {
-        return KVF_ERR_INVALID;
-    }
-    errno = 0;
-    value = strtoull(text, &end, 10);
-    if (errno == ERANGE) {
-        return KVF_ERR_RANGE;
-    }
-    if (*end != '\0') {
-        return KVF_ERR_INVALID;
-    }
-    *value_p = value;
-    return KVF_OK;
-}
-
 /* Splits "123abc" into 123 and "abc"; the number must be plain decimal. */
 static kvf_status_t kvf_config_parse_number_unit(const char *text,
                                                  uint64_t *value_p,
@@ -124,6 +104,16 @@ static kvf_status_t kvf_config_parse_number_unit(const char *text,
     return KVF_OK;
 }
 
+kvf_status_t kvf_config_parse_uint(const char *text, uint64_t *value_p)
+{
+    const char *unit;
+
+    if ((text != NULL) && (text[strspn(text, "0123456789")] != '\0')) {
+        return KVF_ERR_INVALID; /* digits only */
+    }
+    return kvf_config_parse_number_unit(text, value_p, &unit);
+}
+
 static kvf_status_t kvf_config_scale(uint64_t value, uint64_t mult,
                                      uint64_t *out_p)
 {
@@ -134,12 +124,41 @@ static kvf_status_t kvf_config_scale(uint64_t value, uint64_t mult,
     return KVF_OK;
 }
 
+typedef struct kvf_config_unit {
+    const char *unit;
+    uint64_t mult;
+} kvf_config_unit_t;
+
+/* @p text as a number and one of @p units (compared by @p cmp), scaled. */
+static kvf_status_t
+kvf_config_parse_units(const char *text, const kvf_config_unit_t *units,
+                       size_t n, int (*cmp)(const char *, const char *),
+                       uint64_t *out_p)
+{
+    const char *unit;
+    uint64_t value;
+    kvf_status_t status;
+    size_t i;
+
+    status = kvf_config_parse_number_unit(text, &value, &unit);
+    if (status != KVF_OK) {
+        return status;
+    }
+    if ((*unit == '\0') && (value == 0)) {
+        *out_p = 0; /* "0" needs no unit */
+        return KVF_OK;
+    }
+    for (i = 0; i < n; i++) {
+        if (cmp(unit, units[i].unit) == 0) {
+            return kvf_config_scale(value, units[i].mult, out_p);
+        }
+    }
+    return KVF_ERR_INVALID;
+}
+
 kvf_status_t kvf_config_parse_size(const char *text, uint64_t *bytes_p)
 {
-    static const struct {
-        const char *unit;
-        uint64_t mult;
-    } units[] = {
+    static const kvf_config_unit_t units[] = {
         {"", 1},
         {"b", 1},
         {"k", 1ull << 10},
@@ -155,29 +174,14 @@ kvf_status_t kvf_config_parse_size(const char *text, uint64_t *bytes_p)
         {"tb", 1ull << 40},
         {"tib", 1ull << 40},
     };
-    const char *unit;
-    uint64_t value;
-    kvf_status_t status;
-    size_t i;
 
-    status = kvf_config_parse_number_unit(text, &value, &unit);
-    if (status != KVF_OK) {
-        return status;
-    }
-    for (i = 0; i < KVF_ARRAY_SIZE(units); i++) {
-        if (strcasecmp(unit, units[i].unit) == 0) {
-            return kvf_config_scale(value, units[i].mult, bytes_p);
-        }
-    }
-    return KVF_ERR_INVALID;
+    return kvf_config_parse_units(text, units, KVF_ARRAY_SIZE(units),
+                                  strcasecmp, bytes_p);
 }
 
 kvf_status_t kvf_config_parse_duration(const char *text, uint64_t *ns_p)
 {
-    static const struct {
-        const char *unit;
-        uint64_t mult;
-    } units[] = {
+    static const kvf_config_unit_t units[] = {
         {"ns", 1},
         {"us", 1000ull},
         {"ms", 1000000ull},
@@ -186,25 +190,9 @@ kvf_status_t kvf_config_parse_duration(const char *text, uint64_t *ns_p)
         {"min", 60ull * 1000000000ull},
         {"h", 3600ull * 1000000000ull},
     };
-    const char *unit;
-    uint64_t value;
-    kvf_status_t status;
-    size_t i;
 
-    status = kvf_config_parse_number_unit(text, &value, &unit);
-    if (status != KVF_OK) {
-        return status;
-    }
-    if ((*unit == '\0') && (value == 0)) {
-        *ns_p = 0; /* "0" needs no unit */
-        return KVF_OK;
-    }
-    for (i = 0; i < KVF_ARRAY_SIZE(units); i++) {
-        if (strcmp(unit, units[i].unit) == 0) {
-            return kvf_config_scale(value, units[i].mult, ns_p);
-        }
-    }
-    return KVF_ERR_INVALID;
+    return kvf_config_parse_units(text, units, KVF_ARRAY_SIZE(units), strcmp,
+                                  ns_p);
 }
 
 kvf_status_t kvf_config_parse_bool(const char *text, bool *value_p)

@@ -16,6 +16,7 @@
 #define KVF_CONTROLLER_NODE_H
 
 #include "controller/registry.h"
+#include "proto/traffic.h"
 
 #include <kvfabric/status.h>
 
@@ -40,18 +41,6 @@ typedef struct kvf_node_cmd {
     size_t keys_len;
 } kvf_node_cmd_t;
 
-/* Cumulative counters an agent reports in its heartbeats (NodeTraffic);
- * shown by /v1/nodes, never used for decisions. */
-typedef struct kvf_node_traffic {
-    uint64_t lookup_chunks;
-    uint64_t lookup_local_chunks;
-    uint64_t lookup_remote_chunks;
-    uint64_t fetched_chunks;
-    uint64_t fetched_bytes;
-    uint64_t served_chunks;
-    uint64_t served_bytes;
-} kvf_node_traffic_t;
-
 typedef struct kvf_node {
     uint32_t id;
     uint16_t slot; /* registry holder slot; 0 once dead */
@@ -70,8 +59,11 @@ typedef struct kvf_node {
     uint64_t pool_used;
     uint64_t pd_capacity; /* PD receive region, from heartbeats */
     uint64_t pd_used;
+    uint64_t disk_capacity; /* local-disk tier, from heartbeats; 0: none */
+    uint64_t disk_used;
+    uint64_t disk_chunks;
     uint64_t entries;
-    kvf_node_traffic_t traffic;
+    kvf_traffic_t traffic; /* its last heartbeat's */
     uint64_t last_heartbeat_ms;
     uint64_t dead_since_ms;
     uint64_t last_seq;      /* last ADMIT/EVICT/INVENTORY seq applied */

@@ -13,15 +13,18 @@
 #define KVF_REGISTRY_TOMB      0xffffu
 #define KVF_REGISTRY_SLOT_MASK 0x0fffu /* holder bits of h[k] */
 #define KVF_REGISTRY_MORE      0x8000u /* h[0]: other entries of this key */
+#define KVF_REGISTRY_ON_DISK   0x4000u /* h[k]: holder k has it on disk only */
 #define KVF_REGISTRY_MIN_CAP   1024u
 #define KVF_REGISTRY_SCRATCH_C 8u
 #define KVF_REGISTRY_PREFETCH \
     16u /* keys resolved ahead in a lookup */ /* holders kept per key during a \
                                                  lookup */
 
-/* 32 bytes: key plus four holder slots (0 = none). All-zero holders: empty;
- * h[0] == KVF_REGISTRY_TOMB: tombstone. KVF_REGISTRY_MORE in h[0] says the
- * key may have further entries later in the probe run (set when a key gets
+/* 32 bytes: key plus four holder slots (0 = none), each with its medium
+ * (KVF_REGISTRY_ON_DISK: only on that holder's disk tier; a free holder never
+ * keeps the bit, so TOMB and "empty" stay unambiguous). All-zero holders:
+ * empty; h[0] == KVF_REGISTRY_TOMB: tombstone. KVF_REGISTRY_MORE in h[0] says
+ * the key may have further entries later in the probe run (set when a key gets
  * a second entry, cleared by rehash), so lookups of the common single-entry
  * key stop at the first match. */
 typedef struct kvf_registry_entry {
@@ -36,6 +39,7 @@ typedef struct kvf_registry_slot {
     bool is_excluded;
     uint64_t need_pass; /* PURGING: free after this purge pass completes */
     uint64_t keys;
+    uint64_t disk_keys; /* of keys, held on the slot's disk tier only */
     uint64_t load;
 } kvf_registry_slot_t;
 
@@ -51,6 +55,7 @@ struct kvf_registry {
     uint64_t purge_pass; /* pass in progress (or last) */
     uint64_t purge_cursor;
     uint64_t purge_backlog;
+    uint64_t disk_holdings; /* holders with KVF_REGISTRY_ON_DISK */
     /* lookup scratch, sized for max_batch keys */
     uint32_t max_batch;
     uint16_t *cand;
@@ -113,15 +118,34 @@ static inline uint16_t kvf_registry_h(const kvf_registry_entry_t *e, unsigned k)
     return e->h[k] & KVF_REGISTRY_SLOT_MASK;
 }
 
+static inline bool kvf_registry_h_is_disk(const kvf_registry_entry_t *e,
+                                          unsigned k)
+{
+    return (e->h[k] & KVF_REGISTRY_ON_DISK) != 0;
+}
+
+/* Sets holder @p k to @p slot on @p is_disk (slot 0: free, no medium),
+ * keeping KVF_REGISTRY_MORE. */
+static inline void kvf_registry_h_set_medium(kvf_registry_entry_t *e,
+                                             unsigned k, uint16_t slot,
+                                             bool is_disk)
+{
+    uint16_t keep = e->h[k] & KVF_REGISTRY_MORE;
+
+    e->h[k] = (uint16_t)(keep | slot |
+                         ((is_disk && (slot != 0)) ? KVF_REGISTRY_ON_DISK : 0));
+}
+
 static inline void kvf_registry_h_set(kvf_registry_entry_t *e, unsigned k,
                                       uint16_t slot)
 {
-    e->h[k] = (uint16_t)((e->h[k] & ~KVF_REGISTRY_SLOT_MASK) | slot);
+    kvf_registry_h_set_medium(e, k, slot, false);
 }
 
 static inline bool kvf_registry_entry_has_holders(const kvf_registry_entry_t *e)
 {
-    return (kvf_registry_h(e, 0) | e->h[1] | e->h[2] | e->h[3]) != 0;
+    return (kvf_registry_h(e, 0) | kvf_registry_h(e, 1) | kvf_registry_h(e, 2) |
+            kvf_registry_h(e, 3)) != 0;
 }
 
 static inline bool kvf_registry_entry_has_more(const kvf_registry_entry_t *e)
@@ -334,6 +358,22 @@ static inline bool kvf_registry_slot_is_live(const kvf_registry_t *reg,
            (reg->slots[h].state == KVF_REGISTRY_SLOT_LIVE);
 }
 
+/* A holder of @p slot on disk appeared (@p is_add) or went: counted. */
+static inline void kvf_registry_medium_count(kvf_registry_t *reg, uint16_t slot,
+                                             bool is_disk, bool is_add)
+{
+    if (!is_disk) {
+        return;
+    }
+    if (is_add) {
+        reg->slots[slot].disk_keys++;
+        reg->disk_holdings++;
+    } else {
+        reg->slots[slot].disk_keys--;
+        reg->disk_holdings--;
+    }
+}
+
 /* Removes the purging holders of @p e (an in-use entry); true when the entry
  * became a tombstone. */
 static bool kvf_registry_entry_scrub(kvf_registry_t *reg,
@@ -351,6 +391,8 @@ static bool kvf_registry_entry_scrub(kvf_registry_t *reg,
         if (reg->slots[h].state == KVF_REGISTRY_SLOT_PURGING) {
             reg->slots[h].keys--;
             reg->purge_backlog--;
+            kvf_registry_medium_count(reg, h, kvf_registry_h_is_disk(e, i),
+                                      false);
             kvf_registry_h_set(e, i, 0);
         } else {
             any = true;
@@ -538,9 +580,10 @@ static void kvf_registry_mark_more(kvf_registry_t *reg, const kvf_key_t *key)
     }
 }
 
-/* Adds one holder; returns true when it was new. */
+/* Adds one holder on @p is_disk, or moves an existing one to that medium;
+ * returns true when it was new. */
 static bool kvf_registry_add(kvf_registry_t *reg, const kvf_key_t *key,
-                             uint16_t slot)
+                             uint16_t slot, bool is_disk)
 {
     uint64_t i                    = kvf_registry_hash(key) & reg->mask;
     kvf_registry_entry_t *free_e  = NULL;
@@ -570,6 +613,11 @@ static bool kvf_registry_add(kvf_registry_t *reg, const kvf_key_t *key,
             uint16_t h = kvf_registry_h(e, k);
 
             if (h == slot) {
+                if (kvf_registry_h_is_disk(e, k) != is_disk) {
+                    kvf_registry_medium_count(reg, slot, !is_disk, false);
+                    kvf_registry_medium_count(reg, slot, is_disk, true);
+                    kvf_registry_h_set_medium(e, k, slot, is_disk);
+                }
                 return false;
             }
             if ((free_he == NULL) &&
@@ -586,8 +634,10 @@ static bool kvf_registry_add(kvf_registry_t *reg, const kvf_key_t *key,
         if (h != 0) {
             reg->slots[h].keys--;
             reg->purge_backlog--;
+            kvf_registry_medium_count(
+                reg, h, kvf_registry_h_is_disk(free_he, free_k), false);
         }
-        kvf_registry_h_set(free_he, free_k, slot);
+        kvf_registry_h_set_medium(free_he, free_k, slot, is_disk);
     } else {
         if (free_e != NULL) {
             reg->tombstones--;
@@ -597,18 +647,28 @@ static bool kvf_registry_add(kvf_registry_t *reg, const kvf_key_t *key,
         e->hi = key->hi;
         e->lo = key->lo;
         memset(e->h, 0, sizeof(e->h));
-        e->h[0] = slot;
+        kvf_registry_h_set_medium(e, 0, slot, is_disk);
         reg->entries++;
         if (is_found) {
             kvf_registry_mark_more(reg, key);
         }
     }
     reg->slots[slot].keys++;
+    kvf_registry_medium_count(reg, slot, is_disk, true);
     return true;
 }
 
 kvf_status_t kvf_registry_admit(kvf_registry_t *reg, uint16_t slot,
                                 const uint8_t *keys, size_t n, size_t *added_p)
+{
+    return kvf_registry_admit_medium(reg, slot, keys, n, KVF_REGISTRY_HOST,
+                                     added_p);
+}
+
+kvf_status_t kvf_registry_admit_medium(kvf_registry_t *reg, uint16_t slot,
+                                       const uint8_t *keys, size_t n,
+                                       kvf_registry_medium_t medium,
+                                       size_t *added_p)
 {
     kvf_status_t status;
     size_t i, added = 0;
@@ -624,7 +684,7 @@ kvf_status_t kvf_registry_admit(kvf_registry_t *reg, uint16_t slot,
             return status;
         }
         kvf_registry_key_load(keys + i * KVF_KEY_WIRE_SIZE, &key);
-        added += kvf_registry_add(reg, &key, slot);
+        added += kvf_registry_add(reg, &key, slot, medium == KVF_REGISTRY_DISK);
     }
     *added_p = added;
     return KVF_OK;
@@ -651,6 +711,8 @@ static bool kvf_registry_remove(kvf_registry_t *reg, const kvf_key_t *key,
             if (kvf_registry_h(e, k) != slot) {
                 continue;
             }
+            kvf_registry_medium_count(reg, slot, kvf_registry_h_is_disk(e, k),
+                                      false);
             kvf_registry_h_set(e, k, 0);
             reg->slots[slot].keys--;
             if (!kvf_registry_entry_has_holders(e)) {
@@ -747,9 +809,11 @@ static inline unsigned kvf_registry_collect(const kvf_registry_t *reg,
                 reg->slots[h].is_excluded) {
                 continue;
             }
+            /* the candidate keeps its medium bit */
+            h |= (uint16_t)(e->h[k] & KVF_REGISTRY_ON_DISK);
             if (n < KVF_REGISTRY_SCRATCH_C) {
                 cand[n++] = h;
-            } else if (h == requester) {
+            } else if ((h & KVF_REGISTRY_SLOT_MASK) == requester) {
                 cand[n - 1] = h; /* the requester always stays a choice */
             }
         }
@@ -771,6 +835,26 @@ static inline void kvf_registry_prefetch(const kvf_registry_t *reg,
 kvf_status_t kvf_registry_lookup(kvf_registry_t *reg, const uint8_t *keys,
                                  size_t n, uint16_t requester, bool any_order,
                                  uint16_t *slots_out, size_t *hit_p)
+{
+    return kvf_registry_lookup_media(reg, keys, n, requester, any_order,
+                                     slots_out, NULL, hit_p);
+}
+
+/* Whether candidate @p c (slot | KVF_REGISTRY_ON_DISK) is on disk only. */
+static inline bool kvf_registry_cand_is_disk(uint16_t c)
+{
+    return (c & KVF_REGISTRY_ON_DISK) != 0;
+}
+
+static inline uint16_t kvf_registry_cand_slot(uint16_t c)
+{
+    return c & KVF_REGISTRY_SLOT_MASK;
+}
+
+kvf_status_t kvf_registry_lookup_media(kvf_registry_t *reg, const uint8_t *keys,
+                                       size_t n, uint16_t requester,
+                                       bool any_order, uint16_t *slots_out,
+                                       uint8_t *media_out, size_t *hit_p)
 {
     const size_t C = KVF_REGISTRY_SCRATCH_C;
     size_t i, hit = 0;
@@ -817,24 +901,39 @@ kvf_status_t kvf_registry_lookup(kvf_registry_t *reg, const uint8_t *keys,
     }
     for (i = 0; i < n; i++) {
         slots_out[i] = 0;
+        if (media_out != NULL) {
+            media_out[i] = KVF_REGISTRY_HOST;
+        }
     }
 
+    /* the requester when it holds the key (on any medium: its own disk
+     * is nearer than a peer), then holders in memory before holders on
+     * disk, then the longest run (chains), then the least loaded */
     if (any_order) {
         for (i = 0; i < n; i++) {
             const uint16_t *cand = &reg->cand[i * C];
             uint16_t best        = 0;
 
             for (k = 0; k < reg->ncand[i]; k++) {
-                if (cand[k] == requester) {
-                    best = requester;
+                uint16_t c = cand[k], s = kvf_registry_cand_slot(c);
+
+                if (s == requester) {
+                    best = c;
                     break;
                 }
                 if ((best == 0) ||
-                    (reg->slots[cand[k]].load < reg->slots[best].load)) {
-                    best = cand[k];
+                    (kvf_registry_cand_is_disk(c) !=
+                             kvf_registry_cand_is_disk(best)
+                         ? !kvf_registry_cand_is_disk(c)
+                         : (reg->slots[s].load <
+                            reg->slots[kvf_registry_cand_slot(best)].load))) {
+                    best = c;
                 }
             }
-            slots_out[i] = best;
+            slots_out[i] = kvf_registry_cand_slot(best);
+            if ((media_out != NULL) && kvf_registry_cand_is_disk(best)) {
+                media_out[i] = KVF_REGISTRY_DISK;
+            }
         }
         *hit_p = hit;
         return KVF_OK;
@@ -843,11 +942,13 @@ kvf_status_t kvf_registry_lookup(kvf_registry_t *reg, const uint8_t *keys,
     /* run[i][k]: how many keys from i on cand[i][k] holds in a row */
     for (i = hit; i-- > 0;) {
         for (k = 0; k < reg->ncand[i]; k++) {
+            uint16_t s = kvf_registry_cand_slot(reg->cand[i * C + k]);
             uint32_t r = 1;
 
             if ((i + 1) < hit) {
                 for (j = 0; j < reg->ncand[i + 1]; j++) {
-                    if (reg->cand[(i + 1) * C + j] == reg->cand[i * C + k]) {
+                    if (kvf_registry_cand_slot(reg->cand[(i + 1) * C + j]) ==
+                        s) {
                         r += reg->run[(i + 1) * C + j];
                         break;
                     }
@@ -859,32 +960,40 @@ kvf_status_t kvf_registry_lookup(kvf_registry_t *reg, const uint8_t *keys,
     for (i = 0; i < hit; i++) {
         const uint16_t *cand = &reg->cand[i * C];
         const uint32_t *run  = &reg->run[i * C];
-        uint16_t best        = 0;
-        uint32_t best_run    = 0;
+        uint16_t best = 0, best_s = 0;
+        uint32_t best_run = 0;
 
         for (k = 0; k < reg->ncand[i]; k++) {
+            uint16_t c = cand[k], s = kvf_registry_cand_slot(c);
             bool better;
 
-            if (cand[k] == requester) {
-                best = requester;
+            if (s == requester) {
+                best = c;
                 break;
             }
             if (best == 0) {
                 better = true;
+            } else if (kvf_registry_cand_is_disk(c) !=
+                       kvf_registry_cand_is_disk(best)) {
+                better = !kvf_registry_cand_is_disk(c);
             } else if (run[k] != best_run) {
                 better = run[k] > best_run;
-            } else if ((cand[k] == prev) || (best == prev)) {
-                better = cand[k] == prev;
+            } else if ((s == prev) || (best_s == prev)) {
+                better = s == prev;
             } else {
-                better = reg->slots[cand[k]].load < reg->slots[best].load;
+                better = reg->slots[s].load < reg->slots[best_s].load;
             }
             if (better) {
-                best     = cand[k];
+                best     = c;
+                best_s   = s;
                 best_run = run[k];
             }
         }
-        slots_out[i] = best;
-        prev         = best;
+        slots_out[i] = kvf_registry_cand_slot(best);
+        if ((media_out != NULL) && kvf_registry_cand_is_disk(best)) {
+            media_out[i] = KVF_REGISTRY_DISK;
+        }
+        prev = slots_out[i];
     }
     *hit_p = hit;
     return KVF_OK;
@@ -951,6 +1060,15 @@ void kvf_registry_stats(const kvf_registry_t *reg,
     stats_p->is_migrating  = reg->is_migrating || (reg->dying != NULL);
     stats_p->purge_backlog = reg->purge_backlog;
     stats_p->purging_slots = reg->purging;
+    stats_p->disk_holdings = reg->disk_holdings;
+}
+
+uint64_t kvf_registry_slot_disk_keys(const kvf_registry_t *reg, uint16_t slot)
+{
+    if ((slot == 0) || (slot >= KVF_REGISTRY_MAX_SLOTS)) {
+        return 0;
+    }
+    return reg->slots[slot].disk_keys;
 }
 
 /* Calls @p cb for each live holder of each key of @p table. */

@@ -34,6 +34,12 @@
 
 typedef struct kvf_registry kvf_registry_t;
 
+/* Where a holder keeps a key; the values are the wire's Medium. */
+typedef enum {
+    KVF_REGISTRY_HOST = 0, /* in its pool (it may be on its disk too) */
+    KVF_REGISTRY_DISK = 1, /* on its local-disk tier only */
+} kvf_registry_medium_t;
+
 typedef enum {
     KVF_REGISTRY_SLOT_FREE = 0,
     KVF_REGISTRY_SLOT_LIVE,
@@ -47,6 +53,7 @@ typedef struct kvf_registry_stats {
     uint64_t capacity;      /* table entries */
     uint64_t table_bytes;   /* memory of the table */
     uint64_t purge_backlog; /* holdings of purging slots still in the table */
+    uint64_t disk_holdings; /* (key, holder) pairs on a disk tier only */
     uint32_t purging_slots;
     bool is_migrating; /* growing: entries move in purge steps */
 } kvf_registry_stats_t;
@@ -86,7 +93,18 @@ void kvf_registry_slot_set_excluded(kvf_registry_t *reg, uint16_t slot,
 kvf_status_t kvf_registry_admit(kvf_registry_t *reg, uint16_t slot,
                                 const uint8_t *keys, size_t n, size_t *added_p);
 
-/* Removes @p slot from @p n packed keys; *removed_p: keys it held. */
+/* As kvf_registry_admit, on @p medium: a key the slot already holds moves
+ * to @p medium (not counted in *added_p). */
+kvf_status_t kvf_registry_admit_medium(kvf_registry_t *reg, uint16_t slot,
+                                       const uint8_t *keys, size_t n,
+                                       kvf_registry_medium_t medium,
+                                       size_t *added_p);
+
+/* Holdings of a slot that are on its disk tier only. */
+uint64_t kvf_registry_slot_disk_keys(const kvf_registry_t *reg, uint16_t slot);
+
+/* Removes @p slot from @p n packed keys (whatever their medium);
+ * *removed_p: keys it held. */
 kvf_status_t kvf_registry_evict(kvf_registry_t *reg, uint16_t slot,
                                 const uint8_t *keys, size_t n,
                                 size_t *removed_p);
@@ -95,13 +113,21 @@ kvf_status_t kvf_registry_evict(kvf_registry_t *reg, uint16_t slot,
  * Looks up @p n packed keys. Ordered (@p any_order false): the chain's
  * longest prefix held by some live holder; slots_out[i] is the chosen holder
  * for i < hit, 0 after. Any order: every key on its own, *hit_p counts the
- * held ones. Choice: @p requester when it holds the key, else the holder
- * that covers the longest run from that key on, else the least loaded.
+ * held ones. Choice: @p requester when it holds the key (on any medium),
+ * else a holder in memory before one on disk, then the holder that covers
+ * the longest run from that key on, else the least loaded.
  * KVF_ERR_TOO_BIG when n is over the registry's max_batch.
  */
 kvf_status_t kvf_registry_lookup(kvf_registry_t *reg, const uint8_t *keys,
                                  size_t n, uint16_t requester, bool any_order,
                                  uint16_t *slots_out, size_t *hit_p);
+
+/* As kvf_registry_lookup; @p media_out (NULL: not wanted) gets the chosen
+ * holder's kvf_registry_medium_t per key (HOST where none). */
+kvf_status_t kvf_registry_lookup_media(kvf_registry_t *reg, const uint8_t *keys,
+                                       size_t n, uint16_t requester,
+                                       bool any_order, uint16_t *slots_out,
+                                       uint8_t *media_out, size_t *hit_p);
 
 /* Returns whether @p slot holds @p key (a live slot). */
 bool kvf_registry_holds(const kvf_registry_t *reg, const kvf_key_t *key,

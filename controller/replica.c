@@ -15,10 +15,12 @@
 #include "controller/server_int.h"
 
 #include "controller/election.h"
+#include "controller/handlers.h"
 
 #include "common/config.h"
 #include "common/evjson.h"
 #include "common/log.h"
+#include "common/prom.h"
 #include "common/time.h"
 #include "proto/bconn.h"
 #include "proto/frame.h"
@@ -734,7 +736,7 @@ static void kvf_replica_connect(kvf_replica_t *rep, const char *control)
     kvf_bconn_params_t params;
     Kvf__AdminCommand ac;
     kvf_status_t status;
-    char peer[340];
+    char peer[340], name[300];
     int fd = -1;
 
     snprintf(rep->leader, sizeof(rep->leader), "%s", control);
@@ -762,8 +764,9 @@ static void kvf_replica_connect(kvf_replica_t *rep, const char *control)
     hp.name    = "kvf-controller standby";
     hp.secret  = &server->secret;
     kvf__admin_command__init(&ac);
-    ac.type         = KVF__COMMAND_TYPE__COMMAND_FOLLOW;
-    ac.node_name    = server->http_addr;
+    ac.type = KVF__COMMAND_TYPE__COMMAND_FOLLOW;
+    snprintf(name, sizeof(name), "%s", kvf_http_address(server->http));
+    ac.node_name    = name;
     ac.request_id   = kvf_bconn_next_id(rep->conn);
     rep->request_id = ac.request_id;
     status          = kvf_bconn_hello(rep->conn, &hp, deadline, NULL);
@@ -925,7 +928,8 @@ void kvf_replica_health(kvf_server_t *server, struct evbuffer *b)
 
 void kvf_replica_metrics(kvf_server_t *server, struct evbuffer *b)
 {
-    const kvf_replica_t *rep = server->replica;
+    static const char *const copies[] = {"warm", "cold"};
+    const kvf_replica_t *rep          = server->replica;
     kvf_election_info_t info;
     uint64_t queued = 0;
     unsigned i;
@@ -937,29 +941,31 @@ void kvf_replica_metrics(kvf_server_t *server, struct evbuffer *b)
     for (i = 0; i < server->num_followers; i++) {
         queued += kvf_server_conn_queued(server->followers[i].conn);
     }
-    evbuffer_add_printf(
-        b,
-        "# TYPE kvf_controller_ha_leader gauge\n"
-        "kvf_controller_ha_leader %d\n"
-        "# TYPE kvf_controller_elections_won_total counter\n"
-        "kvf_controller_elections_won_total %" PRIu64 "\n"
-        "# TYPE kvf_controller_failovers_total counter\n"
-        "kvf_controller_failovers_total{copy=\"warm\"} %" PRIu64 "\n"
-        "kvf_controller_failovers_total{copy=\"cold\"} %" PRIu64 "\n"
-        "# TYPE kvf_controller_leader_seconds gauge\n"
-        "kvf_controller_leader_seconds %.3f\n"
-        "# TYPE kvf_controller_standbys gauge\n"
-        "kvf_controller_standbys %u\n"
-        "# TYPE kvf_controller_standby_queued_bytes gauge\n"
-        "kvf_controller_standby_queued_bytes %" PRIu64 "\n"
-        "# TYPE kvf_controller_standby_warm gauge\n"
-        "kvf_controller_standby_warm %d\n"
-        "# TYPE kvf_controller_standby_lag_seconds gauge\n"
-        "kvf_controller_standby_lag_seconds %.3f\n",
-        server->is_standby ? 0 : 1, info.elections_won, server->failovers[0],
-        server->failovers[1], (double)info.leader_ns / 1e9,
-        server->num_followers, queued, kvf_replica_is_warm(server) ? 1 : 0,
-        ((rep != NULL) && (rep->last_frame_ms != 0))
-            ? (double)(kvf_time_now_ms() - rep->last_frame_ms) / 1e3
-            : 0.0);
+    kvf_prom_metric(b, "kvf_controller_ha_leader", KVF_PROM_GAUGE,
+                    "1 on the leader, 0 on a standby",
+                    server->is_standby ? 0 : 1);
+    kvf_prom_metric(b, "kvf_controller_elections_won_total", KVF_PROM_COUNTER,
+                    "elections this process won", info.elections_won);
+    kvf_prom_metric_by(
+        b, "kvf_controller_failovers_total", KVF_PROM_COUNTER,
+        "elections won, by the copy of the registry taken over", "copy", 2,
+        copies, (const uint64_t[]){server->failovers[0], server->failovers[1]});
+    kvf_prom_family(b, "kvf_controller_leader_seconds", KVF_PROM_GAUGE,
+                    "time as leader in this term");
+    evbuffer_add_printf(b, "kvf_controller_leader_seconds %.3f\n",
+                        (double)info.leader_ns / 1e9);
+    kvf_prom_metric(b, "kvf_controller_standbys", KVF_PROM_GAUGE,
+                    "standbys following this leader", server->num_followers);
+    kvf_prom_metric(b, "kvf_controller_standby_queued_bytes", KVF_PROM_GAUGE,
+                    "stream bytes not yet written to the standbys", queued);
+    kvf_prom_metric(b, "kvf_controller_standby_warm", KVF_PROM_GAUGE,
+                    "1 on a standby with a warm copy",
+                    kvf_replica_is_warm(server) ? 1 : 0);
+    kvf_prom_family(b, "kvf_controller_standby_lag_seconds", KVF_PROM_GAUGE,
+                    "since the standby's last frame from the leader");
+    evbuffer_add_printf(b, "kvf_controller_standby_lag_seconds %.3f\n",
+                        ((rep != NULL) && (rep->last_frame_ms != 0))
+                            ? (double)(kvf_time_now_ms() - rep->last_frame_ms) /
+                                  1e3
+                            : 0.0);
 }

@@ -14,6 +14,7 @@
  */
 #include "client/ctlconn.h"
 #include "common/config.h"
+#include "common/etcd.h"
 #include "common/version.h"
 
 #include <kvfabric/keys.h>
@@ -35,6 +36,8 @@
 
 typedef struct kvf_ctl_opts {
     const char *controller;
+    const char *etcd;        /* the controller is the leader named there */
+    const char *etcd_prefix; /* "/kvfabric" */
     bool is_json;
     bool is_any_order;
     bool is_soft;
@@ -119,8 +122,9 @@ static void kvf_ctl_usage(FILE *out)
 {
     fprintf(
         out,
-        "usage: kvfctl [--controller HOST:PORT] [--json] [--timeout MS] "
-        "COMMAND [ARGS]\n"
+        "usage: kvfctl [--controller HOST:PORT[,...] | --etcd URL[,...] "
+        "[--etcd-prefix P]]\n"
+        "              [--json] [--timeout MS] COMMAND [ARGS]\n"
         "commands:\n"
         "  nodes            list nodes\n"
         "  stats            controller counters\n"
@@ -141,7 +145,9 @@ static void kvf_ctl_usage(FILE *out)
         "  undrain NODE     undo drain\n"
         "  clear [NODE]     ask one node (or all) to drop their cache\n"
         "the controller address also comes from KVF_CONTROLLER "
-        "(default 127.0.0.1:7400); a cluster secret from the file named\n"
+        "(default 127.0.0.1:7400), or --etcd from KVF_ETCD (with HA on etcd:\n"
+        "the leader published under KVF_ETCD_PREFIX, default /kvfabric);\n"
+        "a cluster secret from the file named\n"
         "by KVF_CLUSTER_SECRET_FILE (environment only); TLS to the\n"
         "controller with KVF_TLS_CA (its CA file) and optionally\n"
         "KVF_TLS_SERVER_NAME (the name its certificate must carry)\n");
@@ -218,7 +224,7 @@ static int kvf_ctl_node_info(kvf_ctlconn_t *conn, kvf_frame_t *frame)
 static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
 {
     const Kvf__NodeInfoReply *rep;
-    char pool[64], pd[64];
+    char pool[64], pd[64], disk[64];
     kvf_frame_t frame;
     size_t i;
 
@@ -229,9 +235,9 @@ static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
     if (opts->is_json) {
         printf("{\"nodes\":[");
     } else {
-        printf("%-5s %-20s %-9s %-8s %8s %-26s %-26s %-8s %8s %s\n", "ID",
-               "NAME", "STATE", "ROLE", "KEYS", "POOL", "PD", "INCARN",
-               "HB_AGO", "DATA_ADDRESS");
+        printf("%-5s %-20s %-9s %-8s %8s %8s %-26s %-26s %-26s %-8s %8s %s\n",
+               "ID", "NAME", "STATE", "ROLE", "KEYS", "ON_DISK", "POOL", "DISK",
+               "PD", "INCARN", "HB_AGO", "DATA_ADDRESS");
     }
     for (i = 0; i < rep->n_nodes; i++) {
         const Kvf__NodeDesc *d = rep->nodes[i];
@@ -239,13 +245,17 @@ static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
         if (!opts->is_json) {
             /* the incarnation is a start time in ns: its low 32 bits tell
              * restarts apart (--json has all of it) */
+            /* KEYS: held in either tier; ON_DISK: of those, on the
+             * node's disk tier only */
             printf(
-                "%-5" PRIu32 " %-20s %-9s %-8s %8" PRIu64
-                " %-26s %-26s %08" PRIx64 " %6" PRIu64 "ms %s\n",
+                "%-5" PRIu32 " %-20s %-9s %-8s %8" PRIu64 " %8" PRIu64
+                " %-26s %-26s %-26s %08" PRIx64 " %6" PRIu64 "ms %s\n",
                 d->node_id, d->name, d->state, kvf_msg_role_name(d->role),
-                d->keys,
+                d->keys, d->keys_disk,
                 kvf_ctl_usage_str(d->pool_used, d->pool_capacity, pool,
                                   sizeof(pool)),
+                kvf_ctl_usage_str(d->disk_used, d->disk_capacity, disk,
+                                  sizeof(disk)),
                 kvf_ctl_usage_str(d->pd_used, d->pd_capacity, pd, sizeof(pd)),
                 d->incarnation & 0xffffffffu, d->last_heartbeat_ms_ago,
                 (d->data_address[0] != '\0') ? d->data_address : "-");
@@ -258,10 +268,13 @@ static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
                ",\"pool_used\":%" PRIu64 ",\"pool_capacity\":%" PRIu64
                ",\"pd_used\":%" PRIu64 ",\"pd_capacity\":%" PRIu64
                ",\"incarnation\":%" PRIu64 ",\"last_heartbeat_ms_ago\":%" PRIu64
+               ",\"keys_disk\":%" PRIu64 ",\"disk_used\":%" PRIu64
+               ",\"disk_capacity\":%" PRIu64 ",\"disk_chunks\":%" PRIu64
                ",\"control_address\":",
                d->state, kvf_msg_role_name(d->role), d->keys, d->pool_used,
                d->pool_capacity, d->pd_used, d->pd_capacity, d->incarnation,
-               d->last_heartbeat_ms_ago);
+               d->last_heartbeat_ms_ago, d->keys_disk, d->disk_used,
+               d->disk_capacity, d->disk_chunks);
         kvf_ctl_json_str(d->control_address);
         printf(",\"data_address\":");
         kvf_ctl_json_str(d->data_address);
@@ -314,11 +327,21 @@ static const char *kvf_ctl_name_of(const kvf_ctl_names_t *names, uint32_t id)
     return "?";
 }
 
-/* One LOOKUP; fills holders[n] (node ids, 0: none) and *hit_p. */
+/* Where the chosen holder keeps a key: "host", "disk", "-" (none). */
+static const char *kvf_ctl_medium_name(uint32_t holder, uint8_t medium)
+{
+    if (holder == 0) {
+        return "-";
+    }
+    return (medium == KVF__MEDIUM__MEDIUM_DISK) ? "disk" : "host";
+}
+
+/* One LOOKUP; fills holders[n] (node ids, 0: none), media[n] (NULL: not
+ * wanted; a controller that sends none: host) and *hit_p. */
 static int kvf_ctl_lookup_raw(kvf_ctlconn_t *conn, const uint8_t *keys, int n,
                               bool any_order, uint32_t requester,
-                              uint32_t *holders, uint32_t *hit_p,
-                              bool *recovering_p)
+                              uint32_t *holders, uint8_t *media,
+                              uint32_t *hit_p, bool *recovering_p)
 {
     const Kvf__LookupReply *rep;
     kvf_frame_t frame;
@@ -347,6 +370,10 @@ static int kvf_ctl_lookup_raw(kvf_ctlconn_t *conn, const uint8_t *keys, int n,
 
         holders[i] = (uint32_t)p[0] | ((uint32_t)p[1] << 8) |
                      ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+        if (media != NULL) {
+            media[i] = (rep->media.len == (size_t)n) ? rep->media.data[i]
+                                                     : KVF__MEDIUM__MEDIUM_HOST;
+        }
     }
     *hit_p = rep->hit_chunks;
     if (recovering_p != NULL) {
@@ -381,7 +408,7 @@ static int kvf_ctl_holders_all(kvf_ctlconn_t *conn,
             continue;
         }
         if (kvf_ctl_lookup_raw(conn, keys, n, true, names->ids[j], holders,
-                               &hit, NULL) != 0) {
+                               NULL, &hit, NULL) != 0) {
             free(holders);
             return 1;
         }
@@ -622,8 +649,8 @@ static int kvf_ctl_lookup(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
     kvf_ctl_names_t *names = NULL;
     uint32_t *holders = NULL, *counts = NULL, hit;
     bool recovering, *held            = NULL;
-    uint8_t *keys;
-    int i, rc = 1;
+    uint8_t *keys, *media             = NULL;
+    int i, rc                         = 1;
 
     if (argc == 0) {
         return kvf_ctl_fail(2, "KVF_ERR_INVALID",
@@ -636,12 +663,14 @@ static int kvf_ctl_lookup(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
     names   = calloc(1, sizeof(*names));
     holders = calloc((size_t)argc, sizeof(*holders));
     counts  = calloc((size_t)argc, sizeof(*counts));
-    if ((names == NULL) || (holders == NULL) || (counts == NULL)) {
+    media   = calloc((size_t)argc, sizeof(*media));
+    if ((names == NULL) || (holders == NULL) || (counts == NULL) ||
+        (media == NULL)) {
         kvf_ctl_fail(1, "KVF_ERR_NO_MEMORY", "out of memory");
         goto out;
     }
     if ((kvf_ctl_lookup_raw(conn, keys, argc, opts->is_any_order, 0, holders,
-                            &hit, &recovering) != 0) ||
+                            media, &hit, &recovering) != 0) ||
         (kvf_ctl_names_load(conn, names) != 0)) {
         goto out;
     }
@@ -657,9 +686,9 @@ static int kvf_ctl_lookup(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
         printf("{\"hit_chunks\":%" PRIu32 ",\"recovering\":%s,\"keys\":[", hit,
                recovering ? "true" : "false");
     } else {
-        printf("hit %" PRIu32 " of %d chunk(s)%s\n%-50s %-20s %s\n", hit, argc,
-               recovering ? " (controller recovering)" : "", "KEY", "CHOSEN",
-               "HOLDERS");
+        printf("hit %" PRIu32 " of %d chunk(s)%s\n%-50s %-20s %-6s %s\n", hit,
+               argc, recovering ? " (controller recovering)" : "", "KEY",
+               "CHOSEN", "MEDIUM", "HOLDERS");
     }
     for (i = 0; i < argc; i++) {
         if (opts->is_json) {
@@ -668,13 +697,15 @@ static int kvf_ctl_lookup(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
             printf(",\"holder\":%" PRIu32 ",\"holder_name\":", holders[i]);
             kvf_ctl_json_str(
                 (holders[i] != 0) ? kvf_ctl_name_of(names, holders[i]) : "");
+            printf(",\"medium\":\"%s\"",
+                   kvf_ctl_medium_name(holders[i], media[i]));
             printf(",\"holders\":");
             kvf_ctl_holder_list(names, held, i, true);
             putchar('}');
         } else {
-            printf("%-50s %-20s ", argv[i],
-                   (holders[i] != 0) ? kvf_ctl_name_of(names, holders[i])
-                                     : "-");
+            printf("%-50s %-20s %-6s ", argv[i],
+                   (holders[i] != 0) ? kvf_ctl_name_of(names, holders[i]) : "-",
+                   kvf_ctl_medium_name(holders[i], media[i]));
             kvf_ctl_holder_list(names, held, i, false);
             putchar('\n');
         }
@@ -685,6 +716,7 @@ static int kvf_ctl_lookup(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
     rc = 0;
 out:
     free(held);
+    free(media);
     free(counts);
     free(holders);
     free(names);
@@ -1029,7 +1061,10 @@ static const struct {
 
 int main(int argc, char **argv)
 {
-    kvf_ctl_opts_t opts = {.controller = "127.0.0.1:7400", .timeout_ms = 5000};
+    kvf_ctl_opts_t opts = {.controller  = "127.0.0.1:7400",
+                           .etcd_prefix = "/kvfabric",
+                           .timeout_ms  = 5000};
+    char leader[256];
     kvf_ctlconn_params_t params;
     kvf_auth_secret_t secret;
     char *words[256];
@@ -1053,10 +1088,18 @@ int main(int argc, char **argv)
     if (getenv("KVF_CONTROLLER") != NULL) {
         opts.controller = getenv("KVF_CONTROLLER");
     }
+    if (getenv("KVF_ETCD") != NULL) {
+        opts.etcd = getenv("KVF_ETCD");
+    }
+    if (getenv("KVF_ETCD_PREFIX") != NULL) {
+        opts.etcd_prefix = getenv("KVF_ETCD_PREFIX");
+    }
     for (i = 1; i < argc; i++) {
         const char *eq = NULL;
 
         if ((strncmp(argv[i], "--controller=", 13) == 0) ||
+            (strncmp(argv[i], "--etcd=", 7) == 0) ||
+            (strncmp(argv[i], "--etcd-prefix=", 14) == 0) ||
             (strncmp(argv[i], "--timeout=", 10) == 0)) {
             eq = strchr(argv[i], '=') + 1;
         }
@@ -1078,6 +1121,18 @@ int main(int argc, char **argv)
                                     "--controller needs HOST:PORT");
             }
             opts.controller = (eq != NULL) ? eq : argv[++i];
+        } else if ((strcmp(argv[i], "--etcd") == 0) ||
+                   (strncmp(argv[i], "--etcd=", 7) == 0) ||
+                   (strcmp(argv[i], "--etcd-prefix") == 0) ||
+                   (strncmp(argv[i], "--etcd-prefix=", 14) == 0)) {
+            bool is_prefix = (strncmp(argv[i], "--etcd-prefix", 13) == 0);
+
+            if ((eq == NULL) && (i + 1 >= argc)) {
+                return kvf_ctl_fail(2, "KVF_ERR_INVALID", "%s needs a value",
+                                    is_prefix ? "--etcd-prefix" : "--etcd");
+            }
+            *(is_prefix ? &opts.etcd_prefix : &opts.etcd) =
+                (eq != NULL) ? eq : argv[++i];
         } else if ((strcmp(argv[i], "--timeout") == 0) ||
                    (strncmp(argv[i], "--timeout=", 10) == 0)) {
             const char *v = (eq != NULL) ? eq : (i + 1 < argc) ? argv[++i] : "";
@@ -1126,6 +1181,17 @@ int main(int argc, char **argv)
     if (kvf_auth_secret_load_opt(getenv("KVF_CLUSTER_SECRET_FILE"), &secret,
                                  err, sizeof(err)) != KVF_OK) {
         return kvf_ctl_fail(1, "KVF_ERR_CONFIG", "%s", err);
+    }
+    if ((opts.etcd != NULL) && (opts.etcd[0] != '\0')) {
+        /* HA on etcd: the leader's published control address */
+        status = kvf_etcd_find_leader(opts.etcd, opts.etcd_prefix,
+                                      (uint64_t)opts.timeout_ms, leader,
+                                      sizeof(leader), err, sizeof(err));
+        if (status != KVF_OK) {
+            kvf_auth_secret_cleanup(&secret);
+            return kvf_ctl_fail(1, kvf_status_name(status), "%s", err);
+        }
+        opts.controller = leader;
     }
     memset(&params, 0, sizeof(params));
     params.hostport        = opts.controller;

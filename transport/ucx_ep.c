@@ -310,6 +310,29 @@ static kvf_status_t kvf_ucx_ep_connect(kvf_ucx_ep_t *ep,
     return KVF_OK;
 }
 
+/* A new endpoint named @p peer, connected with @p params and linked into
+ * its worker. */
+static kvf_status_t kvf_ucx_ep_open(kvf_ucx_worker_t *worker, const char *peer,
+                                    const kvf_ucx_ep_params_t *params,
+                                    kvf_ucx_ep_t **ep_p)
+{
+    kvf_ucx_ep_t *ep;
+    kvf_status_t status;
+
+    status = kvf_ucx_ep_new(worker, peer, &ep);
+    if (status != KVF_OK) {
+        return status;
+    }
+    status = kvf_ucx_ep_connect(ep, params);
+    if (status != KVF_OK) {
+        free(ep);
+        return status;
+    }
+    kvf_ucx_ep_link(ep);
+    *ep_p = ep;
+    return KVF_OK;
+}
+
 kvf_status_t kvf_ucx_ep_create(kvf_ucx_worker_t *worker,
                                const kvf_ucx_ep_params_t *params,
                                kvf_ucx_ep_t **ep_p)
@@ -320,21 +343,16 @@ kvf_status_t kvf_ucx_ep_create(kvf_ucx_worker_t *worker,
     if ((worker == NULL) || (params == NULL) || (ep_p == NULL)) {
         return KVF_ERR_INVALID;
     }
-    status = kvf_ucx_ep_new(worker,
-                            ((params->field_mask & KVF_UCX_EP_FIELD_SOCKADDR) &&
-                             (params->sockaddr != NULL))
-                                ? params->sockaddr
-                                : "address",
-                            &ep);
+    status =
+        kvf_ucx_ep_open(worker,
+                        ((params->field_mask & KVF_UCX_EP_FIELD_SOCKADDR) &&
+                         (params->sockaddr != NULL))
+                            ? params->sockaddr
+                            : "address",
+                        params, &ep);
     if (status != KVF_OK) {
         return status;
     }
-    status = kvf_ucx_ep_connect(ep, params);
-    if (status != KVF_OK) {
-        free(ep);
-        return status;
-    }
-    kvf_ucx_ep_link(ep);
     kvf_ucx_worker_kick(worker);
     *ep_p = ep;
     return KVF_OK;
@@ -371,16 +389,10 @@ kvf_status_t kvf_ucx_ep_get(kvf_ucx_worker_t *worker, const char *peer,
         sa_params.sockaddr   = peer;
         params               = &sa_params;
     }
-    status = kvf_ucx_ep_new(worker, peer, &ep);
+    status = kvf_ucx_ep_open(worker, peer, params, &ep);
     if (status != KVF_OK) {
         return status;
     }
-    status = kvf_ucx_ep_connect(ep, params);
-    if (status != KVF_OK) {
-        free(ep);
-        return status;
-    }
-    kvf_ucx_ep_link(ep);
     ep->refcount++; /* the cache's */
     ep->has_worker_ref    = true;
     ep->is_cached         = true;

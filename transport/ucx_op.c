@@ -470,23 +470,44 @@ static kvf_status_t kvf_ucx_rma_begin(kvf_ucx_ep_t *ep, kvf_ucx_op_type_t type,
     return KVF_OK;
 }
 
-kvf_status_t kvf_ucx_put(kvf_ucx_ep_t *ep, const void *src, size_t len,
-                         const kvf_ucx_mem_t *mem, uint64_t remote_addr,
-                         const kvf_ucx_rkey_t *rkey, uint64_t timeout_ns,
-                         kvf_ucx_op_cb_t cb, void *arg)
+/* A put from @p src or (src NULL) a get into @p dest. */
+static kvf_status_t kvf_ucx_rma(kvf_ucx_ep_t *ep, const void *src, void *dest,
+                                size_t len, const kvf_ucx_mem_t *mem,
+                                uint64_t remote_addr,
+                                const kvf_ucx_rkey_t *rkey, uint64_t timeout_ns,
+                                kvf_ucx_op_cb_t cb, void *arg)
 {
     ucp_request_param_t param;
     kvf_ucx_op_t *op;
     kvf_status_t status;
 
-    status = kvf_ucx_rma_begin(ep, KVF_UCX_OP_PUT, len, mem, remote_addr, rkey,
-                               timeout_ns, cb, arg, &param, &op);
+    status = kvf_ucx_rma_begin(
+        ep, (src != NULL) ? KVF_UCX_OP_PUT : KVF_UCX_OP_GET, len, mem,
+        remote_addr, rkey, timeout_ns, cb, arg, &param, &op);
     if (status != KVF_OK) {
         return status;
     }
+    if (src != NULL) {
+        return kvf_ucx_op_start(
+            op,
+            ucp_put_nbx(ep->ucp_ep, src, len, remote_addr, rkey->ucp, &param),
+            "put");
+    }
     return kvf_ucx_op_start(
-        op, ucp_put_nbx(ep->ucp_ep, src, len, remote_addr, rkey->ucp, &param),
-        "put");
+        op, ucp_get_nbx(ep->ucp_ep, dest, len, remote_addr, rkey->ucp, &param),
+        "get");
+}
+
+kvf_status_t kvf_ucx_put(kvf_ucx_ep_t *ep, const void *src, size_t len,
+                         const kvf_ucx_mem_t *mem, uint64_t remote_addr,
+                         const kvf_ucx_rkey_t *rkey, uint64_t timeout_ns,
+                         kvf_ucx_op_cb_t cb, void *arg)
+{
+    if (src == NULL) {
+        return KVF_ERR_INVALID;
+    }
+    return kvf_ucx_rma(ep, src, NULL, len, mem, remote_addr, rkey, timeout_ns,
+                       cb, arg);
 }
 
 kvf_status_t kvf_ucx_get(kvf_ucx_ep_t *ep, void *dest, size_t len,
@@ -494,18 +515,8 @@ kvf_status_t kvf_ucx_get(kvf_ucx_ep_t *ep, void *dest, size_t len,
                          const kvf_ucx_rkey_t *rkey, uint64_t timeout_ns,
                          kvf_ucx_op_cb_t cb, void *arg)
 {
-    ucp_request_param_t param;
-    kvf_ucx_op_t *op;
-    kvf_status_t status;
-
-    status = kvf_ucx_rma_begin(ep, KVF_UCX_OP_GET, len, mem, remote_addr, rkey,
-                               timeout_ns, cb, arg, &param, &op);
-    if (status != KVF_OK) {
-        return status;
-    }
-    return kvf_ucx_op_start(
-        op, ucp_get_nbx(ep->ucp_ep, dest, len, remote_addr, rkey->ucp, &param),
-        "get");
+    return kvf_ucx_rma(ep, NULL, dest, len, mem, remote_addr, rkey, timeout_ns,
+                       cb, arg);
 }
 
 kvf_status_t kvf_ucx_ep_flush(kvf_ucx_ep_t *ep, uint64_t timeout_ns,

@@ -147,14 +147,16 @@ kvf_ctlconn_t *kvf_th_connect(const kvf_th_ctl_t *ctl, int kind)
 }
 
 static void kvf_th_register_frame(kvf_ctlconn_t *conn, const char *name,
-                                  uint64_t incarnation, kvf_frame_t *frame)
+                                  const char *instance, uint64_t incarnation,
+                                  kvf_frame_t *frame)
 {
     Kvf__Register reg;
     char name_buf[64], ctrl[] = "127.0.0.1:1", data[] = "127.0.0.1:2";
-    char inst[]       = "inst0";
+    char inst[64];
     uint8_t worker[4] = {0xde, 0xad, 0xbe, 0xef};
 
     snprintf(name_buf, sizeof(name_buf), "%s", name);
+    snprintf(inst, sizeof(inst), "%s", instance);
     kvf__register__init(&reg);
     reg.request_id          = kvf_ctlconn_next_id(conn);
     reg.name                = name_buf;
@@ -174,14 +176,15 @@ static void kvf_th_register_frame(kvf_ctlconn_t *conn, const char *name,
                  reg.request_id);
 }
 
-uint32_t kvf_th_register(kvf_ctlconn_t *conn, const char *name,
-                         uint64_t incarnation, bool *recovering_p)
+uint32_t kvf_th_register_in(kvf_ctlconn_t *conn, const char *name,
+                            const char *instance, uint64_t incarnation,
+                            bool *recovering_p)
 {
     Kvf__RegisterReply *rep;
     kvf_frame_t frame;
     uint32_t id;
 
-    kvf_th_register_frame(conn, name, incarnation, &frame);
+    kvf_th_register_frame(conn, name, instance, incarnation, &frame);
     rep = (Kvf__RegisterReply *)frame.msg;
     cr_assert_eq(rep->status, KVF_OK, "%s", rep->message);
     cr_assert_neq(rep->node_id, 0);
@@ -195,13 +198,19 @@ uint32_t kvf_th_register(kvf_ctlconn_t *conn, const char *name,
     return id;
 }
 
+uint32_t kvf_th_register(kvf_ctlconn_t *conn, const char *name,
+                         uint64_t incarnation, bool *recovering_p)
+{
+    return kvf_th_register_in(conn, name, "inst0", incarnation, recovering_p);
+}
+
 int kvf_th_register_status(kvf_ctlconn_t *conn, const char *name,
                            uint64_t incarnation)
 {
     kvf_frame_t frame;
     int status;
 
-    kvf_th_register_frame(conn, name, incarnation, &frame);
+    kvf_th_register_frame(conn, name, "inst0", incarnation, &frame);
     status = ((Kvf__RegisterReply *)frame.msg)->status;
     kvf_frame_release(&frame, NULL);
     return status;

@@ -41,6 +41,11 @@ kvf_ctlconn_t *kvf_th_connect(const kvf_th_ctl_t *ctl, int kind);
 uint32_t kvf_th_register(kvf_ctlconn_t *conn, const char *name,
                          uint64_t incarnation, bool *recovering_p);
 
+/* As kvf_th_register, as a node of engine instance @p instance. */
+uint32_t kvf_th_register_in(kvf_ctlconn_t *conn, const char *name,
+                            const char *instance, uint64_t incarnation,
+                            bool *recovering_p);
+
 /* REGISTER returning the reply status (no assert). */
 int kvf_th_register_status(kvf_ctlconn_t *conn, const char *name,
                            uint64_t incarnation);

@@ -259,6 +259,13 @@ Test(dashboard, chromium_renders_the_node_table)
               dom);
     cr_assert(strstr(dom, " / 64.0 MiB</td><td class=\"num\">") != NULL, "%s",
               dom);
+    /* both tiers: these agents have no disk tier */
+    cr_assert(strstr(dom, "<td class=\"disk\">\xe2\x80\x93</td>") != NULL, "%s",
+              dom);
+    cr_assert(strstr(dom, "<td class=\"num disk-keys\">0</td>") != NULL, "%s",
+              dom);
+    cr_assert(strstr(dom, "<div class=\"label\">Disk tier used</div>") != NULL,
+              "%s", dom);
     cr_assert(strstr(dom, "<td class=\"num hit\"") != NULL, "%s", dom);
     cr_assert(strstr(dom, " %</td>") != NULL, "no hit rate shown: %s", dom);
     /* cluster totals */

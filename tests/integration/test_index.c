@@ -54,32 +54,7 @@ static int post(const char *path, const char *body)
 static uint32_t register_node(kvf_ctlconn_t *conn, const char *name,
                               const char *instance)
 {
-    char name_buf[64], inst[64], ctrl[] = "127.0.0.1:1", data[] = "x:2";
-    uint8_t worker[4] = {1, 2, 3, 4};
-    Kvf__Register reg;
-    kvf_frame_t frame;
-    uint32_t id;
-
-    snprintf(name_buf, sizeof(name_buf), "%s", name);
-    snprintf(inst, sizeof(inst), "%s", instance);
-    kvf__register__init(&reg);
-    reg.request_id          = kvf_ctlconn_next_id(conn);
-    reg.name                = name_buf;
-    reg.role                = KVF__ROLE__ROLE_BOTH;
-    reg.worker_address.data = worker;
-    reg.worker_address.len  = sizeof(worker);
-    reg.control_address     = ctrl;
-    reg.data_address        = data;
-    reg.pool_capacity       = 1 << 30;
-    reg.incarnation         = 1;
-    reg.instance_id         = inst;
-    reg.tp_world            = 1;
-    cr_assert_eq(kvf_ctlconn_call(conn, KVF_MSG_REGISTER, &reg.base, &frame),
-                 KVF_OK);
-    cr_assert_eq(frame.type, KVF_MSG_REGISTER_REPLY);
-    id = ((Kvf__RegisterReply *)frame.msg)->node_id;
-    kvf_frame_release(&frame, NULL);
-    return id;
+    return kvf_th_register_in(conn, name, instance, 1, NULL);
 }
 
 /* ADMIT of the prompt's chunks whose bit is set in @p mask. */

@@ -454,3 +454,119 @@ Test(registry, dump_lists_every_key_and_holder_once)
     cr_assert_eq(d.of_others, 51 + 3);
     free(d.seen);
 }
+
+static void admit_on(uint16_t s, uint64_t base, size_t n,
+                     kvf_registry_medium_t medium, size_t *added_p)
+{
+    uint8_t keys[64 * KVF_KEY_WIRE_SIZE];
+
+    cr_assert(n <= 64);
+    make_keys(keys, n, base);
+    cr_assert_eq(kvf_registry_admit_medium(g_reg, s, keys, n, medium, added_p),
+                 KVF_OK);
+}
+
+static size_t lookup_media(uint64_t base, size_t n, uint16_t req, bool any,
+                           uint16_t *out, uint8_t *media)
+{
+    uint8_t keys[64 * KVF_KEY_WIRE_SIZE];
+    size_t hit = 0;
+
+    cr_assert(n <= 64);
+    make_keys(keys, n, base);
+    cr_assert_eq(
+        kvf_registry_lookup_media(g_reg, keys, n, req, any, out, media, &hit),
+        KVF_OK);
+    return hit;
+}
+
+/* A holder moves between media without becoming a new holding; the
+ * per-slot and total disk counts follow; EVICT removes either medium. */
+Test(registry, medium_moves_and_counts)
+{
+    uint16_t a = open_slot(), out[4];
+    uint8_t media[4];
+    kvf_registry_stats_t st;
+    uint8_t keys[4 * KVF_KEY_WIRE_SIZE];
+    size_t added, removed;
+
+    admit_on(a, 10, 4, KVF_REGISTRY_HOST, &added);
+    cr_assert_eq(added, 4);
+    cr_assert_eq(kvf_registry_slot_disk_keys(g_reg, a), 0);
+    /* the pool evicted 10 and 11, the disk tier keeps them */
+    admit_on(a, 10, 2, KVF_REGISTRY_DISK, &added);
+    cr_assert_eq(added, 0);
+    cr_assert_eq(kvf_registry_slot_keys(g_reg, a), 4);
+    cr_assert_eq(kvf_registry_slot_disk_keys(g_reg, a), 2);
+    kvf_registry_stats(g_reg, &st);
+    cr_assert_eq(st.disk_holdings, 2);
+    cr_assert_eq(lookup_media(10, 4, 0, false, out, media), 4);
+    cr_assert_eq(out[0], a);
+    cr_assert_eq(media[0], KVF_REGISTRY_DISK);
+    cr_assert_eq(media[1], KVF_REGISTRY_DISK);
+    cr_assert_eq(media[2], KVF_REGISTRY_HOST);
+    cr_assert_eq(media[3], KVF_REGISTRY_HOST);
+    /* promoted back: host again */
+    admit_on(a, 11, 1, KVF_REGISTRY_HOST, &added);
+    cr_assert_eq(kvf_registry_slot_disk_keys(g_reg, a), 1);
+    /* left both tiers */
+    make_keys(keys, 4, 10);
+    cr_assert_eq(kvf_registry_evict(g_reg, a, keys, 4, &removed), KVF_OK);
+    cr_assert_eq(removed, 4);
+    cr_assert_eq(kvf_registry_slot_keys(g_reg, a), 0);
+    cr_assert_eq(kvf_registry_slot_disk_keys(g_reg, a), 0);
+    kvf_registry_stats(g_reg, &st);
+    cr_assert_eq(st.disk_holdings, 0);
+    cr_assert_eq(st.keys, 0);
+    cr_assert_eq(lookup_media(10, 4, 0, false, out, media), 0);
+}
+
+/* Holders in memory are chosen before holders on disk, even against a
+ * longer run or a lighter load; the requester itself stays first. */
+Test(registry, memory_holders_before_disk)
+{
+    uint16_t d = open_slot(), h = open_slot(), r = open_slot(), out[8];
+    uint8_t media[8];
+    size_t added;
+
+    admit_on(d, 0, 8, KVF_REGISTRY_DISK, &added); /* the whole chain */
+    admit_on(h, 2, 3, KVF_REGISTRY_HOST, &added); /* 2..4 in memory */
+    kvf_registry_slot_set_load(g_reg, d, 0);
+    kvf_registry_slot_set_load(g_reg, h, 900);
+    cr_assert_eq(lookup_media(0, 8, 0, false, out, media), 8);
+    cr_assert_eq(out[0], d);
+    cr_assert_eq(media[0], KVF_REGISTRY_DISK);
+    cr_assert_eq(out[2], h);
+    cr_assert_eq(out[4], h);
+    cr_assert_eq(media[3], KVF_REGISTRY_HOST);
+    cr_assert_eq(out[5], d);
+    cr_assert_eq(media[5], KVF_REGISTRY_DISK);
+    cr_assert_eq(lookup_media(0, 8, 0, true, out, media), 8);
+    cr_assert_eq(out[3], h);
+    cr_assert_eq(media[3], KVF_REGISTRY_HOST);
+    cr_assert_eq(out[6], d);
+    /* the requester holding it on its own disk keeps it */
+    admit_on(r, 3, 1, KVF_REGISTRY_DISK, &added);
+    cr_assert_eq(lookup_media(3, 1, r, false, out, media), 1);
+    cr_assert_eq(out[0], r);
+    cr_assert_eq(media[0], KVF_REGISTRY_DISK);
+    /* lookups without media still answer */
+    cr_assert_eq(lookup(2, 3, 0, false, out), 3);
+    cr_assert_eq(out[0], h);
+}
+
+/* A closed slot's disk holdings leave the totals with its purge. */
+Test(registry, purge_clears_disk_holdings)
+{
+    uint16_t a = open_slot();
+    kvf_registry_stats_t st;
+    size_t added;
+
+    admit_on(a, 0, 16, KVF_REGISTRY_DISK, &added);
+    kvf_registry_slot_close(g_reg, a);
+    while (kvf_registry_purge_step(g_reg, 1u << 20) > 0) {
+    }
+    kvf_registry_stats(g_reg, &st);
+    cr_assert_eq(st.disk_holdings, 0);
+    cr_assert_eq(st.keys, 0);
+}
