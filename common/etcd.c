@@ -306,6 +306,67 @@ kvf_status_t kvf_etcd_get(kvf_etcd_t *etcd, const char *key, bool *found_p,
     return KVF_OK;
 }
 
+kvf_status_t kvf_etcd_txn_put_guarded(kvf_etcd_t *etcd, const char *guard,
+                                      const char *key, const char *value,
+                                      int64_t lease, int64_t rev, bool *done_p,
+                                      int64_t *revision_p)
+{
+    json_object *req, *cmp, *put, *op, *rep = NULL;
+    kvf_status_t status;
+
+    req = json_object_new_object();
+    cmp = json_object_new_object();
+    put = json_object_new_object();
+    op  = json_object_new_object();
+    if ((req == NULL) || (cmp == NULL) || (put == NULL) || (op == NULL)) {
+        json_object_put(req);
+        json_object_put(cmp);
+        json_object_put(put);
+        json_object_put(op);
+        return KVF_ERR_NO_MEMORY;
+    }
+    json_object_object_add(cmp, "key", kvf_etcd_b64(guard));
+    json_object_object_add(cmp, "target", json_object_new_string("CREATE"));
+    json_object_object_add(cmp, "result", json_object_new_string("EQUAL"));
+    json_object_object_add(cmp, "create_revision", json_object_new_int64(rev));
+    json_object_object_add(put, "key", kvf_etcd_b64(key));
+    json_object_object_add(put, "value", kvf_etcd_b64(value));
+    if (lease != 0) {
+        json_object_object_add(put, "lease", json_object_new_int64(lease));
+    }
+    json_object_object_add(op, "request_put", put);
+    json_object_object_add(req, "compare", json_object_new_array());
+    json_object_array_add(kvf_etcd_field(req, "compare"), cmp);
+    json_object_object_add(req, "success", json_object_new_array());
+    json_object_array_add(kvf_etcd_field(req, "success"), op);
+    status = kvf_etcd_call(etcd, "/v3/kv/txn", req, &rep);
+    json_object_put(req);
+    if (status != KVF_OK) {
+        return status;
+    }
+    *done_p = json_object_get_boolean(kvf_etcd_field(rep, "succeeded"));
+    if (revision_p != NULL) {
+        *revision_p = kvf_etcd_int(kvf_etcd_field(rep, "header"), "revision");
+    }
+    json_object_put(rep);
+    return KVF_OK;
+}
+
+kvf_status_t kvf_etcd_put_guarded(kvf_etcd_t *etcd, const char *key,
+                                  const char *value, const char *guard,
+                                  int64_t guard_revision)
+{
+    kvf_status_t status;
+    bool done = false;
+
+    status = kvf_etcd_txn_put_guarded(etcd, guard, key, value, 0,
+                                      guard_revision, &done, NULL);
+    if ((status == KVF_OK) && !done) {
+        status = KVF_ERR_STATE;
+    }
+    return status;
+}
+
 kvf_status_t kvf_etcd_leader_get(kvf_etcd_t *etcd, const char *prefix,
                                  kvf_etcd_leader_t *leader)
 {

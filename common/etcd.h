@@ -38,6 +38,13 @@ void kvf_etcd_set_timeout(kvf_etcd_t *etcd, uint64_t timeout_ms);
 kvf_status_t kvf_etcd_get(kvf_etcd_t *etcd, const char *key, bool *found_p,
                           char *value, size_t len, int64_t *create_rev_p);
 
+/* Sets @p key = @p value (no lease: it outlives the writer) only while
+ * @p guard's create revision is @p guard_revision (the leader key of this
+ * term: a deposed leader cannot write); KVF_ERR_STATE otherwise. */
+kvf_status_t kvf_etcd_put_guarded(kvf_etcd_t *etcd, const char *key,
+                                  const char *value, const char *guard,
+                                  int64_t guard_revision);
+
 /* The leader's published addresses (controller/election.h). */
 typedef struct kvf_etcd_leader {
     char control[256]; /* HOST:PORT agents and kvfctl connect to */

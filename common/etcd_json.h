@@ -27,4 +27,11 @@ json_object *kvf_etcd_field(json_object *obj, const char *name);
 /* @p text base64-encoded, as a new JSON string (NULL: no memory). */
 json_object *kvf_etcd_b64(const char *text);
 
+/* A txn: if @p guard's create revision is @p rev, put @p key = @p value
+ * under @p lease (0: none); *done_p says whether it was put. */
+kvf_status_t kvf_etcd_txn_put_guarded(kvf_etcd_t *etcd, const char *guard,
+                                      const char *key, const char *value,
+                                      int64_t lease, int64_t rev, bool *done_p,
+                                      int64_t *revision_p);
+
 #endif /* KVF_COMMON_ETCD_JSON_H */

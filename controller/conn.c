@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/time.h"
 
+#include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 
@@ -36,6 +37,7 @@ void kvf_conn_destroy(kvf_conn_t *conn)
 {
     kvf_server_t *server = conn->server;
 
+    kvf_replica_drop(server, conn);
     LIST_REMOVE(conn, link);
     server->num_conns--;
     kvf_evconn_destroy(conn->ev);
@@ -52,6 +54,34 @@ kvf_status_t kvf_conn_send(kvf_conn_t *conn, uint16_t type,
                            const ProtobufCMessage *msg)
 {
     return kvf_evconn_send(conn->ev, type, msg);
+}
+
+kvf_status_t kvf_server_conn_push(kvf_conn_t *conn, uint16_t type,
+                                  const ProtobufCMessage *msg)
+{
+    /* written on the next loop turn, with whatever else was queued */
+    return kvf_evconn_send(conn->ev, type, msg);
+}
+
+kvf_status_t kvf_server_conn_push_raw(kvf_conn_t *conn, const void *data,
+                                      size_t len)
+{
+    return kvf_evconn_send_raw(conn->ev, data, len);
+}
+
+size_t kvf_server_conn_queued(const kvf_conn_t *conn)
+{
+    return evbuffer_get_length(kvf_evconn_output(conn->ev));
+}
+
+kvf_server_t *kvf_server_conn_server(const kvf_conn_t *conn)
+{
+    return conn->server;
+}
+
+void kvf_server_conn_close(kvf_conn_t *conn)
+{
+    kvf_conn_destroy(conn);
 }
 
 kvf_status_t kvf_conn_send_status(kvf_conn_t *conn, uint64_t req_id,

@@ -27,6 +27,7 @@ struct kvf_election {
     kvf_etcd_t *etcd; /* loop thread */
     kvf_etcd_t *ka;   /* keep-alive thread */
     char key[512];
+    char prefix[480];
     int64_t ttl_s;
     int64_t lease;
     int64_t term;
@@ -46,6 +47,11 @@ struct kvf_election {
     struct event *lost_ev;
     void (*on_lost)(void *arg);
     void *arg;
+    kvf_election_wait_cb_t wait; /* NULL: a standby sleeps */
+    void *wait_arg;
+    uint64_t terms;      /* elections won by this process */
+    int64_t leader_term; /* the current leader's, as last seen */
+    uint64_t won_ns;     /* when the current term began (0: standby) */
 };
 
 static volatile sig_atomic_t kvf_election_quit;
@@ -72,6 +78,7 @@ kvf_status_t kvf_election_create(const kvf_controller_config_t *cfg,
     el->ttl_s = (int64_t)((cfg->etcd_lease_ns + KVF_NSEC_PER_SEC - 1) /
                           KVF_NSEC_PER_SEC);
     snprintf(el->key, sizeof(el->key), "%s/leader", cfg->etcd_prefix);
+    snprintf(el->prefix, sizeof(el->prefix), "%s", cfg->etcd_prefix);
     /* etcd calls of the loop thread: a third of the lease each */
     status = kvf_etcd_create(cfg->etcd, ttl_ms / 3, &el->etcd);
     if (status != KVF_OK) {
@@ -143,6 +150,44 @@ static void kvf_election_pause(uint64_t ns)
     nanosleep(&ts, NULL);
 }
 
+void kvf_election_set_wait(kvf_election_t *el, kvf_election_wait_cb_t wait,
+                           void *arg)
+{
+    el->wait     = wait;
+    el->wait_arg = arg;
+}
+
+/* The "control" address of a published leader value ("" if none). */
+static void kvf_election_control_of(const char *value, char *out, size_t len)
+{
+    const char *p = strstr(value, "\"control\":\"");
+    size_t n;
+
+    out[0] = '\0';
+    if (p == NULL) {
+        return;
+    }
+    p += strlen("\"control\":\"");
+    n = strcspn(p, "\"");
+    if (n < len) {
+        memcpy(out, p, n);
+        out[n] = '\0';
+    }
+}
+
+/* A standby's wait between two looks at the leader key; true: stop. */
+static bool kvf_election_standby_wait(kvf_election_t *el, const char *value)
+{
+    char control[300];
+
+    if (el->wait == NULL) {
+        kvf_election_pause(KVF_ELECTION_POLL_NS);
+        return kvf_election_quit != 0;
+    }
+    kvf_election_control_of(value, control, sizeof(control));
+    return el->wait(el->wait_arg, KVF_ELECTION_POLL_NS, control);
+}
+
 kvf_status_t kvf_election_campaign(kvf_election_t *el)
 {
     struct sigaction sa, old_term, old_int;
@@ -154,8 +199,11 @@ kvf_status_t kvf_election_campaign(kvf_election_t *el)
 
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = kvf_election_on_signal;
-    sigaction(SIGTERM, &sa, &old_term);
-    sigaction(SIGINT, &sa, &old_int);
+    if (el->wait == NULL) {
+        /* with a wait callback, the caller's loop sees the signals */
+        sigaction(SIGTERM, &sa, &old_term);
+        sigaction(SIGINT, &sa, &old_int);
+    }
     while (!kvf_election_quit) {
         if (kvf_etcd_get(el->etcd, el->key, &found, value, sizeof(value),
                          &rev) != KVF_OK) {
@@ -163,7 +211,9 @@ kvf_status_t kvf_election_campaign(kvf_election_t *el)
                 kvf_warn("etcd: no endpoint answers; retrying");
                 logged = true;
             }
-            kvf_election_pause(KVF_ELECTION_POLL_NS);
+            if (kvf_election_standby_wait(el, "")) {
+                break;
+            }
             continue;
         }
         if (found) {
@@ -172,7 +222,10 @@ kvf_status_t kvf_election_campaign(kvf_election_t *el)
                          value, rev);
                 logged = true;
             }
-            kvf_election_pause(KVF_ELECTION_POLL_NS);
+            el->leader_term = rev;
+            if (kvf_election_standby_wait(el, value)) {
+                break;
+            }
             continue;
         }
         sent = kvf_time_now_ns();
@@ -195,16 +248,21 @@ kvf_status_t kvf_election_campaign(kvf_election_t *el)
             kvf_info("etcd: elected leader of %s, term %" PRId64
                      ", lease %" PRIx64 " ttl %" PRId64 "s",
                      el->key, rev, (uint64_t)el->lease, ttl);
-            status = KVF_OK;
+            el->terms++;
+            el->won_ns      = kvf_time_now_ns();
+            el->leader_term = rev;
+            status          = KVF_OK;
             break;
         }
         kvf_etcd_lease_revoke(el->etcd, el->lease);
         el->lease = 0;
         logged    = false;
     }
-    if (status != KVF_OK) {
+    if ((status != KVF_OK) && (el->wait == NULL)) {
         sigaction(SIGTERM, &old_term, NULL);
         sigaction(SIGINT, &old_int, NULL);
+    }
+    if (status != KVF_OK) {
         kvf_info("signal while standby: exiting");
     }
     /* elected: the handler stays until the server installs its own, so a
@@ -378,4 +436,30 @@ bool kvf_election_lost(kvf_election_t *el)
 {
     return atomic_load(&el->lost) ||
            (kvf_time_now_ns() >= atomic_load(&el->serve_until_ns));
+}
+
+void kvf_election_info(const kvf_election_t *el, kvf_election_info_t *info_p)
+{
+    memset(info_p, 0, sizeof(*info_p));
+    info_p->elections_won = el->terms;
+    info_p->leader_term   = (uint64_t)el->leader_term;
+    info_p->leader_ns = (el->won_ns != 0) ? kvf_time_now_ns() - el->won_ns : 0;
+}
+
+kvf_status_t kvf_election_state_put(kvf_election_t *el, const char *name,
+                                    const char *value)
+{
+    char key[600];
+
+    snprintf(key, sizeof(key), "%s/state/%s", el->prefix, name);
+    return kvf_etcd_put_guarded(el->etcd, key, value, el->key, el->term);
+}
+
+kvf_status_t kvf_election_state_get(kvf_election_t *el, const char *name,
+                                    char *value, size_t len, bool *found_p)
+{
+    char key[600];
+
+    snprintf(key, sizeof(key), "%s/state/%s", el->prefix, name);
+    return kvf_etcd_get(el->etcd, key, found_p, value, len, NULL);
 }

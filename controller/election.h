@@ -30,6 +30,7 @@
 #include <kvfabric/status.h>
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct event_base;
@@ -45,6 +46,18 @@ kvf_status_t kvf_election_create(const kvf_controller_config_t *cfg,
 /* Stops the keep-alive thread and, when still leader, revokes the lease
  * (a clean shutdown hands over at once). NULL is a no-op. */
 void kvf_election_destroy(kvf_election_t *el);
+
+/* A standby's wait of @p ns between looks at the leader key (a warm
+ * standby runs its loop meanwhile, following the leader at @p control,
+ * "" when none is published). Returns true to stop campaigning (the
+ * caller's loop saw SIGTERM/SIGINT). */
+typedef bool (*kvf_election_wait_cb_t)(void *arg, uint64_t ns,
+                                       const char *control);
+
+/* Before the campaign: wait through @p wait instead of sleeping; the
+ * campaign then leaves the signals to the caller's loop. */
+void kvf_election_set_wait(kvf_election_t *el, kvf_election_wait_cb_t wait,
+                           void *arg);
 
 /* Blocks until this controller is leader (KVF_OK) or SIGTERM/SIGINT
  * arrived while waiting (KVF_ERR_CANCELED). */
@@ -82,5 +95,23 @@ uint64_t kvf_election_term(const kvf_election_t *el);
 /* true once the lease was lost or is about to be (on_lost ran, or the
  * serve-until time passed). */
 bool kvf_election_lost(kvf_election_t *el);
+
+/* The leader's small state that must outlive it (pins, drained nodes):
+ * PREFIX/state/NAME, written only while this controller's term holds
+ * (KVF_ERR_STATE once deposed), read when elected. Blocking, bounded by a
+ * third of the lease; loop thread. */
+kvf_status_t kvf_election_state_put(kvf_election_t *el, const char *name,
+                                    const char *value);
+kvf_status_t kvf_election_state_get(kvf_election_t *el, const char *name,
+                                    char *value, size_t len, bool *found_p);
+
+typedef struct kvf_election_info {
+    uint64_t elections_won; /* by this process */
+    uint64_t leader_term;   /* the leader's term, as last seen */
+    uint64_t leader_ns;     /* time as leader in the current term (0) */
+} kvf_election_info_t;
+
+/* Counters for /metrics and /healthz; loop thread. */
+void kvf_election_info(const kvf_election_t *el, kvf_election_info_t *info_p);
 
 #endif /* KVF_CONTROLLER_ELECTION_H */

@@ -66,50 +66,13 @@ kvf_status_t kvf_etcd_lease_revoke(kvf_etcd_t *etcd, int64_t id)
     return status;
 }
 
-/* A txn: if @p key's create revision is @p rev, put @p value under
- * @p lease. */
 static kvf_status_t kvf_etcd_txn_put(kvf_etcd_t *etcd, const char *key,
                                      const char *value, int64_t lease,
                                      int64_t rev, bool *done_p,
                                      int64_t *revision_p)
 {
-    json_object *req, *cmp, *put, *op, *rep = NULL;
-    kvf_status_t status;
-
-    req = json_object_new_object();
-    cmp = json_object_new_object();
-    put = json_object_new_object();
-    op  = json_object_new_object();
-    if ((req == NULL) || (cmp == NULL) || (put == NULL) || (op == NULL)) {
-        json_object_put(req);
-        json_object_put(cmp);
-        json_object_put(put);
-        json_object_put(op);
-        return KVF_ERR_NO_MEMORY;
-    }
-    json_object_object_add(cmp, "key", kvf_etcd_b64(key));
-    json_object_object_add(cmp, "target", json_object_new_string("CREATE"));
-    json_object_object_add(cmp, "result", json_object_new_string("EQUAL"));
-    json_object_object_add(cmp, "create_revision", json_object_new_int64(rev));
-    json_object_object_add(put, "key", kvf_etcd_b64(key));
-    json_object_object_add(put, "value", kvf_etcd_b64(value));
-    json_object_object_add(put, "lease", json_object_new_int64(lease));
-    json_object_object_add(op, "request_put", put);
-    json_object_object_add(req, "compare", json_object_new_array());
-    json_object_array_add(kvf_etcd_field(req, "compare"), cmp);
-    json_object_object_add(req, "success", json_object_new_array());
-    json_object_array_add(kvf_etcd_field(req, "success"), op);
-    status = kvf_etcd_call(etcd, "/v3/kv/txn", req, &rep);
-    json_object_put(req);
-    if (status != KVF_OK) {
-        return status;
-    }
-    *done_p = json_object_get_boolean(kvf_etcd_field(rep, "succeeded"));
-    if (revision_p != NULL) {
-        *revision_p = kvf_etcd_int(kvf_etcd_field(rep, "header"), "revision");
-    }
-    json_object_put(rep);
-    return KVF_OK;
+    return kvf_etcd_txn_put_guarded(etcd, key, key, value, lease, rev, done_p,
+                                    revision_p);
 }
 
 kvf_status_t kvf_etcd_create_key(kvf_etcd_t *etcd, const char *key,

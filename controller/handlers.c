@@ -277,7 +277,10 @@ static kvf_status_t kvf_server_on_register(kvf_conn_t *conn, Kvf__Register *reg)
     params.is_replace         = reg->replace;
     params.is_draining        = reg->draining;
     now_ms                    = kvf_time_now_ms();
-    status = kvf_node_table_register(server->nodes, &params, now_ms, &node);
+    status                    = kvf_replica_readopt(server, &params, &node);
+    if (status != KVF_OK) {
+        status = kvf_node_table_register(server->nodes, &params, now_ms, &node);
+    }
     kvf__register_reply__init(&rep);
     rep.request_id = reg->request_id;
     rep.term       = server->term;
@@ -294,6 +297,8 @@ static kvf_status_t kvf_server_on_register(kvf_conn_t *conn, Kvf__Register *reg)
              kvf_msg_role_name(node->role), node->data_address, node->slot,
              (node->state == KVF_NODE_DRAINING) ? " (draining)" : "");
     server->has_registrations = true;
+    kvf_hastate_on_register(server, node);
+    kvf_replica_forward_node(server, node);
     kvf_server_push_pins(server, node);
     kvf_server_purge_kick(server);
     rep.status   = KVF_OK;
@@ -416,6 +421,7 @@ static kvf_status_t kvf_server_on_deregister(kvf_conn_t *conn,
     }
     kvf_node_table_kill(conn->server->nodes, node, kvf_time_now_ms(),
                         "deregistered");
+    kvf_replica_forward_node(conn->server, node);
     kvf_server_purge_kick(conn->server);
     kvf_server_events_sweep(conn->server);
     return kvf_conn_send_status(conn, dr->request_id, KVF_OK, NULL);
@@ -485,6 +491,7 @@ static kvf_status_t kvf_server_on_batch(kvf_conn_t *conn, uint16_t type,
         server->ctr.evicts += n;
     }
     if (status == KVF_OK) {
+        kvf_replica_forward(server, type, &kb->base);
         kvf_server_event(server,
                          (type == KVF_MSG_ADMIT) ? KVF_EVENTS_STORED
                                                  : KVF_EVENTS_REMOVED,
@@ -528,6 +535,7 @@ static kvf_status_t kvf_server_on_inventory(kvf_conn_t *conn,
         kvf_server_purge_kick(server);
         node->last_seq = inv->seq;
         if (status == KVF_OK) {
+            kvf_replica_forward(server, KVF_MSG_INVENTORY, &inv->base);
             kvf_server_event(server, KVF_EVENTS_STORED, node, inv->keys.data,
                              inv->keys.len / KVF_KEY_WIRE_SIZE);
         }
@@ -716,8 +724,8 @@ static kvf_status_t kvf_server_on_tp_lookup(kvf_conn_t *conn, Kvf__TpLookup *lk)
                                    min_hit * lk->tp_world, false);
 }
 
-static void kvf_server_node_desc(kvf_server_t *server, kvf_node_t *node,
-                                 uint64_t now, Kvf__NodeDesc *d)
+void kvf_server_node_desc(kvf_server_t *server, kvf_node_t *node, uint64_t now,
+                          Kvf__NodeDesc *d)
 {
     kvf__node_desc__init(d);
     d->node_id             = node->id;
@@ -831,6 +839,7 @@ void kvf_server_stats_fill(kvf_server_t *server, Kvf__StatsReply *rep_p)
     rep.seq_gaps           = server->ctr.seq_gaps;
     rep.stale_rejects      = server->ctr.stale_rejects;
     rep.auth_failures      = server->ctr.auth_failures;
+    kvf_replica_stats_fill(server, &rep);
     {
         size_t i, count = kvf_node_table_count(server->nodes);
         uint64_t holdings = 0;
@@ -922,9 +931,8 @@ static kvf_status_t kvf_server_pins_update(kvf_server_pins_t *pins, bool is_add,
 
 /* PIN keeps a key in the hard set, SOFT_PIN in the soft set (a key is in
  * at most one), UNPIN in neither. */
-static kvf_status_t kvf_server_pins_set(kvf_server_t *server,
-                                        Kvf__CommandType type,
-                                        const uint8_t *keys, size_t len)
+kvf_status_t kvf_server_pins_set(kvf_server_t *server, Kvf__CommandType type,
+                                 const uint8_t *keys, size_t len)
 {
     kvf_status_t status;
 
@@ -948,6 +956,9 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
     bool has_target = (ac->node_id != 0) ||
                       ((ac->node_name != NULL) && (ac->node_name[0] != '\0'));
 
+    if (ac->type == KVF__COMMAND_TYPE__COMMAND_FOLLOW) {
+        return kvf_replica_follow(conn, ac); /* node_name: the standby's */
+    }
     if (has_target) {
         target = (ac->node_id != 0)
                      ? kvf_node_table_find(server->nodes, ac->node_id)
@@ -980,6 +991,8 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
         if (ac->type != KVF__COMMAND_TYPE__COMMAND_REPLICATE) {
             status = kvf_server_pins_set(server, ac->type, ac->keys.data,
                                          ac->keys.len);
+            kvf_replica_pins_changed(server, ac);
+            kvf_hastate_changed(server);
         } else if (target == NULL) {
             return kvf_conn_send_status(conn, ac->request_id, KVF_ERR_INVALID,
                                         "replicate needs a node");
@@ -992,6 +1005,8 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
         }
         target->state = KVF_NODE_DRAINING;
         kvf_registry_slot_set_excluded(server->reg, target->slot, true);
+        kvf_replica_forward_node(server, target);
+        kvf_hastate_drain(server, target->name, true);
         break;
     case KVF__COMMAND_TYPE__COMMAND_UNDRAIN:
         if (target == NULL) {
@@ -1000,8 +1015,11 @@ static kvf_status_t kvf_server_on_admin(kvf_conn_t *conn, Kvf__AdminCommand *ac)
         }
         target->state = KVF_NODE_ALIVE;
         kvf_registry_slot_set_excluded(server->reg, target->slot, false);
+        kvf_replica_forward_node(server, target);
+        kvf_hastate_drain(server, target->name, false);
         break;
     case KVF__COMMAND_TYPE__COMMAND_CLEAR:
+        kvf_replica_forward(server, KVF_MSG_ADMIN_COMMAND, &ac->base);
         break;
     default:
         snprintf(text, sizeof(text), "admin command type %d not supported",

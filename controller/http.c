@@ -114,10 +114,16 @@ bool kvf_http_begin(kvf_http_t *http, struct evhttp_request *req,
 
 static void kvf_http_on_healthz(struct evhttp_request *req, void *arg)
 {
+    kvf_http_t *http = arg;
     struct evbuffer *b;
 
-    b = kvf_http_begin_body(arg, req, "/healthz", EVHTTP_REQ_GET);
+    b = kvf_http_begin_body(http, req, "/healthz", EVHTTP_REQ_GET);
     if (b == NULL) {
+        return;
+    }
+    if ((http->src.health != NULL) && http->src.health(http->src.arg, b)) {
+        kvf_http_reply(req, b, "application/json"); /* HA: role, term, warm */
+        evbuffer_free(b);
         return;
     }
     evbuffer_add_printf(b, "ok\n");
@@ -353,6 +359,9 @@ static void kvf_http_on_metrics(struct evhttp_request *req, void *arg)
                      "the controller's time per framed request", &c->requests);
     kvf_http_latency(b, "kvf_controller_index_request_seconds",
                      "time per /v1/index/query and /v1/route", &st.index);
+    if (http->src.metrics != NULL) {
+        http->src.metrics(http->src.arg, b); /* HA */
+    }
     kvf_http_reply(req, b, KVF_PROM_CONTENT_TYPE);
     evbuffer_free(b);
 }

@@ -32,6 +32,11 @@ typedef struct kvf_http kvf_http_t;
 typedef struct kvf_http_source {
     /* fills @p stats (zeroed by the caller) with the server's figures */
     void (*snapshot)(void *arg, kvf_server_stats_t *stats);
+    /* with HA on etcd: writes /healthz's JSON object to @p b, true;
+     * false: /healthz answers "ok" (NULL: always "ok") */
+    bool (*health)(void *arg, struct evbuffer *b);
+    /* appends the server's own /metrics families to @p b (NULL: none) */
+    void (*metrics)(void *arg, struct evbuffer *b);
     void *arg;
     kvf_node_table_t *nodes; /* /v1/nodes */
     const kvf_registry_t *reg;

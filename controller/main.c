@@ -69,6 +69,22 @@ static void kvf_controller_main_lost(void *arg)
     event_base_loopbreak(arg);
 }
 
+/* A standby's wait: runs the loop (HTTP, the leader's stream) for @p ns,
+ * following the leader at @p control. */
+static bool kvf_controller_main_wait(void *arg, uint64_t ns,
+                                     const char *control)
+{
+    kvf_server_t *server = arg;
+    struct timeval tv    = kvf_time_to_timeval(ns);
+    struct event_base *base;
+
+    kvf_server_follow(server, control);
+    base = kvf_server_base(server);
+    event_base_loopexit(base, &tv);
+    event_base_dispatch(base);
+    return kvf_server_quit_requested(server);
+}
+
 /* The address published in etcd for a bound @p bound: @p advertise when
  * set; a wildcard host (0.0.0.0, ::) is replaced by the host name, which
  * other hosts can reach. */
@@ -98,10 +114,12 @@ static const char *kvf_controller_main_advertised(const char *bound,
     return buf;
 }
 
-/* With --etcd: waits to be leader, then keeps the lease on @p base.
- * Returns false when the controller must exit (*rc_p says how). */
+/* With --etcd: waits to be leader as a warm standby (@p server follows the
+ * leader meanwhile), then keeps the lease on @p base. Returns false when
+ * the controller must exit (*rc_p says how). */
 static bool kvf_controller_main_elect(const kvf_controller_config_t *cfg,
                                       struct event_base *base,
+                                      kvf_server_t *server,
                                       kvf_election_t **el_p, int *rc_p)
 {
     kvf_status_t status;
@@ -115,10 +133,15 @@ static bool kvf_controller_main_elect(const kvf_controller_config_t *cfg,
         fprintf(stderr, "kvf-controller: cannot set up the etcd client\n");
         return false;
     }
+    kvf_election_set_wait(*el_p, kvf_controller_main_wait, server);
+    kvf_server_set_election(server, *el_p);
     status = kvf_election_campaign(*el_p);
     if (status == KVF_OK) {
         status =
             kvf_election_start(*el_p, base, kvf_controller_main_lost, base);
+    }
+    if (status == KVF_OK) {
+        status = kvf_server_take_over(server);
     }
     if (status != KVF_OK) {
         *rc_p = (status == KVF_ERR_CANCELED) ? 0 : 1;
@@ -200,16 +223,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "kvf-controller: cannot create event loop\n");
         goto out_cfg;
     }
-    if (!kvf_controller_main_elect(&cfg, base, &election, &rc)) {
-        goto out_election;
+    if (((cfg.etcd[0] != '\0')
+             ? kvf_server_create_standby(&cfg, base, &server)
+             : kvf_server_create(&cfg, base, &server)) != KVF_OK) {
+        goto out_base; /* logged */
     }
-    if (kvf_server_create(&cfg, base, &server) != KVF_OK) {
-        goto out_election; /* logged */
+    if (!kvf_controller_main_elect(&cfg, base, server, &election, &rc)) {
+        goto out_server;
     }
     kvf_server_addresses(server, &control, &http);
-    if ((election != NULL) && kvf_election_quit_requested()) {
-        /* stopped while being elected: the server's own signal handlers
-         * came too late to see it; hand the lease back and exit */
+    if ((election != NULL) && kvf_server_quit_requested(server)) {
+        /* stopped at the moment of the election: hand the lease back */
         kvf_info("signal during the election: exiting");
         rc = 0;
         goto out_server;
@@ -244,11 +268,11 @@ int main(int argc, char **argv)
 out_server:
     kvf_resign_destroy(resign);
     kvf_server_destroy(server);
-out_election:
     kvf_election_destroy(election);
     if (cfg.etcd[0] != '\0') {
         curl_global_cleanup();
     }
+out_base:
     event_base_free(base);
 out_cfg:
     kvf_config_cleanup(&kvf_controller_config_schema, &cfg);

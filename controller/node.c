@@ -366,3 +366,40 @@ uint32_t kvf_node_table_slot_id(const kvf_node_table_t *table, uint16_t slot)
 {
     return (slot < KVF_REGISTRY_MAX_SLOTS) ? table->slot_ids[slot] : 0;
 }
+
+kvf_status_t kvf_node_table_adopt(kvf_node_table_t *table, uint32_t id,
+                                  const kvf_node_params_t *params,
+                                  kvf_node_state_t state, uint64_t now_ms,
+                                  kvf_node_t **node_p)
+{
+    kvf_node_t *node = kvf_node_table_find(table, id), *old;
+    kvf_status_t status;
+    uint32_t next;
+
+    if (node == NULL) {
+        if (state == KVF_NODE_DEAD) {
+            return KVF_ERR_NOT_FOUND; /* nothing to keep */
+        }
+        old = kvf_node_table_find_name(table, params->name);
+        if ((old != NULL) && (old->id < id)) {
+            kvf_node_table_kill(table, old, now_ms, "replaced on the leader");
+        }
+        next   = table->next_id;
+        status = kvf_node_table_register(table, params, now_ms, &node);
+        if (status != KVF_OK) {
+            return status;
+        }
+        node->id                    = id;
+        table->slot_ids[node->slot] = id;
+        table->next_id              = (id >= next) ? id + 1 : next;
+    }
+    if (state == KVF_NODE_DEAD) {
+        kvf_node_table_kill(table, node, now_ms, "dead on the leader");
+    } else if (node->state != KVF_NODE_DEAD) {
+        node->state = state;
+        kvf_registry_slot_set_excluded(table->reg, node->slot,
+                                       state == KVF_NODE_DRAINING);
+    }
+    *node_p = node;
+    return KVF_OK;
+}

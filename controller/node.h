@@ -70,6 +70,8 @@ typedef struct kvf_node {
     bool is_resynced;       /* sent INVENTORY with last set */
     bool is_resync_pending; /* a RESYNC command was queued */
     bool is_inventory_open; /* INVENTORY batches arriving, last not yet */
+    bool is_adopted;        /* known from the previous leader (HA warm standby),
+                               not yet registered with this one */
     kvf_node_cmd_t cmds[KVF_NODE_COMMANDS_MAX];
     unsigned num_cmds;
 } kvf_node_t;
@@ -115,6 +117,18 @@ void kvf_node_table_destroy(kvf_node_table_t *table);
 kvf_status_t kvf_node_table_register(kvf_node_table_t *table,
                                      const kvf_node_params_t *params,
                                      uint64_t now_ms, kvf_node_t **node_p);
+
+/*
+ * A standby's copy of a node of the leader (controller/replica.c): creates
+ * node @p id with @p params (no name checks: the leader made them) in
+ * @p state, or updates the state of the one it has; a node of the same
+ * name and a lower id is declared dead (the leader replaced it). Ids stay
+ * the leader's; later registrations continue after the highest seen.
+ */
+kvf_status_t kvf_node_table_adopt(kvf_node_table_t *table, uint32_t id,
+                                  const kvf_node_params_t *params,
+                                  kvf_node_state_t state, uint64_t now_ms,
+                                  kvf_node_t **node_p);
 
 /* Finds a node by id, any state; NULL when unknown. */
 kvf_node_t *kvf_node_table_find(kvf_node_table_t *table, uint32_t id);

@@ -1070,3 +1070,43 @@ uint64_t kvf_registry_slot_disk_keys(const kvf_registry_t *reg, uint16_t slot)
     }
     return reg->slots[slot].disk_keys;
 }
+
+/* Calls @p cb for each live holder of each key of @p table. */
+static void kvf_registry_dump_table(const kvf_registry_t *reg,
+                                    const kvf_registry_entry_t *table,
+                                    uint64_t cap, kvf_registry_dump_cb_t cb,
+                                    void *arg)
+{
+    uint8_t packed[KVF_KEY_WIRE_SIZE];
+    uint64_t i;
+    unsigned k;
+
+    for (i = 0; i < cap; i++) {
+        const kvf_registry_entry_t *e = &table[i];
+        kvf_key_t key;
+
+        if (kvf_registry_entry_is_empty(e) || kvf_registry_entry_is_tomb(e)) {
+            continue;
+        }
+        key.ns = e->ns;
+        key.hi = e->hi;
+        key.lo = e->lo;
+        kvf_key_pack(&key, packed);
+        for (k = 0; k < KVF_REGISTRY_INLINE; k++) {
+            uint16_t h = kvf_registry_h(e, k);
+
+            if (kvf_registry_slot_is_live(reg, h)) {
+                cb(arg, h, packed);
+            }
+        }
+    }
+}
+
+void kvf_registry_dump(const kvf_registry_t *reg, kvf_registry_dump_cb_t cb,
+                       void *arg)
+{
+    if (reg->is_migrating) {
+        kvf_registry_dump_table(reg, reg->old, reg->old_cap, cb, arg);
+    }
+    kvf_registry_dump_table(reg, reg->table, reg->cap, cb, arg);
+}

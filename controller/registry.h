@@ -139,6 +139,15 @@ bool kvf_registry_holds(const kvf_registry_t *reg, const kvf_key_t *key,
  * work remains. */
 uint32_t kvf_registry_purge_step(kvf_registry_t *reg, uint64_t budget);
 
+/* Calls @p cb(@p arg, slot, packed key) for every (key, live holder)
+ * pair, in one pass over the table (both tables while it grows). Admin
+ * path (a standby's snapshot, controller/replica.c); @p cb must not change
+ * the registry. */
+typedef void (*kvf_registry_dump_cb_t)(void *arg, uint16_t slot,
+                                       const uint8_t *key);
+void kvf_registry_dump(const kvf_registry_t *reg, kvf_registry_dump_cb_t cb,
+                       void *arg);
+
 void kvf_registry_stats(const kvf_registry_t *reg,
                         kvf_registry_stats_t *stats_p);
 

@@ -39,14 +39,23 @@ static void kvf_server_on_tick(evutil_socket_t fd, short what, void *arg)
     kvf_server_t *server = arg;
 
     kvf_conn_expire_handshakes(server);
+    if (server->is_standby) {
+        /* the leader decides who is dead, and says so; forget the dead */
+        kvf_node_table_expire(server->nodes, kvf_time_now_ms(), UINT64_MAX,
+                              server->cfg->forget_dead_ns / KVF_NSEC_PER_MSEC);
+        return;
+    }
     if (kvf_node_table_expire(server->nodes, kvf_time_now_ms(),
                               server->cfg->lease_ns / KVF_NSEC_PER_MSEC,
                               server->cfg->forget_dead_ns / KVF_NSEC_PER_MSEC) >
         0) {
+        kvf_replica_forward_deaths(server);
         kvf_server_purge_kick(server);
     }
     kvf_server_events_sweep(server);
     kvf_server_recovering(server);
+    kvf_hastate_sync(server);
+    kvf_replica_tick(server);
 }
 
 static void kvf_server_on_signal(evutil_socket_t sig, short what, void *arg)
@@ -54,6 +63,7 @@ static void kvf_server_on_signal(evutil_socket_t sig, short what, void *arg)
     kvf_server_t *server = arg;
 
     kvf_info("signal %d: shutting down", (int)sig);
+    server->is_quit = true;
     event_base_loopexit(server->base, NULL);
 }
 
@@ -135,8 +145,28 @@ static kvf_status_t kvf_server_write_port_file(kvf_server_t *server)
     return KVF_OK;
 }
 
-kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
-                               struct event_base *base, kvf_server_t **server_p)
+/* /healthz with HA on etcd: the role, term and warmth (JSON). */
+static bool kvf_server_http_health(void *arg, struct evbuffer *b)
+{
+    kvf_server_t *server = arg;
+
+    if (server->election == NULL) {
+        return false;
+    }
+    kvf_replica_health(server, b);
+    return true;
+}
+
+/* The HA families of /metrics (none without --etcd). */
+static void kvf_server_http_metrics(void *arg, struct evbuffer *b)
+{
+    kvf_replica_metrics(arg, b);
+}
+
+static kvf_status_t kvf_server_create_as(const kvf_controller_config_t *cfg,
+                                         struct event_base *base,
+                                         bool is_standby,
+                                         kvf_server_t **server_p)
 {
     kvf_server_t *server;
     kvf_status_t status;
@@ -152,6 +182,7 @@ kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
     server->cfg           = cfg;
     server->dispatch      = kvf_server_dispatch;
     server->base          = base;
+    server->is_standby    = is_standby;
     server->start_ms      = kvf_time_now_ms();
     server->is_recovering = cfg->recovery_window_ns > 0;
     status = kvf_auth_secret_load_opt(cfg->cluster_secret_file, &server->secret,
@@ -211,10 +242,12 @@ kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
         goto err_free;
     }
     src.snapshot = kvf_server_snapshot;
+    src.health   = kvf_server_http_health;
+    src.metrics  = kvf_server_http_metrics;
     src.arg      = server;
     src.nodes    = server->nodes;
     src.reg      = server->reg;
-    status       = kvf_server_bind(server);
+    status       = is_standby ? KVF_OK : kvf_server_bind(server);
     if (status != KVF_OK) {
         goto err_free;
     }
@@ -245,6 +278,37 @@ kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
 
 err_free:
     kvf_server_destroy(server);
+    return status;
+}
+
+kvf_status_t kvf_server_create(const kvf_controller_config_t *cfg,
+                               struct event_base *base, kvf_server_t **server_p)
+{
+    return kvf_server_create_as(cfg, base, false, server_p);
+}
+
+kvf_status_t kvf_server_create_standby(const kvf_controller_config_t *cfg,
+                                       struct event_base *base,
+                                       kvf_server_t **server_p)
+{
+    return kvf_server_create_as(cfg, base, true, server_p);
+}
+
+kvf_status_t kvf_server_take_over(kvf_server_t *server)
+{
+    kvf_status_t status;
+
+    if (!server->is_standby) {
+        return KVF_OK;
+    }
+    kvf_replica_take_over(server); /* before the first request */
+    server->is_standby = false;
+    kvf_hastate_load(server); /* logs what it could not read */
+    server->start_ms = kvf_time_now_ms();
+    status           = kvf_server_bind(server);
+    if (status == KVF_OK) {
+        status = kvf_server_write_port_file(server);
+    }
     return status;
 }
 
@@ -279,6 +343,8 @@ void kvf_server_destroy(kvf_server_t *server)
     free(server->group.arena);
     free(server->pins[0].keys);
     free(server->pins[1].keys);
+    kvf_replica_destroy(server);
+    free(server->ha_drained);
     kvf_events_destroy(server->events);
     free(server->event_nodes);
     kvf_index_destroy(server->index);
@@ -299,6 +365,31 @@ void kvf_server_addresses(const kvf_server_t *server, const char **control_p,
 void kvf_server_set_term(kvf_server_t *server, uint64_t term)
 {
     server->term = term;
+}
+
+void kvf_server_follow(kvf_server_t *server, const char *control)
+{
+    if (server->is_standby && (server->replica == NULL) &&
+        (kvf_replica_create(server) != KVF_OK)) {
+        return;
+    }
+    kvf_replica_step(server, control);
+}
+
+struct event_base *kvf_server_base(const kvf_server_t *server)
+{
+    return server->base;
+}
+
+bool kvf_server_quit_requested(const kvf_server_t *server)
+{
+    return server->is_quit;
+}
+
+void kvf_server_set_election(kvf_server_t *server,
+                             struct kvf_election *election)
+{
+    server->election = election;
 }
 
 void kvf_server_set_lease(kvf_server_t *server,

@@ -233,6 +233,19 @@ kvf_status_t kvf_evconn_send(kvf_evconn_t *conn, uint16_t type,
     return KVF_OK;
 }
 
+kvf_status_t kvf_evconn_send_raw(kvf_evconn_t *conn, const void *data,
+                                 size_t len)
+{
+    if (evbuffer_add(conn->out, data, len) != 0) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    if (!conn->is_processing &&
+        !event_pending(conn->ev_write, EV_WRITE, NULL)) {
+        event_add(conn->ev_write, NULL);
+    }
+    return KVF_OK;
+}
+
 static void *kvf_evconn_arena_alloc(void *data, size_t size)
 {
     kvf_evconn_group_t *group = data;

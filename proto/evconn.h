@@ -108,6 +108,11 @@ uint64_t kvf_evconn_held(const kvf_evconn_t *conn, bool *is_preauth_p);
 kvf_status_t kvf_evconn_send(kvf_evconn_t *conn, uint16_t type,
                              const ProtobufCMessage *msg);
 
+/* Queues @p len bytes of frames encoded already (sent to several
+ * connections, packed once); they leave on the next turn of the loop. */
+kvf_status_t kvf_evconn_send_raw(kvf_evconn_t *conn, const void *data,
+                                 size_t len);
+
 /* Writes what is queued, leaving the rest to the write event; false when
  * the connection failed (the caller destroys it). */
 bool kvf_evconn_flush(kvf_evconn_t *conn);

@@ -113,6 +113,7 @@ const char *kvf_msg_command_name(int type)
         [KVF__COMMAND_TYPE__COMMAND_REPLICATE] = "replicate",
         [KVF__COMMAND_TYPE__COMMAND_SOFT_PIN]  = "soft-pin",
         [KVF__COMMAND_TYPE__COMMAND_UNDRAIN]   = "undrain",
+        [KVF__COMMAND_TYPE__COMMAND_FOLLOW]    = "follow",
     };
 
     if ((type < 0) || ((size_t)type >= sizeof(names) / sizeof(names[0]))) {

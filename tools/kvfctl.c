@@ -128,6 +128,8 @@ static void kvf_ctl_usage(FILE *out)
         "commands:\n"
         "  nodes            list nodes\n"
         "  stats            controller counters\n"
+        "  status           HA on etcd: leader, standbys (warm or not),\n"
+        "                   term, etcd endpoints' health\n"
         "  lookup KEY...    ordered-chain lookup (KEY as NS:DIGEST hex);\n"
         "                   --any-order: each key on its own\n"
         "  tree             per-node summary of the registry\n"
@@ -487,6 +489,133 @@ static int kvf_ctl_stats(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
         printf("%-20.*s %.*s\n", (int)(colon - p - 2), p + 1,
                (int)(end - colon - 1), colon + 1);
     }
+    return 0;
+}
+
+/* GET http://HOST:PORT/health of etcd @p url within @p timeout_ms: true
+ * when it says {"health":"true"}. */
+static bool kvf_ctl_etcd_healthy(const char *url, int timeout_ms)
+{
+    static const char req[] = "GET /health HTTP/1.0\r\n\r\n";
+    struct addrinfo hints, *res = NULL;
+    char host[256], port[8], buf[512];
+    const char *p = url, *colon;
+    struct pollfd pfd;
+    size_t used = 0;
+    ssize_t n;
+    int fd;
+
+    if (strncmp(p, "http://", 7) == 0) {
+        p += 7;
+    }
+    colon = strrchr(p, ':');
+    if ((colon == NULL) || ((size_t)(colon - p) >= sizeof(host))) {
+        return false;
+    }
+    snprintf(host, sizeof(host), "%.*s", (int)(colon - p), p);
+    snprintf(port, sizeof(port), "%.*s", (int)strcspn(colon + 1, "/"),
+             colon + 1);
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_socktype = SOCK_STREAM;
+    if ((getaddrinfo(host, port, &hints, &res) != 0) || (res == NULL)) {
+        return false;
+    }
+    fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if ((fd >= 0) && (connect(fd, res->ai_addr, res->ai_addrlen) == 0) &&
+        (write(fd, req, sizeof(req) - 1) == (ssize_t)(sizeof(req) - 1))) {
+        pfd.fd     = fd;
+        pfd.events = POLLIN;
+        while ((used < sizeof(buf) - 1) && (poll(&pfd, 1, timeout_ms) == 1) &&
+               ((n = read(fd, buf + used, sizeof(buf) - 1 - used)) > 0)) {
+            used += (size_t)n;
+        }
+    }
+    buf[used] = '\0';
+    if (fd >= 0) {
+        close(fd);
+    }
+    freeaddrinfo(res);
+    return (strncmp(buf, "HTTP/1.", 7) == 0) &&
+           (strstr(buf, " 200 ") != NULL) &&
+           (strstr(buf, "\"health\":\"true\"") != NULL);
+}
+
+/* kvfctl status: HA on etcd: the leader, its standbys, the etcd
+ * endpoints' health (checked from here). */
+static int kvf_ctl_status(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
+{
+    const Kvf__StatsReply *rep;
+    char etcd[1024], *url, *save = NULL, size[32];
+    kvf_frame_t frame;
+    bool first = true;
+    size_t i;
+
+    if (kvf_ctl_stats_get(conn, &frame) != 0) {
+        return 1;
+    }
+    rep = (const Kvf__StatsReply *)frame.msg;
+    if ((rep->role == NULL) || (rep->role[0] == '\0')) {
+        if (opts->is_json) {
+            printf("{\"ha\":false}\n");
+        } else {
+            printf("controller %s: no HA (started without --etcd)\n",
+                   opts->controller);
+        }
+        kvf_frame_release(&frame, NULL);
+        return 0;
+    }
+    if (opts->is_json) {
+        printf("{\"ha\":true,\"role\":");
+        kvf_ctl_json_str(rep->role);
+        printf(",\"term\":%" PRIu64 ",\"elections_won\":%" PRIu64
+               ",\"leader_ms\":%" PRIu64 ",\"standbys\":[",
+               rep->term, rep->elections_won, rep->leader_ms);
+        for (i = 0; i < rep->n_standbys; i++) {
+            printf("%s{\"name\":", (i > 0) ? "," : "");
+            kvf_ctl_json_str(rep->standbys[i]->name);
+            printf(",\"warm\":%s,\"queued_bytes\":%" PRIu64
+                   ",\"following_ms\":%" PRIu64 "}",
+                   rep->standbys[i]->warm ? "true" : "false",
+                   rep->standbys[i]->queued_bytes,
+                   rep->standbys[i]->following_ms);
+        }
+        printf("],\"etcd\":[");
+    } else {
+        printf("leader   %s  term %" PRIu64 ", leader for %.1f s, elections "
+               "won %" PRIu64 "\n",
+               opts->controller, rep->term, (double)rep->leader_ms / 1e3,
+               rep->elections_won);
+        for (i = 0; i < rep->n_standbys; i++) {
+            printf("standby  %s  %s, %s behind, following for %.1f s\n",
+                   rep->standbys[i]->name,
+                   rep->standbys[i]->warm ? "warm" : "NOT WARM",
+                   kvf_ctl_bytes(rep->standbys[i]->queued_bytes, size,
+                                 sizeof(size)),
+                   (double)rep->standbys[i]->following_ms / 1e3);
+        }
+        if (rep->n_standbys == 0) {
+            printf("standby  none following: a failover starts cold\n");
+        }
+    }
+    snprintf(etcd, sizeof(etcd), "%s", (rep->etcd != NULL) ? rep->etcd : "");
+    for (url = strtok_r(etcd, ",", &save); url != NULL;
+         url = strtok_r(NULL, ",", &save)) {
+        bool ok = kvf_ctl_etcd_healthy(url, opts->timeout_ms);
+
+        if (opts->is_json) {
+            printf("%s{\"endpoint\":", first ? "" : ",");
+            kvf_ctl_json_str(url);
+            printf(",\"healthy\":%s}", ok ? "true" : "false");
+        } else {
+            printf("etcd     %s  %s\n", url,
+                   ok ? "healthy" : "NOT HEALTHY (from here)");
+        }
+        first = false;
+    }
+    if (opts->is_json) {
+        printf("]}\n");
+    }
+    kvf_frame_release(&frame, NULL);
     return 0;
 }
 
@@ -924,10 +1053,10 @@ static const struct {
     const char *name;
     int min_args, max_args; /* -1: any number */
 } kvf_ctl_cmds[] = {
-    {"nodes", 0, 0},      {"stats", 0, 0}, {"tree", 0, 0},
-    {"lookup", 1, -1},    {"pin", 1, -1},  {"unpin", 1, -1},
-    {"replicate", 2, -1}, {"drain", 1, 1}, {"undrain", 1, 1},
-    {"clear", 0, 1},
+    {"nodes", 0, 0},   {"stats", 0, 0},      {"status", 0, 0},
+    {"tree", 0, 0},    {"lookup", 1, -1},    {"pin", 1, -1},
+    {"unpin", 1, -1},  {"replicate", 2, -1}, {"drain", 1, 1},
+    {"undrain", 1, 1}, {"clear", 0, 1},
 };
 
 int main(int argc, char **argv)
@@ -1097,6 +1226,8 @@ int main(int argc, char **argv)
         rc = kvf_ctl_nodes(conn, &opts);
     } else if (strcmp(cmd, "stats") == 0) {
         rc = kvf_ctl_stats(conn, &opts);
+    } else if (strcmp(cmd, "status") == 0) {
+        rc = kvf_ctl_status(conn, &opts);
     } else if (strcmp(cmd, "lookup") == 0) {
         rc = kvf_ctl_lookup(conn, &opts, nwords - 1, words + 1);
     } else if (strcmp(cmd, "tree") == 0) {

@@ -220,3 +220,33 @@ Test(node, reslot_moves_holdings_to_purge)
     cr_assert_eq(kvf_node_table_slot_id(g_nodes, a->slot), a->id);
     cr_assert_eq(kvf_node_table_slot_id(g_nodes, old), 0);
 }
+
+/* A standby's copy: the leader's id kept, later ids continue after it, a
+ * newer node of the same name replaces the older one, and a dead one is
+ * dead here too. */
+Test(node, adopt_keeps_the_leaders_ids)
+{
+    kvf_node_params_t p;
+    kvf_node_t *a = NULL, *b = NULL, *c;
+
+    memset(&p, 0, sizeof(p));
+    p.name        = "a";
+    p.incarnation = 1;
+    cr_assert_eq(kvf_node_table_adopt(g_nodes, 7, &p, KVF_NODE_DRAINING, 0, &a),
+                 KVF_OK);
+    cr_assert_eq(a->id, 7);
+    cr_assert_eq(a->state, KVF_NODE_DRAINING);
+    cr_assert_eq(kvf_node_table_slot_id(g_nodes, a->slot), 7);
+    c = reg_node("c", 1, 0);
+    cr_assert_eq(c->id, 8, "ids continue after the adopted one");
+    p.incarnation = 2; /* the leader replaced a by a new incarnation */
+    cr_assert_eq(kvf_node_table_adopt(g_nodes, 9, &p, KVF_NODE_ALIVE, 0, &b),
+                 KVF_OK);
+    cr_assert_eq(b->id, 9);
+    cr_assert_eq(kvf_node_table_find(g_nodes, 7)->state, KVF_NODE_DEAD);
+    cr_assert_eq(kvf_node_table_adopt(g_nodes, 9, &p, KVF_NODE_DEAD, 0, &b),
+                 KVF_OK);
+    cr_assert_eq(b->state, KVF_NODE_DEAD);
+    cr_assert_eq(kvf_node_table_adopt(g_nodes, 42, &p, KVF_NODE_DEAD, 0, &b),
+                 KVF_ERR_NOT_FOUND, "an unknown dead node is not created");
+}

@@ -396,6 +396,65 @@ Test(registry, writes_during_growth_see_one_table)
     cr_assert_eq(lookup(0, 64, 0, true, out), 0);
 }
 
+typedef struct dump_seen {
+    uint16_t a;
+    bool *seen; /* [N] keys of slot a */
+    uint64_t of_a, of_others;
+} dump_seen_t;
+
+static void dump_one(void *arg, uint16_t slot, const uint8_t *key)
+{
+    dump_seen_t *d = arg;
+    kvf_key_t k;
+
+    kvf_key_unpack(key, &k);
+    if (slot != d->a) {
+        d->of_others++;
+        return;
+    }
+    cr_assert_lt(k.lo, 3000, "a key of another slot");
+    cr_assert(!d->seen[k.lo], "key %llu twice", (unsigned long long)k.lo);
+    d->seen[k.lo] = true;
+    d->of_a++;
+}
+
+/* kvf_registry_dump: every (key, live holder) pair exactly once, also
+ * while the table grows (entries in both tables), a key of five holders
+ * (two entries) for each, and nothing of a closed slot. */
+Test(registry, dump_lists_every_key_and_holder_once)
+{
+    enum {
+        N = 3000
+    };
+    uint16_t a = open_slot(), b = open_slot(), c = open_slot(), extra[3];
+    dump_seen_t d = {.a = a};
+    kvf_registry_stats_t st;
+    bool grew = false;
+    size_t i;
+
+    d.seen = calloc(N, sizeof(*d.seen));
+    for (i = 0; i < 3; i++) {
+        extra[i] = open_slot();
+        admit(extra[i], 0, 1); /* key 0: a, b and three more holders */
+    }
+    for (i = 0; i < N; i += 100) {
+        admit(a, i, 100); /* grows: migration in progress below */
+        kvf_registry_stats(g_reg, &st);
+        grew = grew || st.is_migrating;
+    }
+    admit(b, 0, 1);
+    admit(b, N, 50);
+    admit(c, N + 100, 10);
+    kvf_registry_slot_close(g_reg, c); /* purging: not listed */
+    cr_assert(grew, "the table grew while filling");
+    kvf_registry_stats(g_reg, &st);
+    cr_assert(st.is_migrating, "the dump runs during the move");
+    kvf_registry_dump(g_reg, dump_one, &d);
+    cr_assert_eq(d.of_a, N);
+    cr_assert_eq(d.of_others, 51 + 3);
+    free(d.seen);
+}
+
 static void admit_on(uint16_t s, uint64_t base, size_t n,
                      kvf_registry_medium_t medium, size_t *added_p)
 {
