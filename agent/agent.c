@@ -4,20 +4,20 @@
 
 #include "agent/ctl_client.h"
 #include "agent/engine_server.h"
+#include "agent/http.h"
+#include "agent/local.h"
 #include "agent/mesh.h"
 #include "agent/pd.h"
 #include "agent/peer.h"
 #include "agent/store.h"
-#include "common/evjson.h"
+#include "agent/transports.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "transport/ucx.h"
 
 #include <kvfabric/gpu.h>
 
-#include <event2/buffer.h>
 #include <event2/event.h>
-#include <event2/http.h>
 
 #include <arpa/inet.h>
 #include <inttypes.h>
@@ -40,6 +40,8 @@ struct kvf_agent {
     kvf_disk_t *disk; /* disk tier behind the store; NULL: none */
     kvf_engine_server_t *engines;
     kvf_peer_t *peer;
+    kvf_local_t *local;          /* same-host path; NULL: off */
+    kvf_transports_t transports; /* what each peer connection runs on */
     kvf_pd_t *pd;
     void *pd_device; /* pd_buffer_device: the GPU receive region */
     kvf_ucx_mem_t *pd_device_mem;
@@ -54,8 +56,7 @@ struct kvf_agent {
     char data_address[300];
     bool draining;          /* the controller asked this node to leave */
     struct event *sweep_ev; /* takes back expired grants, every second */
-    struct evhttp *http;
-    uint16_t http_port;
+    kvf_agent_http_t *http; /* NULL: HTTP off */
     char name[256];
     bool stopping;
     kvf_auth_secret_t secret; /* cluster secret; empty: no auth */
@@ -281,452 +282,38 @@ static const kvf_ctl_client_ops_t kvf_agent_ctl_ops = {
     .stopped   = kvf_agent_on_stopped,
 };
 
-static void kvf_agent_http_reply(struct evhttp_request *req, int code,
-                                 const char *type, struct evbuffer *body)
+static void kvf_agent_http_state(void *arg, kvf_agent_http_state_t *state)
 {
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
-                      type);
-    evhttp_send_reply(req, code, (code == 200) ? "OK" : "Error", body);
-}
+    kvf_agent_t *agent = arg;
 
-static void kvf_agent_on_healthz(struct evhttp_request *req, void *arg)
-{
-    kvf_agent_t *agent    = arg;
-    struct evbuffer *body = evbuffer_new();
-    bool registered       = kvf_ctl_client_is_registered(agent->ctl);
-
-    if (body == NULL) {
-        evhttp_send_error(req, 500, "out of memory");
-        return;
-    }
-    /* 503 until registered: a load balancer or a readiness probe must not
-     * send engines to an agent whose chunks nobody can find */
-    evbuffer_add_printf(
-        body,
-        "{\"status\":\"%s\",\"name\":\"%s\",\"role\":\"%s\","
-        "\"registered\":%s,\"node_id\":%u,\"draining\":%s",
-        agent->stopping ? "stopping" : (registered ? "ok" : "unregistered"),
-        agent->name, kvf_agent_role_name(agent->config->role),
-        registered ? "true" : "false", kvf_ctl_client_node_id(agent->ctl),
-        agent->draining ? "true" : "false");
-    if (!registered) {
-        evbuffer_add_printf(body, ",\"problem\":");
-        kvf_evjson_add_str(body, kvf_ctl_client_problem(agent->ctl));
-    }
-    evbuffer_add(body, "}\n", 2);
-    kvf_agent_http_reply(req, (registered && !agent->stopping) ? 200 : 503,
-                         "application/json", body);
-    evbuffer_free(body);
-}
-
-/* Prometheus histogram (cumulative buckets, seconds) of a latency counted
- * with kvf_peer_lat_record. */
-static void kvf_agent_metrics_latency(struct evbuffer *body, const char *name,
-                                      const char *help, const uint64_t *counts,
-                                      uint64_t sum_us)
-{
-    uint64_t cumulative = 0;
-    unsigned b;
-
-    evbuffer_add_printf(body,
-                        "# HELP %s %s\n"
-                        "# TYPE %s histogram\n",
-                        name, help, name);
-    for (b = 0; b < KVF_PEER_LAT_BUCKETS; b++) {
-        cumulative += counts[b];
-        evbuffer_add_printf(body, "%s_bucket{le=\"%g\"} %" PRIu64 "\n", name,
-                            (double)kvf_peer_lat_bounds_us[b] / 1e6,
-                            cumulative);
-    }
-    cumulative += counts[KVF_PEER_LAT_BUCKETS];
-    evbuffer_add_printf(body,
-                        "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n"
-                        "%s_sum %.6f\n"
-                        "%s_count %" PRIu64 "\n",
-                        name, cumulative, name, (double)sum_us / 1e6, name,
-                        cumulative);
-}
-
-static void kvf_agent_metrics_pd(kvf_agent_t *agent, struct evbuffer *body)
-{
-    kvf_pd_stats_t ps;
-
-    kvf_pd_get_stats(agent->pd, &ps);
-    kvf_agent_metrics_latency(body, "kvf_agent_pd_push_seconds",
-                              "time from a push's start to its decoder's "
-                              "acknowledgement",
-                              ps.lat_counts, ps.lat_sum_us);
-    evbuffer_add_printf(
-        body,
-        "# HELP kvf_agent_pd_pushes_total pushes by result (sender side)\n"
-        "# TYPE kvf_agent_pd_pushes_total counter\n"
-        "kvf_agent_pd_pushes_total{result=\"delivered\"} %" PRIu64 "\n"
-        "kvf_agent_pd_pushes_total{result=\"failed\"} %" PRIu64 "\n"
-        "# HELP kvf_agent_pd_bytes_total PD bytes by direction\n"
-        "# TYPE kvf_agent_pd_bytes_total counter\n"
-        "kvf_agent_pd_bytes_total{dir=\"sent\"} %" PRIu64 "\n"
-        "kvf_agent_pd_bytes_total{dir=\"received\"} %" PRIu64 "\n"
-        "# HELP kvf_agent_pd_received_pushes_total pushes received and "
-        "verified (decoder side)\n"
-        "# TYPE kvf_agent_pd_received_pushes_total counter\n"
-        "kvf_agent_pd_received_pushes_total %" PRIu64 "\n"
-        "# HELP kvf_agent_pd_requests_ready_total PD requests received "
-        "complete\n"
-        "# TYPE kvf_agent_pd_requests_ready_total counter\n"
-        "kvf_agent_pd_requests_ready_total %" PRIu64 "\n"
-        "# HELP kvf_agent_pd_queue_depth pushes waiting for room in the "
-        "receive region\n"
-        "# TYPE kvf_agent_pd_queue_depth gauge\n"
-        "kvf_agent_pd_queue_depth %" PRIu64 "\n"
-        "# HELP kvf_agent_pd_alloc_waits_total pushes that waited for room\n"
-        "# TYPE kvf_agent_pd_alloc_waits_total counter\n"
-        "kvf_agent_pd_alloc_waits_total %" PRIu64 "\n"
-        "# HELP kvf_agent_pd_alloc_timeouts_total pushes that found no room "
-        "within pd_alloc_timeout\n"
-        "# TYPE kvf_agent_pd_alloc_timeouts_total counter\n"
-        "kvf_agent_pd_alloc_timeouts_total %" PRIu64 "\n"
-        "# HELP kvf_agent_pd_aborts_total PD requests aborted at this "
-        "decoder\n"
-        "# TYPE kvf_agent_pd_aborts_total counter\n"
-        "kvf_agent_pd_aborts_total %" PRIu64 "\n"
-        "# HELP kvf_agent_pd_reclaimed_total received PD requests never "
-        "claimed, reclaimed after pd_claim_timeout\n"
-        "# TYPE kvf_agent_pd_reclaimed_total counter\n"
-        "kvf_agent_pd_reclaimed_total %" PRIu64 "\n"
-        "# HELP kvf_agent_pd_checksum_failures_total pushed chunks refused "
-        "for a bad checksum\n"
-        "# TYPE kvf_agent_pd_checksum_failures_total counter\n"
-        "kvf_agent_pd_checksum_failures_total %" PRIu64 "\n"
-        "# HELP kvf_agent_pd_requests PD requests held now\n"
-        "# TYPE kvf_agent_pd_requests gauge\n"
-        "kvf_agent_pd_requests %" PRIu64 "\n"
-        "# HELP kvf_agent_pd_region_bytes PD receive region by state\n"
-        "# TYPE kvf_agent_pd_region_bytes gauge\n"
-        "kvf_agent_pd_region_bytes{state=\"used\"} %" PRIu64 "\n"
-        "kvf_agent_pd_region_bytes{state=\"free\"} %" PRIu64 "\n",
-        ps.pushes, ps.push_failures, ps.bytes_sent, ps.bytes_received,
-        ps.batches_received, ps.requests_ready, ps.queue_depth, ps.alloc_waits,
-        ps.alloc_timeouts, ps.aborts, ps.reclaimed, ps.checksum_failures,
-        ps.requests, ps.region_used, ps.region_size - ps.region_used);
-}
-
-/* Bytes and chunks per peer agent, both directions. */
-static void kvf_agent_metrics_links(kvf_agent_t *agent, struct evbuffer *body)
-{
-    static const struct {
-        const char *name, *help;
-        size_t field;
-    } series[] = {
-        {"kvf_agent_peer_fetch_bytes_total", "bytes received from each peer",
-         offsetof(kvf_peer_link_stats_t, bytes_fetched)},
-        {"kvf_agent_peer_fetch_chunks_total", "chunks received from each peer",
-         offsetof(kvf_peer_link_stats_t, chunks_fetched)},
-        {"kvf_agent_peer_served_bytes_total", "bytes sent to each peer",
-         offsetof(kvf_peer_link_stats_t, bytes_served)},
-        {"kvf_agent_peer_served_chunks_total", "chunks sent to each peer",
-         offsetof(kvf_peer_link_stats_t, chunks_served)},
-    };
-    const kvf_peer_link_stats_t *links;
-    uint32_t num, i;
-    size_t s;
-
-    links = kvf_peer_get_links(agent->peer, &num);
-    for (s = 0; s < sizeof(series) / sizeof(series[0]); s++) {
-        evbuffer_add_printf(body, "# HELP %s %s\n# TYPE %s counter\n",
-                            series[s].name, series[s].help, series[s].name);
-        for (i = 0; i < num; i++) {
-            uint64_t v;
-
-            memcpy(&v, (const uint8_t *)&links[i] + series[s].field, sizeof(v));
-            evbuffer_add_printf(body, "%s{peer=\"%s\"} %" PRIu64 "\n",
-                                series[s].name, links[i].name, v);
-        }
-    }
-}
-
-static void kvf_agent_metrics_store(kvf_agent_t *agent, struct evbuffer *body)
-{
-    kvf_engine_server_stats_t es;
-    kvf_store_stats_t st;
-    kvf_ucx_worker_stats_t ws;
-    kvf_mesh_stats_t ms;
-    kvf_peer_stats_t ps;
-    unsigned i;
-
-    kvf_store_get_stats(agent->store, &st);
-    kvf_engine_server_get_stats(agent->engines, &es);
-    kvf_peer_get_stats(agent->peer, &ps);
-    kvf_agent_metrics_latency(body, "kvf_agent_fetch_seconds",
-                              "time from a fetch's start to its last chunk",
-                              ps.lat_counts, ps.lat_sum_us);
-    kvf_agent_metrics_links(agent, body);
-    kvf_ucx_worker_stats(agent->worker, &ws);
-    evbuffer_add_printf(
-        body,
-        "# HELP kvf_agent_am_dropped_total active messages from peers for "
-        "ids no service handles (unknown, or from a newer version)\n"
-        "# TYPE kvf_agent_am_dropped_total counter\n"
-        "kvf_agent_am_dropped_total %" PRIu64 "\n"
-        "# HELP kvf_agent_mesh_dropped_total messages from peers dropped "
-        "before use, by reason\n"
-        "# TYPE kvf_agent_mesh_dropped_total counter\n",
-        ws.am_dropped);
-    kvf_mesh_get_stats(agent->mesh, &ms);
-    for (i = 0; i < KVF_MESH_DROP_REASONS; i++) {
-        evbuffer_add_printf(body,
-                            "kvf_agent_mesh_dropped_total{reason=\"%s\"} "
-                            "%" PRIu64 "\n",
-                            kvf_mesh_drop_name((kvf_mesh_drop_t)i),
-                            ms.dropped[i]);
-    }
-    evbuffer_add_printf(
-        body,
-        "# HELP kvf_agent_fetch_chunks_total chunks asked of peers, by "
-        "result\n"
-        "# TYPE kvf_agent_fetch_chunks_total counter\n"
-        "kvf_agent_fetch_chunks_total{result=\"fetched\"} %" PRIu64 "\n"
-        "kvf_agent_fetch_chunks_total{result=\"missed\"} %" PRIu64 "\n"
-        "# HELP kvf_agent_fetch_bytes_total bytes received from peers\n"
-        "# TYPE kvf_agent_fetch_bytes_total counter\n"
-        "kvf_agent_fetch_bytes_total %" PRIu64 "\n"
-        "# HELP kvf_agent_fetch_timeouts_total fetches that ran past "
-        "fetch_timeout\n"
-        "# TYPE kvf_agent_fetch_timeouts_total counter\n"
-        "kvf_agent_fetch_timeouts_total %" PRIu64 "\n"
-        "# HELP kvf_agent_fetch_checksum_failures_total fetched chunks "
-        "refused for a bad checksum\n"
-        "# TYPE kvf_agent_fetch_checksum_failures_total counter\n"
-        "kvf_agent_fetch_checksum_failures_total %" PRIu64 "\n"
-        "# HELP kvf_agent_served_chunks_total chunks sent to peers\n"
-        "# TYPE kvf_agent_served_chunks_total counter\n"
-        "kvf_agent_served_chunks_total %" PRIu64 "\n"
-        "# HELP kvf_agent_served_bytes_total bytes sent to peers\n"
-        "# TYPE kvf_agent_served_bytes_total counter\n"
-        "kvf_agent_served_bytes_total %" PRIu64 "\n"
-        "# HELP kvf_agent_lookup_chunks_total chunks engines looked up, by "
-        "where they are held\n"
-        "# TYPE kvf_agent_lookup_chunks_total counter\n"
-        "kvf_agent_lookup_chunks_total{held=\"local\"} %" PRIu64 "\n"
-        "kvf_agent_lookup_chunks_total{held=\"remote\"} %" PRIu64 "\n"
-        "# HELP kvf_agent_prefetch_leases hits of prefetching lookups "
-        "pinned, waiting for their retrieve\n"
-        "# TYPE kvf_agent_prefetch_leases gauge\n"
-        "kvf_agent_prefetch_leases %" PRIu64 "\n"
-        "# HELP kvf_agent_prefetch_leases_total prefetch leases ended, by "
-        "how\n"
-        "# TYPE kvf_agent_prefetch_leases_total counter\n"
-        "kvf_agent_prefetch_leases_total{end=\"retrieved\"} %" PRIu64 "\n"
-        "kvf_agent_prefetch_leases_total{end=\"expired\"} %" PRIu64 "\n",
-        ps.chunks_fetched, ps.chunks_missed, ps.bytes_fetched, ps.timeouts,
-        ps.checksum_failures, ps.chunks_served, ps.bytes_served,
-        es.local_hit_keys, es.remote_hit_keys, es.leases, es.leases_used,
-        es.lease_expiries);
-    evbuffer_add_printf(
-        body,
-        "# HELP kvf_agent_pool_bytes pool bytes by state\n"
-        "# TYPE kvf_agent_pool_bytes gauge\n"
-        "kvf_agent_pool_bytes{state=\"used\"} %" PRIu64 "\n"
-        "kvf_agent_pool_bytes{state=\"free\"} %" PRIu64 "\n"
-        "# HELP kvf_agent_pool_entries chunks held (committed or granted)\n"
-        "# TYPE kvf_agent_pool_entries gauge\n"
-        "kvf_agent_pool_entries %" PRIu64 "\n"
-        "# HELP kvf_agent_commits_total chunks committed by engines\n"
-        "# TYPE kvf_agent_commits_total counter\n"
-        "kvf_agent_commits_total %" PRIu64 "\n"
-        "# HELP kvf_agent_evictions_total chunks evicted for room\n"
-        "# TYPE kvf_agent_evictions_total counter\n"
-        "kvf_agent_evictions_total %" PRIu64 "\n"
-        "# HELP kvf_agent_retrieve_chunks_total chunks asked for by "
-        "engines, by result\n"
-        "# TYPE kvf_agent_retrieve_chunks_total counter\n"
-        "kvf_agent_retrieve_chunks_total{result=\"local_hit\"} %" PRIu64 "\n"
-        "kvf_agent_retrieve_chunks_total{result=\"miss\"} %" PRIu64 "\n"
-        "# HELP kvf_agent_expired_grants_total allocations taken back "
-        "uncommitted after grant_timeout\n"
-        "# TYPE kvf_agent_expired_grants_total counter\n"
-        "kvf_agent_expired_grants_total %" PRIu64 "\n"
-        "# HELP kvf_agent_checksum_failures_total chunks whose bytes did "
-        "not match their checksum\n"
-        "# TYPE kvf_agent_checksum_failures_total counter\n"
-        "kvf_agent_checksum_failures_total %" PRIu64 "\n"
-        "# HELP kvf_agent_engine_connections engine connections open\n"
-        "# TYPE kvf_agent_engine_connections gauge\n"
-        "kvf_agent_engine_connections %" PRIu64 "\n"
-        "# HELP kvf_agent_engine_protocol_errors_total engine "
-        "connections closed for bad frames\n"
-        "# TYPE kvf_agent_engine_protocol_errors_total counter\n"
-        "kvf_agent_engine_protocol_errors_total %" PRIu64 "\n"
-        "# HELP kvf_agent_auth_failures_total engine connections refused "
-        "by the cluster-secret handshake\n"
-        "# TYPE kvf_agent_auth_failures_total counter\n"
-        "kvf_agent_auth_failures_total %" PRIu64 "\n",
-        st.pool.used, st.pool.free, st.pool.entries, st.commits,
-        st.pool.evictions, st.hits, st.misses, st.expired_grants,
-        st.checksum_failures, es.active, es.protocol_errors, es.auth_failures);
-}
-
-/* Both tiers side by side (issue #20), then the disk tier's own series. */
-static void kvf_agent_metrics_tiers(kvf_agent_t *agent, struct evbuffer *body)
-{
-    kvf_peer_stats_t ps = {0};
-    kvf_store_stats_t st;
-
-    kvf_store_get_stats(agent->store, &st);
-    if (agent->peer != NULL) {
-        kvf_peer_get_stats(agent->peer, &ps);
-    }
-    kvf_disk_print_tier_metrics(agent->disk, st.pool.entries, st.pool.used,
-                                ps.served_from_disk, body);
-    kvf_disk_print_metrics(agent->disk, body);
-}
-
-static void kvf_agent_on_metrics(struct evhttp_request *req, void *arg)
-{
-    kvf_agent_t *agent    = arg;
-    struct evbuffer *body = evbuffer_new();
-    kvf_ctl_client_stats_t st;
-
-    if (body == NULL) {
-        evhttp_send_error(req, 500, "out of memory");
-        return;
-    }
-    kvf_ctl_client_get_stats(agent->ctl, &st);
-    kvf_agent_metrics_store(agent, body);
-    kvf_agent_metrics_pd(agent, body);
-    kvf_agent_metrics_tiers(agent, body);
-    evbuffer_add_printf(
-        body,
-        "# HELP kvf_agent_controller_registered 1 while registered with "
-        "the controller\n"
-        "# TYPE kvf_agent_controller_registered gauge\n"
-        "kvf_agent_controller_registered %d\n"
-        "# HELP kvf_agent_controller_connects_total TCP connections made "
-        "to the controller\n"
-        "# TYPE kvf_agent_controller_connects_total counter\n"
-        "kvf_agent_controller_connects_total %" PRIu64 "\n"
-        "# HELP kvf_agent_registrations_total successful registrations\n"
-        "# TYPE kvf_agent_registrations_total counter\n"
-        "kvf_agent_registrations_total %" PRIu64 "\n"
-        "# HELP kvf_agent_heartbeats_total heartbeats sent\n"
-        "# TYPE kvf_agent_heartbeats_total counter\n"
-        "kvf_agent_heartbeats_total %" PRIu64 "\n"
-        "# HELP kvf_agent_admitted_keys_total keys announced in ADMIT\n"
-        "# TYPE kvf_agent_admitted_keys_total counter\n"
-        "kvf_agent_admitted_keys_total %" PRIu64 "\n"
-        "# HELP kvf_agent_evicted_keys_total keys announced in EVICT\n"
-        "# TYPE kvf_agent_evicted_keys_total counter\n"
-        "kvf_agent_evicted_keys_total %" PRIu64 "\n"
-        "# HELP kvf_agent_controller_errors_total failed controller "
-        "requests and bad frames\n"
-        "# TYPE kvf_agent_controller_errors_total counter\n"
-        "kvf_agent_controller_errors_total %" PRIu64 "\n"
-        "# HELP kvf_agent_replicate_chunks_total chunks of REPLICATE "
-        "commands (kvfctl replicate) by outcome; asked minus the others "
-        "are in flight\n"
-        "# TYPE kvf_agent_replicate_chunks_total counter\n"
-        "kvf_agent_replicate_chunks_total{result=\"asked\"} %" PRIu64 "\n"
-        "kvf_agent_replicate_chunks_total{result=\"fetched\"} %" PRIu64 "\n"
-        "kvf_agent_replicate_chunks_total{result=\"missed\"} %" PRIu64 "\n"
-        "# HELP kvf_agent_draining 1 while the node is drained (kvfctl "
-        "drain)\n"
-        "# TYPE kvf_agent_draining gauge\n"
-        "kvf_agent_draining %d\n",
-        kvf_ctl_client_is_registered(agent->ctl) ? 1 : 0, st.connects,
-        st.registrations, st.heartbeats, st.admitted_keys, st.evicted_keys,
-        st.errors, agent->replicate_asked, agent->replicate_fetched,
-        agent->replicate_missed, agent->draining ? 1 : 0);
-    kvf_agent_http_reply(req, 200, "text/plain; version=0.0.4", body);
-    evbuffer_free(body);
-}
-
-static void kvf_agent_inventory_json_key(void *arg, const kvf_key_t *key)
-{
-    struct evbuffer *body = arg;
-    char buf[KVF_KEY_STR_SIZE];
-
-    /* the separator is written before every key; the first one is
-     * dropped by the caller */
-    evbuffer_add_printf(body, ",\"%s\"", kvf_key_format(key, buf));
-}
-
-/* GET /v1/inventory: what this agent really holds (the soft state the
- * controller's registry must converge to) and what it still has lent out
- * (grants, pinned chunks, owners), for fault tests and operators. */
-static void kvf_agent_on_inventory_http(struct evhttp_request *req, void *arg)
-{
-    kvf_agent_t *agent    = arg;
-    struct evbuffer *body = evbuffer_new();
-    struct evbuffer *keys = evbuffer_new();
-    kvf_store_stats_t st;
-
-    if ((body == NULL) || (keys == NULL)) {
-        evhttp_send_error(req, 500, "out of memory");
-        goto out;
-    }
-    kvf_store_get_stats(agent->store, &st);
-    kvf_store_foreach_key(agent->store, kvf_agent_inventory_json_key, keys);
-    if (evbuffer_get_length(keys) > 0) {
-        evbuffer_drain(keys, 1); /* the first key's separator */
-    }
-    evbuffer_add_printf(body,
-                        "{\"name\":\"%s\",\"node_id\":%u,\"chunks\":%" PRIu64
-                        ",\"grants\":%" PRIu64 ",\"pinned\":%" PRIu64
-                        ",\"owners\":%" PRIu64 ",\"keys\":[",
-                        agent->name, kvf_ctl_client_node_id(agent->ctl),
-                        st.pool.entries, st.pool.allocated, st.pool.pinned,
-                        st.owners);
-    evbuffer_add_buffer(body, keys);
-    evbuffer_add_printf(body, "]}\n");
-    kvf_agent_http_reply(req, 200, "application/json", body);
-out:
-    if (keys != NULL) {
-        evbuffer_free(keys);
-    }
-    if (body != NULL) {
-        evbuffer_free(body);
-    }
+    state->is_stopping       = agent->stopping;
+    state->is_draining       = agent->draining;
+    state->replicate_asked   = agent->replicate_asked;
+    state->replicate_fetched = agent->replicate_fetched;
+    state->replicate_missed  = agent->replicate_missed;
 }
 
 static kvf_status_t kvf_agent_http_start(kvf_agent_t *agent)
 {
-    struct evhttp_bound_socket *sock;
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
-    char host[256];
-    uint16_t port;
+    kvf_agent_http_source_t src = {
+        .name       = agent->name,
+        .role       = agent->config->role,
+        .ctl        = agent->ctl,
+        .store      = agent->store,
+        .disk       = agent->disk,
+        .engines    = agent->engines,
+        .peer       = agent->peer,
+        .pd         = agent->pd,
+        .worker     = agent->worker,
+        .mesh       = agent->mesh,
+        .local      = agent->local,
+        .transports = &agent->transports,
+        .state      = kvf_agent_http_state,
+        .arg        = agent,
+    };
 
-    if (agent->config->http[0] == '\0') {
-        return KVF_OK;
-    }
-    if (kvf_config_parse_hostport(agent->config->http, host, sizeof(host),
-                                  &port) != KVF_OK) {
-        kvf_error("http address '%s' is not HOST:PORT", agent->config->http);
-        return KVF_ERR_CONFIG;
-    }
-    agent->http = evhttp_new(agent->base);
-    if (agent->http == NULL) {
-        return KVF_ERR_NO_MEMORY;
-    }
-    evhttp_set_allowed_methods(agent->http, EVHTTP_REQ_GET);
-    evhttp_set_cb(agent->http, "/healthz", kvf_agent_on_healthz, agent);
-    evhttp_set_cb(agent->http, "/metrics", kvf_agent_on_metrics, agent);
-    evhttp_set_cb(agent->http, "/v1/inventory", kvf_agent_on_inventory_http,
-                  agent);
-    sock = evhttp_bind_socket_with_handle(agent->http, host, port);
-    if (sock == NULL) {
-        kvf_error("http: cannot listen on %s: %m", agent->config->http);
-        return KVF_ERR_IO;
-    }
-    memset(&ss, 0, sizeof(ss));
-    if (getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss,
-                    &len) == 0) {
-        agent->http_port = ntohs((ss.ss_family == AF_INET6)
-                                     ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                     : ((struct sockaddr_in *)&ss)->sin_port);
-    }
-    kvf_info("agent %s: http listening on %s:%u", agent->name, host,
-             agent->http_port);
-    return KVF_OK;
+    return kvf_agent_http_create(agent->config->http, agent->base, &src,
+                                 &agent->http);
 }
 
 /* Bytes of the PD receive region in host memory (0: none or on a GPU). */
@@ -844,6 +431,7 @@ static void kvf_agent_on_sweep(evutil_socket_t fd, short what, void *arg)
 static kvf_status_t kvf_agent_peer_start(kvf_agent_t *agent)
 {
     kvf_peer_params_t params;
+    kvf_status_t status;
 
     memset(&params, 0, sizeof(params));
     params.base       = agent->base;
@@ -852,7 +440,53 @@ static kvf_status_t kvf_agent_peer_start(kvf_agent_t *agent)
     params.store      = agent->store;
     params.timeout_ns = agent->config->fetch_timeout;
     params.name       = agent->name;
-    return kvf_peer_create(&params, &agent->peer);
+    kvf_transports_init(&agent->transports, agent->name,
+                        agent->config->expect_transports);
+    status = kvf_peer_create(&params, &agent->peer);
+    if (status == KVF_OK) {
+        kvf_peer_set_transports(agent->peer, &agent->transports);
+    }
+    return status;
+}
+
+static uint32_t kvf_agent_node_id(void *arg)
+{
+    kvf_agent_t *agent = arg;
+
+    return (agent->ctl != NULL) ? kvf_ctl_client_node_id(agent->ctl) : 0;
+}
+
+static void kvf_agent_local_served(void *arg, uint32_t node_id,
+                                   const char *name, uint64_t chunks,
+                                   uint64_t bytes)
+{
+    kvf_agent_t *agent = arg;
+
+    kvf_peer_count_served(agent->peer, node_id, name, chunks, bytes);
+}
+
+/* The same-host path (agent/local.h); without it fetches use UCX only. */
+static void kvf_agent_local_start(kvf_agent_t *agent)
+{
+    kvf_local_params_t params;
+
+    if (!agent->config->same_host) {
+        return;
+    }
+    memset(&params, 0, sizeof(params));
+    params.base         = agent->base;
+    params.store        = agent->store;
+    params.secret       = &agent->secret;
+    params.data_address = agent->data_address;
+    params.node_id      = kvf_agent_node_id;
+    params.node_id_arg  = agent;
+    params.served       = kvf_agent_local_served;
+    params.served_arg   = agent;
+    params.timeout_ns   = agent->config->fetch_timeout;
+    params.name         = agent->name;
+    if (kvf_local_create(&params, &agent->local) == KVF_OK) {
+        kvf_peer_set_local(agent->peer, agent->local);
+    }
 }
 
 /* pd_buffer_device cuda:N: the receive region in GPU memory, registered
@@ -937,7 +571,11 @@ static kvf_status_t kvf_agent_pd_start(kvf_agent_t *agent)
     params.wait_timeout_ns  = config->pd_wait_timeout;
     params.claim_timeout_ns = config->pd_claim_timeout;
     params.name             = agent->name;
-    return kvf_pd_create(&params, &agent->pd);
+    status                  = kvf_pd_create(&params, &agent->pd);
+    if (status == KVF_OK) {
+        kvf_pd_set_transports(agent->pd, &agent->transports);
+    }
+    return status;
 }
 
 static const char *kvf_agent_peer_name(kvf_agent_t *agent, const char *peer)
@@ -1155,6 +793,7 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
     if (status != KVF_OK) {
         goto err_destroy;
     }
+    kvf_agent_local_start(agent);
     status = kvf_agent_pd_start(agent);
     if (status != KVF_OK) {
         goto err_destroy;
@@ -1170,14 +809,11 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
             goto err_destroy;
         }
     }
-    status = kvf_agent_http_start(agent);
-    if (status != KVF_OK) {
-        goto err_destroy;
-    }
-
     memset(&params, 0, sizeof(params));
     params.base               = base;
     params.controller         = config->controller;
+    params.etcd               = config->etcd;
+    params.etcd_prefix        = config->etcd_prefix;
     params.name               = agent->name;
     params.role               = config->role;
     params.data_address       = agent->data_address;
@@ -1209,6 +845,10 @@ kvf_status_t kvf_agent_create(const kvf_agent_config_t *config,
     if (status != KVF_OK) {
         goto err_destroy;
     }
+    status = kvf_agent_http_start(agent);
+    if (status != KVF_OK) {
+        goto err_destroy;
+    }
     kvf_info("agent %s (%s) started; controller %s", agent->name,
              kvf_agent_role_name(config->role), config->controller);
     *agent_p = agent;
@@ -1234,9 +874,7 @@ void kvf_agent_destroy(kvf_agent_t *agent)
     if (agent == NULL) {
         return;
     }
-    if (agent->http != NULL) {
-        evhttp_free(agent->http);
-    }
+    kvf_agent_http_destroy(agent->http);
     if (agent->sweep_ev != NULL) {
         event_free(agent->sweep_ev);
     }
@@ -1257,6 +895,7 @@ void kvf_agent_destroy(kvf_agent_t *agent)
     free(agent->worker_address);
     kvf_ucx_worker_destroy(agent->worker);
     kvf_peer_destroy(agent->peer);
+    kvf_local_destroy(agent->local); /* after the peer service: it calls in */
     kvf_pd_destroy(agent->pd);
     kvf_mesh_destroy(agent->mesh);
     kvf_ucx_mem_deregister(agent->pd_device_mem);
@@ -1279,5 +918,5 @@ void kvf_agent_destroy(kvf_agent_t *agent)
 
 uint16_t kvf_agent_http_port(const kvf_agent_t *agent)
 {
-    return agent->http_port;
+    return kvf_agent_http_bound_port(agent->http);
 }

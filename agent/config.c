@@ -20,6 +20,14 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
                     "127.0.0.1:7400", 0, 0,
                     "HOST:PORT of kvf-controller (several, comma-separated: "
                     "the leader among them)"),
+    KVF_AGENT_FIELD("etcd", KVF_CONFIG_STRING, etcd, "", 0, 0,
+                    "etcd endpoints (http://HOST:PORT[,...]): connect to the "
+                    "controller leader published there, found again when "
+                    "it is lost (replaces controller)"),
+    KVF_AGENT_FIELD("etcd_prefix", KVF_CONFIG_STRING, etcd_prefix, "/kvfabric",
+                    0, 0,
+                    "etcd key prefix of the controllers' election "
+                    "(their etcd_prefix)"),
     KVF_AGENT_FIELD("name", KVF_CONFIG_STRING, name, "", 0, 0,
                     "node name, unique in the cluster (default: the "
                     "host name)"),
@@ -71,6 +79,10 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
      "UCX devices to use, e.g. mlx5_0:1 (empty: UCX chooses)"},
     {"transports", KVF_CONFIG_LIST, offsetof(kvf_agent_config_t, transports),
      "", 0, 0, NULL, 0, "UCX transports, e.g. rc,tcp,sm (empty: UCX chooses)"},
+    {"expect_transports", KVF_CONFIG_LIST,
+     offsetof(kvf_agent_config_t, expect_transports), "", 0, 0, NULL, 0,
+     "UCX transports peer connections must really use, e.g. rc; a peer "
+     "over any other is refused (empty: no check)"},
     KVF_AGENT_FIELD("connect_timeout", KVF_CONFIG_DURATION, connect_timeout,
                     "3s", 1000000ull, 600000000000ull,
                     "deadline of one connection attempt"),
@@ -84,6 +96,9 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
     KVF_AGENT_FIELD("fetch_timeout", KVF_CONFIG_DURATION, fetch_timeout, "5s",
                     1000000ull, 600000000000ull,
                     "deadline of a chunk fetch from peers, end to end"),
+    KVF_AGENT_FIELD("same_host", KVF_CONFIG_BOOL, same_host, "true", 0, 0,
+                    "copy chunks from agents on the same host through shared "
+                    "memory instead of UCX"),
     KVF_AGENT_FIELD("prefetch_lease", KVF_CONFIG_DURATION, prefetch_lease,
                     "10s", 1000000ull, 3600000000000ull,
                     "how long the hit of a prefetching lookup stays pinned "

@@ -21,6 +21,8 @@ typedef enum {
 
 typedef struct kvf_agent_config {
     char *controller;          /* HOST:PORT of kvf-controller */
+    char *etcd;                /* etcd endpoints: the leader is found there */
+    char *etcd_prefix;         /* the controllers' --etcd-prefix */
     char *name;                /* node name, unique in the cluster */
     int role;                  /* kvf_agent_role_t */
     uint64_t pool_size;        /* bytes of the shared chunk pool */
@@ -40,9 +42,11 @@ typedef struct kvf_agent_config {
     uint64_t tp_world;         /* tensor-parallel world size */
     char *net_devices;         /* UCX_NET_DEVICES, comma-separated */
     char *transports;          /* UCX_TLS, comma-separated */
+    char *expect_transports;   /* refuse peers over others; "": no check */
     uint64_t connect_timeout;  /* ns */
     uint64_t request_timeout;  /* ns */
     uint64_t fetch_timeout;    /* ns: a peer fetch, end to end */
+    bool same_host;            /* copy from same-host agents (agent/local.h) */
     uint64_t lookup_timeout;   /* ns: controller part of an engine lookup */
     uint64_t prefetch_lease;   /* ns: a prefetched hit stays pinned this long */
     uint64_t reconnect_max;    /* ns: ceiling of the reconnect backoff */

@@ -2,6 +2,8 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "agent/ctl_client.h"
 
+#include "agent/discover.h"
+
 #include "common/config.h"
 #include "common/log.h"
 #include "common/tls.h"
@@ -30,7 +32,10 @@
 #define KVF_CTL_MAX_ADDRS      8
 #define KVF_CTL_HEARTBEAT_NS   (1000ull * KVF_NSEC_PER_MSEC)
 #define KVF_CTL_MAX_BATCH_KEYS 65536u
-#define KVF_CTL_NAMES          64u /* data address -> node name, for logs */
+/* how often etcd is read while the leader is unknown */
+#define KVF_CTL_DISCOVER_POLL_NS (100 * KVF_NSEC_PER_MSEC)
+#define KVF_CTL_DISCOVER_CALL_NS (1000ull * KVF_NSEC_PER_MSEC)
+#define KVF_CTL_NAMES            64u /* data address -> node name, for logs */
 
 typedef enum {
     KVF_CTL_STATE_IDLE,       /* waiting to reconnect */
@@ -83,6 +88,8 @@ struct kvf_ctl_client {
     socklen_t addr_lens[KVF_CTL_MAX_ADDRS];
     unsigned num_addrs, addr_idx;
     uint64_t term; /* highest leader term seen (HA on etcd), kept */
+    /* with etcd: the leader it names is the one address (addrs[0]) */
+    kvf_discover_t *discover;
 
     char *controller;
     char *name;
@@ -605,6 +612,10 @@ static void kvf_ctl_client_reset(kvf_ctl_client_t *client, const char *why)
         kvf_ctl_client_complain(client, why);
     }
     client->state = KVF_CTL_STATE_IDLE;
+    if (client->discover != NULL) {
+        /* maybe the leader is gone: a new one connects at once */
+        kvf_discover_want(client->discover);
+    }
     /* jitter of up to a quarter keeps restarted agents from reconnecting
      * in lockstep */
     delay =
@@ -681,6 +692,9 @@ static void kvf_ctl_client_on_registered(kvf_ctl_client_t *client,
     client->stats.registrations++;
     client->is_replace = false; /* a later re-registration is a restart */
     client->problem[0] = '\0';
+    if (client->discover != NULL) {
+        kvf_discover_settle(client->discover);
+    }
     kvf_info("registered with controller %s as node %u (%s)%s%s",
              client->controller, client->node_id, client->name,
              reply->recovering ? ", controller recovering" : "",
@@ -1253,6 +1267,13 @@ static void kvf_ctl_client_connect(kvf_ctl_client_t *client)
 {
     SSL *ssl;
 
+    if (client->num_addrs == 0) {
+        char why[320];
+
+        kvf_discover_problem(client->discover, why, sizeof(why));
+        kvf_ctl_client_reset(client, why);
+        return;
+    }
     if (client->tls_ctx != NULL) {
         ssl = kvf_tls_client_new(client->tls_ctx, client->tls_server_name);
         client->bev =
@@ -1342,6 +1363,72 @@ static kvf_status_t kvf_ctl_client_resolve(kvf_ctl_client_t *client)
     }
     memcpy(&client->addr, &client->addrs[0], sizeof(client->addr));
     client->addr_len = client->addr_lens[0];
+    return KVF_OK;
+}
+
+/* etcd named a new leader: it is the address from now on; when not
+ * registered, connect there at once. */
+static void kvf_ctl_client_on_leader(void *arg,
+                                     const kvf_discover_leader_t *leader)
+{
+    kvf_ctl_client_t *client = arg;
+    char *name               = strdup(leader->control);
+
+    if (name == NULL) {
+        return; /* the next look tries again */
+    }
+    free(client->controller);
+    client->controller = name;
+    memcpy(&client->addrs[0], &leader->addr, sizeof(client->addrs[0]));
+    client->addr_lens[0] = leader->addr_len;
+    client->num_addrs    = 1;
+    client->addr_idx     = 0;
+    memcpy(&client->addr, &leader->addr, sizeof(client->addr));
+    client->addr_len = leader->addr_len;
+    if (client->stop_requested || (client->state == KVF_CTL_STATE_READY) ||
+        (client->state == KVF_CTL_STATE_STOPPING) ||
+        (client->state == KVF_CTL_STATE_STOPPED)) {
+        return;
+    }
+    /* IDLE (backing off) or half-way to an older address: go now */
+    if (client->bev != NULL) {
+        bufferevent_free(client->bev);
+        client->bev = NULL;
+    }
+    evtimer_del(client->deadline_ev);
+    evtimer_del(client->retry_ev);
+    client->backoff_ns = KVF_CTL_BACKOFF_MIN_NS;
+    kvf_ctl_client_connect(client);
+}
+
+/* With etcd: the address comes from the leader it names (a thread looks;
+ * the first answer connects). */
+static kvf_status_t
+kvf_ctl_client_discover(kvf_ctl_client_t *client,
+                        const kvf_ctl_client_params_t *params)
+{
+    kvf_status_t status;
+    uint64_t timeout;
+    char *name = strdup("(leader in etcd)");
+
+    if (name == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    free(client->controller);
+    client->controller = name;
+    /* the longest etcd call is also what a stop may wait for */
+    timeout = (client->connect_timeout_ns < KVF_CTL_DISCOVER_CALL_NS)
+                  ? client->connect_timeout_ns
+                  : KVF_CTL_DISCOVER_CALL_NS;
+    status  = kvf_discover_create(
+         client->base, params->etcd,
+        (params->etcd_prefix != NULL) ? params->etcd_prefix : "/kvfabric",
+         timeout, KVF_CTL_DISCOVER_POLL_NS, kvf_ctl_client_on_leader, client,
+         &client->discover);
+    if (status != KVF_OK) {
+        return (status == KVF_ERR_NO_MEMORY) ? status : KVF_ERR_INVALID;
+    }
+    kvf_discover_want(client->discover);
     return KVF_OK;
 }
 
@@ -1438,7 +1525,11 @@ kvf_status_t kvf_ctl_client_create(const kvf_ctl_client_params_t *params,
         (client->pending_ev == NULL)) {
         goto err_destroy;
     }
-    status = kvf_ctl_client_resolve(client);
+    if ((params->etcd != NULL) && (params->etcd[0] != '\0')) {
+        status = kvf_ctl_client_discover(client, params);
+    } else {
+        status = kvf_ctl_client_resolve(client);
+    }
     if (status != KVF_OK) {
         goto err_destroy;
     }
@@ -1456,6 +1547,7 @@ void kvf_ctl_client_destroy(kvf_ctl_client_t *client)
     if (client == NULL) {
         return;
     }
+    kvf_discover_destroy(client->discover);
     if (client->bev != NULL) {
         bufferevent_free(client->bev);
     }

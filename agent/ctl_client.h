@@ -69,7 +69,12 @@ typedef struct kvf_ctl_client_ops {
 
 typedef struct kvf_ctl_client_params {
     struct event_base *base;
-    const char *controller; /* HOST:PORT */
+    const char *controller; /* HOST:PORT[,HOST:PORT...] */
+    /* etcd endpoints (http://HOST:PORT[,...]): the controller is the
+     * leader published there, re-read whenever the connection is lost;
+     * NULL/empty: the controller list above */
+    const char *etcd;
+    const char *etcd_prefix; /* NULL: "/kvfabric" */
     const char *name;
     int role;                   /* kvf_agent_role_t */
     const void *worker_address; /* UCX worker address blob, may be NULL */

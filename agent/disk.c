@@ -5,6 +5,7 @@
 #include "agent/config.h"
 #include "agent/store.h"
 #include "common/log.h"
+#include "common/prom.h"
 #include "common/time.h"
 
 #include <event2/buffer.h>
@@ -1121,58 +1122,44 @@ void kvf_disk_print_metrics(const kvf_disk_t *disk, struct evbuffer *body)
         return;
     }
     st = &disk->st;
-    evbuffer_add_printf(
-        body,
-        "# HELP kvf_agent_disk_capacity_bytes bytes of the disk tier\n"
-        "# TYPE kvf_agent_disk_capacity_bytes gauge\n"
-        "kvf_agent_disk_capacity_bytes %" PRIu64 "\n"
-        "# HELP kvf_agent_disk_used_bytes bytes of chunks on the disk tier\n"
-        "# TYPE kvf_agent_disk_used_bytes gauge\n"
-        "kvf_agent_disk_used_bytes %" PRIu64 "\n"
-        "# HELP kvf_agent_disk_chunks chunks on the disk tier\n"
-        "# TYPE kvf_agent_disk_chunks gauge\n"
-        "kvf_agent_disk_chunks %" PRIu64 "\n"
-        "# HELP kvf_agent_disk_direct 1 when the tier uses O_DIRECT\n"
-        "# TYPE kvf_agent_disk_direct gauge\n"
-        "kvf_agent_disk_direct %d\n"
-        "# HELP kvf_agent_disk_writes_total chunks written behind\n"
-        "# TYPE kvf_agent_disk_writes_total counter\n"
-        "kvf_agent_disk_writes_total %" PRIu64 "\n"
-        "# HELP kvf_agent_disk_write_bytes_total bytes written behind\n"
-        "# TYPE kvf_agent_disk_write_bytes_total counter\n"
-        "kvf_agent_disk_write_bytes_total %" PRIu64 "\n"
-        "# HELP kvf_agent_disk_write_drops_total evicted chunks not "
-        "written (write-behind buffers busy)\n"
-        "# TYPE kvf_agent_disk_write_drops_total counter\n"
-        "kvf_agent_disk_write_drops_total %" PRIu64 "\n"
-        "# HELP kvf_agent_disk_reads_total chunks read back and verified\n"
-        "# TYPE kvf_agent_disk_reads_total counter\n"
-        "kvf_agent_disk_reads_total %" PRIu64 "\n"
-        "# HELP kvf_agent_disk_read_bytes_total bytes read back\n"
-        "# TYPE kvf_agent_disk_read_bytes_total counter\n"
-        "kvf_agent_disk_read_bytes_total %" PRIu64 "\n"
-        "# HELP kvf_agent_disk_errors_total disk tier failures, by kind\n"
-        "# TYPE kvf_agent_disk_errors_total counter\n"
-        "kvf_agent_disk_errors_total{kind=\"write\"} %" PRIu64 "\n"
-        "kvf_agent_disk_errors_total{kind=\"read\"} %" PRIu64 "\n"
-        "kvf_agent_disk_errors_total{kind=\"checksum\"} %" PRIu64 "\n"
-        "# HELP kvf_agent_disk_evictions_total disk slots reused for a "
-        "newer chunk\n"
-        "# TYPE kvf_agent_disk_evictions_total counter\n"
-        "kvf_agent_disk_evictions_total %" PRIu64 "\n"
-        "# HELP kvf_agent_disk_busy_seconds_total time with at least one "
-        "write, or one read, in flight on the tier (bytes over it: the "
-        "tier's device throughput, apart from how fast chunks arrive)\n"
-        "# TYPE kvf_agent_disk_busy_seconds_total counter\n"
-        "kvf_agent_disk_busy_seconds_total{dir=\"write\"} %.6f\n"
-        "kvf_agent_disk_busy_seconds_total{dir=\"read\"} %.6f\n"
-        "# HELP kvf_agent_disk_recovered_chunks chunks found on disk at "
-        "start\n"
-        "# TYPE kvf_agent_disk_recovered_chunks gauge\n"
-        "kvf_agent_disk_recovered_chunks %" PRIu64 "\n",
-        st->capacity_bytes, st->used_bytes, st->used_slots,
-        disk->is_direct ? 1 : 0, st->writes, st->write_bytes, st->write_drops,
-        st->reads, st->read_bytes, st->write_errors, st->read_errors,
-        st->checksum_failures, st->evictions, (double)st->write_busy_ns / 1e9,
-        (double)st->read_busy_ns / 1e9, st->recovered);
+    kvf_prom_metric(body, "kvf_agent_disk_capacity_bytes", KVF_PROM_GAUGE,
+                    "bytes of the disk tier", st->capacity_bytes);
+    kvf_prom_metric(body, "kvf_agent_disk_used_bytes", KVF_PROM_GAUGE,
+                    "bytes of chunks on the disk tier", st->used_bytes);
+    kvf_prom_metric(body, "kvf_agent_disk_chunks", KVF_PROM_GAUGE,
+                    "chunks on the disk tier", st->used_slots);
+    kvf_prom_metric(body, "kvf_agent_disk_direct", KVF_PROM_GAUGE,
+                    "1 when the tier uses O_DIRECT", disk->is_direct ? 1 : 0);
+    kvf_prom_metric(body, "kvf_agent_disk_writes_total", KVF_PROM_COUNTER,
+                    "chunks written behind", st->writes);
+    kvf_prom_metric(body, "kvf_agent_disk_write_bytes_total", KVF_PROM_COUNTER,
+                    "bytes written behind", st->write_bytes);
+    kvf_prom_metric(body, "kvf_agent_disk_write_drops_total", KVF_PROM_COUNTER,
+                    "evicted chunks not written (write-behind buffers busy)",
+                    st->write_drops);
+    kvf_prom_metric(body, "kvf_agent_disk_reads_total", KVF_PROM_COUNTER,
+                    "chunks read back and verified", st->reads);
+    kvf_prom_metric(body, "kvf_agent_disk_read_bytes_total", KVF_PROM_COUNTER,
+                    "bytes read back", st->read_bytes);
+    kvf_prom_metric_by(body, "kvf_agent_disk_errors_total", KVF_PROM_COUNTER,
+                       "disk tier failures, by kind", "kind", 3,
+                       (const char *const[]){"write", "read", "checksum"},
+                       (const uint64_t[]){st->write_errors, st->read_errors,
+                                          st->checksum_failures});
+    kvf_prom_metric(body, "kvf_agent_disk_evictions_total", KVF_PROM_COUNTER,
+                    "disk slots reused for a newer chunk", st->evictions);
+    /* bytes over it: the tier's device throughput, apart from how fast
+     * chunks arrive (kvf-bench disk's busy GB/s) */
+    kvf_prom_family(body, "kvf_agent_disk_busy_seconds_total", KVF_PROM_COUNTER,
+                    "time with at least one write, or one read, in flight on "
+                    "the tier");
+    evbuffer_add_printf(body,
+                        "kvf_agent_disk_busy_seconds_total{dir=\"write\"} "
+                        "%.6f\n"
+                        "kvf_agent_disk_busy_seconds_total{dir=\"read\"} "
+                        "%.6f\n",
+                        (double)st->write_busy_ns / 1e9,
+                        (double)st->read_busy_ns / 1e9);
+    kvf_prom_metric(body, "kvf_agent_disk_recovered_chunks", KVF_PROM_GAUGE,
+                    "chunks found on disk at start", st->recovered);
 }

@@ -43,6 +43,22 @@ static void kvf_agent_main_usage(void)
            "exit\n");
 }
 
+/* etcd endpoints: empty, or each http(s)://... */
+static bool kvf_agent_main_check_etcd(const char *etcd)
+{
+    const char *p = etcd;
+
+    while ((p != NULL) && (p[0] != '\0')) {
+        if ((strncmp(p, "http://", 7) != 0) &&
+            (strncmp(p, "https://", 8) != 0)) {
+            return false;
+        }
+        p = strchr(p, ',');
+        p = (p != NULL) ? p + 1 : NULL;
+    }
+    return true;
+}
+
 /* What kvf_agent_create() would refuse in the configuration itself
  * (secret file, addresses), for --print-config; one line per problem on
  * stderr. Returns true when the agent would start. */
@@ -77,6 +93,11 @@ static bool kvf_agent_main_check(const kvf_agent_config_t *config)
                 break;
             }
         }
+    }
+    if (!kvf_agent_main_check_etcd(config->etcd)) {
+        fprintf(stderr, "kvf-agent: etcd '%s' is not http://HOST:PORT[,...]\n",
+                config->etcd);
+        ok = false;
     }
     memset(&secret, 0, sizeof(secret));
     if (kvf_auth_secret_load_opt(config->cluster_secret_file, &secret, text,

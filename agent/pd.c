@@ -300,6 +300,11 @@ void kvf_pd_set_ctl(kvf_pd_t *pd, kvf_ctl_client_t *ctl)
     pd->ctl = ctl;
 }
 
+void kvf_pd_set_transports(kvf_pd_t *pd, struct kvf_transports *t)
+{
+    pd->transports = t;
+}
+
 void kvf_pd_get_stats(const kvf_pd_t *pd, kvf_pd_stats_t *stats_p)
 {
     *stats_p = pd->stats;

@@ -102,6 +102,11 @@ void kvf_pd_destroy(kvf_pd_t *pd);
 /* The controller connection used to find decoders by name. */
 void kvf_pd_set_ctl(kvf_pd_t *pd, kvf_ctl_client_t *ctl);
 
+/* Transport truth (agent/transports.h): PD_ALLOC is answered
+ * KVF_ERR_UNSUPPORTED over a connection it refuses. NULL: no check. */
+struct kvf_transports;
+void kvf_pd_set_transports(kvf_pd_t *pd, struct kvf_transports *t);
+
 /* A draining decoder refuses new PD requests with KVF_ERR_STATE and a
  * message saying it is draining; requests already open complete. */
 void kvf_pd_set_draining(kvf_pd_t *pd, bool is_draining);

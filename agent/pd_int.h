@@ -143,7 +143,8 @@ typedef struct kvf_pd_open {
 KHASH_MAP_INIT_INT64(kvf_pd_reqs, kvf_pd_req_t *)
 
 struct kvf_pd {
-    kvf_mesh_t *mesh; /* node directory: decoders' addresses */
+    struct kvf_transports *transports; /* expect_transports; NULL: none */
+    kvf_mesh_t *mesh;                  /* node directory: decoders' addresses */
     struct event_base *base;
     kvf_ucx_worker_t *worker;
     kvf_ucx_mem_t *pool_mem;

@@ -6,6 +6,7 @@
  * (agent/pd.h).
  */
 #include "agent/pd_int.h"
+#include "agent/transports.h"
 
 #include "agent/config.h"
 
@@ -341,6 +342,15 @@ void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAlloc *m)
         kvf_mesh_drop(pd->mesh, KVF_MESH_DROP_UNEXPECTED);
         kvf_pd_reply_alloc(pd, ep, m->request_id, m->ticket, KVF_ERR_AUTH,
                            "PD_ALLOC from a decode-only node", NULL);
+        return;
+    }
+    if ((pd->transports != NULL) &&
+        !kvf_transports_check(pd->transports, ep, 0, NULL)) {
+        snprintf(message, sizeof(message),
+                 "node %s refuses pushes over %s (expect_transports)", pd->name,
+                 kvf_transports_last(pd->transports));
+        kvf_pd_reply_alloc(pd, ep, m->request_id, m->ticket,
+                           KVF_ERR_UNSUPPORTED, message, NULL);
         return;
     }
     if (pd->region == NULL) {

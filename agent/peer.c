@@ -2,6 +2,9 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "agent/peer.h"
 
+#include "agent/local.h"
+#include "agent/transports.h"
+
 #include "common/log.h"
 #include "common/time.h"
 #include "proto/frame.h"
@@ -29,6 +32,7 @@ typedef enum {
     KVF_PEER_ITEM_RECV,     /* payload being received into a slot */
     KVF_PEER_ITEM_DONE,     /* settled: fetched or missed */
     KVF_PEER_ITEM_FOLLOW,   /* another fetch is already getting this key */
+    KVF_PEER_ITEM_LOCAL,    /* being copied from a same-host holder */
 } kvf_peer_item_state_t;
 
 typedef struct kvf_peer_item {
@@ -40,6 +44,9 @@ typedef struct kvf_peer_item {
     uint64_t length;   /* of the chunk being received */
     uint64_t checksum; /* as the holder announced it */
     uint8_t state;
+    /* the same-host copy missed it: ask the holder over UCX, which also
+     * serves chunks its pool spilled to disk */
+    bool is_local_missed;
     /* one transfer per key: a fetch asking for a key that an earlier fetch
      * is already getting (a prefetch, then the retrieve) follows it */
     struct kvf_peer_item *leader;        /* FOLLOW: the item we wait on */
@@ -128,6 +135,8 @@ struct kvf_peer {
     kvf_peer_link_stats_t links[KVF_PEER_LINKS_MAX];
     uint32_t num_links;
     kvf_peer_disk_serve_t disk_serves[KVF_PEER_DISK_SERVES];
+    kvf_local_t *local;           /* the same-host path, or NULL */
+    kvf_transports_t *transports; /* transport truth, or NULL */
     bool destroying;
 };
 
@@ -341,6 +350,9 @@ static void kvf_peer_on_ready(void *arg, kvf_status_t status, kvf_ucx_ep_t *ep,
 /* Sends PEER_FETCH messages (up to KVF_PEER_KEYS_PER_ASK keys each) for
  * the keys that @p holder holds, once the endpoint to it is authenticated
  * (kvf_mesh_connect). */
+static bool kvf_peer_fetch_local(kvf_peer_fetch_t *fetch, uint32_t holder,
+                                 const char *data_address);
+
 static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
                                const char *data_address)
 {
@@ -352,6 +364,9 @@ static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
     kvf_status_t status;
     uint32_t i = 0, n;
 
+    if (kvf_peer_fetch_local(fetch, holder, data_address)) {
+        return; /* same host: copied, or back here when it cannot be */
+    }
     status = kvf_ucx_ep_get(peer->worker, data_address, NULL, &ep);
     if (status != KVF_OK) {
         kvf_debug("%s: no endpoint to node %u at %s: %s", peer->name, holder,
@@ -452,6 +467,140 @@ static kvf_peer_link_stats_t *kvf_peer_link(kvf_peer_t *peer, uint32_t node_id,
         link->name[k] = '\0';
     }
     return link;
+}
+
+/* ------------------------------------------------------ same-host path */
+
+/* The keys of one fetch asked of one same-host holder (agent/local.h). */
+typedef struct kvf_peer_local_ask {
+    kvf_peer_fetch_t *fetch;
+    uint32_t holder;
+    char address[KVF_MESH_ADDR_MAX];
+    uint32_t num;
+    uint32_t indexes[]; /* items, in the order of the keys asked */
+} kvf_peer_local_ask_t;
+
+static void kvf_peer_on_local(void *arg, kvf_status_t status,
+                              const kvf_local_result_t *res, uint32_t num,
+                              const char *holder_name)
+{
+    kvf_peer_local_ask_t *ask = arg;
+    kvf_peer_fetch_t *fetch   = ask->fetch;
+    kvf_peer_t *peer          = fetch->peer;
+    bool fallback             = false;
+    uint32_t i;
+
+    fetch->inflight--;
+    if (status != KVF_ERR_UNSUPPORTED) {
+        /* names the holder's traffic row, as a PEER_CHUNK does */
+        kvf_peer_link(peer, ask->holder, holder_name);
+    }
+    for (i = 0; i < num; i++) {
+        kvf_peer_item_t *item = &fetch->items[ask->indexes[i]];
+
+        if (item->state != KVF_PEER_ITEM_LOCAL) {
+            continue;
+        }
+        item->state = KVF_PEER_ITEM_WAIT; /* so settle counts it */
+        if (status == KVF_ERR_UNSUPPORTED) {
+            fallback = true; /* not same host after all: over UCX */
+            continue;
+        }
+        if (res[i].bytes > 0) {
+            kvf_peer_link_stats_t *link =
+                kvf_peer_link(peer, item->holder, holder_name);
+
+            peer->stats.chunks_fetched++;
+            peer->stats.bytes_fetched += res[i].bytes;
+            link->chunks_fetched++;
+            link->bytes_fetched += res[i].bytes;
+        } else if (res[i].status == KVF_ERR_CHECKSUM) {
+            peer->stats.checksum_failures++;
+        } else {
+            item->is_local_missed = true; /* not in its pool: over UCX */
+            fallback              = true;
+            continue;
+        }
+        kvf_peer_item_settle(item, res[i].bytes > 0);
+    }
+    if (fallback && !fetch->done) {
+        kvf_peer_fetch_ask(fetch, ask->holder, ask->address);
+    }
+    free(ask);
+    kvf_peer_fetch_maybe_free(fetch);
+}
+
+/* Same host? Copies the keys waiting on @p holder from its pool (true:
+ * they are on their way); false: ask over UCX. */
+static bool kvf_peer_fetch_local(kvf_peer_fetch_t *fetch, uint32_t holder,
+                                 const char *data_address)
+{
+    kvf_peer_t *peer = fetch->peer;
+    kvf_peer_local_ask_t *ask;
+    kvf_key_t *keys;
+    uint32_t i, n = 0, missed = 0;
+
+    if ((peer->local == NULL) ||
+        (strlen(data_address) >= sizeof(ask->address))) {
+        return false;
+    }
+    ask  = malloc(sizeof(*ask) + (size_t)fetch->num * sizeof(uint32_t));
+    keys = malloc((size_t)fetch->num * sizeof(*keys));
+    if ((ask == NULL) || (keys == NULL)) {
+        free(ask);
+        free(keys);
+        return false;
+    }
+    for (i = 0; i < fetch->num; i++) {
+        if ((fetch->items[i].holder != holder) ||
+            (fetch->items[i].state != KVF_PEER_ITEM_WAIT)) {
+            continue;
+        }
+        if (fetch->items[i].is_local_missed) {
+            missed++;
+            continue;
+        }
+        keys[n]           = fetch->items[i].key;
+        ask->indexes[n++] = i;
+    }
+    ask->fetch  = fetch;
+    ask->holder = holder;
+    ask->num    = n;
+    snprintf(ask->address, sizeof(ask->address), "%s", data_address);
+    if ((n == 0) ||
+        (kvf_local_fetch(peer->local, holder, data_address, keys, n,
+                         fetch->owner, kvf_peer_on_local, ask) != KVF_OK)) {
+        free(keys);
+        free(ask);
+        return (n == 0) && (missed == 0);
+    }
+    free(keys);
+    for (i = 0; i < n; i++) {
+        fetch->items[ask->indexes[i]].state = KVF_PEER_ITEM_LOCAL;
+    }
+    fetch->inflight++;
+    return true;
+}
+
+void kvf_peer_set_local(kvf_peer_t *peer, kvf_local_t *local)
+{
+    peer->local = local;
+}
+
+void kvf_peer_set_transports(kvf_peer_t *peer, struct kvf_transports *t)
+{
+    peer->transports = t;
+}
+
+void kvf_peer_count_served(kvf_peer_t *peer, uint32_t node_id, const char *name,
+                           uint64_t chunks, uint64_t bytes)
+{
+    kvf_peer_link_stats_t *link = kvf_peer_link(peer, node_id, name);
+
+    peer->stats.chunks_served += chunks;
+    peer->stats.bytes_served += bytes;
+    link->chunks_served += chunks;
+    link->bytes_served += bytes;
 }
 
 static void kvf_peer_on_node(void *arg, kvf_status_t status, uint32_t node_id,
@@ -720,6 +869,12 @@ static kvf_status_t kvf_peer_on_chunk(void *arg, const void *header,
         kvf_peer_item_settle(item, false); /* the holder evicted it */
         goto out;
     }
+    if ((peer->transports != NULL) &&
+        !kvf_transports_check(peer->transports, item->ep, item->holder,
+                              chunk->holder_name)) {
+        kvf_peer_item_settle(item, false); /* not over what we expect */
+        goto out;
+    }
     if ((chunk->length != msg->length) || (chunk->length == 0) ||
         (kvf_store_alloc(peer->store, fetch->owner, chunk->length, &slot) !=
          KVF_OK)) {
@@ -943,6 +1098,26 @@ static bool kvf_peer_serve_from_disk(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
     return true;
 }
 
+/* Answers one key with KVF_ERR_UNSUPPORTED (expect_transports). */
+static void kvf_peer_serve_refuse(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
+                                  uint64_t request_id, uint32_t index)
+{
+    uint8_t hdr[KVF_PEER_HDR_MAX];
+    Kvf__PeerChunk chunk;
+    size_t len = 0;
+
+    kvf__peer_chunk__init(&chunk);
+    chunk.request_id = request_id;
+    chunk.index      = index;
+    chunk.status     = KVF_ERR_UNSUPPORTED;
+    if (kvf_frame_pack(hdr, sizeof(hdr), KVF_MSG_PEER_CHUNK, 0, &chunk.base,
+                       KVF_PEER_HDR_MAX, &len) == KVF_OK) {
+        kvf_ucx_am_send(ep, KVF_MESH_AM_PEER_CHUNK, hdr, len, NULL, 0, NULL,
+                        KVF_UCX_AM_SEND_EAGER, peer->timeout_ns,
+                        kvf_peer_on_miss_sent, NULL);
+    }
+}
+
 /* A requester says a chunk we served failed verification: check it here
  * (the requester's word alone evicts nothing). */
 static kvf_status_t kvf_peer_on_bad(void *arg, const void *header,
@@ -1009,6 +1184,17 @@ static kvf_status_t kvf_peer_on_fetch(void *arg, const void *header,
         return KVF_OK;
     }
     link = kvf_peer_link(peer, req->requester, req->requester_name);
+    if ((peer->transports != NULL) &&
+        !kvf_transports_check(peer->transports, msg->reply_ep, req->requester,
+                              req->requester_name)) {
+        /* not over a transport we expect: every key answered refused */
+        for (i = 0; i < n; i++) {
+            kvf_peer_serve_refuse(peer, msg->reply_ep, req->request_id,
+                                  req->indexes[i]);
+        }
+        kvf_frame_release(&frame, NULL);
+        return KVF_OK;
+    }
     for (i = 0; i < n; i++) {
         kvf_key_unpack(req->keys.data + i * KVF_KEY_WIRE_SIZE, &key);
         kvf_peer_serve_one(peer, msg->reply_ep, req->request_id,

@@ -105,6 +105,21 @@ kvf_status_t kvf_peer_create(const kvf_peer_params_t *params,
  * NULL is a no-op. */
 void kvf_peer_destroy(kvf_peer_t *peer);
 
+/* The same-host path (agent/local.h) tried before UCX for each holder;
+ * NULL: none. Borrowed: destroy the peer service first. */
+struct kvf_local;
+void kvf_peer_set_local(kvf_peer_t *peer, struct kvf_local *local);
+
+/* Transport truth (agent/transports.h): requests are served only over
+ * connections it accepts; NULL: all. Borrowed. */
+struct kvf_transports;
+void kvf_peer_set_transports(kvf_peer_t *peer, struct kvf_transports *t);
+
+/* Counts chunks another path (the same-host one) served to node
+ * @p node_id named @p name, in the totals and per peer. */
+void kvf_peer_count_served(kvf_peer_t *peer, uint32_t node_id, const char *name,
+                           uint64_t chunks, uint64_t bytes);
+
 /* The controller connection used to find holders (set once it exists). */
 void kvf_peer_set_ctl(kvf_peer_t *peer, kvf_ctl_client_t *ctl);
 

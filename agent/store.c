@@ -265,8 +265,23 @@ kvf_status_t kvf_store_commit(kvf_store_t *store, kvf_store_owner_t *owner,
                               uint64_t checksum)
 {
     kvf_store_hold_t *hold = kvf_store_hold_find(owner, offset);
+
+    if ((hold == NULL) || !hold->is_grant) {
+        return KVF_ERR_RANGE;
+    }
+    return kvf_store_commit_hashed(
+        store, owner, key, offset, checksum,
+        kvf_chunk_checksum(kvf_pool_ptr(store->pool, offset),
+                           kvf_pool_entry_length(hold->entry)));
+}
+
+kvf_status_t kvf_store_commit_hashed(kvf_store_t *store,
+                                     kvf_store_owner_t *owner,
+                                     const kvf_key_t *key, uint64_t offset,
+                                     uint64_t checksum, uint64_t actual)
+{
+    kvf_store_hold_t *hold = kvf_store_hold_find(owner, offset);
     kvf_pool_entry_t *entry;
-    uint64_t actual;
 
     if ((hold == NULL) || !hold->is_grant) {
         return KVF_ERR_RANGE;
@@ -274,8 +289,6 @@ kvf_status_t kvf_store_commit(kvf_store_t *store, kvf_store_owner_t *owner,
     entry = hold->entry;
     kvf_store_hold_delete(owner, hold);
     owner->grants--;
-    actual = kvf_chunk_checksum(kvf_pool_ptr(store->pool, offset),
-                                kvf_pool_entry_length(entry));
     if (actual != checksum) {
         store->checksum_failures++;
         kvf_pool_free(store->pool, entry);

@@ -110,6 +110,14 @@ kvf_status_t kvf_store_commit(kvf_store_t *store, kvf_store_owner_t *owner,
                               const kvf_key_t *key, uint64_t offset,
                               uint64_t checksum);
 
+/* As kvf_store_commit, with @p actual the checksum the caller computed
+ * over the grant's bytes as they landed (a copy that hashes what it wrote
+ * while it is in cache, agent/local.c): one pass over the bytes, not two. */
+kvf_status_t kvf_store_commit_hashed(kvf_store_t *store,
+                                     kvf_store_owner_t *owner,
+                                     const kvf_key_t *key, uint64_t offset,
+                                     uint64_t checksum, uint64_t actual);
+
 /* Pins the local chunk of @p key for @p owner. KVF_ERR_NOT_FOUND. */
 kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
                            const kvf_key_t *key, kvf_slot_t *slot_p);

@@ -17,6 +17,19 @@ static const kvf_config_field_t kvf_controller_config_fields[] = {
     KVF_CC_FIELD("http", KVF_CONFIG_STRING, http, "127.0.0.1:7401", 0, 0,
                  KVF_CONFIG_FIELD_HOSTPORT,
                  "HOST:PORT for /healthz, /v1/*, /metrics (empty: off)"),
+    KVF_CC_FIELD("advertise", KVF_CONFIG_STRING, advertise, "", 0, 0,
+                 KVF_CONFIG_FIELD_HOSTPORT,
+                 "with etcd: the control HOST:PORT agents and kvfctl are "
+                 "told (empty: the bound listen address, a wildcard host "
+                 "replaced by the host name)"),
+    KVF_CC_FIELD("advertise_http", KVF_CONFIG_STRING, advertise_http, "", 0, 0,
+                 KVF_CONFIG_FIELD_HOSTPORT,
+                 "with etcd: the HTTP HOST:PORT published beside it "
+                 "(empty: as advertise does for http)"),
+    KVF_CC_FIELD("etcd_resign", KVF_CONFIG_BOOL, etcd_resign, "true", 0, 0, 0,
+                 "with etcd: a leader that had agents and lost every one "
+                 "resigns and exits 4 (cut off from the agents, not from "
+                 "etcd: a standby they reach takes over)"),
     KVF_CC_FIELD("port_file", KVF_CONFIG_STRING, port_file, "", 0, 0, 0,
                  "write the bound control and HTTP addresses to this file"),
     KVF_CC_FIELD("lease", KVF_CONFIG_DURATION, lease_ns, "5s", 10000000ull,

@@ -16,6 +16,9 @@
 typedef struct kvf_controller_config {
     char *listen;                  /* HOST:PORT of the frame protocol */
     char *http;                    /* HOST:PORT of HTTP; empty: off */
+    char *advertise;               /* control address published in etcd */
+    char *advertise_http;          /* HTTP address published in etcd */
+    bool etcd_resign;              /* a leader that lost every agent resigns */
     char *port_file;               /* write bound addresses here */
     uint64_t lease_ns;             /* node lease */
     uint64_t heartbeat_ns;         /* interval told to agents */

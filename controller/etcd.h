@@ -1,35 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Copyright (c) 2026 The kvfabric authors */
 /*
- * A small blocking client of etcd's v3 JSON gateway (etcd 3.4: POST
- * /v3/kv/range, /v3/kv/txn, /v3/kv/put, /v3/lease/{grant,keepalive,
- * revoke}; keys and values base64, int64 as strings). Enough for the
- * leader election of election.c, nothing more.
+ * The controller's part of the etcd client (common/etcd.h): leases and
+ * the transactions of the leader election of election.c.
  *
- * thread: one client per thread (it owns one curl handle). Every call is
- * bounded by the timeout given to it (or at create). Endpoints are tried
- * in order; the one that answered is tried first next time.
+ * thread: as common/etcd.h, one client per thread.
  */
 #ifndef KVF_CONTROLLER_ETCD_H
 #define KVF_CONTROLLER_ETCD_H
 
+#include "common/etcd.h"
+
 #include <kvfabric/status.h>
 
 #include <stdbool.h>
-#include <stddef.h>
 #include <stdint.h>
-
-typedef struct kvf_etcd kvf_etcd_t;
-
-/* @p urls: "http://HOST:PORT[,http://HOST:PORT...]". Call
- * curl_global_init() once before the first create. */
-kvf_status_t kvf_etcd_create(const char *urls, uint64_t timeout_ms,
-                             kvf_etcd_t **etcd_p);
-
-void kvf_etcd_destroy(kvf_etcd_t *etcd);
-
-/* Bounds the next calls (0: the create timeout). */
-void kvf_etcd_set_timeout(kvf_etcd_t *etcd, uint64_t timeout_ms);
 
 /* Grants a lease of @p ttl_s seconds; *ttl_p is what etcd granted. */
 kvf_status_t kvf_etcd_lease_grant(kvf_etcd_t *etcd, int64_t ttl_s,
@@ -53,10 +38,5 @@ kvf_status_t kvf_etcd_create_key(kvf_etcd_t *etcd, const char *key,
 kvf_status_t kvf_etcd_update_key(kvf_etcd_t *etcd, const char *key,
                                  const char *value, int64_t lease,
                                  int64_t create_revision);
-
-/* Reads @p key: *found_p, its value (NUL-terminated, truncated to
- * @p len) and its create revision. */
-kvf_status_t kvf_etcd_get(kvf_etcd_t *etcd, const char *key, bool *found_p,
-                          char *value, size_t len, int64_t *create_rev_p);
 
 #endif /* KVF_CONTROLLER_ETCD_H */

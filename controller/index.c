@@ -2,7 +2,8 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "controller/index.h"
 
-#include "controller/server_int.h"
+#include "controller/http.h"
+#include "controller/stats.h"
 #include "common/evjson.h"
 #include "common/log.h"
 #include "common/time.h"
@@ -36,6 +37,10 @@ struct kvf_index {
     uint16_t *chosen;   /* [max_keys]: kvf_registry_lookup's holders */
     uint32_t *matched;  /* [KVF_REGISTRY_MAX_SLOTS]: chunks, by slot */
     uint8_t *is_done;   /* [KVF_REGISTRY_MAX_SLOTS]: node grouped, by slot */
+    kvf_http_t *http;   /* set by kvf_index_http_start() */
+    kvf_node_table_t *nodes;
+    kvf_registry_t *reg;
+    kvf_server_latency_t latency; /* queries and routes answered */
 };
 
 kvf_status_t kvf_index_create(uint32_t max_keys, kvf_index_t **index_p)
@@ -425,7 +430,7 @@ static void kvf_index_error(struct evhttp_request *req, int code,
 
 /* Parses the body of @p req into @p r; answers 400 and returns false when
  * it is not a JSON object of the expected fields. */
-static bool kvf_index_read(kvf_server_t *server, struct evhttp_request *req,
+static bool kvf_index_read(kvf_index_t *index, struct evhttp_request *req,
                            kvf_index_req_t *r)
 {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
@@ -436,7 +441,7 @@ static bool kvf_index_read(kvf_server_t *server, struct evhttp_request *req,
         evhttp_send_error(req, HTTP_INTERNAL, NULL);
         return false;
     }
-    if (!kvf_index_parse(server->index, (body != NULL) ? body : "", len, r)) {
+    if (!kvf_index_parse(index, (body != NULL) ? body : "", len, r)) {
         kvf_index_error(req, HTTP_BADREQUEST, "Bad Request",
                         "body: want one JSON object of the documented fields "
                         "(docs/integration-routers.md)");
@@ -488,16 +493,15 @@ static void kvf_index_model_json(struct evbuffer *b, const kvf_index_model_t *m)
 /* POST: registers (or replaces) a model namespace; GET: lists them. */
 static void kvf_index_on_models(struct evhttp_request *req, void *arg)
 {
-    kvf_server_t *server = arg;
-    kvf_index_t *index   = server->index;
+    kvf_index_t *index = arg;
     kvf_namespace_params_t p;
     kvf_index_model_t model, *slot;
     kvf_index_req_t r;
     struct evbuffer *b;
     uint32_t i;
 
-    if (!kvf_server_http_begin(server, req, "/v1/index/models",
-                               EVHTTP_REQ_GET | EVHTTP_REQ_POST)) {
+    if (!kvf_http_begin(index->http, req, "/v1/index/models",
+                        EVHTTP_REQ_GET | EVHTTP_REQ_POST)) {
         return;
     }
     b = evbuffer_new();
@@ -512,12 +516,12 @@ static void kvf_index_on_models(struct evhttp_request *req, void *arg)
             kvf_index_model_json(b, &index->models[i]);
         }
         evbuffer_add_printf(b, "]}\n");
-        kvf_server_http_reply(req, b, "application/json");
+        kvf_http_reply(req, b, "application/json");
         evbuffer_free(b);
         return;
     }
     evbuffer_free(b);
-    if (!kvf_index_read(server, req, &r)) {
+    if (!kvf_index_read(index, req, &r)) {
         return;
     }
     memset(&p, 0, sizeof(p));
@@ -576,7 +580,7 @@ static void kvf_index_on_models(struct evhttp_request *req, void *arg)
                            "\"model\":");
     kvf_index_model_json(b, slot);
     evbuffer_add_printf(b, "}\n");
-    kvf_server_http_reply(req, b, "application/json");
+    kvf_http_reply(req, b, "application/json");
     evbuffer_free(b);
 }
 
@@ -597,15 +601,14 @@ static bool kvf_index_node_fits(const kvf_node_t *node,
  * each node of that rank is checked key by key up to that bound. Returns
  * the chunks in the request (0 with @p err set when it is unusable).
  */
-static size_t kvf_index_match(kvf_server_t *server, const kvf_index_model_t *m,
+static size_t kvf_index_match(kvf_index_t *index, const kvf_index_model_t *m,
                               const kvf_index_req_t *r, const char **err)
 {
-    kvf_index_t *index = server->index;
-    size_t n = 0, i, hit, node_i, count = kvf_node_table_count(server->nodes);
+    size_t n = 0, i, hit, node_i, count = kvf_node_table_count(index->nodes);
     uint32_t rank;
 
     for (node_i = 0; node_i < count; node_i++) {
-        kvf_node_t *node = kvf_node_table_at(server->nodes, node_i);
+        kvf_node_t *node = kvf_node_table_at(index->nodes, node_i);
 
         index->matched[node->slot] = 0;
     }
@@ -632,19 +635,19 @@ static size_t kvf_index_match(kvf_server_t *server, const kvf_index_model_t *m,
             kvf_key_pack(&index->keys[i],
                          index->packed + i * KVF_KEY_WIRE_SIZE);
         }
-        if (kvf_registry_lookup(server->reg, index->packed, n, 0, false,
+        if (kvf_registry_lookup(index->reg, index->packed, n, 0, false,
                                 index->chosen, &hit) != KVF_OK) {
             *err = "more chunks than max_batch";
             return 0;
         }
         for (node_i = 0; (hit > 0) && (node_i < count); node_i++) {
-            kvf_node_t *node = kvf_node_table_at(server->nodes, node_i);
+            kvf_node_t *node = kvf_node_table_at(index->nodes, node_i);
             size_t k         = 0;
 
             if (!kvf_index_node_fits(node, m, rank)) {
                 continue;
             }
-            while ((k < hit) && kvf_registry_holds(server->reg, &index->keys[k],
+            while ((k < hit) && kvf_registry_holds(index->reg, &index->keys[k],
                                                    node->slot)) {
                 k++;
             }
@@ -671,15 +674,13 @@ static const char *kvf_index_node_instance(const kvf_node_t *node)
 
 /* Groups the nodes from @p *from on into the next instance; false when
  * none is left. Nodes of other models are skipped. */
-static bool kvf_index_next_group(kvf_server_t *server,
-                                 const kvf_index_model_t *m, size_t *from,
-                                 kvf_index_group_t *g)
+static bool kvf_index_next_group(kvf_index_t *index, const kvf_index_model_t *m,
+                                 size_t *from, kvf_index_group_t *g)
 {
-    kvf_index_t *index = server->index;
-    size_t count       = kvf_node_table_count(server->nodes), i;
+    size_t count = kvf_node_table_count(index->nodes), i;
 
     for (; *from < count; (*from)++) {
-        kvf_node_t *node = kvf_node_table_at(server->nodes, *from);
+        kvf_node_t *node = kvf_node_table_at(index->nodes, *from);
 
         if (!index->is_done[node->slot] &&
             kvf_index_node_fits(node, m, node->tp_rank)) {
@@ -690,10 +691,10 @@ static bool kvf_index_next_group(kvf_server_t *server,
         return false;
     }
     memset(g, 0, sizeof(*g));
-    g->first   = kvf_node_table_at(server->nodes, *from);
+    g->first   = kvf_node_table_at(index->nodes, *from);
     g->matched = UINT32_MAX;
     for (i = *from; i < count; i++) {
-        kvf_node_t *node = kvf_node_table_at(server->nodes, i);
+        kvf_node_t *node = kvf_node_table_at(index->nodes, i);
 
         if (index->is_done[node->slot] ||
             !kvf_index_node_fits(node, m, node->tp_rank) ||
@@ -715,29 +716,29 @@ static bool kvf_index_next_group(kvf_server_t *server,
     return true;
 }
 
-static void kvf_index_groups_reset(kvf_server_t *server)
+static void kvf_index_groups_reset(kvf_index_t *index)
 {
-    size_t i, count = kvf_node_table_count(server->nodes);
+    size_t i, count = kvf_node_table_count(index->nodes);
 
     for (i = 0; i < count; i++) {
-        server->index->is_done[kvf_node_table_at(server->nodes, i)->slot] = 0;
+        index->is_done[kvf_node_table_at(index->nodes, i)->slot] = 0;
     }
 }
 
 /* Parses a query or route request and matches it; answers the errors.
  * Returns the model, or NULL when answered already. */
 static const kvf_index_model_t *
-kvf_index_prepare(kvf_server_t *server, struct evhttp_request *req,
+kvf_index_prepare(kvf_index_t *index, struct evhttp_request *req,
                   const char *path, kvf_index_req_t *r, size_t *chunks_p)
 {
     const kvf_index_model_t *m;
     const char *err = NULL;
 
-    if (!kvf_server_http_begin(server, req, path, EVHTTP_REQ_POST) ||
-        !kvf_index_read(server, req, r)) {
+    if (!kvf_http_begin(index->http, req, path, EVHTTP_REQ_POST) ||
+        !kvf_index_read(index, req, r)) {
         return NULL;
     }
-    m = kvf_index_model_find(server->index, r->model);
+    m = kvf_index_model_find(index, r->model);
     if (m == NULL) {
         kvf_index_error(req, HTTP_NOTFOUND, "Not Found",
                         "model not registered (POST /v1/index/models)");
@@ -758,7 +759,7 @@ kvf_index_prepare(kvf_server_t *server, struct evhttp_request *req,
                         "tp_rank out of range");
         return NULL;
     }
-    *chunks_p = kvf_index_match(server, m, r, &err);
+    *chunks_p = kvf_index_match(index, m, r, &err);
     if (err != NULL) {
         kvf_index_error(req, 413, "Payload Too Large", err);
         return NULL;
@@ -768,25 +769,14 @@ kvf_index_prepare(kvf_server_t *server, struct evhttp_request *req,
 
 /* Counts a query or route answered since @p t0 (ns) in the
  * kvf_controller_index_request_seconds histogram. */
-static void kvf_index_observe(kvf_server_t *server, uint64_t t0)
+static void kvf_index_observe(kvf_index_t *index, uint64_t t0)
 {
-    kvf_server_counters_t *c = &server->ctr;
-    uint64_t ns              = kvf_time_now_ns() - t0;
-    unsigned i;
-
-    c->index_requests++;
-    c->index_sum_ns += ns;
-    for (i = 0; i < KVF_SERVER_LAT_BUCKETS; i++) {
-        if ((double)ns <= kvf_server_lat_bounds_us[i] * 1e3) {
-            c->index_buckets[i]++;
-            break;
-        }
-    }
+    kvf_server_latency_observe(&index->latency, kvf_time_now_ns() - t0);
 }
 
 static void kvf_index_on_query(struct evhttp_request *req, void *arg)
 {
-    kvf_server_t *server = arg;
+    kvf_index_t *index = arg;
     const kvf_index_model_t *m;
     kvf_index_req_t r;
     kvf_index_group_t g;
@@ -795,7 +785,7 @@ static void kvf_index_on_query(struct evhttp_request *req, void *arg)
     bool is_first = true;
     uint64_t t0   = kvf_time_now_ns();
 
-    m = kvf_index_prepare(server, req, "/v1/index/query", &r, &chunks);
+    m = kvf_index_prepare(index, req, "/v1/index/query", &r, &chunks);
     if (m == NULL) {
         return;
     }
@@ -807,8 +797,8 @@ static void kvf_index_on_query(struct evhttp_request *req, void *arg)
     /* Mooncake's shape: tenant -> instance -> figures, nothing else at
      * the top, so clients iterating tenants see only tenants */
     evbuffer_add_printf(b, "{\"default\":{");
-    count = kvf_node_table_count(server->nodes);
-    while (kvf_index_next_group(server, m, &from, &g)) {
+    count = kvf_node_table_count(index->nodes);
+    while (kvf_index_next_group(index, m, &from, &g)) {
         const char *inst   = kvf_index_node_instance(g.first);
         uint64_t tokens    = (uint64_t)g.matched * m->chunk_size;
         bool is_first_node = true;
@@ -824,7 +814,7 @@ static void kvf_index_on_query(struct evhttp_request *req, void *arg)
                             ",\"query_tokens\":%" PRIu64 ",\"nodes\":{",
                             tokens, tokens, (uint64_t)chunks * m->chunk_size);
         for (i = 0; i < count; i++) {
-            const kvf_node_t *node = kvf_node_table_at(server->nodes, i);
+            const kvf_node_t *node = kvf_node_table_at(index->nodes, i);
 
             if (!kvf_index_node_fits(node, m, node->tp_rank) ||
                 (strcmp(kvf_index_node_instance(node), inst) != 0)) {
@@ -834,23 +824,23 @@ static void kvf_index_on_query(struct evhttp_request *req, void *arg)
             is_first_node = false;
             kvf_evjson_add_str(b, node->name);
             evbuffer_add_printf(b, ":%" PRIu64,
-                                (uint64_t)server->index->matched[node->slot] *
+                                (uint64_t)index->matched[node->slot] *
                                     m->chunk_size);
         }
         evbuffer_add_printf(b, "}}");
     }
-    kvf_index_groups_reset(server);
+    kvf_index_groups_reset(index);
     evbuffer_add_printf(b, "}}\n");
-    kvf_server_http_reply(req, b, "application/json");
+    kvf_http_reply(req, b, "application/json");
     evbuffer_free(b);
-    kvf_index_observe(server, t0);
+    kvf_index_observe(index, t0);
 }
 
 /* The instance with the longest cached prefix; among equals the one whose
  * pools are least used. 404 when no node of the model is alive. */
 static void kvf_index_on_route(struct evhttp_request *req, void *arg)
 {
-    kvf_server_t *server = arg;
+    kvf_index_t *index = arg;
     const kvf_index_model_t *m;
     kvf_index_req_t r;
     kvf_index_group_t g, best = {0};
@@ -859,11 +849,11 @@ static void kvf_index_on_route(struct evhttp_request *req, void *arg)
     bool has_best = false;
     uint64_t t0   = kvf_time_now_ns();
 
-    m = kvf_index_prepare(server, req, "/v1/route", &r, &chunks);
+    m = kvf_index_prepare(index, req, "/v1/route", &r, &chunks);
     if (m == NULL) {
         return;
     }
-    while (kvf_index_next_group(server, m, &from, &g)) {
+    while (kvf_index_next_group(index, m, &from, &g)) {
         /* load in thousandths of the pools, compared without division */
         if (!has_best || (g.matched > best.matched) ||
             ((g.matched == best.matched) &&
@@ -873,7 +863,7 @@ static void kvf_index_on_route(struct evhttp_request *req, void *arg)
             has_best = true;
         }
     }
-    kvf_index_groups_reset(server);
+    kvf_index_groups_reset(index);
     if (!has_best) {
         kvf_index_error(req, HTTP_NOTFOUND, "Not Found",
                         "no alive node serves this model");
@@ -894,9 +884,9 @@ static void kvf_index_on_route(struct evhttp_request *req, void *arg)
                         ",\"pool_capacity\":%" PRIu64 "}\n",
                         best.first->id, (uint64_t)best.matched * m->chunk_size,
                         chunks, best.pool_used, best.pool_capacity);
-    kvf_server_http_reply(req, b, "application/json");
+    kvf_http_reply(req, b, "application/json");
     evbuffer_free(b);
-    kvf_index_observe(server, t0);
+    kvf_index_observe(index, t0);
 }
 
 uint32_t kvf_index_block_size(const kvf_index_t *index, uint64_t ns)
@@ -913,10 +903,18 @@ uint32_t kvf_index_block_size(const kvf_index_t *index, uint64_t ns)
     return 0;
 }
 
-void kvf_index_http_start(kvf_server_t *server)
+void kvf_index_http_start(kvf_index_t *index, kvf_http_t *http,
+                          kvf_node_table_t *nodes, kvf_registry_t *reg)
 {
-    evhttp_set_cb(server->http, "/v1/index/models", kvf_index_on_models,
-                  server);
-    evhttp_set_cb(server->http, "/v1/index/query", kvf_index_on_query, server);
-    evhttp_set_cb(server->http, "/v1/route", kvf_index_on_route, server);
+    index->http  = http;
+    index->nodes = nodes;
+    index->reg   = reg;
+    kvf_http_route(http, "/v1/index/models", kvf_index_on_models, index);
+    kvf_http_route(http, "/v1/index/query", kvf_index_on_query, index);
+    kvf_http_route(http, "/v1/route", kvf_index_on_route, index);
+}
+
+const kvf_server_latency_t *kvf_index_latency(const kvf_index_t *index)
+{
+    return &index->latency;
 }

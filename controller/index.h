@@ -27,7 +27,10 @@
 
 #include <stdint.h>
 
-typedef struct kvf_server kvf_server_t;
+typedef struct kvf_http kvf_http_t;
+typedef struct kvf_node_table kvf_node_table_t;
+typedef struct kvf_registry kvf_registry_t;
+typedef struct kvf_server_latency kvf_server_latency_t;
 typedef struct kvf_index kvf_index_t;
 
 #define KVF_INDEX_MAX_MODELS 64
@@ -45,7 +48,12 @@ void kvf_index_destroy(kvf_index_t *index);
  * namespace @p ns; 0 when none has. */
 uint32_t kvf_index_block_size(const kvf_index_t *index, uint64_t ns);
 
-/* Adds the /v1/index/ and /v1/route handlers to server->http. */
-void kvf_index_http_start(kvf_server_t *server);
+/* Serves /v1/index/ and /v1/route on @p http from @p nodes and @p reg
+ * (borrowed: they outlive the index). */
+void kvf_index_http_start(kvf_index_t *index, kvf_http_t *http,
+                          kvf_node_table_t *nodes, kvf_registry_t *reg);
+
+/* The latency of the queries and routes answered so far. */
+const kvf_server_latency_t *kvf_index_latency(const kvf_index_t *index);
 
 #endif /* KVF_CONTROLLER_INDEX_H */

@@ -3,9 +3,11 @@
 /* kvf-controller: parse config, build the server, run the loop. */
 #include "controller/config.h"
 #include "controller/election.h"
+#include "controller/resign.h"
 #include "controller/server.h"
 #include "common/auth.h"
 #include "common/log.h"
+#include "common/time.h"
 #include "common/tls.h"
 #include "common/version.h"
 
@@ -17,6 +19,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 /* What kvf_server_create() would refuse in the configuration itself
  * (files, addresses), for --print-config; one line per problem on
@@ -64,6 +67,35 @@ static bool kvf_controller_main_check(const kvf_controller_config_t *cfg)
 static void kvf_controller_main_lost(void *arg)
 {
     event_base_loopbreak(arg);
+}
+
+/* The address published in etcd for a bound @p bound: @p advertise when
+ * set; a wildcard host (0.0.0.0, ::) is replaced by the host name, which
+ * other hosts can reach. */
+static const char *kvf_controller_main_advertised(const char *bound,
+                                                  const char *advertise,
+                                                  char *buf, size_t len)
+{
+    const char *colon = strrchr(bound, ':');
+    char host[256];
+
+    if (advertise[0] != '\0') {
+        return advertise;
+    }
+    if ((colon == NULL) ||
+        !((strncmp(bound, "0.0.0.0:", 8) == 0) ||
+          (strncmp(bound, "[::]:", 5) == 0) ||
+          (strncmp(bound, ":::", 3) == 0) || (colon == bound))) {
+        return bound;
+    }
+    if (gethostname(host, sizeof(host) - 1) != 0) {
+        return bound;
+    }
+    host[sizeof(host) - 1] = '\0';
+    snprintf(buf, len, "%s%s", host, colon);
+    kvf_warn("etcd: listening on %s: publishing %s (set advertise to choose)",
+             bound, buf);
+    return buf;
 }
 
 /* With --etcd: waits to be leader, then keeps the lease on @p base.
@@ -115,8 +147,10 @@ int main(int argc, char **argv)
     kvf_config_error_t err;
     kvf_server_t *server;
     kvf_election_t *election = NULL;
+    kvf_resign_t *resign     = NULL;
     struct event_base *base;
     const char *control, *http;
+    char pub_control[300], pub_http[300];
     int argi, rc = 1;
     int i;
 
@@ -183,17 +217,32 @@ int main(int argc, char **argv)
     if (election != NULL) {
         kvf_server_set_term(server, kvf_election_term(election));
         kvf_server_set_lease(server, kvf_election_serve_until(election));
+        if (cfg.etcd_resign &&
+            (kvf_resign_create(server, base, 250 * KVF_NSEC_PER_MSEC,
+                               &resign) != KVF_OK)) {
+            goto out_server;
+        }
+    }
+    if (election != NULL) {
+        control = kvf_controller_main_advertised(
+            control, cfg.advertise, pub_control, sizeof(pub_control));
+        http = kvf_controller_main_advertised(http, cfg.advertise_http,
+                                              pub_http, sizeof(pub_http));
     }
     if (((election == NULL) ||
          (kvf_election_publish(election, control, http) == KVF_OK)) &&
         (kvf_server_run(server) == KVF_OK)) {
         rc = 0;
     }
+    if (kvf_resign_happened(resign)) {
+        rc = KVF_RESIGN_EXIT; /* the lease is revoked below */
+    }
     if ((election != NULL) && kvf_election_lost(election)) {
         kvf_election_stopped(election); /* the loop answers nothing now */
         rc = KVF_ELECTION_EXIT_LOST;
     }
 out_server:
+    kvf_resign_destroy(resign);
     kvf_server_destroy(server);
 out_election:
     kvf_election_destroy(election);

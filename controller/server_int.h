@@ -1,16 +1,21 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Copyright (c) 2026 The kvfabric authors */
-/* Server internals shared by server.c and http.c (controller/ only). */
+/* The server's state, shared by server.c, conn.c and handlers.c
+ * (controller/ only; data, no functions); HTTP reads a kvf_server_stats_t
+ * (stats.h) instead. */
 #ifndef KVF_CONTROLLER_SERVER_INT_H
 #define KVF_CONTROLLER_SERVER_INT_H
 
 #include "common/auth.h"
 #include "common/listen.h"
 #include "controller/events.h"
+#include "controller/http.h"
 #include "controller/index.h"
 #include "controller/node.h"
 #include "controller/registry.h"
 #include "controller/server.h"
+#include "controller/stats.h"
+#include "proto/evconn.h"
 #include "proto/msg.h"
 
 #include <stdbool.h>
@@ -18,42 +23,13 @@
 
 struct evconnlistener;
 struct ssl_ctx_st;
-struct evhttp;
-struct evhttp_request;
-struct evbuffer;
 struct event;
 
-#define KVF_SERVER_LAT_BUCKETS 12
-
-typedef struct kvf_server_counters {
-    uint64_t admits; /* keys */
-    uint64_t evicts; /* keys */
-    uint64_t inventory_keys;
-    uint64_t lookups; /* requests */
-    uint64_t lookup_keys;
-    uint64_t lookup_hit_chunks;
-    uint64_t lookup_miss_chunks;
-    uint64_t protocol_errors;
-    uint64_t auth_failures;      /* connections refused by the handshake */
-    uint64_t tls_failures;       /* TLS handshakes that failed */
-    uint64_t handshake_timeouts; /* closed before authenticating in time */
-    uint64_t stale_rejects;
-    uint64_t seq_gaps;
-    uint64_t backpressure;
-    uint64_t connections_total;
-    uint64_t buffer_closes;      /* closed: over max_buffered(_preauth) */
-    uint64_t http_auth_failures; /* HTTP requests without the token */
-    uint64_t requests;
-    uint64_t lat_buckets[KVF_SERVER_LAT_BUCKETS]; /* cumulative below */
-    uint64_t lat_sum_ns;
-    uint64_t index_requests; /* /v1/index/query and /v1/route */
-    uint64_t index_buckets[KVF_SERVER_LAT_BUCKETS]; /* not cumulative */
-    uint64_t index_sum_ns;
-} kvf_server_counters_t;
-
-extern const double kvf_server_lat_bounds_us[KVF_SERVER_LAT_BUCKETS];
+/* the decode arena: a frame's message unpacks here */
+#define KVF_SERVER_ARENA_SIZE (256u << 10)
 
 typedef struct kvf_conn kvf_conn_t;
+struct kvf_frame;
 
 /* Keys pinned cluster-wide by kvfctl, packed; delivered to every node that
  * registers later too. */
@@ -64,9 +40,11 @@ typedef struct kvf_server_pins {
 
 struct kvf_server {
     const kvf_controller_config_t *cfg;
+    /* answers a frame (handlers.c: kvf_server_dispatch) */
+    kvf_status_t (*dispatch)(kvf_conn_t *conn, struct kvf_frame *frame);
     struct event_base *base;
     struct evconnlistener *listener;
-    struct evhttp *http;
+    kvf_http_t *http;
     struct event *sig_term;
     struct event *sig_int;
     struct event *tick;
@@ -80,23 +58,14 @@ struct kvf_server {
     size_t cap_event_nodes;
     kvf_conn_t *conns; /* doubly linked, newest first */
     uint64_t num_conns;
-    uint64_t buffered;         /* bytes charged by all connections */
-    uint64_t buffered_preauth; /* of those, by unauthenticated ones */
     uint64_t last_shed_log_ms;
     kvf_listen_guard_t listen_guard; /* the control port's accept errors */
-    kvf_listen_guard_t http_guard;   /* the HTTP port's */
-    char http_token[2 * KVF_AUTH_MAC_SIZE + 1]; /* "": no token needed */
     kvf_server_counters_t ctr;
     uint64_t start_ms;
     bool is_recovering;
     bool has_registrations;
     kvf_server_pins_t pins[2]; /* [0] hard, [1] soft: what a new node gets */
-    /* decode arena: a frame's message is unpacked here, reset per frame,
-     * so per-request work does not call malloc */
-    uint8_t *arena;
-    size_t arena_size;
-    size_t arena_used;
-    uint64_t arena_spills; /* allocations that did not fit */
+    kvf_evconn_group_t group;  /* settings, bytes held, decode arena */
     /* lookup scratch (max_batch keys) */
     uint16_t *slots;
     uint8_t *holders;
@@ -104,39 +73,8 @@ struct kvf_server {
     kvf_auth_secret_t secret; /* empty: authentication off */
     struct ssl_ctx_st *tls;   /* NULL: plain TCP */
     char listen_addr[300];
-    char http_addr[300];
     uint64_t term; /* leader term with HA on etcd, else 0 */
     const _Atomic uint64_t *serve_until_ns; /* NULL: no HA */
 };
-
-/* Starts HTTP on cfg->http (no-op when empty). */
-kvf_status_t kvf_server_http_start(kvf_server_t *server);
-void kvf_server_http_stop(kvf_server_t *server);
-
-/*
- * Starts answering an HTTP request for @p path: false (answered 405 or
- * 401) when its method is not in @p methods (EVHTTP_REQ_*) or, with a
- * cluster secret and @p path not in http_open, it lacks the bearer token
- * (kvf_auth_http_token(); compared in constant time, refusals counted).
- */
-bool kvf_server_http_begin(kvf_server_t *server, struct evhttp_request *req,
-                           const char *path, int methods);
-
-/* 200 with @p b as body of Content-Type @p type. */
-void kvf_server_http_reply(struct evhttp_request *req, struct evbuffer *b,
-                           const char *type);
-
-/*
- * Serves @p len bytes as if one new connection had sent them, then closes
- * that connection; replies go to a socket nobody reads (fuzzing, tests).
- */
-void kvf_server_feed(kvf_server_t *server, const void *data, size_t len);
-
-/* Recomputes and returns the recovering flag. */
-bool kvf_server_recovering(kvf_server_t *server);
-
-/* Fills the counters of @p rep (initialized by the caller): the one
- * stats schema of STATS, /v1/stats and kvfctl stats. */
-void kvf_server_stats_fill(kvf_server_t *server, Kvf__StatsReply *rep);
 
 #endif /* KVF_CONTROLLER_SERVER_INT_H */

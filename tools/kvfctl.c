@@ -14,6 +14,7 @@
  */
 #include "client/ctlconn.h"
 #include "common/config.h"
+#include "common/etcd.h"
 #include "common/version.h"
 
 #include <kvfabric/keys.h>
@@ -35,6 +36,8 @@
 
 typedef struct kvf_ctl_opts {
     const char *controller;
+    const char *etcd;        /* the controller is the leader named there */
+    const char *etcd_prefix; /* "/kvfabric" */
     bool is_json;
     bool is_any_order;
     bool is_soft;
@@ -119,8 +122,9 @@ static void kvf_ctl_usage(FILE *out)
 {
     fprintf(
         out,
-        "usage: kvfctl [--controller HOST:PORT] [--json] [--timeout MS] "
-        "COMMAND [ARGS]\n"
+        "usage: kvfctl [--controller HOST:PORT[,...] | --etcd URL[,...] "
+        "[--etcd-prefix P]]\n"
+        "              [--json] [--timeout MS] COMMAND [ARGS]\n"
         "commands:\n"
         "  nodes            list nodes\n"
         "  stats            controller counters\n"
@@ -139,7 +143,9 @@ static void kvf_ctl_usage(FILE *out)
         "  undrain NODE     undo drain\n"
         "  clear [NODE]     ask one node (or all) to drop their cache\n"
         "the controller address also comes from KVF_CONTROLLER "
-        "(default 127.0.0.1:7400); a cluster secret from the file named\n"
+        "(default 127.0.0.1:7400), or --etcd from KVF_ETCD (with HA on etcd:\n"
+        "the leader published under KVF_ETCD_PREFIX, default /kvfabric);\n"
+        "a cluster secret from the file named\n"
         "by KVF_CLUSTER_SECRET_FILE (environment only); TLS to the\n"
         "controller with KVF_TLS_CA (its CA file) and optionally\n"
         "KVF_TLS_SERVER_NAME (the name its certificate must carry)\n");
@@ -926,7 +932,10 @@ static const struct {
 
 int main(int argc, char **argv)
 {
-    kvf_ctl_opts_t opts = {.controller = "127.0.0.1:7400", .timeout_ms = 5000};
+    kvf_ctl_opts_t opts = {.controller  = "127.0.0.1:7400",
+                           .etcd_prefix = "/kvfabric",
+                           .timeout_ms  = 5000};
+    char leader[256];
     kvf_ctlconn_params_t params;
     kvf_auth_secret_t secret;
     char *words[256];
@@ -950,10 +959,18 @@ int main(int argc, char **argv)
     if (getenv("KVF_CONTROLLER") != NULL) {
         opts.controller = getenv("KVF_CONTROLLER");
     }
+    if (getenv("KVF_ETCD") != NULL) {
+        opts.etcd = getenv("KVF_ETCD");
+    }
+    if (getenv("KVF_ETCD_PREFIX") != NULL) {
+        opts.etcd_prefix = getenv("KVF_ETCD_PREFIX");
+    }
     for (i = 1; i < argc; i++) {
         const char *eq = NULL;
 
         if ((strncmp(argv[i], "--controller=", 13) == 0) ||
+            (strncmp(argv[i], "--etcd=", 7) == 0) ||
+            (strncmp(argv[i], "--etcd-prefix=", 14) == 0) ||
             (strncmp(argv[i], "--timeout=", 10) == 0)) {
             eq = strchr(argv[i], '=') + 1;
         }
@@ -975,6 +992,18 @@ int main(int argc, char **argv)
                                     "--controller needs HOST:PORT");
             }
             opts.controller = (eq != NULL) ? eq : argv[++i];
+        } else if ((strcmp(argv[i], "--etcd") == 0) ||
+                   (strncmp(argv[i], "--etcd=", 7) == 0) ||
+                   (strcmp(argv[i], "--etcd-prefix") == 0) ||
+                   (strncmp(argv[i], "--etcd-prefix=", 14) == 0)) {
+            bool is_prefix = (strncmp(argv[i], "--etcd-prefix", 13) == 0);
+
+            if ((eq == NULL) && (i + 1 >= argc)) {
+                return kvf_ctl_fail(2, "KVF_ERR_INVALID", "%s needs a value",
+                                    is_prefix ? "--etcd-prefix" : "--etcd");
+            }
+            *(is_prefix ? &opts.etcd_prefix : &opts.etcd) =
+                (eq != NULL) ? eq : argv[++i];
         } else if ((strcmp(argv[i], "--timeout") == 0) ||
                    (strncmp(argv[i], "--timeout=", 10) == 0)) {
             const char *v = (eq != NULL) ? eq : (i + 1 < argc) ? argv[++i] : "";
@@ -1023,6 +1052,17 @@ int main(int argc, char **argv)
     if (kvf_auth_secret_load_opt(getenv("KVF_CLUSTER_SECRET_FILE"), &secret,
                                  err, sizeof(err)) != KVF_OK) {
         return kvf_ctl_fail(1, "KVF_ERR_CONFIG", "%s", err);
+    }
+    if ((opts.etcd != NULL) && (opts.etcd[0] != '\0')) {
+        /* HA on etcd: the leader's published control address */
+        status = kvf_etcd_find_leader(opts.etcd, opts.etcd_prefix,
+                                      (uint64_t)opts.timeout_ms, leader,
+                                      sizeof(leader), err, sizeof(err));
+        if (status != KVF_OK) {
+            kvf_auth_secret_cleanup(&secret);
+            return kvf_ctl_fail(1, kvf_status_name(status), "%s", err);
+        }
+        opts.controller = leader;
     }
     memset(&params, 0, sizeof(params));
     params.hostport        = opts.controller;

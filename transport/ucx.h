@@ -230,6 +230,27 @@ kvf_status_t kvf_ucx_worker_address_pack(kvf_ucx_worker_t *worker,
 void kvf_ucx_worker_stats(const kvf_ucx_worker_t *worker,
                           kvf_ucx_worker_stats_t *stats_p);
 
+/**
+ * The UCX transports and devices the lanes of @p ep use, as "tl/dev"
+ * items separated by commas ("tcp/lo", "rc_mlx5/mlx5_0:1"): what the
+ * connection really runs on, whatever was configured. Complete once the
+ * endpoint carried a message both ways; asked of UCX once per endpoint.
+ *
+ * @return KVF_OK; KVF_ERR_CLOSED (failed or closing); KVF_ERR_NOT_FOUND
+ *         (UCX reported nothing)
+ *
+ * thread: owning loop only.
+ */
+kvf_status_t kvf_ucx_ep_transports(kvf_ucx_ep_t *ep, char *buf, size_t len);
+
+/**
+ * Does every transport in @p used (as kvf_ucx_ep_transports writes it)
+ * appear in @p expect (comma-separated names; "rc" covers rc_verbs and
+ * rc_mlx5, "sm" UCX's shared-memory transports)? true when @p expect is
+ * empty.
+ */
+bool kvf_ucx_transports_match(const char *used, const char *expect);
+
 /* ------------------------------------------------------------- listener */
 
 /**

@@ -91,6 +91,7 @@ struct kvf_ucx_ep {
     bool is_failed;
     bool is_closing;
     char peer[KVF_UCX_PEER_NAME_MAX];
+    char transports[96]; /* kvf_ucx_ep_transports, once known */
 };
 
 typedef struct kvf_ucx_am_slot {

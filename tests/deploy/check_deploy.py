@@ -5,9 +5,11 @@
 # Keeps deploy/ from rotting: every file there is checked against the
 # programs it configures.
 #
-#   check_deploy.py configs     k8s manifests' structure; every config file
-#                               (deploy/config, the ConfigMap) through the
-#                               real loaders; flags and KVF_ variables used
+#   check_deploy.py configs     k8s manifests' structure (deploy/k8s and
+#                               the HA overlay deploy/k8s-ha); every config
+#                               file (deploy/config, the ConfigMap) through
+#                               the real loaders (HA ones against a real
+#                               etcd when /usr/bin/etcd is here); flags and KVF_ variables used
 #                               exist; `kubectl kustomize` when kubectl is
 #                               here; one socket path convention and the
 #                               cluster secret wired in docs, units and
@@ -36,6 +38,7 @@ import yaml
 SRC = os.environ.get("KVF_SOURCE_ROOT", ".")
 BUILD = os.environ.get("KVF_BUILD_ROOT", "build")
 CONTROLLER = os.path.join(BUILD, "controller", "kvf-controller")
+ETCD = "/usr/bin/etcd"
 AGENT = os.path.join(BUILD, "agent", "kvf-agent")
 SKIP = 77
 
@@ -124,8 +127,33 @@ class Proc:
         return self.p.returncode
 
 
-def start_controller(tmp, config=None):
-    """kvf-controller on ephemeral ports; returns (proc, control, http)."""
+def start_etcd(tmp):
+    """A one-member etcd on free loopback ports; returns (proc, url)."""
+    tmp = tempfile.mkdtemp(dir=tmp)
+    client = f"http://127.0.0.1:{free_port()}"
+    peer = f"http://127.0.0.1:{free_port()}"
+    proc = Proc([ETCD, "--name", "check", "--data-dir",
+                 os.path.join(tmp, "etcd"), "--listen-client-urls", client,
+                 "--advertise-client-urls", client, "--listen-peer-urls",
+                 peer, "--initial-advertise-peer-urls", peer,
+                 "--initial-cluster", f"check={peer}"],
+                os.path.join(tmp, "etcd.log"))
+
+    def healthy():
+        if proc.p.poll() is not None:
+            raise RuntimeError(f"etcd exited: {proc.text()}")
+        try:
+            return "true" in http_get(client[len("http://"):], "/health")
+        except OSError:
+            return False
+
+    wait_until("etcd", healthy)
+    return proc, client
+
+
+def start_controller(tmp, config=None, env=None):
+    """kvf-controller on ephemeral ports; returns (proc, control, http).
+    With KVF_ETCD in @env it campaigns there: it is up once it leads."""
     tmp = tempfile.mkdtemp(dir=tmp)  # a port file of its own
     ports = os.path.join(tmp, "ports")
     argv = [CONTROLLER]
@@ -133,7 +161,9 @@ def start_controller(tmp, config=None):
         argv += ["--config", config]
     argv += ["--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
              "--port-file", ports]
-    proc = Proc(argv, os.path.join(tmp, "controller.log"))
+    penv = program_env()
+    penv.update(env or {})
+    proc = Proc(argv, os.path.join(tmp, "controller.log"), penv)
 
     def up():
         if proc.p.poll() is not None:
@@ -171,12 +201,14 @@ def start_agent(tmp, ctl, name):
 # ---- configs -------------------------------------------------------------
 
 API = {"Namespace": "v1", "ConfigMap": "v1", "Service": "v1",
-       "Deployment": "apps/v1", "DaemonSet": "apps/v1"}
+       "Deployment": "apps/v1", "DaemonSet": "apps/v1",
+       "StatefulSet": "apps/v1"}
+WORKLOADS = ("Deployment", "DaemonSet", "StatefulSet")
 
 
-def load_k8s():
+def load_k8s(folder="k8s"):
     docs = []
-    kdir = src("deploy", "k8s")
+    kdir = src("deploy", folder)
     for fn in sorted(os.listdir(kdir)):
         if not fn.endswith(".yaml") or fn == "kustomization.yaml":
             continue
@@ -187,14 +219,15 @@ def load_k8s():
     return docs
 
 
-def check_kustomization(docs):
-    with open(src("deploy", "k8s", "kustomization.yaml")) as f:
+def check_kustomization(docs, folder="k8s", bases=()):
+    with open(src("deploy", folder, "kustomization.yaml")) as f:
         k = yaml.safe_load(f)
     listed = set(k.get("resources", []))
-    files = {fn for fn, _ in docs}
+    files = {fn for fn, _ in docs} | set(bases)
     if listed != files:
-        fail("deploy/k8s/kustomization.yaml",
+        fail(f"deploy/{folder}/kustomization.yaml",
              f"resources {sorted(listed)} != manifests {sorted(files)}")
+    return k
 
 
 def check_flags_and_env(where, container, known_flags):
@@ -295,17 +328,128 @@ def check_agent_config(where, path, extra_env=None):
              f"{r.stdout}{r.stderr}")
 
 
-def check_controller_config(where, path, tmp):
+def check_controller_config(where, path, tmp, extra_env=None):
+    env = dict(extra_env or {})
+    etcd = None
+    with open(path) as f:
+        is_ha = ("KVF_ETCD" in env or
+                 bool((yaml.safe_load(f) or {}).get("etcd")))
+    if is_ha:
+        # HA on etcd: campaign on a real local etcd instead of the file's
+        if not os.access(ETCD, os.X_OK):
+            print(f"note: {where}: {ETCD} not installed; HA config not run")
+            return
+        etcd, url = start_etcd(tmp)
+        env["KVF_ETCD"] = url
+        env["KVF_ETCD_PREFIX"] = "/check-deploy"
+        env["KVF_ADVERTISE"] = ""
+        env["KVF_ADVERTISE_HTTP"] = ""
     try:
-        proc, _, http = start_controller(tmp, path)
+        proc, _, http = start_controller(tmp, path, env)
     except RuntimeError as e:
         fail(where, str(e))
+        if etcd is not None:
+            etcd.stop()
         return
     if http_get(http, "/healthz").strip() != "ok":
         fail(where, "controller not healthy")
     rc = proc.stop()
     if rc != 0:
         fail(where, f"kvf-controller exited {rc}: {proc.text()}")
+    if etcd is not None:
+        etcd.stop()
+
+
+def pod_env(docs, kind, name):
+    """KVF_ variables of the first container of workload @kind/@name."""
+    for _, d in docs:
+        if d.get("kind") == kind and d["metadata"]["name"] == name:
+            c = d["spec"]["template"]["spec"]["containers"][0]
+            return {e["name"]: e.get("value") for e in c.get("env", [])
+                    if e["name"].startswith("KVF_")}
+    return None
+
+
+def check_ha_overlay(flags, configmaps, tmp):
+    """deploy/k8s-ha: the base with a StatefulSet of three controllers on
+    etcd; agents told the same etcd endpoints and prefix."""
+    where = "deploy/k8s-ha"
+    docs = load_k8s("k8s-ha")
+    k = check_kustomization(docs, "k8s-ha", ["../k8s"])
+    for fn, d in docs:
+        if d.get("apiVersion") != API.get(d.get("kind")):
+            fail(f"{where}/{fn}", f"{d.get('kind')}: unexpected kind or "
+                 "apiVersion")
+        if d.get("metadata", {}).get("namespace") != "kvfabric":
+            fail(f"{where}/{fn}", "not in namespace kvfabric")
+        if d.get("kind") in WORKLOADS:
+            check_workload(f"../k8s-ha/{fn}", d, configmaps, flags)
+    sts = [d for _, d in docs if d.get("kind") == "StatefulSet"]
+    if len(sts) != 1 or sts[0]["spec"].get("replicas", 1) < 3:
+        fail(where, "want one StatefulSet of at least three controllers")
+        return
+    sts = sts[0]
+    c = sts["spec"]["template"]["spec"]["containers"][0]
+    if "livenessProbe" in c:
+        fail(where, "a liveness probe would kill the standbys (no port)")
+    headless = [d for _, d in docs if d.get("kind") == "Service" and
+                d["spec"].get("clusterIP") == "None"]
+    if not headless or headless[0]["metadata"]["name"] != \
+            sts["spec"].get("serviceName"):
+        fail(where, "the StatefulSet's serviceName is no headless Service")
+    ctl_env = {e["name"]: e.get("value") for e in c.get("env", [])}
+    # agents: the DaemonSet patched with KVF_ETCD / KVF_ETCD_PREFIX
+    agent_env = {}
+    for p in k.get("patches", []):
+        if p.get("target", {}).get("kind") != "DaemonSet":
+            continue
+        for op in yaml.safe_load(p.get("patch", "")) or []:
+            value = op.get("value", {})
+            if isinstance(value, dict) and "name" in value:
+                agent_env[value["name"]] = value.get("value")
+    for name in agent_env:
+        flag = "--" + name[4:].lower().replace("_", "-")
+        if flag not in flags["kvf-agent"]:
+            fail(where, f"agent env {name}: no key {name[4:].lower()}")
+    for name in ("KVF_ETCD", "KVF_ETCD_PREFIX"):
+        if not ctl_env.get(name) or ctl_env.get(name) != agent_env.get(name):
+            fail(where, f"{name}: controllers {ctl_env.get(name)!r}, agents "
+                 f"{agent_env.get(name)!r}: must be the same")
+    # the controller's ConfigMap file with the StatefulSet's env, for real
+    path = os.path.join(tmp, "controller-ha.yaml")
+    with open(path, "w") as f:
+        f.write(configmaps.get("kvfabric-config", {}).get("controller.yaml",
+                                                           ""))
+    check_controller_config("ConfigMap controller.yaml (with the "
+                            "StatefulSet's env)", path, tmp,
+                            {k: v for k, v in ctl_env.items()
+                             if k.startswith("KVF_") and
+                             k != "KVF_CLUSTER_SECRET_FILE"})
+    return docs
+
+
+def check_rendered_ha(kubectl, tmp):
+    kdir = os.path.join(tmp, "k8s")
+    r = subprocess.run([kubectl, "kustomize", os.path.join(tmp, "k8s-ha")],
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        fail("kubectl kustomize deploy/k8s-ha", r.stderr.strip())
+        return
+    objs = [d for d in yaml.safe_load_all(r.stdout) if d]
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in objs}
+    for want in (("StatefulSet", "kvf-controller"),
+                 ("Service", "kvf-controller"),
+                 ("Service", "kvf-controller-peers"),
+                 ("DaemonSet", "kvf-agent")):
+        if want not in kinds:
+            fail("kubectl kustomize deploy/k8s-ha", f"no {want[0]} {want[1]}")
+    if ("Deployment", "kvf-controller") in kinds:
+        fail("kubectl kustomize deploy/k8s-ha",
+             "the single-controller Deployment is still there")
+    agent = pod_env([(None, d) for d in objs], "DaemonSet", "kvf-agent")
+    if not agent or "KVF_ETCD" not in agent:
+        fail("kubectl kustomize deploy/k8s-ha", "agents are not told KVF_ETCD")
+    del kdir
 
 
 def cmd_configs():
@@ -335,7 +479,7 @@ def cmd_configs():
             configmaps[meta["name"]] = d.get("data", {})
     workloads = {}
     for fn, d in docs:
-        if d.get("kind") in ("Deployment", "DaemonSet"):
+        if d.get("kind") in WORKLOADS:
             workloads[d["metadata"]["name"]] = check_workload(
                 fn, d, configmaps, flags)
     for fn, d in docs:
@@ -366,6 +510,7 @@ def cmd_configs():
         with open(path, "w") as f:
             f.write(data.get("controller.yaml", ""))
         check_controller_config("ConfigMap controller.yaml", path, tmp)
+        ha_docs = check_ha_overlay(flags, configmaps, tmp) or []
         cdir = src("deploy", "config")
         for fn in sorted(os.listdir(cdir)):
             path = os.path.join(cdir, fn)
@@ -376,7 +521,7 @@ def cmd_configs():
             else:
                 fail(f"deploy/config/{fn}", "neither agent* nor controller*")
 
-    check_wiring(docs)
+    check_wiring(docs + ha_docs)
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         print("note: kubectl not installed; `kubectl kustomize` not run")
@@ -387,10 +532,13 @@ def cmd_configs():
         with tempfile.TemporaryDirectory(prefix="kvf-k8s-") as tmp:
             kdir = os.path.join(tmp, "k8s")
             shutil.copytree(src("deploy", "k8s"), kdir)
+            shutil.copytree(src("deploy", "k8s-ha"),
+                            os.path.join(tmp, "k8s-ha"))
             with open(os.path.join(kdir, "cluster.secret"), "w") as f:
                 f.write("0123456789abcdef0123456789abcdef\n")
             r = subprocess.run([kubectl, "kustomize", kdir],
                                capture_output=True, text=True, timeout=120)
+            check_rendered_ha(kubectl, tmp)
         if r.returncode != 0:
             fail("kubectl kustomize deploy/k8s", r.stderr.strip())
         else:
@@ -502,7 +650,7 @@ def check_k8s_secrets(docs):
         fail("deploy/k8s/kustomization.yaml",
              "no secretGenerator from cluster.secret")
     for fn, d in docs:
-        if d.get("kind") not in ("Deployment", "DaemonSet"):
+        if d.get("kind") not in WORKLOADS:
             continue
         where = f"deploy/k8s/{fn}: {d['kind']} {d['metadata']['name']}"
         pod = d["spec"]["template"]["spec"]
@@ -557,6 +705,10 @@ UNITS = {
     "kvf-agent@.service": (AGENT, "gpu0", 40,
                            ["LimitMEMLOCK=infinity",
                             "RuntimeDirectory=kvfabric/%i"]),
+    # HA on etcd: an instance per cluster, back as a standby after exit 3/4
+    "kvf-controller-ha@.service": (CONTROLLER, "prod", 20,
+                                   ["MemoryDenyWriteExecute=yes",
+                                    "PrivateDevices=yes", "RestartSec=1s"]),
 }
 MUSTS = ["User=kvfabric", "ProtectSystem=strict", "ProtectHome=yes",
          "PrivateTmp=yes", "NoNewPrivileges=yes", "Restart=on-failure",

@@ -2,6 +2,7 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "tests/faults/fcluster.h"
 
+#include "common/etcd.h"
 #include "common/time.h"
 #include "tests/helpers/test_helpers.h"
 
@@ -24,6 +25,8 @@
 #define KVF_FC_HTTP_PORT 7411
 #define KVF_FC_BODY      (256u << 10)
 #define KVF_FC_PD_USED   "kvf_agent_pd_region_bytes{state=\"used\"}"
+#define KVF_FC_HA_PREFIX "/kvff"
+#define KVF_FC_ETCD_BIN  "/usr/bin/etcd"
 
 static void kvf_fc_why(kvf_fc_t *fc, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -152,7 +155,7 @@ static int kvf_fc_hosts_up(kvf_fc_t *fc)
     int i;
 
     snprintf(fc->tag, sizeof(fc->tag), "kvff%d", (int)getpid());
-    snprintf(n, sizeof(n), "%d", fc->params.num_agents + 1);
+    snprintf(n, sizeof(n), "%d", fc->num_hosts);
     kvf_fc_script(out, sizeof(out), gc); /* leftovers of killed runs */
     if (kvf_fc_guard_start(fc) != 0) {
         return -1;
@@ -162,7 +165,7 @@ static int kvf_fc_hosts_up(kvf_fc_t *fc)
         return -1;
     }
     fc->root_ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-    for (i = 0; i <= fc->params.num_agents; i++) {
+    for (i = 0; i < fc->num_hosts; i++) {
         snprintf(path, sizeof(path), "/run/netns/%s-h%d", fc->tag, i);
         fc->host_ns[i] = open(path, O_RDONLY | O_CLOEXEC);
         if ((fc->host_ns[i] < 0) || (fc->root_ns < 0)) {
@@ -183,7 +186,7 @@ static void kvf_fc_hosts_down(kvf_fc_t *fc)
         return;
     }
     kvf_fc_leave(fc);
-    for (i = 0; i <= fc->params.num_agents; i++) {
+    for (i = 0; i < fc->num_hosts; i++) {
         if (fc->host_ns[i] >= 0) {
             close(fc->host_ns[i]);
         }
@@ -261,15 +264,23 @@ int kvf_fc_kvfctl(kvf_fc_t *fc, char *out, size_t out_len,
 
     snprintf(bin, sizeof(bin), "%s", kvf_test_build_path("tools/kvfctl"));
     argv[n++] = bin;
-    argv[n++] = "--controller";
-    argv[n++] = fc->ctl_addr;
+    if (fc->params.is_ha) {
+        argv[n++] = "--etcd";
+        argv[n++] = fc->etcd_urls;
+        argv[n++] = "--etcd-prefix";
+        argv[n++] = KVF_FC_HA_PREFIX;
+    } else {
+        argv[n++] = "--controller";
+        argv[n++] = fc->ctl_addr;
+    }
     argv[n++] = "--timeout";
     argv[n++] = "3000";
     for (i = 0; (args[i] != NULL) && (n < 299); i++) {
         argv[n++] = args[i];
     }
     argv[n] = NULL;
-    kvf_fc_enter(fc, 0);
+    /* HA: from agent 0's host (controller 0's may be cut off) */
+    kvf_fc_enter(fc, fc->params.is_ha ? 1 : 0);
     rc = kvf_test_run(argv, out, out_len, 5000);
     kvf_fc_leave(fc);
     return rc;
@@ -388,6 +399,12 @@ int kvf_fc_agent_start(kvf_fc_t *fc, int i)
     while (argv[n] != NULL) {
         n++;
     }
+    if (fc->params.is_ha) {
+        argv[1]   = "--etcd"; /* instead of --controller */
+        argv[2]   = fc->etcd_urls;
+        argv[n++] = "--etcd-prefix";
+        argv[n++] = KVF_FC_HA_PREFIX;
+    }
     if (fc->tag[0] != '\0') {
         argv[n++] = "--net-devices";
         argv[n++] = "eth0";
@@ -423,6 +440,257 @@ void kvf_fc_agent_pause(kvf_fc_t *fc, int i, bool is_paused)
     }
 }
 
+/* ------------------------------------------------------ HA on etcd */
+
+int kvf_fc_ha_ctl_host(const kvf_fc_t *fc, int c)
+{
+    return (c == 0) ? 0 : fc->params.num_agents + c;
+}
+
+int kvf_fc_ha_etcd_host(const kvf_fc_t *fc, int e)
+{
+    return fc->params.num_agents + KVF_FC_HA_CTLS + e;
+}
+
+/* 10.231.0.(host + 1) */
+static void kvf_fc_host_ip(int host, char *buf, size_t len)
+{
+    snprintf(buf, len, "10.231.0.%d", host + 1);
+}
+
+int kvf_fc_ha_etcd_start(kvf_fc_t *fc, int e)
+{
+    char name[8], data[128], client[96], peer[64], cluster[256], ip[32];
+    const char *argv[] = {KVF_FC_ETCD_BIN,
+                          "--name",
+                          name,
+                          "--data-dir",
+                          data,
+                          "--listen-client-urls",
+                          client,
+                          "--advertise-client-urls",
+                          client + strlen("http://127.0.0.1:2379,"),
+                          "--listen-peer-urls",
+                          peer,
+                          "--initial-advertise-peer-urls",
+                          peer,
+                          "--initial-cluster",
+                          cluster,
+                          "--initial-cluster-state",
+                          "new",
+                          NULL};
+    int i;
+
+    snprintf(name, sizeof(name), "e%d", e);
+    snprintf(data, sizeof(data), "/tmp/%s-etcd%d", fc->tag, e);
+    kvf_fc_host_ip(kvf_fc_ha_etcd_host(fc, e), ip, sizeof(ip));
+    /* loopback too: the health check below asks 127.0.0.1 in the host */
+    snprintf(client, sizeof(client), "http://127.0.0.1:2379,http://%s:2379",
+             ip);
+    snprintf(peer, sizeof(peer), "http://%s:2380", ip);
+    cluster[0] = '\0';
+    for (i = 0; i < KVF_FC_HA_ETCDS; i++) {
+        kvf_fc_host_ip(kvf_fc_ha_etcd_host(fc, i), ip, sizeof(ip));
+        snprintf(cluster + strlen(cluster), sizeof(cluster) - strlen(cluster),
+                 "%se%d=http://%s:2380", (i > 0) ? "," : "", i, ip);
+    }
+    if (kvf_fc_spawn(fc, kvf_fc_ha_etcd_host(fc, e), &fc->etcd[e], argv) != 0) {
+        kvf_fc_why(fc, "cannot start %s", KVF_FC_ETCD_BIN);
+        return -1;
+    }
+    return 0;
+}
+
+/* Waits until etcd member @p e answers /health true (it has a leader). */
+static int kvf_fc_ha_etcd_wait(kvf_fc_t *fc, int e, int timeout_ms)
+{
+    uint64_t deadline =
+        kvf_time_deadline_ns((uint64_t)timeout_ms * KVF_NSEC_PER_MSEC);
+    char out[512];
+    int code;
+
+    for (;;) {
+        kvf_fc_enter(fc, kvf_fc_ha_etcd_host(fc, e));
+        code = kvf_test_http_get(2379, "/health", out, sizeof(out));
+        kvf_fc_leave(fc);
+        if ((code == 200) && (strstr(out, "true") != NULL)) {
+            return 0;
+        }
+        if (kvf_time_expired(deadline) || !kvf_test_proc_alive(&fc->etcd[e])) {
+            kvf_fc_why(fc, "etcd member %d not healthy: %s", e,
+                       kvf_test_proc_log(&fc->etcd[e]));
+            return -1;
+        }
+        kvf_fc_pause(20);
+    }
+}
+
+void kvf_fc_ha_etcd_stop(kvf_fc_t *fc, int e)
+{
+    kvf_test_proc_stop(&fc->etcd[e], 10000);
+}
+
+int kvf_fc_ha_ctl_start(kvf_fc_t *fc, int c)
+{
+    char bin[1024];
+    const char *argv[] = {
+        bin,
+        "--listen",
+        fc->ha_ctl_addr[c],
+        "--http",
+        "127.0.0.1:7401",
+        "--lease",
+        fc->params.lease,
+        "--heartbeat-interval",
+        "200ms",
+        "--recovery-window",
+        "1s",
+        "--port-file",
+        fc->ha_ports[c],
+        "--etcd",
+        fc->etcd_urls,
+        "--etcd-prefix",
+        KVF_FC_HA_PREFIX,
+        "--etcd-lease",
+        (fc->params.etcd_lease != NULL) ? fc->params.etcd_lease : "2s",
+        NULL};
+
+    snprintf(bin, sizeof(bin), "%s",
+             kvf_test_build_path("controller/kvf-controller"));
+    unlink(fc->ha_ports[c]); /* written again once it leads */
+    if (kvf_fc_spawn(fc, kvf_fc_ha_ctl_host(fc, c), &fc->ha_ctl[c], argv) !=
+        0) {
+        kvf_fc_why(fc, "cannot start kvf-controller %d", c);
+        return -1;
+    }
+    return 0;
+}
+
+void kvf_fc_ha_ctl_kill(kvf_fc_t *fc, int c)
+{
+    kvf_test_proc_kill(&fc->ha_ctl[c]);
+    unlink(fc->ha_ports[c]);
+}
+
+int kvf_fc_ha_ctl_wait_exit(kvf_fc_t *fc, int c, int timeout_ms)
+{
+    int status = kvf_test_proc_wait_exit(&fc->ha_ctl[c], timeout_ms);
+
+    if (status >= 0) {
+        unlink(fc->ha_ports[c]);
+    }
+    return status;
+}
+
+bool kvf_fc_ha_ctl_serving(kvf_fc_t *fc, int c)
+{
+    return (fc->ha_ctl[c].pid > 0) && kvf_test_proc_alive(&fc->ha_ctl[c]) &&
+           (access(fc->ha_ports[c], R_OK) == 0);
+}
+
+int kvf_fc_ha_leader(kvf_fc_t *fc, int timeout_ms)
+{
+    uint64_t deadline =
+        kvf_time_deadline_ns((uint64_t)timeout_ms * KVF_NSEC_PER_MSEC);
+    char control[256], err[512];
+    kvf_status_t status;
+    int c;
+
+    for (;;) {
+        kvf_fc_enter(fc, 1);
+        status =
+            kvf_etcd_find_leader(fc->etcd_urls, KVF_FC_HA_PREFIX, 1000, control,
+                                 sizeof(control), err, sizeof(err));
+        kvf_fc_leave(fc);
+        for (c = 0; (status == KVF_OK) && (c < KVF_FC_HA_CTLS); c++) {
+            if ((strcmp(control, fc->ha_ctl_addr[c]) == 0) &&
+                kvf_fc_ha_ctl_serving(fc, c)) {
+                return c;
+            }
+        }
+        if (kvf_time_expired(deadline)) {
+            kvf_fc_why(fc, "no leader: %s", (status == KVF_OK) ? control : err);
+            return -1;
+        }
+        kvf_fc_pause(20);
+    }
+}
+
+int kvf_fc_cut(kvf_fc_t *fc, int a, int b, bool is_cut)
+{
+    char ha[12], hb[12], out[4096]; /* an int's digits and sign */
+    const char *args[] = {"cut", fc->tag, ha, hb, is_cut ? "on" : "off", NULL};
+
+    snprintf(ha, sizeof(ha), "%d", a);
+    snprintf(hb, sizeof(hb), "%d", b);
+    if (kvf_fc_script(out, sizeof(out), args) != 0) {
+        kvf_fc_why(fc, "cut %d %d %s: %s", a, b, args[4], out);
+        return -1;
+    }
+    return 0;
+}
+
+/* etcd members, then the three controllers; waits for a leader. */
+static int kvf_fc_ha_start(kvf_fc_t *fc)
+{
+    char ip[32];
+    int i;
+
+    if (access(KVF_FC_ETCD_BIN, X_OK) != 0) {
+        kvf_fc_why(fc, "%s is not installed (Debian etcd-server)",
+                   KVF_FC_ETCD_BIN);
+        return -1;
+    }
+    fc->etcd_urls[0] = '\0';
+    for (i = 0; i < KVF_FC_HA_ETCDS; i++) {
+        kvf_fc_host_ip(kvf_fc_ha_etcd_host(fc, i), ip, sizeof(ip));
+        snprintf(fc->etcd_urls + strlen(fc->etcd_urls),
+                 sizeof(fc->etcd_urls) - strlen(fc->etcd_urls),
+                 "%shttp://%s:2379", (i > 0) ? "," : "", ip);
+        if (kvf_fc_ha_etcd_start(fc, i) != 0) {
+            return -1;
+        }
+    }
+    for (i = 0; i < KVF_FC_HA_ETCDS; i++) {
+        if (kvf_fc_ha_etcd_wait(fc, i, 30000) != 0) {
+            return -1;
+        }
+    }
+    for (i = 0; i < KVF_FC_HA_CTLS; i++) {
+        kvf_fc_host_ip(kvf_fc_ha_ctl_host(fc, i), ip, sizeof(ip));
+        snprintf(fc->ha_ctl_addr[i], sizeof(fc->ha_ctl_addr[i]), "%s:%d", ip,
+                 KVF_FC_CTL_PORT);
+        snprintf(fc->ha_ports[i], sizeof(fc->ha_ports[i]),
+                 "/tmp/%s-ctl%d.ports", fc->tag, i);
+        if (kvf_fc_ha_ctl_start(fc, i) != 0) {
+            return -1;
+        }
+    }
+    return (kvf_fc_ha_leader(fc, 30000) >= 0) ? 0 : -1;
+}
+
+static void kvf_fc_ha_stop(kvf_fc_t *fc)
+{
+    char cmd[160];
+    int i;
+
+    for (i = 0; i < KVF_FC_HA_CTLS; i++) {
+        if (fc->ha_ctl[i].pid > 0) {
+            kvf_test_proc_stop(&fc->ha_ctl[i], 10000);
+            unlink(fc->ha_ports[i]);
+        }
+    }
+    for (i = 0; i < KVF_FC_HA_ETCDS; i++) {
+        if (fc->etcd[i].pid > 0) {
+            kvf_test_proc_stop(&fc->etcd[i], 10000);
+        }
+    }
+    snprintf(cmd, sizeof(cmd), "rm -rf /tmp/%s-etcd*", fc->tag);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "fcluster: %s failed\n", cmd);
+    }
+}
+
 int kvf_fc_create(kvf_fc_t *fc, const kvf_fc_params_t *params)
 {
     int i;
@@ -434,8 +702,16 @@ int kvf_fc_create(kvf_fc_t *fc, const kvf_fc_params_t *params)
     }
     fc->root_ns  = -1;
     fc->guard_fd = -1;
-    for (i = 0; i <= KVF_FC_MAX_AGENTS; i++) {
+    for (i = 0; i < KVF_FC_MAX_HOSTS; i++) {
         fc->host_ns[i] = -1;
+    }
+    fc->num_hosts = params->num_agents + 1;
+    if (params->is_ha) {
+        fc->num_hosts += KVF_FC_HA_CTLS - 1 + KVF_FC_HA_ETCDS;
+        if (!params->is_netns) {
+            kvf_fc_why(fc, "HA mode needs hosts (is_netns)");
+            return -1;
+        }
     }
     if ((params->num_agents < 1) || (params->num_agents > KVF_FC_MAX_AGENTS)) {
         kvf_fc_why(fc, "num_agents %d out of range", params->num_agents);
@@ -473,7 +749,7 @@ int kvf_fc_create(kvf_fc_t *fc, const kvf_fc_params_t *params)
         }
         snprintf(a->http, sizeof(a->http), "127.0.0.1:%u", a->http_port);
     }
-    if (kvf_fc_ctl_start(fc) != 0) {
+    if ((params->is_ha ? kvf_fc_ha_start(fc) : kvf_fc_ctl_start(fc)) != 0) {
         return -1;
     }
     for (i = 0; i < params->num_agents; i++) {
@@ -496,6 +772,9 @@ void kvf_fc_destroy(kvf_fc_t *fc)
         unlink(fc->agents[i].sock);
     }
     kvf_test_proc_stop(&fc->ctl, 10000);
+    if (fc->params.is_ha) {
+        kvf_fc_ha_stop(fc);
+    }
     kvf_fc_hosts_down(fc);
 }
 
@@ -781,7 +1060,7 @@ bool kvf_fc_responsive(kvf_fc_t *fc)
     char out[8192];
     int i;
 
-    if (!kvf_test_proc_alive(&fc->ctl) ||
+    if ((!fc->params.is_ha && !kvf_test_proc_alive(&fc->ctl)) ||
         (kvf_fc_kvfctl(fc, out, sizeof(out), nodes) != 0)) {
         kvf_fc_why(fc, "controller does not answer: %s",
                    kvf_test_proc_log(&fc->ctl));

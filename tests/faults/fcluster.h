@@ -28,7 +28,12 @@
 #include <stdint.h>
 
 #define KVF_FC_MAX_AGENTS 4
-#define KVF_FC_MAX_KEYS   4096 /* inventory keys read back per agent */
+/* HA mode: three controllers on a three-member etcd cluster */
+#define KVF_FC_HA_CTLS  3
+#define KVF_FC_HA_ETCDS 3
+#define KVF_FC_MAX_HOSTS \
+    (1 + KVF_FC_MAX_AGENTS + KVF_FC_HA_CTLS - 1 + KVF_FC_HA_ETCDS)
+#define KVF_FC_MAX_KEYS 4096 /* inventory keys read back per agent */
 
 typedef struct kvf_fc_params {
     int num_agents;
@@ -46,6 +51,11 @@ typedef struct kvf_fc_params {
     const char *pd_push_tmo;    /* pd_push_timeout */
     const char *pd_alloc_tmo;   /* pd_alloc_timeout */
     const char *pd_claim_tmo;   /* pd_claim_timeout */
+    /* HA on etcd (netns only): hosts 0 and A+1, A+2 run controllers 0..2
+     * (A agents on hosts 1..A), hosts A+3..A+5 the etcd members; agents
+     * and kvfctl find the leader through etcd (--etcd) */
+    bool is_ha;
+    const char *etcd_lease; /* the controllers' etcd_lease, "2s" */
 } kvf_fc_params_t;
 
 typedef struct kvf_fc_agent {
@@ -64,12 +74,19 @@ typedef struct kvf_fc {
     pid_t guard;
     int guard_fd;
     int root_ns; /* this process's own network namespace */
-    int host_ns[KVF_FC_MAX_AGENTS + 1];
+    int host_ns[KVF_FC_MAX_HOSTS];
+    int num_hosts;
     kvf_test_proc_t ctl;
     char ctl_addr[64];
     char ctl_http[64];
     uint16_t ctl_http_port;
     kvf_fc_agent_t agents[KVF_FC_MAX_AGENTS];
+    /* HA mode */
+    kvf_test_proc_t ha_ctl[KVF_FC_HA_CTLS];
+    char ha_ctl_addr[KVF_FC_HA_CTLS][64];
+    char ha_ports[KVF_FC_HA_CTLS][128];
+    kvf_test_proc_t etcd[KVF_FC_HA_ETCDS];
+    char etcd_urls[256];
     char why[1024];
 } kvf_fc_t;
 
@@ -140,6 +157,33 @@ bool kvf_fc_wait_quiet(kvf_fc_t *fc, int timeout_ms);
 
 /* true when every process is alive and answers (healthz, kvfctl nodes). */
 bool kvf_fc_responsive(kvf_fc_t *fc);
+
+/* ------------------------------------------------------ HA on etcd */
+
+/* Host of controller @p c / etcd member @p e (is_ha). */
+int kvf_fc_ha_ctl_host(const kvf_fc_t *fc, int c);
+int kvf_fc_ha_etcd_host(const kvf_fc_t *fc, int e);
+
+/* Controller @p c: start (it campaigns; a standby waits), kill -9; wait
+ * up to @p timeout_ms for it to exit by itself (its status, -1 if not). */
+int kvf_fc_ha_ctl_start(kvf_fc_t *fc, int c);
+void kvf_fc_ha_ctl_kill(kvf_fc_t *fc, int c);
+int kvf_fc_ha_ctl_wait_exit(kvf_fc_t *fc, int c, int timeout_ms);
+
+/* Whether controller @p c serves (bound and wrote its port file). */
+bool kvf_fc_ha_ctl_serving(kvf_fc_t *fc, int c);
+
+/* The controller etcd names leader (read from agent 0's host), waiting up
+ * to @p timeout_ms for one; -1 (fc->why) when none. */
+int kvf_fc_ha_leader(kvf_fc_t *fc, int timeout_ms);
+
+/* etcd member @p e: stop (SIGTERM), start again on its data. */
+void kvf_fc_ha_etcd_stop(kvf_fc_t *fc, int e);
+int kvf_fc_ha_etcd_start(kvf_fc_t *fc, int e);
+
+/* Cuts (or heals) every packet between hosts @p a and @p b, both ways
+ * (blackhole routes): a partition that leaves the other links alone. */
+int kvf_fc_cut(kvf_fc_t *fc, int a, int b, bool is_cut);
 
 /* ------------------------------------------------------------ engines */
 

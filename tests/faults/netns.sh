@@ -14,6 +14,8 @@
 #   netns.sh link TAG I up|down
 #   netns.sh netem TAG I SPEC  tc netem SPEC on host I's eth0; SPEC "off" clears
 #   netns.sh netem-probe       can netem be used here? (reason on stdout)
+#   netns.sh cut TAG I J on|off  drop (blackhole) all traffic between hosts
+#                              I and J, both ways, or heal it
 #   netns.sh gc                remove kvff<PID>-* of processes that are gone
 set -u
 cmd=${1:-}
@@ -93,6 +95,12 @@ netem)
     # shellcheck disable=SC2086 # SPEC is words for tc
     "$IP" netns exec "$2-h$3" "$TC" qdisc replace dev eth0 root netem $4
     ;;
+cut)
+    op=add
+    [ "$5" = off ] && op=del
+    "$IP" -n "$2-h$3" route "$op" blackhole "10.231.0.$(($4 + 1))/32" &&
+        "$IP" -n "$2-h$4" route "$op" blackhole "10.231.0.$(($3 + 1))/32"
+    ;;
 gc)
     for ns in $("$IP" netns list 2>/dev/null | awk '{print $1}' |
                 grep -E '^kvff[0-9]+-' | sed 's/-.*//' | sort -u); do
@@ -101,7 +109,7 @@ gc)
     done
     ;;
 *)
-    sed -n '4,18p' "$0" >&2
+    sed -n '4,20p' "$0" >&2
     exit 2
     ;;
 esac

@@ -10,6 +10,7 @@
  */
 #include "controller/config.h"
 #include "controller/server.h"
+#include "controller/conn.h"
 #include "controller/server_int.h"
 #include "common/log.h"
 

@@ -88,7 +88,7 @@ Test(agent_process, a_port_alone_names_file_line_and_the_fix)
 Test(agent_process, serves_health_and_metrics_and_stops_cleanly)
 {
     uint16_t http = kvf_test_free_port();
-    char http_arg[64], body[8192], sock[128];
+    char http_arg[64], body[65536], sock[128];
     /* port 1 on loopback refuses: the agent keeps retrying the controller */
     const char *argv[] = {
         agent_bin(),   "--controller", "127.0.0.1:1", "--listen",

@@ -37,6 +37,12 @@ uint64_t kvf_bench_rss_bytes(void);
 /* A free TCP port on 127.0.0.1 (bind to 0, read it, close); 0 on error. */
 uint16_t kvf_bench_free_port(void);
 
+/* The controller to measure: with @p etcd (HA on etcd), the leader
+ * published there under @p prefix, else @p controller. 0, or -1 after
+ * one line on stderr. */
+int kvf_bench_controller_addr(const char *controller, const char *etcd,
+                              const char *prefix, char *addr, size_t len);
+
 /* Path of a program built beside kvf-bench: @p rel is relative to the
  * build root ("agent/kvf-agent"). Writes into @p buf. */
 void kvf_bench_sibling_path(const char *rel, char *buf, size_t len);
@@ -61,6 +67,12 @@ uint64_t kvf_bench_pid_rss(pid_t pid);
  * (-E sleep). Prints the command line (kvf_bench_perftest_cmd) to stderr. */
 double kvf_bench_perftest_am_bw(const char *transport, uint64_t size,
                                 uint64_t iters, bool is_sleep);
+
+/* memcpy of @p chunks buffers of @p size bytes (the same bytes a
+ * same-host fetch moves), from and to memory already faulted in, as the
+ * agents' pools are: GB/s (1e9 B/s), best of three passes. The reference
+ * of `--transport shm`. */
+double kvf_bench_memcpy_gbps(uint64_t size, uint64_t chunks);
 
 /* The shell command of one ucx_perftest ceiling run: "SERVER & CLIENT"
  * (what docs/performance.md quotes). */
@@ -121,7 +133,9 @@ uint64_t kvf_bench_chunk_class(uint64_t bytes);
 /*
  * Starts kvf-controller and two kvf-agents named @p names with sockets in
  * @p pair->dir, no HTTP, @p pool bytes of pool, chunks up to @p max_chunk,
- * UCX over @p transport, plus each agent's @p extra flags (NULL-terminated
+ * UCX over @p transport ("shm": UCX over tcp, fetches between the two by
+ * the same-host path; otherwise that path is off), plus each agent's
+ * @p extra flags (NULL-terminated
  * list, or NULL). Logs go to DIR/NAME.log.
  */
 void kvf_bench_pair_start(kvf_bench_pair_t *pair, const char *transport,

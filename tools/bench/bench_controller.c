@@ -21,6 +21,7 @@
 #include "tools/bench/bench.h"
 
 #include "client/ctlconn.h"
+#include "common/etcd.h"
 #include "common/time.h"
 
 #include <kvfabric/keys.h>
@@ -54,6 +55,8 @@ typedef struct kvf_bench_ctl_opts {
     int rounds;
     uint32_t threads;
     const char *controller;
+    const char *etcd;
+    const char *etcd_prefix;
     bool is_redis;
 } kvf_bench_ctl_opts_t;
 
@@ -87,6 +90,8 @@ static void kvf_bench_ctl_usage(FILE *out)
                  "[--clients C] [--depth D] [--seconds S] [--rounds R]\n"
                  "                            [--threads T] "
                  "[--controller HOST:PORT] [--no-redis]\n"
+                 "                            [--etcd URL[,URL...] "
+                 "[--etcd-prefix /kvfabric]] (the HA leader)\n"
                  "defaults: --keys 1000000 --batch 64 --clients 4 --depth 16 "
                  "--seconds 2 --rounds 3 --threads 1\n"
                  "lookup clients are spread over T threads, each driving its "
@@ -613,6 +618,23 @@ static pid_t kvf_bench_ctl_spawn(const kvf_bench_ctl_opts_t *o, char *addr,
     return pid;
 }
 
+int kvf_bench_controller_addr(const char *controller, const char *etcd,
+                              const char *prefix, char *addr, size_t len)
+{
+    char err[512];
+
+    if ((etcd == NULL) || (etcd[0] == '\0')) {
+        snprintf(addr, len, "%s", (controller != NULL) ? controller : "");
+        return 0;
+    }
+    if (kvf_etcd_find_leader(etcd, (prefix != NULL) ? prefix : "/kvfabric",
+                             5000, addr, len, err, sizeof(err)) != KVF_OK) {
+        fprintf(stderr, "kvf-bench: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
 static int kvf_bench_ctl_parse(int argc, char **argv, kvf_bench_ctl_opts_t *o)
 {
     int i;
@@ -652,6 +674,12 @@ static int kvf_bench_ctl_parse(int argc, char **argv, kvf_bench_ctl_opts_t *o)
             i++;
         } else if (strcmp(a, "--controller") == 0) {
             o->controller = v;
+            i++;
+        } else if (strcmp(a, "--etcd") == 0) {
+            o->etcd = v;
+            i++;
+        } else if (strcmp(a, "--etcd-prefix") == 0) {
+            o->etcd_prefix = v;
             i++;
         } else {
             fprintf(stderr, "kvf-bench controller: unknown option '%s'\n", a);
@@ -694,8 +722,11 @@ int kvf_bench_controller_main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
-    if (o.controller != NULL) {
-        snprintf(addr, sizeof(addr), "%s", o.controller);
+    if ((o.controller != NULL) || (o.etcd != NULL)) {
+        if (kvf_bench_controller_addr(o.controller, o.etcd, o.etcd_prefix, addr,
+                                      sizeof(addr)) != 0) {
+            return 1;
+        }
     } else {
         pid = kvf_bench_ctl_spawn(&o, addr, sizeof(addr));
         if (pid < 0) {

@@ -668,10 +668,11 @@ static int kvf_bench_lc_alive(const char *addr)
 
 int kvf_bench_load_controller_main(int argc, char **argv)
 {
-    static const char *const names[] = {"agents", "seconds", "threads", "batch",
-                                        "controller"};
-    const char *vals[]               = {"200", "5", "4", "64", NULL};
-    char dir[]                       = "/tmp/kvf-bench-load-XXXXXX";
+    static const char *const names[] = {"agents",     "seconds",    "threads",
+                                        "batch",      "controller", "etcd",
+                                        "etcd-prefix"};
+    const char *vals[] = {"200", "5", "4", "64", NULL, NULL, NULL};
+    char dir[]         = "/tmp/kvf-bench-load-XXXXXX";
     kvf_bench_lat_t all[KVF_BENCH_LC_CALLS];
     kvf_bench_lc_agent_t *agents;
     kvf_bench_lc_thread_t *ts;
@@ -684,10 +685,11 @@ int kvf_bench_load_controller_main(int argc, char **argv)
     char addr[64];
     int rc, alive;
 
-    rc = kvf_bench_load_parse(argc, argv, names, vals, 5,
+    rc = kvf_bench_load_parse(argc, argv, names, vals, 7,
                               "usage: kvf-bench load-controller [--agents "
                               "200] [--seconds 5] [--threads 4] [--batch 64] "
-                              "[--controller HOST:PORT]\n");
+                              "[--controller HOST:PORT | --etcd URL[,...] "
+                              "[--etcd-prefix /kvfabric]]\n");
     if (rc != 0) {
         return (rc == 1) ? 0 : 2;
     }
@@ -700,8 +702,11 @@ int kvf_bench_load_controller_main(int argc, char **argv)
         fprintf(stderr, "kvf-bench load-controller: bad arguments\n");
         return 2;
     }
-    if (vals[4] != NULL) {
-        snprintf(addr, sizeof(addr), "%s", vals[4]);
+    if ((vals[4] != NULL) || (vals[5] != NULL)) {
+        if (kvf_bench_controller_addr(vals[4], vals[5], vals[6], addr,
+                                      sizeof(addr)) != 0) {
+            return 1;
+        }
     } else {
         if (mkdtemp(dir) == NULL) {
             perror("mkdtemp");

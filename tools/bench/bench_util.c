@@ -437,9 +437,10 @@ int kvf_bench_begin(const char *bench, const kvf_config_schema_t *schema,
         fprintf(stderr, "kvf-bench %s: %s\n", bench, err.msg);
         return 1;
     }
-    if (strcmp(*transport, "tcp") != 0) {
+    if ((strcmp(*transport, "tcp") != 0) && (strcmp(*transport, "shm") != 0)) {
         /* UCX 1.13's shared-memory transports do not connect in the
-         * peer-failure error mode the agents need (docs/performance.md) */
+         * peer-failure error mode the agents need (docs/performance.md);
+         * "shm" is the agents' own same-host path (agent/local.h) */
         fprintf(stderr,
                 "kvf-bench %s: transport '%s' is not supported by the "
                 "agents with this UCX; use tcp\n",
@@ -466,6 +467,44 @@ int kvf_bench_end(const char *dir, int rc)
         return 1;
     }
     return rc;
+}
+
+double kvf_bench_memcpy_gbps(uint64_t size, uint64_t chunks)
+{
+    uint64_t n = chunks, best = UINT64_MAX, t0, i;
+    uint8_t *src, *dst;
+    int pass;
+
+    /* at most 512 MiB each way: larger runs cycle through the buffers */
+    while ((n > 1) && (n * size > (512ull << 20))) {
+        n--;
+    }
+    src = malloc(n * size);
+    dst = malloc(n * size);
+    if ((src == NULL) || (dst == NULL) || (chunks == 0)) {
+        free(src);
+        free(dst);
+        return 0.0;
+    }
+    memset(src, 0x5a, n * size);
+    memset(dst, 0, n * size);
+    for (pass = 0; pass < 3; pass++) {
+        t0 = kvf_time_now_ns();
+        for (i = 0; i < chunks; i++) {
+            memcpy(dst + (i % n) * size, src + (i % n) * size, size);
+        }
+        t0   = kvf_time_now_ns() - t0;
+        best = (t0 < best) ? t0 : best;
+    }
+    /* a byte of the copy escapes, so the copies are not optimized away */
+    if (dst[size - 1] != 0x5a) {
+        best = UINT64_MAX;
+    }
+    free(src);
+    free(dst);
+    return (best == 0 || best == UINT64_MAX)
+               ? 0.0
+               : (double)(chunks * size) / (double)best;
 }
 
 uint64_t kvf_bench_chunk_class(uint64_t bytes)
@@ -526,7 +565,9 @@ void kvf_bench_pair_start(kvf_bench_pair_t *pair, const char *transport,
         argv[n++] = "--max-chunk";
         argv[n++] = maxc_arg;
         argv[n++] = "--transports";
-        argv[n++] = transport;
+        argv[n++] = (strcmp(transport, "shm") == 0) ? "tcp" : transport;
+        argv[n++] = (strcmp(transport, "shm") == 0) ? "--same-host=true"
+                                                    : "--same-host=false";
         for (k = 0; (extra[i] != NULL) && (extra[i][k] != NULL) &&
                     (n < (int)(KVF_ARRAY_SIZE(argv)) - 1);
              k++) {

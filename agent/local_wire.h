@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Copyright (c) 2026 The kvfabric authors */
+/*
+ * The messages of the same-host socket (agent/local.c has the sequence).
+ * SOCK_SEQPACKET between processes of one host and one build: fixed
+ * structs in host order, every size checked on receipt. Shared with the
+ * tests that play a peer.
+ */
+#ifndef KVF_AGENT_LOCAL_WIRE_H
+#define KVF_AGENT_LOCAL_WIRE_H
+
+#include "common/auth.h"
+
+#include <stdint.h>
+
+#define KVF_LOCAL_MAGIC       0x314c564bu /* "KVL1" */
+#define KVF_LOCAL_LEASE_KEYS  64u         /* keys in one LEASE */
+#define KVF_LOCAL_LEASES      64u         /* held leases per connection */
+#define KVF_LOCAL_WINDOW      2u          /* LEASEs in flight per fetch */
+#define KVF_LOCAL_MAX_KEYS    65536u
+#define KVF_LOCAL_BOOT_ID_LEN 40u
+#define KVF_LOCAL_RETRY_NS    (10 * KVF_NSEC_PER_SEC) /* after "not local" */
+#define KVF_LOCAL_MSG_MAX     2048u
+
+typedef enum {
+    KVF_LOCAL_MSG_HELLO = 1,
+    KVF_LOCAL_MSG_HELLO_REPLY,
+    KVF_LOCAL_MSG_AUTH,
+    KVF_LOCAL_MSG_READY,
+    KVF_LOCAL_MSG_LEASE,
+    KVF_LOCAL_MSG_LEASE_REPLY,
+    KVF_LOCAL_MSG_RELEASE,
+    KVF_LOCAL_MSG_BAD,
+} kvf_local_msg_t;
+
+#define KVF_LOCAL_NAME_MAX 64u
+
+typedef struct kvf_local_hdr {
+    uint32_t magic;
+    uint16_t type;
+    uint16_t count;  /* keys (LEASE, LEASE_REPLY) */
+    uint64_t ticket; /* LEASE*: the fetch; READY: pool bytes */
+    uint32_t first;  /* LEASE*: index of the first key in the fetch */
+    int32_t status;  /* HELLO_REPLY: KVF_OK or why refused */
+} kvf_local_hdr_t;
+
+typedef struct kvf_local_hello {
+    kvf_local_hdr_t h;
+    uint32_t node_id;
+    uint32_t nonce_len;
+    uint32_t mac_len;
+    uint32_t pad;
+    char boot_id[KVF_LOCAL_BOOT_ID_LEN];
+    uint8_t nonce[KVF_AUTH_NONCE_SIZE];
+    uint8_t mac[KVF_AUTH_MAC_SIZE];
+    char name[KVF_LOCAL_NAME_MAX]; /* the sender's node name, for counters */
+} kvf_local_hello_t;
+
+typedef struct kvf_local_lease_ent {
+    uint64_t offset;
+    uint64_t length;
+    uint64_t checksum;
+    int32_t status;
+    uint32_t pad;
+} kvf_local_lease_ent_t;
+
+#endif /* KVF_AGENT_LOCAL_WIRE_H */
