@@ -1148,15 +1148,18 @@ void kvf_disk_print_metrics(const kvf_disk_t *disk, struct evbuffer *body)
                                           st->checksum_failures});
     kvf_prom_metric(body, "kvf_agent_disk_evictions_total", KVF_PROM_COUNTER,
                     "disk slots reused for a newer chunk", st->evictions);
+    /* bytes over it: the tier's device throughput, apart from how fast
+     * chunks arrive (kvf-bench disk's busy GB/s) */
     kvf_prom_family(body, "kvf_agent_disk_busy_seconds_total", KVF_PROM_COUNTER,
                     "time with at least one write, or one read, in flight on "
-                    "the tier (bytes over it: the tier's device throughput, "
-                    "apart from how fast chunks arrive)");
-    evbuffer_add_printf(
-        body,
-        "kvf_agent_disk_busy_seconds_total{dir=\"write\"} %.6f\n"
-        "kvf_agent_disk_busy_seconds_total{dir=\"read\"} %.6f\n",
-        (double)st->write_busy_ns / 1e9, (double)st->read_busy_ns / 1e9);
+                    "the tier");
+    evbuffer_add_printf(body,
+                        "kvf_agent_disk_busy_seconds_total{dir=\"write\"} "
+                        "%.6f\n"
+                        "kvf_agent_disk_busy_seconds_total{dir=\"read\"} "
+                        "%.6f\n",
+                        (double)st->write_busy_ns / 1e9,
+                        (double)st->read_busy_ns / 1e9);
     kvf_prom_metric(body, "kvf_agent_disk_recovered_chunks", KVF_PROM_GAUGE,
                     "chunks found on disk at start", st->recovered);
 }
