@@ -164,17 +164,6 @@ static socklen_t kvf_local_sockaddr(const char *address, struct sockaddr_un *sa)
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len);
 }
 
-/* A read-only descriptor of the pool's memfd: a new open file description
- * through /proc/self/fd, so the receiver cannot write through it (nor
- * mprotect a mapping of it writable). */
-static int kvf_local_reopen_ro(int fd)
-{
-    char path[64];
-
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-    return open(path, O_RDONLY | O_CLOEXEC);
-}
-
 /* Is the process at the other end of @p fd running as our user? */
 static bool kvf_local_same_uid(int fd)
 {
@@ -386,8 +375,7 @@ static void kvf_local_on_auth(kvf_local_conn_t *conn,
         kvf_local_conn_refuse(conn, "AUTH before HELLO");
         return;
     }
-    ro = kvf_local_reopen_ro(kvf_store_fd(local->store));
-    if (ro < 0) {
+    if (kvf_store_fd_readonly(local->store, &ro) != KVF_OK) {
         kvf_warn("%s: cannot reopen the pool read-only: %m", local->name);
         kvf_local_conn_close(conn);
         return;
