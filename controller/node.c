@@ -16,6 +16,7 @@ struct kvf_node_table {
     kvf_node_t **nodes; /* in registration order */
     size_t num_nodes;
     uint32_t next_id;
+    uint64_t expired; /* nodes declared dead for want of a heartbeat */
     uint32_t slot_ids[KVF_REGISTRY_MAX_SLOTS]; /* holder slot -> node id */
 };
 
@@ -302,6 +303,7 @@ unsigned kvf_node_table_expire(kvf_node_table_t *table, uint64_t now_ms,
         if ((node->state != KVF_NODE_DEAD) &&
             ((now_ms - node->last_heartbeat_ms) > lease_ms)) {
             kvf_node_table_kill(table, node, now_ms, "lease expired");
+            table->expired++;
             died++;
         }
         if ((node->state == KVF_NODE_DEAD) &&
@@ -402,4 +404,9 @@ kvf_status_t kvf_node_table_adopt(kvf_node_table_t *table, uint32_t id,
     }
     *node_p = node;
     return KVF_OK;
+}
+
+uint64_t kvf_node_table_expired(const kvf_node_table_t *table)
+{
+    return table->expired;
 }

@@ -170,6 +170,10 @@ kvf_node_t *kvf_node_table_at(kvf_node_table_t *table, size_t i);
 void kvf_node_table_census(const kvf_node_table_t *table, uint32_t *alive_p,
                            uint32_t *draining_p, uint32_t *dead_p);
 
+/* Nodes declared dead because their lease expired, since the table was
+ * made (not those that deregistered or were replaced). */
+uint64_t kvf_node_table_expired(const kvf_node_table_t *table);
+
 /* Node id owning a holder slot, 0 when none. */
 uint32_t kvf_node_table_slot_id(const kvf_node_table_t *table, uint16_t slot);
 

@@ -16,6 +16,7 @@ struct kvf_resign {
     struct event_base *base;
     struct event *timer;
     uint32_t most_up; /* most agents up at once since elected */
+    uint64_t expired; /* lease expiries counted while some were up */
     bool happened;
 };
 
@@ -30,7 +31,14 @@ static void kvf_resign_on_timer(evutil_socket_t fd, short what, void *arg)
     if (alive + draining > resign->most_up) {
         resign->most_up = alive + draining;
     }
-    if ((alive + draining > 0) || (resign->most_up == 0) || resign->happened) {
+    if (alive + draining > 0) {
+        resign->expired = kvf_node_table_expired(resign->server->nodes);
+        return;
+    }
+    /* lost means a lease ran out: agents that deregistered (a rolling
+     * restart, a clean stop) left, and a standby would see the same */
+    if ((resign->most_up == 0) || resign->happened ||
+        (kvf_node_table_expired(resign->server->nodes) == resign->expired)) {
         return;
     }
     kvf_warn("etcd: lost every agent (%u were up): resigning, so that a "

@@ -287,6 +287,23 @@ Test(ha_etcd, the_leader_publishes_a_reachable_address, .timeout = 90)
     he_stop(&c);
 }
 
+static void he_deregister(kvf_ctlconn_t *conn, uint32_t node_id,
+                          uint64_t incarnation)
+{
+    Kvf__Deregister dr;
+    kvf_frame_t frame;
+
+    kvf__deregister__init(&dr);
+    dr.request_id  = 1;
+    dr.node_id     = node_id;
+    dr.incarnation = incarnation;
+    cr_assert_eq(kvf_ctlconn_call(conn, KVF_MSG_DEREGISTER, &dr.base, &frame),
+                 KVF_OK);
+    cr_assert_eq(frame.type, KVF_MSG_STATUS);
+    cr_assert_eq(((Kvf__Status *)frame.msg)->status, KVF_OK);
+    kvf_frame_release(&frame, NULL);
+}
+
 Test(ha_etcd, a_leader_that_lost_every_agent_resigns, .timeout = 90)
 {
     kvf_ctlconn_t *conn = NULL;
@@ -323,8 +340,19 @@ Test(ha_etcd, a_leader_that_lost_every_agent_resigns, .timeout = 90)
     leader = he_leader(&c);
     cr_assert_eq(leader, 0);
     cr_assert(kvf_test_proc_wait_log(&c.ctl[1], "standby", 10000));
-    /* one agent registers, then is gone (its lease of 1 s expires) */
     cr_assert(kvf_test_port_file_serving(c.ports[0], addr, sizeof(addr)));
+    /* an agent that deregisters leaves, it is not lost: no resignation
+     * (a rolling restart of a one-agent cluster must not move the leader) */
+    cr_assert_eq(kvf_ctlconn_create(addr, KVF__PEER_KIND__PEER_AGENT, "he",
+                                    KVF_PROTOCOL_VERSION, 5000, &conn, err,
+                                    sizeof(err)),
+                 KVF_OK, "%s", err);
+    he_deregister(conn, kvf_th_register(conn, "he-leaver", 1, NULL), 1);
+    kvf_ctlconn_destroy(conn);
+    cr_assert_eq(kvf_test_proc_wait_exit(&c.ctl[0], 3000), -1,
+                 "the leader resigned after a clean leave: %s",
+                 kvf_test_proc_log(&c.ctl[0]));
+    /* one agent registers, then is gone (its lease of 1 s expires) */
     cr_assert_eq(kvf_ctlconn_create(addr, KVF__PEER_KIND__PEER_AGENT, "he",
                                     KVF_PROTOCOL_VERSION, 5000, &conn, err,
                                     sizeof(err)),
