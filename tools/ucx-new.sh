@@ -73,7 +73,7 @@ ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 \
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     meson test -C "$build" --print-errorlogs --num-processes 2 \
     --suite unit --suite integration --suite security "$@" >"$log" 2>&1 || rc=$?
-grep -E '^ *[0-9]+/[0-9]+ ' "$log" || true
+grep -E '^ *[0-9]+/[0-9]+ ' "$log" | awk '!seen[$0]++' || true
 grep -E '^(Ok|Expected Fail|Fail|Unexpected Pass|Skipped|Timeout):' "$log" || true
 if [ "$rc" -ne 0 ]; then
     echo "kvfabric: tests failed against UCX $version (log: $log)" >&2
