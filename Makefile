@@ -32,7 +32,7 @@ SANITIZER_ENV := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 \
                  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
 .PHONY: all deps optional-deps build test soak demo demo-vllm format \
-        format-check fuzz tidy clean vllm-venv
+        format-check fuzz tidy clean vllm-venv test-ucx-new
 
 all: build
 
@@ -104,6 +104,14 @@ soak: deps $(ASAN_DIR)/build.ninja
 	@$(SANITIZER_ENV) LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizer/lsan.supp \
 	    KVF_BUILD_ROOT=$(CURDIR)/$(ASAN_DIR) KVF_SOURCE_ROOT=$(CURDIR) \
 	    SOAK_SECONDS=$${SOAK_SECONDS:-600} $(ASAN_DIR)/tests/faults/kvf-soak
+
+# The unit, integration and security suites (ASan build, build/ucx-new)
+# against a current UCX: the libucx-cu12 wheel's libraries, pinned in
+# python/requirements-ucx-new.txt, in build/venv-ucx (tools/ucx-new.sh).
+# Not part of `make test`; ARGS go to `meson test`.
+test-ucx-new: deps
+	@tools/ucx-new.sh build/venv-ucx build/ucx-new \
+	    python/requirements-ucx-new.txt $(ARGS)
 
 demo: build
 	@tools/demo.sh $(REL_DIR) $(ARGS)

@@ -80,7 +80,8 @@ typedef struct kvf_ucx_ctx_params {
      * Extra UCX settings as NULL-terminated name/value pairs, names without
      * the UCX_ prefix: {"RNDV_THRESH", "64K", NULL}. Applied last.
      * Transport settings go without their transport prefix in UCX 1.13
-     * ("TX_SEG_SIZE" for UCX_TCP_TX_SEG_SIZE).
+     * ("TX_SEG_SIZE" for UCX_TCP_TX_SEG_SIZE); newer UCX (1.22) rejects
+     * that and takes the prefixed name ("TCP_TX_SEG_SIZE").
      */
     const char *const *overrides;
 } kvf_ucx_ctx_params_t;

@@ -25,6 +25,8 @@
  * ucp_config_modify to every interface that has them, by their name
  * without the transport prefix (TX_SEG_SIZE, not TCP_TX_SEG_SIZE: the
  * prefixed form is accepted and then reported as an invalid configuration).
+ * Newer UCX (1.22: make test-ucx-new) rejects the bare name and takes the
+ * prefixed one, which kvf_ucx_ctx_default_set falls back to.
  * Values measured on loopback (docs/performance.md "UCX ceilings").
  */
 const char *const kvf_ucx_ctx_default_tunings[] = {
@@ -86,6 +88,25 @@ static kvf_status_t kvf_ucx_ctx_config_set(ucp_config_t *config,
     return KVF_OK;
 }
 
+/* A tuned default by its 1.13 name, else (newer UCX) by its prefixed one. */
+static kvf_status_t kvf_ucx_ctx_default_set(ucp_config_t *config,
+                                            const char *env_name,
+                                            const char *modify_name,
+                                            const char *value)
+{
+    ucs_status_t ucs = ucp_config_modify(config, modify_name, value);
+
+    if ((ucs == UCS_ERR_INVALID_PARAM) || (ucs == UCS_ERR_NO_ELEM)) {
+        ucs = ucp_config_modify(config, env_name, value);
+    }
+    if (ucs != UCS_OK) {
+        kvf_error("ucx setting %s %s rejected: %s", env_name, value,
+                  ucs_status_string(ucs));
+        return KVF_ERR_CONFIG;
+    }
+    return KVF_OK;
+}
+
 static kvf_status_t kvf_ucx_ctx_config_apply(const kvf_ucx_ctx_params_t *params,
                                              ucp_config_t *config)
 {
@@ -98,7 +119,7 @@ static kvf_status_t kvf_ucx_ctx_config_apply(const kvf_ucx_ctx_params_t *params,
             if (kvf_ucx_ctx_is_overridden(params, kv[0], kv[1])) {
                 continue;
             }
-            status = kvf_ucx_ctx_config_set(config, kv[1], kv[2]);
+            status = kvf_ucx_ctx_default_set(config, kv[0], kv[1], kv[2]);
             if (status != KVF_OK) {
                 return status;
             }

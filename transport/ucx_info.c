@@ -57,7 +57,10 @@ static bool kvf_ucx_info_query(ucp_ep_h ucp_ep, char *buf, size_t len)
         const char *tl  = entries[i].transport_name;
         const char *dev = entries[i].device_name;
 
-        if ((tl != NULL) && (dev != NULL) && (tl[0] != '\0')) {
+        /* UCX 1.22 also lists the connection manager's entry ("tcp" with
+         * an empty device), which carries no data: skipped */
+        if ((tl != NULL) && (dev != NULL) && (tl[0] != '\0') &&
+            (dev[0] != '\0')) {
             kvf_ucx_info_add(buf, len, tl, strlen(tl), dev, strlen(dev));
         }
     }
