@@ -8,17 +8,13 @@
 #include "common/log.h"
 #include "common/tls.h"
 #include "common/time.h"
+#include "proto/evconn.h"
 #include "proto/frame.h"
 #include "proto/hello.h"
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 
-#include <openssl/err.h>
 #include <openssl/ssl.h>
-#include <openssl/x509.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -72,7 +68,8 @@ typedef struct kvf_ctl_keybuf {
 
 struct kvf_ctl_client {
     struct event_base *base;
-    struct bufferevent *bev;
+    kvf_evconn_group_t group;   /* of the one connection */
+    kvf_evconn_t *conn;         /* NULL: none */
     struct event *retry_ev;     /* reconnect backoff */
     struct event *deadline_ev;  /* connect/HELLO/REGISTER/DEREGISTER */
     struct event *heartbeat_ev; /* periodic, while READY */
@@ -187,11 +184,10 @@ static kvf_status_t kvf_ctl_client_send(kvf_ctl_client_t *client, uint16_t type,
 {
     kvf_status_t status;
 
-    if (client->bev == NULL) {
+    if (client->conn == NULL) {
         return KVF_ERR_CLOSED;
     }
-    status = kvf_frame_encode(bufferevent_get_output(client->bev), type, 0, msg,
-                              client->max_frame);
+    status = kvf_evconn_request(client->conn, type, msg);
     if (status != KVF_OK) {
         kvf_error("controller %s: cannot send %s: %s", client->controller,
                   kvf_msg_type_name(type), kvf_strerror(status));
@@ -248,7 +244,7 @@ static char *kvf_ctl_client_advertised(kvf_ctl_client_t *client, char *buf,
           ((hlen == 4) && (strncmp(client->data_address, "[::]", 4) == 0)))) {
         return client->data_address;
     }
-    fd = (client->bev != NULL) ? bufferevent_getfd(client->bev) : -1;
+    fd = (client->conn != NULL) ? kvf_evconn_fd(client->conn) : -1;
     if ((fd < 0) || (getsockname(fd, (struct sockaddr *)&ss, &sslen) != 0)) {
         return client->data_address;
     }
@@ -523,10 +519,8 @@ static void kvf_ctl_client_finish_stop(kvf_ctl_client_t *client)
     evtimer_del(client->heartbeat_ev);
     evtimer_del(client->retry_ev);
     evtimer_del(client->flush_ev);
-    if (client->bev != NULL) {
-        bufferevent_free(client->bev);
-        client->bev = NULL;
-    }
+    kvf_evconn_destroy(client->conn); /* inside a handler: freed after */
+    client->conn = NULL;
     if ((client->ops != NULL) && (client->ops->stopped != NULL)) {
         client->ops->stopped(client->arg);
     }
@@ -587,10 +581,8 @@ static void kvf_ctl_client_reset(kvf_ctl_client_t *client, const char *why)
         kvf_ctl_client_finish_stop(client);
         return;
     }
-    if (client->bev != NULL) {
-        bufferevent_free(client->bev);
-        client->bev = NULL;
-    }
+    kvf_evconn_destroy(client->conn); /* inside a handler: freed after */
+    client->conn = NULL;
     evtimer_del(client->deadline_ev);
     evtimer_del(client->heartbeat_ev);
     evtimer_del(client->flush_ev);
@@ -1206,93 +1198,75 @@ static void kvf_ctl_client_dispatch(kvf_ctl_client_t *client,
     }
 }
 
-static void kvf_ctl_client_on_read(struct bufferevent *bev, void *arg)
+static kvf_status_t kvf_ctl_client_on_frame(kvf_evconn_t *conn,
+                                            kvf_frame_t *frame)
 {
-    kvf_ctl_client_t *client = arg;
-    struct evbuffer *in      = bufferevent_get_input(bev);
-    kvf_frame_t frame;
-    kvf_status_t status;
-
-    /* a handler may reset the connection: stop when bev changes */
-    while ((client->bev == bev) &&
-           ((status = kvf_frame_decode(in, client->max_frame, NULL, &frame)) !=
-            KVF_INPROGRESS)) {
-        if (status != KVF_OK) {
-            kvf_warn("controller %s: bad frame: %s", client->controller,
-                     kvf_strerror(status));
-            client->stats.errors++;
-            kvf_ctl_client_reset(client, "bad frame");
-            return;
-        }
-        kvf_ctl_client_dispatch(client, &frame);
-        kvf_frame_release(&frame, NULL);
-    }
+    /* a handler may reset the connection: evconn frees it afterwards and
+     * hands out nothing more */
+    kvf_ctl_client_dispatch(kvf_evconn_arg(conn), frame);
+    return KVF_OK;
 }
 
-/* Says why the TLS handshake with the controller failed. */
-static void kvf_ctl_client_tls_failed(kvf_ctl_client_t *client,
-                                      struct bufferevent *bev)
+static kvf_status_t kvf_ctl_client_on_bad_frame(kvf_evconn_t *conn,
+                                                kvf_status_t status)
 {
-    SSL *ssl    = bufferevent_openssl_get_ssl(bev);
-    long verify = (ssl != NULL) ? SSL_get_verify_result(ssl) : X509_V_OK;
-    char why[256];
-    unsigned long e;
+    kvf_ctl_client_t *client = kvf_evconn_arg(conn);
 
+    kvf_warn("controller %s: bad frame: %s", client->controller,
+             kvf_strerror(status));
     client->stats.errors++;
-    if (verify != X509_V_OK) {
-        kvf_error("controller %s: tls: certificate not trusted: %s",
-                  client->controller, X509_verify_cert_error_string(verify));
-        return;
-    }
-    e = bufferevent_get_openssl_error(bev);
-    if (e != 0) {
-        ERR_error_string_n(e, why, sizeof(why));
-        kvf_error("controller %s: tls handshake failed: %s", client->controller,
-                  why);
-    }
+    kvf_ctl_client_reset(client, "bad frame");
+    return KVF_ERR_CANCELED;
 }
 
-static void kvf_ctl_client_on_event(struct bufferevent *bev, short what,
-                                    void *arg)
+static void kvf_ctl_client_on_connected(kvf_evconn_t *conn)
 {
-    kvf_ctl_client_t *client = arg;
+    kvf_ctl_client_t *client = kvf_evconn_arg(conn);
     int one                  = 1;
 
-    if (what & BEV_EVENT_CONNECTED) {
-        client->stats.connects++;
-        setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one,
-                   sizeof(one));
-        client->state = KVF_CTL_STATE_HELLO;
-        kvf_ctl_client_send_hello(client);
+    client->stats.connects++;
+    setsockopt(kvf_evconn_fd(conn), IPPROTO_TCP, TCP_NODELAY, &one,
+               sizeof(one));
+    client->state = KVF_CTL_STATE_HELLO;
+    kvf_ctl_client_send_hello(client);
+    if (client->state == KVF_CTL_STATE_HELLO) {
         kvf_ctl_client_arm(client->deadline_ev, client->request_timeout_ns);
-        return;
-    }
-    if ((what & BEV_EVENT_ERROR) && (client->tls_ctx != NULL) &&
-        (client->state == KVF_CTL_STATE_CONNECTING)) {
-        kvf_ctl_client_tls_failed(client, bev);
-    }
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
-        int err = EVUTIL_SOCKET_ERROR();
-        char why[160];
-
-        if (what & BEV_EVENT_EOF) {
-            snprintf(why, sizeof(why), "closed by controller");
-        } else if (client->state == KVF_CTL_STATE_CONNECTING) {
-            snprintf(why, sizeof(why), "cannot connect: %s",
-                     (err != 0) ? evutil_socket_error_to_string(err)
-                                : "connection error");
-        } else {
-            snprintf(why, sizeof(why), "connection error: %s",
-                     (err != 0) ? evutil_socket_error_to_string(err)
-                                : "unknown");
-        }
-        kvf_ctl_client_reset(client, why);
     }
 }
+
+/* The connection failed or the controller closed it. */
+static void kvf_ctl_client_on_close(kvf_evconn_t *conn, kvf_status_t why)
+{
+    kvf_ctl_client_t *client = kvf_evconn_arg(conn);
+    const char *problem      = kvf_evconn_problem(conn);
+    char text[320];
+
+    if (why == KVF_ERR_CLOSED) {
+        snprintf(text, sizeof(text), "closed by controller");
+    } else if (!kvf_evconn_is_connected(conn)) {
+        if (strncmp(problem, "tls", 3) == 0) {
+            client->stats.errors++;
+            kvf_error("controller %s: %s", client->controller, problem);
+        }
+        snprintf(text, sizeof(text), "cannot connect: %s",
+                 (problem[0] != '\0') ? problem : "connection error");
+    } else {
+        snprintf(text, sizeof(text), "connection error: %s",
+                 (problem[0] != '\0') ? problem : kvf_strerror(why));
+    }
+    kvf_ctl_client_reset(client, text); /* destroys conn */
+}
+
+static const kvf_evconn_ops_t kvf_ctl_client_conn_ops = {
+    .on_frame     = kvf_ctl_client_on_frame,
+    .on_bad_frame = kvf_ctl_client_on_bad_frame,
+    .on_close     = kvf_ctl_client_on_close,
+    .on_connected = kvf_ctl_client_on_connected,
+};
 
 static void kvf_ctl_client_connect(kvf_ctl_client_t *client)
 {
-    SSL *ssl;
+    SSL *ssl = NULL;
 
     if (client->num_addrs == 0) {
         char why[320];
@@ -1303,37 +1277,25 @@ static void kvf_ctl_client_connect(kvf_ctl_client_t *client)
     }
     if (client->tls_ctx != NULL) {
         ssl = kvf_tls_client_new(client->tls_ctx, client->tls_server_name);
-        client->bev =
-            (ssl == NULL)
-                ? NULL
-                : bufferevent_openssl_socket_new(
-                      client->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
-                      BEV_OPT_CLOSE_ON_FREE); /* frees ssl with it */
-        if (client->bev != NULL) {
-            bufferevent_openssl_set_allow_dirty_shutdown(client->bev, 1);
+        if (ssl == NULL) {
+            kvf_ctl_client_reset(client, "no memory for a connection");
+            return;
         }
-    } else {
-        client->bev =
-            bufferevent_socket_new(client->base, -1, BEV_OPT_CLOSE_ON_FREE);
     }
-    if (client->bev == NULL) {
-        kvf_ctl_client_reset(client, "no memory for a connection");
-        return;
-    }
-    bufferevent_setcb(client->bev, kvf_ctl_client_on_read, NULL,
-                      kvf_ctl_client_on_event, client);
-    bufferevent_enable(client->bev, EV_READ | EV_WRITE);
     client->state = KVF_CTL_STATE_CONNECTING;
-    kvf_ctl_client_arm(client->deadline_ev, client->connect_timeout_ns);
-    if (bufferevent_socket_connect(client->bev,
-                                   (struct sockaddr *)&client->addr,
-                                   (int)client->addr_len) != 0) {
+    client->conn =
+        kvf_evconn_connect(&client->group, (struct sockaddr *)&client->addr,
+                           client->addr_len, ssl, client);
+    if (client->conn == NULL) {
         char why[160];
 
         snprintf(why, sizeof(why), "cannot connect: %s",
                  evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
         kvf_ctl_client_reset(client, why);
+        return;
     }
+    kvf_evconn_set_name(client->conn, client->controller);
+    kvf_ctl_client_arm(client->deadline_ev, client->connect_timeout_ns);
 }
 
 /* Resolves one HOST:PORT (numeric addresses or names) into addrs[]. */
@@ -1418,10 +1380,8 @@ static void kvf_ctl_client_on_leader(void *arg,
         return;
     }
     /* IDLE (backing off) or half-way to an older address: go now */
-    if (client->bev != NULL) {
-        bufferevent_free(client->bev);
-        client->bev = NULL;
-    }
+    kvf_evconn_destroy(client->conn); /* inside a handler: freed after */
+    client->conn = NULL;
     evtimer_del(client->deadline_ev);
     evtimer_del(client->retry_ev);
     client->backoff_ns = KVF_CTL_BACKOFF_MIN_NS;
@@ -1481,10 +1441,15 @@ kvf_status_t kvf_ctl_client_create(const kvf_ctl_client_params_t *params,
     if (client == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    client->base               = params->base;
-    client->role               = params->role;
-    client->pool_capacity      = params->pool_capacity;
-    client->tp_rank            = params->tp_rank;
+    client->base                    = params->base;
+    client->group.base              = params->base;
+    client->group.ops               = &kvf_ctl_client_conn_ops;
+    client->group.max_frame         = params->max_frame;
+    client->group.max_frame_preauth = params->max_frame;
+    client->group.max_output        = UINT64_MAX; /* never throttled */
+    client->role                    = params->role;
+    client->pool_capacity           = params->pool_capacity;
+    client->tp_rank                 = params->tp_rank;
     client->tp_world           = (params->tp_world == 0) ? 1 : params->tp_world;
     client->connect_timeout_ns = params->connect_timeout_ns;
     client->request_timeout_ns = params->request_timeout_ns;
@@ -1575,9 +1540,7 @@ void kvf_ctl_client_destroy(kvf_ctl_client_t *client)
         return;
     }
     kvf_discover_destroy(client->discover);
-    if (client->bev != NULL) {
-        bufferevent_free(client->bev);
-    }
+    kvf_evconn_destroy(client->conn);
     if (client->retry_ev != NULL) {
         event_free(client->retry_ev);
     }
@@ -1648,35 +1611,23 @@ void kvf_ctl_client_feed(kvf_ctl_client_t *client, int state, const void *data,
     static const kvf_ctl_state_t states[] = {
         KVF_CTL_STATE_HELLO, KVF_CTL_STATE_AUTH, KVF_CTL_STATE_REGISTER,
         KVF_CTL_STATE_READY, KVF_CTL_STATE_STOPPING};
-    struct bufferevent *bev;
-    int sv[2], rc;
+    int sv[2];
 
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
         return;
     }
-    if (client->bev != NULL) {
-        bufferevent_free(client->bev);
-    }
-    client->bev =
-        bufferevent_socket_new(client->base, sv[0], BEV_OPT_CLOSE_ON_FREE);
-    if (client->bev == NULL) {
-        close(sv[0]);
+    kvf_evconn_destroy(client->conn);
+    client->conn = kvf_evconn_create(&client->group, sv[0], NULL, client);
+    if (client->conn == NULL) { /* sv[0] closed with it */
         close(sv[1]);
         return;
     }
-    bufferevent_setcb(client->bev, kvf_ctl_client_on_read, NULL,
-                      kvf_ctl_client_on_event, client);
-    bev           = client->bev;
     client->state = states[(unsigned)state % 5u];
     if (client->state == KVF_CTL_STATE_HELLO) {
         kvf_ctl_client_send_hello(client); /* draws the auth nonce */
     }
-    /* a socket bufferevent freezes the end of its input: only it reads */
-    evbuffer_unfreeze(bufferevent_get_input(bev), 0);
-    rc = evbuffer_add(bufferevent_get_input(bev), data, len);
-    evbuffer_freeze(bufferevent_get_input(bev), 0);
-    if (rc == 0) {
-        kvf_ctl_client_on_read(bev, client); /* may reset the connection */
+    if (client->conn != NULL) {
+        kvf_evconn_feed(client->conn, data, len); /* may reset it */
     }
     close(sv[1]);
 }

@@ -10,10 +10,12 @@
 #include <event2/event.h>
 
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 
 struct kvf_evconn {
@@ -30,12 +32,18 @@ struct kvf_evconn {
     bool is_closing;         /* flush the output, then close */
     bool is_throttled;       /* reading paused: output over max_output */
     bool is_charged_preauth; /* @charged counts in buffered_preauth too */
+    bool is_connecting;      /* kvf_evconn_connect: not up yet */
+    bool is_tcp_up;          /* the connect completed (TLS may follow) */
+    bool is_in_handler;      /* inside on_frame or on_bad_frame */
+    bool is_dropped;         /* destroyed by that handler: free after it */
     uint64_t charged;        /* bytes counted in group->buffered */
     char name[64];
+    char problem[256]; /* why it failed; "" when it did not */
 };
 
 static void kvf_evconn_process(kvf_evconn_t *conn);
 static void kvf_evconn_on_read(evutil_socket_t fd, short what, void *arg);
+static void kvf_evconn_connecting(kvf_evconn_t *conn);
 
 static bool kvf_evconn_is_retriable(int err)
 {
@@ -88,14 +96,10 @@ static void kvf_evconn_close(kvf_evconn_t *conn, kvf_status_t why)
     conn->group->ops->on_close(conn, why); /* destroys conn */
 }
 
-void kvf_evconn_destroy(kvf_evconn_t *conn)
+static void kvf_evconn_free(kvf_evconn_t *conn)
 {
-    kvf_evconn_group_t *group;
+    kvf_evconn_group_t *group = conn->group;
 
-    if (conn == NULL) {
-        return;
-    }
-    group = conn->group;
     group->buffered -= conn->charged;
     if (conn->is_charged_preauth) {
         group->buffered_preauth -= conn->charged;
@@ -115,6 +119,21 @@ void kvf_evconn_destroy(kvf_evconn_t *conn)
     SSL_free(conn->ssl);
     evutil_closesocket(conn->fd);
     free(conn);
+}
+
+void kvf_evconn_destroy(kvf_evconn_t *conn)
+{
+    if (conn == NULL) {
+        return;
+    }
+    if (conn->is_in_handler) {
+        /* the handler's caller still holds @p conn: quiet now, free later */
+        conn->is_dropped = true;
+        event_del(conn->ev_read);
+        event_del(conn->ev_write);
+        return;
+    }
+    kvf_evconn_free(conn);
 }
 
 /* As kvf_evconn_flush, through TLS: SSL_write may also need to read (a
@@ -138,8 +157,9 @@ static bool kvf_evconn_tls_flush(kvf_evconn_t *conn)
         case SSL_ERROR_WANT_READ:
             return true;
         default:
-            kvf_debug("conn %s: tls write: %s", conn->name,
-                      kvf_tls_error(why, sizeof(why)));
+            kvf_tls_error(why, sizeof(why));
+            snprintf(conn->problem, sizeof(conn->problem), "tls: %s", why);
+            kvf_debug("conn %s: tls write: %s", conn->name, why);
             return false;
         }
     }
@@ -158,8 +178,9 @@ bool kvf_evconn_flush(kvf_evconn_t *conn)
         int err = EVUTIL_SOCKET_ERROR();
 
         if (!kvf_evconn_is_retriable(err)) {
-            kvf_debug("conn %s: write: %s", conn->name,
-                      evutil_socket_error_to_string(err));
+            snprintf(conn->problem, sizeof(conn->problem), "%s",
+                     evutil_socket_error_to_string(err));
+            kvf_debug("conn %s: write: %s", conn->name, conn->problem);
             return false;
         }
     }
@@ -174,6 +195,10 @@ static void kvf_evconn_on_write(evutil_socket_t fd, short what, void *arg)
 {
     kvf_evconn_t *conn = arg;
 
+    if (conn->is_connecting) {
+        kvf_evconn_connecting(conn);
+        return;
+    }
     if (!kvf_evconn_flush(conn)) {
         kvf_evconn_close(conn, KVF_ERR_IO);
         return;
@@ -213,20 +238,22 @@ void kvf_evconn_close_after_flush(kvf_evconn_t *conn)
     }
 }
 
-kvf_status_t kvf_evconn_send(kvf_evconn_t *conn, uint16_t type,
-                             const ProtobufCMessage *msg)
+static kvf_status_t kvf_evconn_queue(kvf_evconn_t *conn, uint16_t type,
+                                     uint16_t flags,
+                                     const ProtobufCMessage *msg)
 {
     kvf_status_t status;
 
-    status = kvf_frame_encode(conn->out, type, KVF_FRAME_FLAG_REPLY, msg,
-                              conn->group->max_frame);
+    status =
+        kvf_frame_encode(conn->out, type, flags, msg, conn->group->max_frame);
     if (status != KVF_OK) {
         kvf_warn("conn %s: cannot encode %s: %s", conn->name,
                  kvf_msg_type_name(type), kvf_status_name(status));
         return status;
     }
-    /* an answer that came later (a callback): written on the next turn */
-    if (!conn->is_processing &&
+    /* an answer that came later (a callback): written on the next turn;
+     * while connecting, once connected */
+    if (!conn->is_processing && !conn->is_connecting && !conn->is_dropped &&
         !event_pending(conn->ev_write, EV_WRITE, NULL)) {
         event_add(conn->ev_write, NULL);
     }
@@ -239,11 +266,23 @@ kvf_status_t kvf_evconn_send_raw(kvf_evconn_t *conn, const void *data,
     if (evbuffer_add(conn->out, data, len) != 0) {
         return KVF_ERR_NO_MEMORY;
     }
-    if (!conn->is_processing &&
+    if (!conn->is_processing && !conn->is_connecting && !conn->is_dropped &&
         !event_pending(conn->ev_write, EV_WRITE, NULL)) {
         event_add(conn->ev_write, NULL);
     }
     return KVF_OK;
+}
+
+kvf_status_t kvf_evconn_send(kvf_evconn_t *conn, uint16_t type,
+                             const ProtobufCMessage *msg)
+{
+    return kvf_evconn_queue(conn, type, KVF_FRAME_FLAG_REPLY, msg);
+}
+
+kvf_status_t kvf_evconn_request(kvf_evconn_t *conn, uint16_t type,
+                                const ProtobufCMessage *msg)
+{
+    return kvf_evconn_queue(conn, type, 0, msg);
 }
 
 static void *kvf_evconn_arena_alloc(void *data, size_t size)
@@ -294,6 +333,7 @@ static void kvf_evconn_process(kvf_evconn_t *conn)
     ProtobufCAllocator *alloc   = (group->arena != NULL) ? &arena : NULL;
     kvf_frame_t frame;
     kvf_status_t status;
+    bool frame_ok;
 
     conn->is_processing = true;
     while (!conn->is_closing) {
@@ -313,16 +353,24 @@ static void kvf_evconn_process(kvf_evconn_t *conn)
         if (status == KVF_INPROGRESS) {
             break;
         }
+        frame_ok            = (status == KVF_OK);
+        conn->is_in_handler = true;
         if (status != KVF_OK) {
-            status = (ops->on_bad_frame != NULL)
-                         ? ops->on_bad_frame(conn, status)
-                         : KVF_ERR_CANCELED;
+            status              = (ops->on_bad_frame != NULL)
+                                      ? ops->on_bad_frame(conn, status)
+                                      : KVF_ERR_CANCELED;
+            conn->is_in_handler = false;
         } else {
-            status = ops->on_frame(conn, &frame);
+            status              = ops->on_frame(conn, &frame);
+            conn->is_in_handler = false;
             kvf_frame_release(&frame, alloc);
-            if (ops->on_served != NULL) {
-                ops->on_served(conn, kvf_time_now_ns() - t0);
-            }
+        }
+        if (conn->is_dropped) {
+            kvf_evconn_free(conn); /* the handler destroyed it */
+            return;
+        }
+        if (frame_ok && (ops->on_served != NULL)) {
+            ops->on_served(conn, kvf_time_now_ns() - t0);
         }
         if (status == KVF_ERR_PROTO) {
             conn->is_processing = false;
@@ -375,15 +423,17 @@ static kvf_status_t kvf_evconn_tls_read(kvf_evconn_t *conn)
             kvf_debug("conn %s: closed by peer", conn->name);
             return KVF_ERR_CLOSED;
         default:
+            kvf_tls_error(why, sizeof(why));
             if (conn->is_tls_up) { /* e.g. closed without close_notify */
-                kvf_debug("conn %s: tls: %s", conn->name,
-                          kvf_tls_error(why, sizeof(why)));
+                snprintf(conn->problem, sizeof(conn->problem), "tls: %s", why);
+                kvf_debug("conn %s: tls: %s", conn->name, why);
                 return KVF_ERR_IO;
             }
             /* a plain-TCP client, a certificate the client refused */
             conn->group->tls_failures++;
-            kvf_info("conn %s: tls handshake failed: %s", conn->name,
-                     kvf_tls_error(why, sizeof(why)));
+            snprintf(conn->problem, sizeof(conn->problem),
+                     "tls handshake failed: %s", why);
+            kvf_info("conn %s: %s", conn->name, conn->problem);
             return KVF_ERR_IO;
         }
     }
@@ -405,6 +455,10 @@ static void kvf_evconn_on_read(evutil_socket_t fd, short what, void *arg)
     struct evbuffer_iovec vec;
     ssize_t n = -1;
 
+    if (conn->is_connecting) {
+        kvf_evconn_connecting(conn); /* the TLS handshake wants to read */
+        return;
+    }
     if (conn->ssl != NULL) {
         kvf_status_t status;
 
@@ -438,16 +492,18 @@ static void kvf_evconn_on_read(evutil_socket_t fd, short what, void *arg)
         if (kvf_evconn_is_retriable(err)) {
             return;
         }
-        kvf_debug("conn %s: read: %s", conn->name,
-                  evutil_socket_error_to_string(err));
+        snprintf(conn->problem, sizeof(conn->problem), "%s",
+                 evutil_socket_error_to_string(err));
+        kvf_debug("conn %s: read: %s", conn->name, conn->problem);
         kvf_evconn_close(conn, KVF_ERR_IO);
         return;
     }
     kvf_evconn_after_read(conn);
 }
 
-kvf_evconn_t *kvf_evconn_create(kvf_evconn_group_t *group, evutil_socket_t fd,
-                                struct ssl_st *ssl, void *arg)
+/* A connection on @p fd, its events not added yet. */
+static kvf_evconn_t *kvf_evconn_new(kvf_evconn_group_t *group,
+                                    evutil_socket_t fd, SSL *ssl, void *arg)
 {
     kvf_evconn_t *conn;
 
@@ -468,13 +524,169 @@ kvf_evconn_t *kvf_evconn_create(kvf_evconn_group_t *group, evutil_socket_t fd,
     conn->ev_write = event_new(group->base, fd, EV_WRITE | EV_PERSIST,
                                kvf_evconn_on_write, conn);
     if ((conn->in == NULL) || (conn->out == NULL) || (conn->ev_read == NULL) ||
-        (conn->ev_write == NULL) || (evutil_make_socket_nonblocking(fd) != 0) ||
-        (event_add(conn->ev_read, NULL) != 0)) {
+        (conn->ev_write == NULL) || (evutil_make_socket_nonblocking(fd) != 0)) {
         kvf_warn("conn: cannot set up a connection");
-        kvf_evconn_destroy(conn);
+        kvf_evconn_free(conn);
         return NULL;
     }
     return conn;
+}
+
+kvf_evconn_t *kvf_evconn_create(kvf_evconn_group_t *group, evutil_socket_t fd,
+                                struct ssl_st *ssl, void *arg)
+{
+    kvf_evconn_t *conn = kvf_evconn_new(group, fd, ssl, arg);
+
+    if ((conn != NULL) && (event_add(conn->ev_read, NULL) != 0)) {
+        kvf_warn("conn: cannot set up a connection");
+        kvf_evconn_free(conn);
+        return NULL;
+    }
+    return conn;
+}
+
+/* The connection is up: reading starts, what was queued leaves, and the
+ * owner hears of it. */
+static void kvf_evconn_connected(kvf_evconn_t *conn)
+{
+    conn->is_connecting = false;
+    event_del(conn->ev_write);
+    if (event_add(conn->ev_read, NULL) != 0) {
+        snprintf(conn->problem, sizeof(conn->problem), "no read event");
+        kvf_evconn_close(conn, KVF_ERR_IO);
+        return;
+    }
+    if (evbuffer_get_length(conn->out) > 0) {
+        event_add(conn->ev_write, NULL);
+    }
+    if (conn->group->ops->on_connected != NULL) {
+        conn->group->ops->on_connected(conn); /* may destroy conn */
+    }
+}
+
+/* Drives the TLS client handshake one step; false when it failed. */
+static bool kvf_evconn_handshake(kvf_evconn_t *conn)
+{
+    char why[160];
+    long verify;
+    int rc = SSL_do_handshake(conn->ssl);
+
+    if (rc == 1) {
+        conn->is_tls_up = true;
+        return true;
+    }
+    switch (SSL_get_error(conn->ssl, rc)) {
+    case SSL_ERROR_WANT_READ:
+        event_del(conn->ev_write);
+        event_add(conn->ev_read, NULL);
+        return true;
+    case SSL_ERROR_WANT_WRITE:
+        event_add(conn->ev_write, NULL);
+        return true;
+    default:
+        break;
+    }
+    conn->group->tls_failures++;
+    verify = SSL_get_verify_result(conn->ssl);
+    if (verify != X509_V_OK) {
+        snprintf(conn->problem, sizeof(conn->problem),
+                 "tls: certificate not trusted: %s",
+                 X509_verify_cert_error_string(verify));
+    } else {
+        snprintf(conn->problem, sizeof(conn->problem),
+                 "tls handshake failed: %s", kvf_tls_error(why, sizeof(why)));
+    }
+    kvf_debug("conn %s: %s", conn->name, conn->problem);
+    return false;
+}
+
+/* A connect in flight: the socket became writable (connected or failed),
+ * or the TLS handshake can go on. */
+static void kvf_evconn_connecting(kvf_evconn_t *conn)
+{
+    if (!conn->is_tcp_up) {
+        int err       = 0;
+        socklen_t len = sizeof(err);
+
+        if (getsockopt(conn->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
+            err = EVUTIL_SOCKET_ERROR();
+        }
+        if (kvf_evconn_is_retriable(err) || (err == EINPROGRESS)) {
+            return; /* not yet */
+        }
+        if (err != 0) {
+            snprintf(conn->problem, sizeof(conn->problem), "%s",
+                     evutil_socket_error_to_string(err));
+            kvf_debug("conn %s: connect: %s", conn->name, conn->problem);
+            kvf_evconn_close(conn, KVF_ERR_IO);
+            return;
+        }
+        conn->is_tcp_up = true;
+    }
+    if (conn->ssl != NULL) {
+        if (!kvf_evconn_handshake(conn)) {
+            kvf_evconn_close(conn, KVF_ERR_IO);
+            return;
+        }
+        if (!conn->is_tls_up) {
+            return; /* the handshake goes on */
+        }
+    }
+    kvf_evconn_connected(conn);
+}
+
+kvf_evconn_t *kvf_evconn_connect(kvf_evconn_group_t *group,
+                                 const struct sockaddr *addr,
+                                 socklen_t addr_len, struct ssl_st *ssl,
+                                 void *arg)
+{
+    evutil_socket_t fd;
+    kvf_evconn_t *conn;
+    int err;
+
+    fd = socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        SSL_free(ssl);
+        return NULL;
+    }
+    if ((ssl != NULL) && (SSL_set_fd(ssl, fd) != 1)) {
+        SSL_free(ssl);
+        evutil_closesocket(fd);
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (ssl != NULL) {
+        SSL_set_connect_state(ssl);
+    }
+    conn = kvf_evconn_new(group, fd, ssl, arg);
+    if (conn == NULL) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    conn->is_connecting = true;
+    if ((connect(fd, addr, addr_len) != 0) && (errno != EINPROGRESS)) {
+        err = errno;
+        kvf_evconn_free(conn);
+        errno = err;
+        return NULL;
+    }
+    /* writable once connected (or failed); an immediate connect, too */
+    if (event_add(conn->ev_write, NULL) != 0) {
+        kvf_evconn_free(conn);
+        errno = ENOMEM;
+        return NULL;
+    }
+    return conn;
+}
+
+bool kvf_evconn_is_connected(const kvf_evconn_t *conn)
+{
+    return !conn->is_connecting;
+}
+
+const char *kvf_evconn_problem(const kvf_evconn_t *conn)
+{
+    return conn->problem;
 }
 
 void *kvf_evconn_arg(const kvf_evconn_t *conn)

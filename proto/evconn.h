@@ -30,6 +30,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 struct event_base;
 struct evbuffer;
@@ -58,6 +59,10 @@ typedef struct kvf_evconn_ops {
     bool (*is_preauth)(const kvf_evconn_t *conn);
     /* A frame was answered in @p ns (decode to release). NULL: none. */
     void (*on_served)(kvf_evconn_t *conn, uint64_t ns);
+    /* A connection of kvf_evconn_connect() is up (connected and, with TLS,
+     * the handshake done): the owner may send. A failure before that goes
+     * to on_close (KVF_ERR_IO, kvf_evconn_problem() says why). NULL: none. */
+    void (*on_connected)(kvf_evconn_t *conn);
 } kvf_evconn_ops_t;
 
 typedef struct kvf_evconn_group {
@@ -87,7 +92,29 @@ typedef struct kvf_evconn_group {
 kvf_evconn_t *kvf_evconn_create(kvf_evconn_group_t *group, evutil_socket_t fd,
                                 struct ssl_st *ssl, void *arg);
 
-/* Frees @p conn and closes its socket; NULL is a no-op. */
+/*
+ * A client connection to @p addr in @p group, with user data @p arg:
+ * a non-blocking connect, then (with @p ssl, owned; NULL: plain) the TLS
+ * client handshake; ops->on_connected runs once it is up, on_close when
+ * it fails. NULL (errno set, @p ssl freed) when the connect fails at once.
+ */
+kvf_evconn_t *kvf_evconn_connect(kvf_evconn_group_t *group,
+                                 const struct sockaddr *addr,
+                                 socklen_t addr_len, struct ssl_st *ssl,
+                                 void *arg);
+
+/* Whether @p conn is up (always for kvf_evconn_create's). */
+bool kvf_evconn_is_connected(const kvf_evconn_t *conn);
+
+/* Why @p conn failed ("" when it did not, or closed cleanly): a socket
+ * error, "tls: certificate not trusted: ..." or "tls handshake failed:
+ * ...". Valid until @p conn is destroyed. */
+const char *kvf_evconn_problem(const kvf_evconn_t *conn);
+
+/* Frees @p conn and closes its socket; NULL is a no-op. Inside on_frame or
+ * on_bad_frame (a handler that drops the connection mid-frame) the socket
+ * goes quiet at once and the memory is freed when the handler returns
+ * (its return value is then ignored). */
 void kvf_evconn_destroy(kvf_evconn_t *conn);
 
 void *kvf_evconn_arg(const kvf_evconn_t *conn);
@@ -112,6 +139,10 @@ kvf_status_t kvf_evconn_send(kvf_evconn_t *conn, uint16_t type,
  * connections, packed once); they leave on the next turn of the loop. */
 kvf_status_t kvf_evconn_send_raw(kvf_evconn_t *conn, const void *data,
                                  size_t len);
+
+/* Queues a request frame of @p type (flags 0), as kvf_evconn_send. */
+kvf_status_t kvf_evconn_request(kvf_evconn_t *conn, uint16_t type,
+                                const ProtobufCMessage *msg);
 
 /* Writes what is queued, leaving the rest to the write event; false when
  * the connection failed (the caller destroys it). */

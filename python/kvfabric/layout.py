@@ -212,17 +212,26 @@ class PagedLayout:
             slots, pos = slots[valid], pos[valid]
         return slots, pos, range(layer_begin, layer_begin + layer_count)
 
+    def _prepare(self, caches, slot_mapping, chunk, token_begin, num_tokens,
+                 chunk_offset, chunk_tokens, layer_begin, layer_count):
+        """What pack() and unpack() check and plan: (chunk as a 4-d view,
+        slots, positions in the chunk, layers)."""
+        self._check_caches(caches)
+        c4 = self._chunk4(chunk, chunk_tokens)
+        slots, pos, layers = self._plan(slot_mapping, token_begin, num_tokens,
+                                        c4, chunk_offset, layer_begin,
+                                        layer_count)
+        return c4, slots, pos, layers
+
     def pack(self, caches, slot_mapping, chunk, token_begin: int = 0,
              num_tokens: Optional[int] = None, chunk_offset: int = 0,
              chunk_tokens: Optional[int] = None, layer_begin: int = 0,
              layer_count: Optional[int] = None) -> None:
         """Paged cache -> chunk (torch; the chunk is written in place, e.g. a
         Client.slot_tensor view of a granted slot)."""
-        self._check_caches(caches)
-        c4 = self._chunk4(chunk, chunk_tokens)
-        slots, pos, layers = self._plan(slot_mapping, token_begin, num_tokens,
-                                        c4, chunk_offset, layer_begin,
-                                        layer_count)
+        c4, slots, pos, layers = self._prepare(
+            caches, slot_mapping, chunk, token_begin, num_tokens,
+            chunk_offset, chunk_tokens, layer_begin, layer_count)
         if not self.token_major:
             bs = self.block_size
             for layer in layers:
@@ -245,11 +254,9 @@ class PagedLayout:
                chunk_tokens: Optional[int] = None, layer_begin: int = 0,
                layer_count: Optional[int] = None) -> None:
         """Chunk -> paged cache (torch; the cache is written in place)."""
-        self._check_caches(caches)
-        c4 = self._chunk4(chunk, chunk_tokens)
-        slots, pos, layers = self._plan(slot_mapping, token_begin, num_tokens,
-                                        c4, chunk_offset, layer_begin,
-                                        layer_count)
+        c4, slots, pos, layers = self._prepare(
+            caches, slot_mapping, chunk, token_begin, num_tokens,
+            chunk_offset, chunk_tokens, layer_begin, layer_count)
         if not self.token_major:
             bs, h, d = self.block_size, self.num_kv_heads, self.head_dim
             for layer in layers:
@@ -339,24 +346,24 @@ class PagedLayout:
             p.layer_count = layer_count
         check(fn(ctypes.byref(p)), name)
 
-    def pack_c(self, caches, slot_mapping, chunk, token_begin: int = 0,
-               num_tokens: Optional[int] = None, chunk_offset: int = 0,
-               chunk_tokens: Optional[int] = None, layer_begin: int = 0,
-               layer_count: Optional[int] = None) -> None:
-        """pack() through kvf_gpu_kv_pack_cpu (CPU tensors)."""
-        self._c_copy(_lib.lib.kvf_gpu_kv_pack_cpu, "kvf_gpu_kv_pack_cpu",
-                     caches, slot_mapping, chunk, token_begin, num_tokens,
-                     chunk_offset, chunk_tokens, layer_begin, layer_count)
+    def _c_copy_method(fn_name: str):
+        """A method that runs _c_copy through the C function @fn_name."""
 
-    def unpack_c(self, caches, slot_mapping, chunk, token_begin: int = 0,
-                 num_tokens: Optional[int] = None, chunk_offset: int = 0,
-                 chunk_tokens: Optional[int] = None, layer_begin: int = 0,
-                 layer_count: Optional[int] = None) -> None:
-        """unpack() through kvf_gpu_kv_unpack_cpu (CPU tensors)."""
-        self._c_copy(_lib.lib.kvf_gpu_kv_unpack_cpu, "kvf_gpu_kv_unpack_cpu",
-                     caches, slot_mapping, chunk, token_begin, num_tokens,
-                     chunk_offset, chunk_tokens, layer_begin, layer_count)
+        def method(self, caches, slot_mapping, chunk, token_begin: int = 0,
+                   num_tokens: Optional[int] = None, chunk_offset: int = 0,
+                   chunk_tokens: Optional[int] = None, layer_begin: int = 0,
+                   layer_count: Optional[int] = None) -> None:
+            self._c_copy(getattr(_lib.lib, fn_name), fn_name, caches,
+                         slot_mapping, chunk, token_begin, num_tokens,
+                         chunk_offset, chunk_tokens, layer_begin, layer_count)
 
+        return method
+
+    pack_c = _c_copy_method("kvf_gpu_kv_pack_cpu")
+    pack_c.__doc__ = "pack() through kvf_gpu_kv_pack_cpu (CPU tensors)."
+    unpack_c = _c_copy_method("kvf_gpu_kv_unpack_cpu")
+    unpack_c.__doc__ = "unpack() through kvf_gpu_kv_unpack_cpu (CPU tensors)."
+    del _c_copy_method
 
 def _elem_size(dtype) -> int:
     import torch

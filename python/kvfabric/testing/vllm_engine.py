@@ -85,22 +85,32 @@ def kv_config(socket: str, role: str = "kv_both", chunk_size: int = 128,
             "kv_role": role, "kv_connector_extra_config": e}
 
 
+def _instance_dir(prefix: str, kv_transfer_config: Optional[dict]):
+    """A folder for one vLLM instance, its stats folder, and a copy of
+    @kv_transfer_config whose connector writes its stats there.
+
+    The folder is removed at exit: logs and stats are read until the end
+    of the test run."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    stats_dir = os.path.join(path, "stats")
+    os.makedirs(stats_dir)
+    if kv_transfer_config is not None:
+        kv_transfer_config = json.loads(json.dumps(kv_transfer_config))
+        kv_transfer_config["kv_connector_extra_config"].setdefault(
+            "stats_dir", stats_dir)
+    return path, stats_dir, kv_transfer_config
+
+
 class VllmEngine:
     """One vLLM instance (offline LLM API) in a child process."""
 
     def __init__(self, model: str, kv_transfer_config: Optional[dict] = None,
                  cpu: int = 0, log_path: Optional[str] = None,
                  startup_timeout: float = 300, **llm_kwargs):
-        self.dir = tempfile.mkdtemp(prefix="kvf-vllm-")
-        # logs and stats are read until the end of the test run
-        atexit.register(shutil.rmtree, self.dir, ignore_errors=True)
+        self.dir, self.stats_dir, kv_transfer_config = _instance_dir(
+            "kvf-vllm-", kv_transfer_config)
         self.log_path = log_path or os.path.join(self.dir, "vllm.log")
-        self.stats_dir = os.path.join(self.dir, "stats")
-        os.makedirs(self.stats_dir)
-        if kv_transfer_config is not None:
-            kv_transfer_config = json.loads(json.dumps(kv_transfer_config))
-            kv_transfer_config["kv_connector_extra_config"].setdefault(
-                "stats_dir", self.stats_dir)
         spec = dict(model=model, kv_transfer_config=kv_transfer_config,
                     llm_kwargs=llm_kwargs)
         env = _vllm_env(cpu, self.dir)
@@ -339,16 +349,9 @@ class VllmServer:
                  cpu: int = 0, startup_timeout: float = 300, **kw):
         import urllib.request
 
-        self.dir = tempfile.mkdtemp(prefix="kvf-vllm-serve-")
-        # logs and stats are read until the end of the test run
-        atexit.register(shutil.rmtree, self.dir, ignore_errors=True)
+        self.dir, self.stats_dir, kv_transfer_config = _instance_dir(
+            "kvf-vllm-serve-", kv_transfer_config)
         self.log_path = os.path.join(self.dir, "serve.log")
-        self.stats_dir = os.path.join(self.dir, "stats")
-        os.makedirs(self.stats_dir)
-        if kv_transfer_config is not None:
-            kv_transfer_config = json.loads(json.dumps(kv_transfer_config))
-            kv_transfer_config["kv_connector_extra_config"].setdefault(
-                "stats_dir", self.stats_dir)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = _vllm_env(cpu, self.dir)

@@ -47,6 +47,7 @@ typedef struct fake {
     bool resync_next_hb;   /* send COMMAND_RESYNC in the next HB reply */
     bool pin_next_hb;      /* send COMMAND_PIN in the next HB reply */
     bool ignore_lookups;   /* never answer LOOKUP */
+    bool pin_after_lookup; /* a HB reply with COMMAND_PIN behind LOOKUP's */
     uint64_t term;         /* leader term carried in replies */
 } fake_t;
 
@@ -162,6 +163,15 @@ static void fake_handle(fake_t *f, const kvf_frame_t *frame)
         rep.holders.len  = 4 * n;
         rep.term         = f->term;
         fake_reply(f, KVF_MSG_LOOKUP_REPLY, &rep.base);
+        if (f->pin_after_lookup) { /* in the same write */
+            kvf__heartbeat_reply__init(&hb);
+            hb.term = f->term;
+            kvf__command__init(&cmd);
+            cmd.type      = KVF__COMMAND_TYPE__COMMAND_PIN;
+            hb.n_commands = 1;
+            hb.commands   = cmds;
+            fake_reply(f, KVF_MSG_HEARTBEAT_REPLY, &hb.base);
+        }
         break;
     }
     default:
@@ -632,4 +642,23 @@ Test(ctl_client, replies_of_an_older_term_are_not_believed)
     RUN_UNTIL(g_lookups == 1);
     cr_assert_eq(g_lookup_status, KVF_OK);
     cr_assert_eq(g_lookup_hit, 1);
+}
+
+/* A reply that resets the connection (an older term) in the middle of
+ * what one read brought: the connection is dropped inside its handler
+ * (freed after it, ASan checks), the frames behind it go with it. */
+Test(ctl_client, frames_behind_a_reset_in_one_read_are_dropped)
+{
+    kvf_key_t keys[2] = {{1, 1, 1}, {1, 1, 2}};
+
+    g_fake.term = 5;
+    RUN_UNTIL(kvf_ctl_client_is_registered(g_client));
+    g_fake.term             = 4;
+    g_fake.pin_after_lookup = true;
+    g_lookups               = 0;
+    kvf_ctl_client_lookup(g_client, keys, 2, false, 0, on_lookup, NULL);
+    RUN_UNTIL(g_lookups == 1);
+    cr_assert_neq(g_lookup_status, KVF_OK);
+    RUN_UNTIL(g_fake.accepts >= 2); /* it reconnected */
+    cr_assert_eq(g_pins, 0, "the command behind the reset was dropped");
 }
