@@ -74,6 +74,14 @@ typedef struct kvf_engine_claim {
     kvf_pool_entry_t *entries[];
 } kvf_engine_claim_t;
 
+/* An engine's staging area stays mapped while anything reads it: its
+ * connection, and each PD push sending from it (a push may outlive the
+ * connection; the last reference unmaps it). */
+typedef struct kvf_engine_staging_hold {
+    kvf_pool_t *pool;
+    uint32_t refs;
+} kvf_engine_staging_hold_t;
+
 struct kvf_engine_conn {
     kvf_engine_server_t *server;
     kvf_engine_push_t *pushes; /* PD requests waiting for agent/pd.c */
@@ -89,7 +97,8 @@ struct kvf_engine_conn {
      * at staging_at (right after the pool). staging_grant maps each staging
      * unit holding an allocation to the pool grant it fills. */
     kvf_pool_t *staging;
-    uint64_t *staging_grant; /* UINT64_MAX: none */
+    kvf_engine_staging_hold_t *staging_hold; /* keeps it mapped */
+    uint64_t *staging_grant;                 /* UINT64_MAX: none */
     kvf_engine_claim_t *claims;
     bool hello_done;
     kvf_auth_session_t auth; /* the pool is mapped only once it is done */
@@ -183,6 +192,16 @@ static void kvf_engine_claim_drop(kvf_engine_conn_t *conn, uint64_t pd_request)
     }
 }
 
+static void kvf_engine_staging_put_hold(void *arg)
+{
+    kvf_engine_staging_hold_t *hold = arg;
+
+    if (--hold->refs == 0) {
+        kvf_pool_destroy(hold->pool);
+        free(hold);
+    }
+}
+
 static void kvf_engine_staging_destroy(kvf_engine_conn_t *conn)
 {
     kvf_engine_claim_t *claim;
@@ -204,9 +223,10 @@ static void kvf_engine_staging_destroy(kvf_engine_conn_t *conn)
                               conn->staging, i << conn->server->staging_shift));
         }
     }
-    kvf_pool_destroy(conn->staging);
+    kvf_engine_staging_put_hold(conn->staging_hold); /* pushes may keep it */
     free(conn->staging_grant);
     conn->staging       = NULL;
+    conn->staging_hold  = NULL;
     conn->staging_grant = NULL;
 }
 
@@ -238,11 +258,18 @@ static kvf_status_t kvf_engine_staging_create(kvf_engine_conn_t *conn)
     }
     units = kvf_pool_capacity(conn->staging) >> server->staging_shift;
     conn->staging_grant = malloc(units * sizeof(uint64_t));
-    if (conn->staging_grant == NULL) {
+    conn->staging_hold  = malloc(sizeof(*conn->staging_hold));
+    if ((conn->staging_grant == NULL) || (conn->staging_hold == NULL)) {
         kvf_pool_destroy(conn->staging);
-        conn->staging = NULL;
+        free(conn->staging_grant);
+        free(conn->staging_hold);
+        conn->staging       = NULL;
+        conn->staging_grant = NULL;
+        conn->staging_hold  = NULL;
         return KVF_ERR_NO_MEMORY;
     }
+    conn->staging_hold->pool = conn->staging;
+    conn->staging_hold->refs = 1;
     for (i = 0; i < units; i++) {
         conn->staging_grant[i] = UINT64_MAX;
     }
@@ -613,12 +640,19 @@ static kvf_status_t kvf_engine_conn_alloc_release(kvf_engine_conn_t *conn,
     kvf_pool_entry_t *entry;
     uint64_t grant;
 
+    kvf_status_t status;
+
     entry = kvf_engine_staging_find(conn, offset, &grant);
     if (entry == NULL) {
         return KVF_ERR_RANGE;
     }
-    kvf_engine_staging_put(conn, entry);
-    return kvf_store_release(conn->server->store, conn->owner, grant);
+    /* a grant being pushed is the push's: its staging block, which the
+     * push reads, stays until the push gives the grant back */
+    status = kvf_store_release(conn->server->store, conn->owner, grant);
+    if (status == KVF_OK) {
+        kvf_engine_staging_put(conn, entry);
+    }
+    return status;
 }
 
 static kvf_status_t kvf_engine_conn_alloc(kvf_engine_conn_t *conn,
@@ -1218,7 +1252,9 @@ static kvf_status_t kvf_engine_conn_pd_push(kvf_engine_conn_t *conn,
 {
     kvf_engine_server_t *server = conn->server;
     kvf_engine_push_t *push;
+    const void **srcs;
     uint64_t *offsets;
+    kvf_pd_src_t src;
     kvf_status_t status;
     size_t i;
 
@@ -1244,11 +1280,13 @@ static kvf_status_t kvf_engine_conn_pd_push(kvf_engine_conn_t *conn,
     push->conn       = conn;
     push->request_id = req->request_id;
     offsets          = malloc(req->n_offsets * sizeof(*offsets));
-    status           = (offsets == NULL) ? KVF_ERR_NO_MEMORY : KVF_OK;
-    /* allocations are sent from their pool grant, copied there from the
-     * engine's staging block (the engine cannot change them while UCX
-     * sends; the decoder checks the checksums); retrieved chunks (pins)
-     * go as they are */
+    srcs             = malloc(req->n_offsets * sizeof(*srcs));
+    status = ((offsets == NULL) || (srcs == NULL)) ? KVF_ERR_NO_MEMORY : KVF_OK;
+    /* allocations are sent straight from the engine's staging block (no
+     * copy: the engine may still change them, but only its own push
+     * suffers, as the decoder checks the engine's checksums); their pool
+     * grant goes with the push, so neither is freed under it; retrieved
+     * chunks (pins) go from the pool */
     for (i = 0; (status == KVF_OK) && (i < req->n_offsets); i++) {
         kvf_pool_entry_t *entry;
         uint64_t grant;
@@ -1256,20 +1294,26 @@ static kvf_status_t kvf_engine_conn_pd_push(kvf_engine_conn_t *conn,
         entry = kvf_engine_staging_find(conn, req->offsets[i], &grant);
         if (entry == NULL) {
             offsets[i] = req->offsets[i];
+            srcs[i]    = NULL;
             continue;
         }
         offsets[i] = grant;
-        status     = kvf_store_grant_copy(server->store, conn->owner, grant,
-                                          kvf_engine_staging_ptr(conn, entry),
-                                          req->lengths[i]);
+        srcs[i]    = kvf_engine_staging_ptr(conn, entry);
     }
-    if (status == KVF_OK) {
+    if ((status == KVF_OK) && (conn->staging_hold != NULL)) {
+        src.ptrs = srcs;
+        src.put  = kvf_engine_staging_put_hold;
+        src.arg  = conn->staging_hold;
+        conn->staging_hold->refs++; /* the push's; put however it ends */
         status = kvf_pd_push_submit(
             server->pd, conn, conn->owner, req->pd_request, req->decoder,
             offsets, req->lengths, req->checksums, (uint32_t)req->n_offsets,
-            req->final, kvf_engine_on_pd_pushed, push);
+            req->final, &src, kvf_engine_on_pd_pushed, push);
+    } else if (status == KVF_OK) {
+        status = KVF_ERR_STATE; /* not admitted: no staging, no pushes */
     }
     free(offsets);
+    free(srcs);
     if (status != KVF_OK) {
         free(push);
         return kvf_engine_conn_status(

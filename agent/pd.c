@@ -272,6 +272,10 @@ void kvf_pd_destroy(kvf_pd_t *pd)
         free(push->lengths);
         free(push->checksums);
         free(push->iov);
+        free(push->srcs);
+        if (push->src_put != NULL) {
+            push->src_put(push->src_arg);
+        }
         free(push);
     }
     while ((open = pd->opens) != NULL) {

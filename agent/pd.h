@@ -121,6 +121,23 @@ void kvf_pd_set_transports(kvf_pd_t *pd, struct kvf_transports *t);
 void kvf_pd_set_draining(kvf_pd_t *pd, bool is_draining);
 
 /*
+ * Where a push reads its chunks' bytes when they are not in the pool (a
+ * confined engine's staging area, agent/engine_server.c): @p ptrs[i] for
+ * chunk i (NULL: the pool at its offset). The memory must stay mapped until
+ * @p put runs; it runs exactly once, when UCX no longer reads it (also when
+ * kvf_pd_push_submit fails). The bytes may change under the send (the
+ * engine still maps them): the decoder verifies every chunk against the
+ * checksum the engine gave, so a change fails that push and nothing else.
+ */
+typedef void (*kvf_pd_src_put_cb_t)(void *arg);
+
+typedef struct kvf_pd_src {
+    const void *const *ptrs; /* num entries, copied */
+    kvf_pd_src_put_cb_t put;
+    void *arg;
+} kvf_pd_src_t;
+
+/*
  * Engines: @p engine below is an opaque identity of an engine connection
  * (the one that pushes, waits, claims and releases), @p arg the argument of
  * one callback.
@@ -128,6 +145,7 @@ void kvf_pd_set_draining(kvf_pd_t *pd, bool is_draining);
  * Pushes @p num chunks of PD request @p request_id to the decoder agent
  * named @p decoder. The chunks are grants or pins of @p owner at
  * @p offsets; they move to the push while it runs and back afterwards.
+ * @p src (NULL: every chunk from the pool) says where bytes are read from.
  * @p cb runs exactly once, never from inside this call, by the push
  * deadline at the latest. Immediate failures are returned (cb not called):
  * KVF_ERR_INVALID, KVF_ERR_RANGE (an offset @p owner does not hold, or a
@@ -138,7 +156,8 @@ kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, void *engine,
                                 const char *decoder, const uint64_t *offsets,
                                 const uint64_t *lengths,
                                 const uint64_t *checksums, uint32_t num,
-                                bool final, kvf_pd_push_cb_t cb, void *arg);
+                                bool final, const kvf_pd_src_t *src,
+                                kvf_pd_push_cb_t cb, void *arg);
 
 /*
  * Waits (0: the default timeout) until request @p request_id is complete

@@ -137,7 +137,11 @@ typedef struct kvf_pd_push {
     uint64_t *checksums;
     kvf_ucx_iov_t *iov; /* per chunk, while chunks are sent several a
                            message (the decoder said multi) */
-    uint32_t msgs;      /* PD_DATA messages of this push */
+    const void **srcs;  /* per chunk, where it is read (NULL: the pool);
+                           NULL: all from the pool */
+    kvf_pd_src_put_cb_t src_put; /* runs once nothing reads srcs */
+    void *src_arg;
+    uint32_t msgs; /* PD_DATA messages of this push */
     char message[KVF_PD_MESSAGE_SIZE];
 } kvf_pd_push_t;
 

@@ -179,6 +179,9 @@ void kvf_pd_push_maybe_complete(kvf_pd_push_t *push)
     }
     kvf_store_owner_destroy(pd->store, push->owner);
     kvf_ucx_ep_put(push->ep);
+    if (push->src_put != NULL) {
+        push->src_put(push->src_arg); /* UCX reads none of it any more */
+    }
     if (push->cb != NULL) {
         push->cb(push->arg, push->status, push->message);
     }
@@ -186,7 +189,17 @@ void kvf_pd_push_maybe_complete(kvf_pd_push_t *push)
     free(push->lengths);
     free(push->checksums);
     free(push->iov);
+    free(push->srcs);
     free(push);
+}
+
+/* Where chunk @p i of @p push is read. */
+static const void *kvf_pd_push_src(const kvf_pd_push_t *push, uint32_t i)
+{
+    if ((push->srcs != NULL) && (push->srcs[i] != NULL)) {
+        return push->srcs[i];
+    }
+    return (const uint8_t *)kvf_store_base(push->pd->store) + push->offsets[i];
 }
 
 /* Sends @p m (PD_ALLOC or PD_DONE) to the decoder, the push now in
@@ -254,8 +267,7 @@ static uint32_t kvf_pd_push_run(const kvf_pd_push_t *push, uint32_t i)
  * small ones several a message when the decoder takes that (@p multi). */
 static void kvf_pd_push_send_data(kvf_pd_push_t *push, bool multi)
 {
-    kvf_pd_t *pd  = push->pd;
-    uint8_t *base = kvf_store_base(pd->store);
+    kvf_pd_t *pd = push->pd;
     uint8_t hdr[KVF_PD_HDR_MAX];
     kvf_status_t status;
     Kvf__PdData m;
@@ -282,7 +294,8 @@ static void kvf_pd_push_send_data(kvf_pd_push_t *push, bool multi)
             m.count  = n;
             m.length = 0;
             for (k = 0; k < n; k++) {
-                push->iov[i + k].buf = base + push->offsets[i + k];
+                push->iov[i + k].buf =
+                    (void *)(uintptr_t)kvf_pd_push_src(push, i + k);
                 push->iov[i + k].len = push->lengths[i + k];
                 m.length += push->lengths[i + k];
             }
@@ -295,9 +308,14 @@ static void kvf_pd_push_send_data(kvf_pd_push_t *push, bool multi)
                 KVF_UCX_AM_SEND_RNDV, kvf_time_left_ns(push->deadline_ns) + 1,
                 kvf_pd_on_data_sent, push);
         } else if (status == KVF_OK) {
+            const bool is_pool =
+                (push->srcs == NULL) || (push->srcs[i] == NULL);
+
+            /* staging is not registered: UCX's cache registers it once */
             status = kvf_ucx_am_send(push->ep, KVF_MESH_AM_PD_DATA, hdr, len,
-                                     base + push->offsets[i], push->lengths[i],
-                                     pd->pool_mem, KVF_UCX_AM_SEND_RNDV,
+                                     kvf_pd_push_src(push, i), push->lengths[i],
+                                     is_pool ? pd->pool_mem : NULL,
+                                     KVF_UCX_AM_SEND_RNDV,
                                      kvf_time_left_ns(push->deadline_ns) + 1,
                                      kvf_pd_on_data_sent, push);
         }
@@ -496,7 +514,8 @@ kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, void *engine,
                                 const char *decoder, const uint64_t *offsets,
                                 const uint64_t *lengths,
                                 const uint64_t *checksums, uint32_t num,
-                                bool final, kvf_pd_push_cb_t cb, void *arg)
+                                bool final, const kvf_pd_src_t *src,
+                                kvf_pd_push_cb_t cb, void *arg)
 {
     kvf_pd_push_t *push;
     kvf_status_t status = KVF_OK;
@@ -506,11 +525,21 @@ kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, void *engine,
 
     if ((num == 0) || (num > KVF_PD_MAX_CHUNKS) || (decoder == NULL) ||
         (decoder[0] == '\0') || (strlen(decoder) >= KVF_PD_DECODER_MAX)) {
-        return KVF_ERR_INVALID;
+        status = KVF_ERR_INVALID;
+        goto err_put;
     }
     push = calloc(1, sizeof(*push));
     if (push == NULL) {
-        return KVF_ERR_NO_MEMORY;
+        status = KVF_ERR_NO_MEMORY;
+        goto err_put;
+    }
+    if (src != NULL) {
+        push->srcs = malloc(num * sizeof(*push->srcs));
+        if (push->srcs == NULL) {
+            status = KVF_ERR_NO_MEMORY;
+            goto err_free;
+        }
+        memcpy(push->srcs, src->ptrs, num * sizeof(*push->srcs));
     }
     push->offsets   = malloc(num * sizeof(uint64_t));
     push->lengths   = malloc(num * sizeof(uint64_t));
@@ -546,6 +575,8 @@ kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, void *engine,
         goto err_free;
     }
     push->pd          = pd;
+    push->src_put     = (src != NULL) ? src->put : NULL;
+    push->src_arg     = (src != NULL) ? src->arg : NULL;
     push->ticket      = kvf_mesh_random_id(pd->mesh);
     push->request_id  = request_id;
     push->from        = owner;
@@ -589,7 +620,12 @@ err_free:
     free(push->lengths);
     free(push->checksums);
     free(push->iov);
+    free(push->srcs);
     free(push);
+err_put:
+    if ((src != NULL) && (src->put != NULL)) {
+        src->put(src->arg);
+    }
     return status;
 }
 

@@ -352,20 +352,6 @@ kvf_status_t kvf_store_commit_copy(kvf_store_t *store, kvf_store_owner_t *owner,
                                 kvf_pool_entry_length(hold->entry)));
 }
 
-kvf_status_t kvf_store_grant_copy(kvf_store_t *store, kvf_store_owner_t *owner,
-                                  uint64_t offset, const void *src,
-                                  uint64_t length)
-{
-    kvf_store_hold_t *hold = kvf_store_hold_find(owner, offset);
-
-    if ((hold == NULL) || !hold->is_grant || (length == 0) ||
-        (length > kvf_pool_entry_length(hold->entry))) {
-        return KVF_ERR_RANGE;
-    }
-    memcpy(kvf_pool_ptr(store->pool, offset), src, length);
-    return KVF_OK;
-}
-
 kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
                            const kvf_key_t *key, kvf_slot_t *slot_p)
 {

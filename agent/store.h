@@ -129,13 +129,6 @@ kvf_status_t kvf_store_commit_copy(kvf_store_t *store, kvf_store_owner_t *owner,
                                    const kvf_key_t *key, uint64_t offset,
                                    const void *src, uint64_t checksum);
 
-/* Copies @p length bytes from @p src into the owner's grant at @p offset,
- * without committing (a push sends from the grant; its receiver checks the
- * checksum). KVF_ERR_RANGE (not a grant of this owner, or longer). */
-kvf_status_t kvf_store_grant_copy(kvf_store_t *store, kvf_store_owner_t *owner,
-                                  uint64_t offset, const void *src,
-                                  uint64_t length);
-
 /* Pins the local chunk of @p key for @p owner. KVF_ERR_NOT_FOUND. */
 kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
                            const kvf_key_t *key, kvf_slot_t *slot_p);

@@ -17,9 +17,11 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define CHUNK  (256u << 10)
@@ -406,6 +408,76 @@ Test(pd, full_region_queues_fifo_and_releases_wake_pushes)
     cr_assert_eq(kvf_pd_release(dc, 22), KVF_OK);
     cr_assert_eq(kvf_pd_release(dc, 23), KVF_OK);
     cr_assert(metric_becomes(&g_d, REGION_USED, 0, 2000));
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
+
+/* A prefill engine pushes request @p req (@p n chunks, final) and
+ * blocks in the push; run in a child the test kills. */
+static void push_in_child(uint64_t req, uint32_t n)
+{
+    kvf_client_params_t p = {.field_mask = KVF_CLIENT_PARAM_SOCKET |
+                                           KVF_CLIENT_PARAM_TIMEOUT,
+                             .socket_path = g_p.sock,
+                             .timeout_ns  = 30000000000ull};
+    kvf_slot_t slots[64];
+    uint64_t sums[64];
+    kvf_client_t *c = NULL;
+    uint32_t i;
+
+    if ((kvf_client_connect(&p, &c) != KVF_OK) ||
+        (kvf_client_alloc(c, CHUNK, n, slots) != KVF_OK)) {
+        _exit(2);
+    }
+    for (i = 0; i < n; i++) {
+        uint8_t *q = (uint8_t *)kvf_client_pool_base(c) + slots[i].offset;
+
+        fill(q, req, i);
+        sums[i] = kvf_chunk_checksum(q, CHUNK);
+    }
+    _exit((kvf_pd_push(c, req, "it-decode", slots, sums, n, true) == KVF_OK)
+              ? 0
+              : 3);
+}
+
+/* A push reads the engine's staging area, not a copy of it: the area
+ * stays mapped while the push needs it, even when the engine dies first
+ * (kill -9 while its push waits for room at the decoder). */
+Test(pd, engine_killed_while_its_push_waits_still_delivers_its_bytes)
+{
+    const char *extra[] = {"--pd-alloc-timeout", "20s", "--pd-push-timeout",
+                           "30s", NULL};
+    kvf_client_t *pc, *dc;
+    int wstatus;
+    pid_t child;
+
+    start_agent(&g_p, "it-prefill", "prefill", extra);
+    start_agent(&g_d, "it-decode", "decode", extra);
+    pc = connect_to(&g_p);
+    dc = connect_to(&g_d);
+    cr_assert_eq(push(pc, 30, 0, 16, true), KVF_OK, "%s",
+                 kvf_client_last_error(pc));
+    wait_and_check(dc, 30, 16); /* the region is full and claimed */
+    child = fork();
+    cr_assert_geq(child, 0);
+    if (child == 0) {
+        push_in_child(31, 8);
+    }
+    cr_assert(metric_becomes(&g_d, QUEUE_DEPTH, 1, 5000), "queue depth %lld",
+              metric(&g_d, QUEUE_DEPTH));
+    cr_assert_eq(kill(child, SIGKILL), 0);
+    cr_assert_eq(waitpid(child, &wstatus, 0), child);
+    cr_assert(WIFSIGNALED(wstatus), "the pushing engine ended first (%d)",
+              wstatus);
+    /* only pc is left on the prefill agent: the dead engine's connection
+     * and its staging memfd are gone from its point of view */
+    cr_assert(metric_becomes(&g_p, "kvf_agent_engine_connections", 1, 5000));
+    /* room: the queued push goes on, from the dead engine's staging */
+    cr_assert_eq(kvf_pd_release(dc, 30), KVF_OK);
+    wait_and_check(dc, 31, 8);
+    cr_assert_eq(kvf_pd_release(dc, 31), KVF_OK);
+    cr_assert(metric_becomes(&g_d, REGION_USED, 0, 2000));
+    cr_assert_eq(metric(&g_d, "kvf_agent_pd_checksum_failures_total"), 0);
     kvf_client_disconnect(pc);
     kvf_client_disconnect(dc);
 }
