@@ -1254,7 +1254,7 @@ static kvf_status_t kvf_engine_conn_pd_push(kvf_engine_conn_t *conn,
     kvf_engine_push_t *push;
     const void **srcs;
     uint64_t *offsets;
-    kvf_pd_src_t src;
+    kvf_pd_push_args_t args;
     kvf_status_t status;
     size_t i;
 
@@ -1301,14 +1301,22 @@ static kvf_status_t kvf_engine_conn_pd_push(kvf_engine_conn_t *conn,
         srcs[i]    = kvf_engine_staging_ptr(conn, entry);
     }
     if ((status == KVF_OK) && (conn->staging_hold != NULL)) {
-        src.ptrs = srcs;
-        src.put  = kvf_engine_staging_put_hold;
-        src.arg  = conn->staging_hold;
+        args = (kvf_pd_push_args_t){.engine     = conn,
+                                    .owner      = conn->owner,
+                                    .offsets    = offsets,
+                                    .lengths    = req->lengths,
+                                    .checksums  = req->checksums,
+                                    .num        = (uint32_t)req->n_offsets,
+                                    .request_id = req->pd_request,
+                                    .decoder    = req->decoder,
+                                    .is_final   = req->final,
+                                    .srcs       = srcs,
+                                    .src_put    = kvf_engine_staging_put_hold,
+                                    .src_arg    = conn->staging_hold,
+                                    .cb         = kvf_engine_on_pd_pushed,
+                                    .arg        = push};
         conn->staging_hold->refs++; /* the push's; put however it ends */
-        status = kvf_pd_push_submit(
-            server->pd, conn, conn->owner, req->pd_request, req->decoder,
-            offsets, req->lengths, req->checksums, (uint32_t)req->n_offsets,
-            req->final, &src, kvf_engine_on_pd_pushed, push);
+        status = kvf_pd_push_submit(server->pd, &args);
     } else if (status == KVF_OK) {
         status = KVF_ERR_STATE; /* not admitted: no staging, no pushes */
     }

@@ -492,11 +492,7 @@ static void kvf_local_on_release(kvf_local_conn_t *conn,
 static void kvf_local_on_conn(evutil_socket_t fd, short what, void *arg)
 {
     kvf_local_conn_t *conn = arg;
-    union {
-        kvf_local_hdr_t h;
-        kvf_local_hello_t hello;
-        uint8_t buf[KVF_LOCAL_MSG_MAX];
-    } in;
+    kvf_local_in_t in;
     ssize_t n;
 
     if ((what & EV_TIMEOUT) != 0) {
@@ -909,11 +905,7 @@ static void kvf_local_on_ready(kvf_local_link_t *link,
 static void kvf_local_on_link(evutil_socket_t fd, short what, void *arg)
 {
     kvf_local_link_t *link = arg;
-    union {
-        kvf_local_hdr_t h;
-        kvf_local_hello_t hello;
-        uint8_t buf[KVF_LOCAL_MSG_MAX];
-    } in;
+    kvf_local_in_t in;
     ssize_t n;
     int pfd = -1;
 

@@ -56,6 +56,14 @@ typedef struct kvf_local_hello {
     char name[KVF_LOCAL_NAME_MAX]; /* the sender's node name, for counters */
 } kvf_local_hello_t;
 
+/* One message as read from the socket: room for the largest, seen as a
+ * header or a HELLO. */
+typedef union kvf_local_in {
+    kvf_local_hdr_t h;
+    kvf_local_hello_t hello;
+    uint8_t buf[KVF_LOCAL_MSG_MAX];
+} kvf_local_in_t;
+
 typedef struct kvf_local_lease_ent {
     uint64_t offset;
     uint64_t length;

@@ -266,17 +266,8 @@ void kvf_pd_destroy(kvf_pd_t *pd)
     /* the worker is gone: nothing is in flight any more */
     while ((push = pd->pushes) != NULL) {
         pd->pushes = push->next;
-        kvf_store_owner_destroy(pd->store, push->owner);
         /* push->ep went with the worker (it frees every endpoint) */
-        free(push->offsets);
-        free(push->lengths);
-        free(push->checksums);
-        free(push->iov);
-        free(push->srcs);
-        if (push->src_put != NULL) {
-            push->src_put(push->src_arg);
-        }
-        free(push);
+        kvf_pd_push_free(push);
     }
     while ((open = pd->opens) != NULL) {
         pd->opens = open->next;

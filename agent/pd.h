@@ -120,44 +120,49 @@ void kvf_pd_set_transports(kvf_pd_t *pd, struct kvf_transports *t);
  * message saying it is draining; requests already open complete. */
 void kvf_pd_set_draining(kvf_pd_t *pd, bool is_draining);
 
-/*
- * Where a push reads its chunks' bytes when they are not in the pool (a
- * confined engine's staging area, agent/engine_server.c): @p ptrs[i] for
- * chunk i (NULL: the pool at its offset). The memory must stay mapped until
- * @p put runs; it runs exactly once, when UCX no longer reads it (also when
- * kvf_pd_push_submit fails). The bytes may change under the send (the
- * engine still maps them): the decoder verifies every chunk against the
- * checksum the engine gave, so a change fails that push and nothing else.
- */
+/* Nothing reads a push's staging sources any more (kvf_pd_push_args_t). */
 typedef void (*kvf_pd_src_put_cb_t)(void *arg);
 
-typedef struct kvf_pd_src {
-    const void *const *ptrs; /* num entries, copied */
-    kvf_pd_src_put_cb_t put;
+/*
+ * Engines: @c engine below is an opaque identity of an engine connection
+ * (the one that pushes, waits, claims and releases), @c arg the argument of
+ * one callback.
+ */
+typedef struct kvf_pd_push_args {
+    void *engine;
+    /* the chunks are grants or pins of owner at offsets (pool offsets,
+     * lengths up to their chunk's); they move to the push while it runs and
+     * back afterwards */
+    kvf_store_owner_t *owner;
+    const uint64_t *offsets;
+    const uint64_t *lengths;
+    const uint64_t *checksums; /* the engine's, checked by the decoder */
+    uint32_t num;
+    uint64_t request_id; /* the PD request */
+    const char *decoder; /* the decoder agent's name */
+    bool is_final;       /* the request's last push */
+    /* Where chunk i's bytes are read when not in the pool: srcs[i] (a
+     * confined engine's staging block, agent/engine_server.c). NULL, or a
+     * NULL entry: the pool at its offset. They must stay mapped until
+     * src_put(src_arg) runs, exactly once, when UCX no longer reads them
+     * (also when kvf_pd_push_submit fails). The engine may still change
+     * them under the send: the decoder verifies every chunk against the
+     * engine's checksum, so that fails this push and nothing else. */
+    const void *const *srcs;
+    kvf_pd_src_put_cb_t src_put;
+    void *src_arg;
+    kvf_pd_push_cb_t cb;
     void *arg;
-} kvf_pd_src_t;
+} kvf_pd_push_args_t;
 
 /*
- * Engines: @p engine below is an opaque identity of an engine connection
- * (the one that pushes, waits, claims and releases), @p arg the argument of
- * one callback.
- *
- * Pushes @p num chunks of PD request @p request_id to the decoder agent
- * named @p decoder. The chunks are grants or pins of @p owner at
- * @p offsets; they move to the push while it runs and back afterwards.
- * @p src (NULL: every chunk from the pool) says where bytes are read from.
- * @p cb runs exactly once, never from inside this call, by the push
- * deadline at the latest. Immediate failures are returned (cb not called):
- * KVF_ERR_INVALID, KVF_ERR_RANGE (an offset @p owner does not hold, or a
- * length over its chunk), KVF_ERR_NO_MEMORY.
+ * Pushes @p args->num chunks of a PD request to the decoder agent named
+ * @p args->decoder. @c cb runs exactly once, never from inside this call,
+ * by the push deadline at the latest. Immediate failures are returned (cb
+ * not called): KVF_ERR_INVALID, KVF_ERR_RANGE (an offset @c owner does not
+ * hold, or a length over its chunk), KVF_ERR_NO_MEMORY.
  */
-kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, void *engine,
-                                kvf_store_owner_t *owner, uint64_t request_id,
-                                const char *decoder, const uint64_t *offsets,
-                                const uint64_t *lengths,
-                                const uint64_t *checksums, uint32_t num,
-                                bool final, const kvf_pd_src_t *src,
-                                kvf_pd_push_cb_t cb, void *arg);
+kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, const kvf_pd_push_args_t *args);
 
 /*
  * Waits (0: the default timeout) until request @p request_id is complete

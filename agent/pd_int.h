@@ -205,6 +205,9 @@ void kvf_pd_tick_arm(kvf_pd_t *pd);
 
 /* pd_send.c */
 void kvf_pd_push_maybe_complete(kvf_pd_push_t *push);
+/* Frees @p push and gives back what it held (its chunks, its sources);
+ * nothing of it may be in flight. Its endpoint is the caller's. */
+void kvf_pd_push_free(kvf_pd_push_t *push);
 void kvf_pd_push_finish(kvf_pd_push_t *push, kvf_status_t status,
                         const char *fmt, ...) KVF_PRINTF(3, 4);
 kvf_status_t kvf_pd_send(kvf_pd_t *pd, kvf_ucx_ep_t *ep, uint16_t type,

@@ -177,13 +177,19 @@ void kvf_pd_push_maybe_complete(kvf_pd_push_t *push)
                            &len);
         }
     }
-    kvf_store_owner_destroy(pd->store, push->owner);
     kvf_ucx_ep_put(push->ep);
-    if (push->src_put != NULL) {
-        push->src_put(push->src_arg); /* UCX reads none of it any more */
-    }
+    push->ep = NULL;
     if (push->cb != NULL) {
         push->cb(push->arg, push->status, push->message);
+    }
+    kvf_pd_push_free(push);
+}
+
+void kvf_pd_push_free(kvf_pd_push_t *push)
+{
+    kvf_store_owner_destroy(push->pd->store, push->owner);
+    if (push->src_put != NULL) {
+        push->src_put(push->src_arg); /* UCX reads none of it any more */
     }
     free(push->offsets);
     free(push->lengths);
@@ -509,22 +515,18 @@ static bool kvf_pd_push_is_busy(kvf_pd_t *pd, uint64_t request_id)
     return false;
 }
 
-kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, void *engine,
-                                kvf_store_owner_t *owner, uint64_t request_id,
-                                const char *decoder, const uint64_t *offsets,
-                                const uint64_t *lengths,
-                                const uint64_t *checksums, uint32_t num,
-                                bool final, const kvf_pd_src_t *src,
-                                kvf_pd_push_cb_t cb, void *arg)
+kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, const kvf_pd_push_args_t *args)
 {
+    const uint32_t num = args->num;
     kvf_pd_push_t *push;
     kvf_status_t status = KVF_OK;
     const char *address;
     uint64_t len;
     uint32_t i, moved = 0;
 
-    if ((num == 0) || (num > KVF_PD_MAX_CHUNKS) || (decoder == NULL) ||
-        (decoder[0] == '\0') || (strlen(decoder) >= KVF_PD_DECODER_MAX)) {
+    if ((num == 0) || (num > KVF_PD_MAX_CHUNKS) || (args->decoder == NULL) ||
+        (args->decoder[0] == '\0') ||
+        (strlen(args->decoder) >= KVF_PD_DECODER_MAX)) {
         status = KVF_ERR_INVALID;
         goto err_put;
     }
@@ -533,72 +535,71 @@ kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, void *engine,
         status = KVF_ERR_NO_MEMORY;
         goto err_put;
     }
-    if (src != NULL) {
-        push->srcs = malloc(num * sizeof(*push->srcs));
-        if (push->srcs == NULL) {
-            status = KVF_ERR_NO_MEMORY;
-            goto err_free;
-        }
-        memcpy(push->srcs, src->ptrs, num * sizeof(*push->srcs));
-    }
+    push->pd        = pd;
     push->offsets   = malloc(num * sizeof(uint64_t));
     push->lengths   = malloc(num * sizeof(uint64_t));
     push->checksums = malloc(num * sizeof(uint64_t));
+    push->srcs =
+        (args->srcs != NULL) ? malloc(num * sizeof(*push->srcs)) : NULL;
     if ((push->offsets == NULL) || (push->lengths == NULL) ||
         (push->checksums == NULL) ||
+        ((args->srcs != NULL) && (push->srcs == NULL)) ||
         (kvf_store_owner_create(pd->store, &push->owner) != KVF_OK)) {
         status = KVF_ERR_NO_MEMORY;
         goto err_free;
     }
-    memcpy(push->offsets, offsets, num * sizeof(uint64_t));
-    memcpy(push->lengths, lengths, num * sizeof(uint64_t));
-    memcpy(push->checksums, checksums, num * sizeof(uint64_t));
+    memcpy(push->offsets, args->offsets, num * sizeof(uint64_t));
+    memcpy(push->lengths, args->lengths, num * sizeof(uint64_t));
+    memcpy(push->checksums, args->checksums, num * sizeof(uint64_t));
+    if (args->srcs != NULL) {
+        memcpy(push->srcs, args->srcs, num * sizeof(*push->srcs));
+    }
     /* the chunks belong to the push while it runs: an engine that goes
      * away cannot free what UCX is still reading */
     for (moved = 0; moved < num; moved++) {
-        status =
-            kvf_store_move(pd->store, owner, push->owner, offsets[moved], &len);
+        status = kvf_store_move(pd->store, args->owner, push->owner,
+                                push->offsets[moved], &len);
         if (status != KVF_OK) {
             break;
         }
-        if ((lengths[moved] == 0) || (lengths[moved] > len)) {
+        if ((push->lengths[moved] == 0) || (push->lengths[moved] > len)) {
             moved++;
             status = KVF_ERR_RANGE;
             break;
         }
-        push->bytes += lengths[moved];
+        push->bytes += push->lengths[moved];
     }
     if (status != KVF_OK) {
         for (i = 0; i < moved; i++) {
-            kvf_store_move(pd->store, push->owner, owner, offsets[i], &len);
+            kvf_store_move(pd->store, push->owner, args->owner,
+                           push->offsets[i], &len);
         }
         goto err_free;
     }
-    push->pd          = pd;
-    push->src_put     = (src != NULL) ? src->put : NULL;
-    push->src_arg     = (src != NULL) ? src->arg : NULL;
+    push->src_put     = args->src_put;
+    push->src_arg     = args->src_arg;
     push->ticket      = kvf_mesh_random_id(pd->mesh);
-    push->request_id  = request_id;
-    push->from        = owner;
-    push->cb          = cb;
-    push->arg         = arg;
-    push->engine      = engine;
+    push->request_id  = args->request_id;
+    push->from        = args->owner;
+    push->cb          = args->cb;
+    push->arg         = args->arg;
+    push->engine      = args->engine;
     push->num         = num;
-    push->is_final    = final;
+    push->is_final    = args->is_final;
     push->start_ns    = kvf_time_now_ns();
     push->deadline_ns = kvf_time_deadline_ns(pd->push_timeout_ns);
-    snprintf(push->decoder, sizeof(push->decoder), "%s", decoder);
+    snprintf(push->decoder, sizeof(push->decoder), "%s", args->decoder);
     push->next = pd->pushes;
     kvf_pd_tick_arm(pd);
-    if (kvf_pd_push_is_busy(pd, request_id)) {
+    if (kvf_pd_push_is_busy(pd, push->request_id)) {
         pd->pushes = push;
         kvf_pd_push_finish(push, KVF_ERR_BUSY,
                            "PD request %llu already has a push in progress",
-                           (unsigned long long)request_id);
+                           (unsigned long long)push->request_id);
         return KVF_OK; /* completes on the next tick, never inside */
     }
     pd->pushes = push;
-    address    = kvf_mesh_node_by_name(pd->mesh, decoder);
+    address    = kvf_mesh_node_by_name(pd->mesh, push->decoder);
     if (address != NULL) {
         kvf_pd_push_start(push, address);
         return KVF_OK;
@@ -607,24 +608,18 @@ kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, void *engine,
         kvf_pd_push_finish(push, KVF_ERR_STATE,
                            "not registered with the controller: cannot find "
                            "decoder %s",
-                           decoder);
+                           push->decoder);
         return KVF_OK;
     }
     push->pending_ctl++;
-    kvf_ctl_client_node_find(pd->ctl, decoder, kvf_pd_on_node, push);
+    kvf_ctl_client_node_find(pd->ctl, push->decoder, kvf_pd_on_node, push);
     return KVF_OK;
 
 err_free:
-    kvf_store_owner_destroy(pd->store, push->owner);
-    free(push->offsets);
-    free(push->lengths);
-    free(push->checksums);
-    free(push->iov);
-    free(push->srcs);
-    free(push);
+    kvf_pd_push_free(push); /* its src_put is not set yet: put below */
 err_put:
-    if ((src != NULL) && (src->put != NULL)) {
-        src->put(src->arg);
+    if (args->src_put != NULL) {
+        args->src_put(args->src_arg);
     }
     return status;
 }

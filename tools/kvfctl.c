@@ -492,41 +492,48 @@ static int kvf_ctl_stats(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
     return 0;
 }
 
-/* GET http://HOST:PORT/health of etcd @p url within @p timeout_ms: true
- * when it says {"health":"true"}. */
-static bool kvf_ctl_etcd_healthy(const char *url, int timeout_ms)
+/* Sends @p req (a whole HTTP/1.0 request) to @p url (HOST:PORT, [V6]:PORT,
+ * http:// and a path allowed) and reads the answer into @p buf (NUL
+ * ended) until it closes, @p cap - 1 bytes, or @p timeout_ms of silence.
+ * Returns the bytes read (0: no answer). Best effort: for probes. */
+static size_t kvf_ctl_http_ask(const char *url, const char *req, char *buf,
+                               size_t cap, int timeout_ms)
 {
-    static const char req[] = "GET /health HTTP/1.0\r\n\r\n";
     struct addrinfo hints, *res = NULL;
-    char host[256], port[8], buf[512];
+    char host[256], port[8];
     const char *p = url, *colon;
     struct pollfd pfd;
-    size_t used = 0;
+    size_t used = 0, len = strlen(req);
     ssize_t n;
     int fd;
 
+    buf[0] = '\0';
     if (strncmp(p, "http://", 7) == 0) {
         p += 7;
     }
     colon = strrchr(p, ':');
     if ((colon == NULL) || ((size_t)(colon - p) >= sizeof(host))) {
-        return false;
+        return 0;
     }
     snprintf(host, sizeof(host), "%.*s", (int)(colon - p), p);
+    if ((host[0] == '[') && (host[strlen(host) - 1] == ']')) {
+        memmove(host, host + 1, strlen(host));
+        host[strlen(host) - 1] = '\0';
+    }
     snprintf(port, sizeof(port), "%.*s", (int)strcspn(colon + 1, "/"),
              colon + 1);
     memset(&hints, 0, sizeof(hints));
     hints.ai_socktype = SOCK_STREAM;
     if ((getaddrinfo(host, port, &hints, &res) != 0) || (res == NULL)) {
-        return false;
+        return 0;
     }
     fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if ((fd >= 0) && (connect(fd, res->ai_addr, res->ai_addrlen) == 0) &&
-        (write(fd, req, sizeof(req) - 1) == (ssize_t)(sizeof(req) - 1))) {
+        (write(fd, req, len) == (ssize_t)len)) {
         pfd.fd     = fd;
         pfd.events = POLLIN;
-        while ((used < sizeof(buf) - 1) && (poll(&pfd, 1, timeout_ms) == 1) &&
-               ((n = read(fd, buf + used, sizeof(buf) - 1 - used)) > 0)) {
+        while ((used < cap - 1) && (poll(&pfd, 1, timeout_ms) == 1) &&
+               ((n = read(fd, buf + used, cap - 1 - used)) > 0)) {
             used += (size_t)n;
         }
     }
@@ -535,6 +542,17 @@ static bool kvf_ctl_etcd_healthy(const char *url, int timeout_ms)
         close(fd);
     }
     freeaddrinfo(res);
+    return used;
+}
+
+/* GET http://HOST:PORT/health of etcd @p url within @p timeout_ms: true
+ * when it says {"health":"true"}. */
+static bool kvf_ctl_etcd_healthy(const char *url, int timeout_ms)
+{
+    char buf[512];
+
+    kvf_ctl_http_ask(url, "GET /health HTTP/1.0\r\n\r\n", buf, sizeof(buf),
+                     timeout_ms);
     return (strncmp(buf, "HTTP/1.", 7) == 0) &&
            (strstr(buf, " 200 ") != NULL) &&
            (strstr(buf, "\"health\":\"true\"") != NULL);
@@ -990,44 +1008,11 @@ static int kvf_ctl_admin(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts,
  * controller's --http port. Best effort, bounded by @p timeout_ms. */
 static bool kvf_ctl_is_http(const char *hostport, int timeout_ms)
 {
-    static const char req[] = "GET /healthz HTTP/1.0\r\n\r\n";
-    struct addrinfo hints, *res = NULL;
-    char host[256], port[8], buf[8];
-    const char *colon = strrchr(hostport, ':');
-    struct pollfd pfd;
-    bool is_http = false;
-    ssize_t n;
-    int fd;
+    char buf[6];
 
-    if ((colon == NULL) || ((size_t)(colon - hostport) >= sizeof(host))) {
-        return false;
-    }
-    snprintf(host, sizeof(host), "%.*s", (int)(colon - hostport), hostport);
-    if ((host[0] == '[') && (host[strlen(host) - 1] == ']')) {
-        memmove(host, host + 1, strlen(host));
-        host[strlen(host) - 1] = '\0';
-    }
-    snprintf(port, sizeof(port), "%s", colon + 1);
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_socktype = SOCK_STREAM;
-    if ((getaddrinfo(host, port, &hints, &res) != 0) || (res == NULL)) {
-        return false;
-    }
-    fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if ((fd >= 0) && (connect(fd, res->ai_addr, res->ai_addrlen) == 0) &&
-        (write(fd, req, sizeof(req) - 1) == (ssize_t)(sizeof(req) - 1))) {
-        pfd.fd     = fd;
-        pfd.events = POLLIN;
-        if (poll(&pfd, 1, timeout_ms) == 1) {
-            n       = read(fd, buf, 5);
-            is_http = (n == 5) && (memcmp(buf, "HTTP/", 5) == 0);
-        }
-    }
-    if (fd >= 0) {
-        close(fd);
-    }
-    freeaddrinfo(res);
-    return is_http;
+    return (kvf_ctl_http_ask(hostport, "GET /healthz HTTP/1.0\r\n\r\n", buf,
+                             sizeof(buf), timeout_ms) == 5) &&
+           (memcmp(buf, "HTTP/", 5) == 0);
 }
 
 /* --timeout: milliseconds, or a duration with its unit (2s, 500ms). */

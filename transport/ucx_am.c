@@ -140,26 +140,21 @@ void kvf_ucx_am_deliver(kvf_ucx_worker_t *worker, unsigned id,
     slot->cb(slot->arg, header, header_len, &msg);
 }
 
-kvf_status_t kvf_ucx_am_recv_data(const kvf_ucx_am_msg_t *msg, void *dest,
-                                  size_t dest_len, const kvf_ucx_mem_t *mem,
-                                  uint64_t timeout_ns, kvf_ucx_op_cb_t cb,
-                                  void *arg)
+/* Receives @p msg's payload into @p iov (checked by the caller to add up
+ * to it): copied at once when it came eager, else one UCX receive (one
+ * buffer, with @p mem when given, or scattered). The message is released
+ * on failure. */
+static kvf_status_t
+kvf_ucx_am_recv_start(const kvf_ucx_am_msg_t *msg, const kvf_ucx_iov_t *iov,
+                      size_t iovcnt, const kvf_ucx_mem_t *mem,
+                      uint64_t timeout_ns, kvf_ucx_op_cb_t cb, void *arg)
 {
+    kvf_ucx_worker_t *worker = msg->worker;
     ucp_request_param_t param;
-    kvf_ucx_worker_t *worker;
     kvf_ucx_op_t *op;
     kvf_status_t status;
+    size_t i, at = 0;
 
-    if ((msg == NULL) || (cb == NULL) || ((dest == NULL) && (msg->length))) {
-        return KVF_ERR_INVALID;
-    }
-    worker = msg->worker;
-    if (msg->length > dest_len) {
-        kvf_debug("worker %s: am of %zu bytes for a %zu byte buffer",
-                  worker->name, msg->length, dest_len);
-        kvf_ucx_am_msg_release(msg);
-        return KVF_ERR_TOO_BIG;
-    }
     /* the sender's ep, when known, is what a timeout fails if UCX cannot
      * cancel the receive */
     status = kvf_ucx_op_alloc(worker, msg->reply_ep, KVF_UCX_OP_AM_RECV,
@@ -169,21 +164,56 @@ kvf_status_t kvf_ucx_am_recv_data(const kvf_ucx_am_msg_t *msg, void *dest,
         return status;
     }
     if (!msg->is_rndv) {
-        memcpy(dest, msg->data, msg->length);
+        for (i = 0; i < iovcnt; i++) {
+            if (iov[i].len > 0) {
+                memcpy(iov[i].buf, (const uint8_t *)msg->data + at, iov[i].len);
+            }
+            at += iov[i].len;
+        }
         kvf_ucx_op_complete_now(op, KVF_OK);
         return KVF_OK;
     }
-
     kvf_ucx_op_param_init(op, &param);
     param.cb.recv_am = kvf_ucx_op_on_recv_am;
-    if (mem != NULL) {
-        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        param.memh = mem->memh;
+    if (iovcnt == 1) {
+        if (mem != NULL) {
+            param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+            param.memh = mem->memh;
+        }
+        return kvf_ucx_op_start(op,
+                                ucp_am_recv_data_nbx(worker->ucp, msg->desc,
+                                                     iov[0].buf, iov[0].len,
+                                                     &param),
+                                "am recv data");
     }
-    return kvf_ucx_op_start(
-        op,
-        ucp_am_recv_data_nbx(worker->ucp, msg->desc, dest, msg->length, &param),
-        "am recv data");
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+    param.datatype = ucp_dt_make_iov();
+    return kvf_ucx_op_start(op,
+                            ucp_am_recv_data_nbx(worker->ucp, msg->desc,
+                                                 (void *)(uintptr_t)iov, iovcnt,
+                                                 &param),
+                            "am recv data iov");
+}
+
+kvf_status_t kvf_ucx_am_recv_data(const kvf_ucx_am_msg_t *msg, void *dest,
+                                  size_t dest_len, const kvf_ucx_mem_t *mem,
+                                  uint64_t timeout_ns, kvf_ucx_op_cb_t cb,
+                                  void *arg)
+{
+    kvf_ucx_iov_t one;
+
+    if ((msg == NULL) || (cb == NULL) || ((dest == NULL) && (msg->length))) {
+        return KVF_ERR_INVALID;
+    }
+    if (msg->length > dest_len) {
+        kvf_debug("worker %s: am of %zu bytes for a %zu byte buffer",
+                  msg->worker->name, msg->length, dest_len);
+        kvf_ucx_am_msg_release(msg);
+        return KVF_ERR_TOO_BIG;
+    }
+    one.buf = dest;
+    one.len = msg->length;
+    return kvf_ucx_am_recv_start(msg, &one, 1, mem, timeout_ns, cb, arg);
 }
 
 kvf_status_t kvf_ucx_am_recv_data_iov(const kvf_ucx_am_msg_t *msg,
@@ -191,17 +221,12 @@ kvf_status_t kvf_ucx_am_recv_data_iov(const kvf_ucx_am_msg_t *msg,
                                       uint64_t timeout_ns, kvf_ucx_op_cb_t cb,
                                       void *arg)
 {
-    ucp_request_param_t param;
-    kvf_ucx_worker_t *worker;
-    kvf_ucx_op_t *op;
-    kvf_status_t status;
-    size_t i, total = 0, at = 0;
+    size_t i, total = 0;
 
     if ((msg == NULL) || (cb == NULL) || (iov == NULL) || (iovcnt == 0) ||
         (iovcnt > KVF_UCX_IOV_MAX)) {
         return KVF_ERR_INVALID;
     }
-    worker = msg->worker;
     for (i = 0; i < iovcnt; i++) {
         if ((iov[i].buf == NULL) || (iov[i].len > msg->length - total)) {
             total = SIZE_MAX;
@@ -212,33 +237,11 @@ kvf_status_t kvf_ucx_am_recv_data_iov(const kvf_ucx_am_msg_t *msg,
     if (total != msg->length) {
         kvf_debug("worker %s: am of %zu bytes for %zu pieces that do not "
                   "add up to it",
-                  worker->name, msg->length, iovcnt);
+                  msg->worker->name, msg->length, iovcnt);
         kvf_ucx_am_msg_release(msg);
         return KVF_ERR_INVALID;
     }
-    status = kvf_ucx_op_alloc(worker, msg->reply_ep, KVF_UCX_OP_AM_RECV,
-                              timeout_ns, cb, arg, &op);
-    if (status != KVF_OK) {
-        kvf_ucx_am_msg_release(msg);
-        return status;
-    }
-    if (!msg->is_rndv) {
-        for (i = 0; i < iovcnt; i++) {
-            memcpy(iov[i].buf, (const uint8_t *)msg->data + at, iov[i].len);
-            at += iov[i].len;
-        }
-        kvf_ucx_op_complete_now(op, KVF_OK);
-        return KVF_OK;
-    }
-    kvf_ucx_op_param_init(op, &param);
-    param.cb.recv_am = kvf_ucx_op_on_recv_am;
-    param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
-    param.datatype = ucp_dt_make_iov();
-    return kvf_ucx_op_start(op,
-                            ucp_am_recv_data_nbx(worker->ucp, msg->desc,
-                                                 (void *)(uintptr_t)iov, iovcnt,
-                                                 &param),
-                            "am recv data iov");
+    return kvf_ucx_am_recv_start(msg, iov, iovcnt, NULL, timeout_ns, cb, arg);
 }
 
 void kvf_ucx_am_msg_release(const kvf_ucx_am_msg_t *msg)
