@@ -26,6 +26,7 @@ int kvf_bench_load_agent_main(int argc, char **argv);
 int kvf_bench_load_controller_main(int argc, char **argv);
 int kvf_bench_index_main(int argc, char **argv);
 int kvf_bench_disk_main(int argc, char **argv);
+int kvf_bench_secret_main(int argc, char **argv);
 
 /* Sorts @p samples in place and returns the @p pct percentile (0..100);
  * 0 for an empty set. */

@@ -30,6 +30,8 @@ static const kvf_bench_cmd_t kvf_bench_cmds[] = {
      "the agent's local-disk tier: write-behind and read-back vs fio"},
     {"index", kvf_bench_index_main,
      "router index: /v1/index/query and /v1/route latency at N keys"},
+    {"secret-cost", kvf_bench_secret_main,
+     "p2p or pd without and with the cluster secret, paired, one run"},
 };
 
 static void kvf_bench_usage(FILE *out)
