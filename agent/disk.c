@@ -108,6 +108,7 @@ struct kvf_disk {
     uint32_t staged_head, staged_tail; /* writes waiting for the device */
     uint32_t read_head, read_tail;     /* reads waiting for the device */
     unsigned writes_inflight;
+    unsigned writes_pending; /* staged or in flight */
     unsigned reads_inflight;
     uint64_t write_busy_since, read_busy_since; /* ns, while in flight */
     unsigned inflight;
@@ -377,6 +378,7 @@ static void kvf_disk_complete_write(kvf_disk_t *disk, kvf_disk_op_t *op,
     }
     op->next_free     = disk->free_writes;
     disk->free_writes = (uint32_t)(op - disk->ops);
+    disk->writes_pending--;
     if (--disk->writes_inflight == 0) {
         disk->st.write_busy_ns += kvf_time_now_ns() - disk->write_busy_since;
     }
@@ -550,6 +552,7 @@ kvf_status_t kvf_disk_put(kvf_disk_t *disk, const kvf_key_t *key,
         disk->ops[disk->staged_tail].next_free = (uint32_t)(op - disk->ops);
     }
     disk->staged_tail = (uint32_t)(op - disk->ops);
+    disk->writes_pending++;
     kvf_disk_issue_writes(disk);
     return KVF_OK;
 }
@@ -647,8 +650,9 @@ kvf_status_t kvf_disk_remove(kvf_disk_t *disk, const kvf_key_t *key)
 
 void kvf_disk_get_stats(const kvf_disk_t *disk, kvf_disk_stats_t *stats_p)
 {
-    *stats_p           = disk->st;
-    stats_p->is_direct = disk->is_direct;
+    *stats_p                = disk->st;
+    stats_p->is_direct      = disk->is_direct;
+    stats_p->writes_pending = disk->writes_pending;
 }
 
 void kvf_disk_foreach_key(kvf_disk_t *disk, kvf_disk_key_cb_t cb, void *arg)
@@ -1134,6 +1138,9 @@ void kvf_disk_print_metrics(const kvf_disk_t *disk, struct evbuffer *body)
                     "chunks written behind", st->writes);
     kvf_prom_metric(body, "kvf_agent_disk_write_bytes_total", KVF_PROM_COUNTER,
                     "bytes written behind", st->write_bytes);
+    kvf_prom_metric(body, "kvf_agent_disk_writes_pending", KVF_PROM_GAUGE,
+                    "evicted chunks staged or being written behind",
+                    disk->writes_pending);
     kvf_prom_metric(body, "kvf_agent_disk_write_drops_total", KVF_PROM_COUNTER,
                     "evicted chunks not written (write-behind buffers busy)",
                     st->write_drops);

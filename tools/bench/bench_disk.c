@@ -96,7 +96,7 @@ static int kvf_bench_disk_fio(const kvf_bench_disk_opts_t *o, uint64_t size,
                               const char *rw, bool is_batch,
                               kvf_bench_disk_result_t *res)
 {
-    char batch[96] = "";
+    char batch[96] = "", path[300];
 
     char cmd[1024], *out = malloc(1 << 20);
     /* the job's section, not its options ("rw" : "write") */
@@ -115,11 +115,21 @@ static int kvf_bench_disk_fio(const kvf_bench_disk_opts_t *o, uint64_t size,
                  " --iodepth_batch_submit=%u --iodepth_batch_complete_min=%u",
                  o->depth, o->depth);
     }
+    /* "write" fills a fresh preallocated file, as the tier's first pass
+     * fills its fresh preallocated slot file (the file system converts
+     * each extent on its first write); "rewrite" writes over written
+     * blocks, as the tier does once it reuses slots */
+    snprintf(path, sizeof(path), "%s/kvf-bench-fio.dat", o->dir);
+    if (strcmp(rw, "write") == 0) {
+        unlink(path);
+    } else if (strcmp(rw, "rewrite") == 0) {
+        rw = "write";
+    }
     snprintf(cmd, sizeof(cmd),
-             "fio --name=kvf --filename=%s/kvf-bench-fio.dat --size=%" PRIu64
-             " --bs=%" PRIu64 " --direct=1 --ioengine=io_uring --iodepth=%u"
+             "fio --name=kvf --filename=%s --size=%" PRIu64 " --bs=%" PRIu64
+             " --direct=1 --ioengine=io_uring --iodepth=%u --fallocate=native"
              "%s --rw=%s --output-format=json 2>/dev/null",
-             o->dir, file, size, o->depth, batch, rw);
+             path, file, size, o->depth, batch, rw);
     f = popen(cmd, "r");
     if (f == NULL) {
         free(out);
@@ -155,35 +165,104 @@ static void kvf_bench_disk_keys(kvf_key_t *keys, uint64_t n, uint64_t salt)
     }
 }
 
+/* Stores @p n chunks of @p keys through @p c into the full pool, so that
+ * every store evicts and the tier writes behind; GB/s of what the tier
+ * wrote from the first store into the full pool until its last write
+ * landed (nothing pending), busy GB/s and drops of this pass only. */
+static int kvf_bench_disk_store(kvf_client_t *c, const kvf_bench_disk_opts_t *o,
+                                uint64_t size, const kvf_key_t *keys,
+                                uint64_t n, uint16_t port,
+                                kvf_bench_disk_result_t *w)
+{
+    const char *busy  = "kvf_agent_disk_busy_seconds_total{dir=\"write\"}";
+    kvf_slot_t *slots = calloc(o->depth, sizeof(*slots));
+    uint64_t *sums    = calloc(o->depth, sizeof(*sums));
+    uint8_t *base     = kvf_client_pool_base(c);
+    uint64_t b, i, t0 = 0, t1, bytes0, drops0;
+    double busy0;
+    int rc = -1;
+
+    if ((slots == NULL) || (sums == NULL)) {
+        goto out;
+    }
+    bytes0 = kvf_bench_disk_metric(port, "kvf_agent_disk_write_bytes_total");
+    drops0 = kvf_bench_disk_metric(port, "kvf_agent_disk_write_drops_total");
+    busy0  = kvf_bench_disk_metric_f(port, busy);
+    for (b = 0; b < n; b += o->depth) {
+        if (b == 2ull * o->depth) {
+            t0 = kvf_time_now_ns();
+        }
+        if (kvf_client_alloc(c, size, o->depth, slots) != KVF_OK) {
+            fprintf(stderr, "alloc: %s\n", kvf_client_last_error(c));
+            goto out;
+        }
+        for (i = 0; i < o->depth; i++) {
+            uint8_t *p = base + slots[i].offset;
+
+            memset(p, (int)(b + i), size);
+            memcpy(p, &keys[b + i].lo, sizeof(uint64_t));
+            sums[i] = kvf_chunk_checksum(p, size);
+        }
+        if (kvf_client_commit(c, keys + b, slots, sums, o->depth) != KVF_OK) {
+            fprintf(stderr, "commit: %s\n", kvf_client_last_error(c));
+            goto out;
+        }
+    }
+    /* evictions hand their chunk to the tier at once (staged or dropped):
+     * done when nothing is staged or on the device */
+    while (kvf_bench_disk_metric(port, "kvf_agent_disk_writes_pending") > 0) {
+        usleep(200);
+    }
+    t1       = kvf_time_now_ns();
+    w->drops = kvf_bench_disk_metric(port, "kvf_agent_disk_write_drops_total") -
+               drops0;
+    bytes0 = kvf_bench_disk_metric(port, "kvf_agent_disk_write_bytes_total") -
+             bytes0;
+    w->gbps      = (double)bytes0 / (double)(t1 - t0);
+    w->p99_us    = 0;
+    w->busy_gbps = (double)bytes0 /
+                   ((kvf_bench_disk_metric_f(port, busy) - busy0) * 1e9 + 1);
+    rc = 0;
+
+out:
+    free(slots);
+    free(sums);
+    return rc;
+}
+
+/* The tier's three passes for one chunk size: the first fill (@p w), the
+ * read-back of chunks only on disk (@p r), and a rewrite with new keys
+ * over slots written before (@p rw). */
 static int kvf_bench_disk_one(const kvf_bench_disk_opts_t *o, uint64_t size,
                               kvf_bench_disk_result_t *w,
-                              kvf_bench_disk_result_t *r)
+                              kvf_bench_disk_result_t *r,
+                              kvf_bench_disk_result_t *rw)
 {
     uint64_t n = o->total / size, pool = 2ull * o->depth * size, i, b, k;
-    uint64_t slot = size + 4096, t0, t1, evicted, *lat;
+    uint64_t slot = size + 4096, t0, t1, *lat;
     char sock[300], tier[300], log[300], bin[4096], http[32], pool_s[32],
         chunk_s[32], disk_s[32], depth_s[16];
     kvf_slot_t *slots = calloc(o->depth, sizeof(*slots));
     bool *missing     = calloc(o->depth, sizeof(*missing));
-    uint64_t *sums    = calloc(o->depth, sizeof(*sums));
-    kvf_key_t *keys;
+    kvf_key_t *keys, *keys2;
     kvf_client_t *c;
     uint16_t port = kvf_bench_free_port();
     uint32_t nlat = 0;
-    uint8_t *base;
     pid_t pid;
     int rc = -1;
 
     if (n < 4ull * o->depth) {
         n = 4ull * o->depth;
     }
-    keys = calloc(n, sizeof(*keys));
-    lat  = calloc(n, sizeof(*lat));
-    if ((slots == NULL) || (missing == NULL) || (sums == NULL) ||
-        (keys == NULL) || (lat == NULL)) {
+    keys  = calloc(n, sizeof(*keys));
+    keys2 = calloc(n, sizeof(*keys2));
+    lat   = calloc(n, sizeof(*lat));
+    if ((slots == NULL) || (missing == NULL) || (keys == NULL) ||
+        (keys2 == NULL) || (lat == NULL)) {
         goto out;
     }
     kvf_bench_disk_keys(keys, n, size);
+    kvf_bench_disk_keys(keys2, n, size + 1);
     snprintf(sock, sizeof(sock), "%s/kvf-bench-disk.sock", o->dir);
     snprintf(tier, sizeof(tier), "%s/kvf-bench-disk.tier", o->dir);
     snprintf(log, sizeof(log), "%s/kvf-bench-disk.log", o->dir);
@@ -215,54 +294,11 @@ static int kvf_bench_disk_one(const kvf_bench_disk_opts_t *o, uint64_t size,
         fprintf(stderr, "kvf-bench disk: agent did not start (log %s)\n", log);
         goto out_stop;
     }
-    base = kvf_client_pool_base(c);
 
-    /* write-behind: the clock starts when the pool is full and every
-     * further store evicts (before that the tier has nothing to write) */
-    t0 = 0;
-    for (b = 0; b < n; b += o->depth) {
-        if (b == 2ull * o->depth) {
-            t0 = kvf_time_now_ns();
-        }
-        if (kvf_client_alloc(c, size, o->depth, slots) != KVF_OK) {
-            fprintf(stderr, "alloc: %s\n", kvf_client_last_error(c));
-            goto out_disconnect;
-        }
-        for (i = 0; i < o->depth; i++) {
-            uint8_t *p = base + slots[i].offset;
-
-            memset(p, (int)(b + i), size);
-            memcpy(p, &keys[b + i].lo, sizeof(uint64_t));
-            sums[i] = kvf_chunk_checksum(p, size);
-        }
-        if (kvf_client_commit(c, keys + b, slots, sums, o->depth) != KVF_OK) {
-            fprintf(stderr, "commit: %s\n", kvf_client_last_error(c));
-            goto out_disconnect;
-        }
+    /* write-behind into the fresh (preallocated) slot file */
+    if (kvf_bench_disk_store(c, o, size, keys, n, port, w) != 0) {
+        goto out_disconnect;
     }
-    for (;;) {
-        evicted = kvf_bench_disk_metric(port, "kvf_agent_evictions_total");
-        w->drops =
-            kvf_bench_disk_metric(port, "kvf_agent_disk_write_drops_total");
-        if (kvf_bench_disk_metric(port, "kvf_agent_disk_writes_total") +
-                w->drops >=
-            evicted) {
-            break;
-        }
-        usleep(200);
-    }
-    t1      = kvf_time_now_ns();
-    w->gbps = (double)kvf_bench_disk_metric(
-                  port, "kvf_agent_disk_write_bytes_total") /
-              (double)(t1 - t0);
-    w->p99_us = 0;
-    w->busy_gbps =
-        (double)kvf_bench_disk_metric(port,
-                                      "kvf_agent_disk_write_bytes_total") /
-        (kvf_bench_disk_metric_f(
-             port, "kvf_agent_disk_busy_seconds_total{dir=\"write\"}") *
-             1e9 +
-         1);
 
     /* read-back: the oldest chunks are only on disk */
     t0 = kvf_time_now_ns();
@@ -298,7 +334,14 @@ static int kvf_bench_disk_one(const kvf_bench_disk_opts_t *o, uint64_t size,
              1e9 +
          1);
     r->drops = 0;
-    rc       = 0;
+
+    /* rewrite: new keys; the full tier reuses its least recently used
+     * slots, written once already (the steady state of a long-running
+     * agent) */
+    if (kvf_bench_disk_store(c, o, size, keys2, n, port, rw) != 0) {
+        goto out_disconnect;
+    }
+    rc = 0;
 
 out_disconnect:
     kvf_client_disconnect(c);
@@ -309,8 +352,8 @@ out_stop:
 out:
     free(slots);
     free(missing);
-    free(sums);
     free(keys);
+    free(keys2);
     free(lat);
     return rc;
 }
@@ -347,7 +390,7 @@ int kvf_bench_disk_main(int argc, char **argv)
 {
     kvf_bench_disk_opts_t o = {
         .total = 1ull << 30, .depth = 8, .use_fio = true};
-    kvf_bench_disk_result_t w, r, fw, fr, fb;
+    kvf_bench_disk_result_t w, r, rw, fw, fr, fb, frw;
     char *list, *tok, *save = NULL;
     unsigned s;
     int i;
@@ -405,13 +448,16 @@ int kvf_bench_disk_main(int argc, char **argv)
         memset(&fw, 0, sizeof(fw));
         memset(&fr, 0, sizeof(fr));
         memset(&fb, 0, sizeof(fb));
-        if (kvf_bench_disk_one(&o, o.sizes[s], &w, &r) != 0) {
+        memset(&frw, 0, sizeof(frw));
+        if (kvf_bench_disk_one(&o, o.sizes[s], &w, &r, &rw) != 0) {
             return 1;
         }
         if (o.use_fio &&
             ((kvf_bench_disk_fio(&o, o.sizes[s], "write", false, &fw) != 0) ||
              (kvf_bench_disk_fio(&o, o.sizes[s], "read", false, &fr) != 0) ||
-             (kvf_bench_disk_fio(&o, o.sizes[s], "read", true, &fb) != 0))) {
+             (kvf_bench_disk_fio(&o, o.sizes[s], "read", true, &fb) != 0) ||
+             (kvf_bench_disk_fio(&o, o.sizes[s], "rewrite", false, &frw) !=
+              0))) {
             fprintf(stderr, "kvf-bench disk: fio failed or is missing "
                             "(apt install fio); --no-fio skips it\n");
             o.use_fio = false;
@@ -422,6 +468,12 @@ int kvf_bench_disk_main(int argc, char **argv)
                fw.gbps > 0 ? w.gbps / fw.gbps : 0,
                fw.gbps > 0 ? w.busy_gbps / fw.gbps : 0, "-", fw.p99_us,
                w.drops);
+        printf("%-8" PRIu64 " %-6s %9.2f %9.2f %9.2f %9.2f %9.2f %10s %10.0f "
+               "%6" PRIu64 "\n",
+               o.sizes[s] >> 10, "rewrite", rw.gbps, rw.busy_gbps, frw.gbps,
+               frw.gbps > 0 ? rw.gbps / frw.gbps : 0,
+               frw.gbps > 0 ? rw.busy_gbps / frw.gbps : 0, "-", frw.p99_us,
+               rw.drops);
         printf("%-8" PRIu64 " %-6s %9.2f %9.2f %9.2f %9.2f %9.2f %10.0f %10.0f "
                "%6s\n",
                o.sizes[s] >> 10, "read", r.gbps, r.busy_gbps, fr.gbps,

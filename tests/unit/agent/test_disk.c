@@ -175,6 +175,27 @@ Test(disk, writes_behind_and_reads_back_verified)
     kvf_disk_destroy(disk);
 }
 
+Test(disk, counts_writes_pending_until_they_land)
+{
+    kvf_disk_t *disk = open_disk(8);
+    kvf_disk_stats_t st;
+    uint64_t i;
+
+    for (i = 0; i < 3; i++) {
+        kvf_key_t k   = key_of(i);
+        uint64_t csum = fill(i, SLOT);
+
+        cr_assert_eq(kvf_disk_put(disk, &k, g_src, SLOT, csum), KVF_OK);
+    }
+    kvf_disk_get_stats(disk, &st);
+    cr_assert_eq(st.writes_pending, 3, "staged or on the device");
+    kvf_disk_drain(disk);
+    kvf_disk_get_stats(disk, &st);
+    cr_assert_eq(st.writes_pending, 0);
+    cr_assert_eq(st.writes, 3);
+    kvf_disk_destroy(disk);
+}
+
 Test(disk, reads_a_chunk_still_in_its_staging_buffer)
 {
     kvf_disk_t *disk = open_disk(8);
