@@ -79,10 +79,10 @@ typedef struct kvf_disk_stats {
     uint64_t used_bytes;     /* bytes of the chunks held */
     uint64_t writes;         /* chunks written behind */
     uint64_t write_bytes;
-    uint64_t write_drops;  /* evicted chunks not written: staging full */
+    uint64_t write_drops;    /* evicted chunks not written: staging full */
     uint64_t writes_pending; /* staged or in flight now */
-    uint64_t write_errors; /* writes that failed (slot freed) */
-    uint64_t reads;        /* chunks read back and verified */
+    uint64_t write_errors;   /* writes that failed (slot freed) */
+    uint64_t reads;          /* chunks read back and verified */
     uint64_t read_bytes;
     uint64_t read_misses;       /* reads asked for keys not on disk */
     uint64_t checksum_failures; /* damaged or torn slots found at read */
