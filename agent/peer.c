@@ -23,7 +23,11 @@
  * what it asked for (rendezvous held open) ties up this many sends until
  * they time out, not the whole service; past it a key is answered busy. */
 #define KVF_PEER_SERVE_PER_PEER 512u
-#define KVF_PEER_HDR_MAX        KVF_MESH_HDR_MAX
+/* Keys one fetch has asked of one holder and not settled: at most half the
+ * holder's share, so two fetches from one requester (a prefetch and a
+ * retrieve, two engines) fit too. */
+#define KVF_PEER_ASK_WINDOW (KVF_PEER_SERVE_PER_PEER / 2)
+#define KVF_PEER_HDR_MAX    KVF_MESH_HDR_MAX
 /* PEER_CHUNKS: chunks up to this size travel several a message, up to
  * KVF_PEER_BATCH_MAX of them and KVF_PEER_BATCH_BYTES: one rendezvous for
  * all of them. Larger chunks go one a message (zero copy from the
@@ -65,6 +69,18 @@ typedef struct kvf_peer_item {
     struct kvf_peer_item *next_follower; /* in the leader's list */
 } kvf_peer_item_t;
 
+/* What a fetch asks of one holder over UCX: the endpoint (held; replies
+ * count only from it) and a window of keys asked and not settled yet, so
+ * a fetch of many keys never has more in flight at a holder than the
+ * holder serves one requester at once (KVF_PEER_SERVE_PER_PEER): the rest
+ * are asked as earlier ones land, pipelined, never answered busy. */
+typedef struct kvf_peer_ask {
+    kvf_ucx_ep_t *ep;
+    uint32_t holder;
+    uint32_t next;        /* first item not yet looked at for asking */
+    uint32_t outstanding; /* asked, not settled */
+} kvf_peer_ask_t;
+
 struct kvf_peer_fetch {
     kvf_peer_fetch_t *next;
     kvf_peer_t *peer;
@@ -77,8 +93,9 @@ struct kvf_peer_fetch {
     struct event *deadline_ev; /* kvf_peer_on_deadline */
     struct event *start_ev;    /* kvf_peer_on_start: holders given */
     uint32_t *holders;         /* given by the caller, until start_ev */
-    kvf_ucx_ep_t **eps;        /* held: the endpoints asked, one per holder */
-    uint32_t num_eps;
+    struct event *ask_ev;      /* kvf_peer_on_ask: a window has room */
+    kvf_peer_ask_t *asks;      /* one per holder asked over UCX */
+    uint32_t num_asks;
     uint32_t num;
     uint32_t settled;
     uint32_t fetched;
@@ -204,10 +221,11 @@ static void kvf_peer_fetch_maybe_free(kvf_peer_fetch_t *fetch)
         event_free(fetch->start_ev);
     }
     free(fetch->holders);
-    for (i = 0; i < fetch->num_eps; i++) {
-        kvf_ucx_ep_put(fetch->eps[i]);
+    event_free(fetch->ask_ev);
+    for (i = 0; i < fetch->num_asks; i++) {
+        kvf_ucx_ep_put(fetch->asks[i].ep);
     }
-    free(fetch->eps);
+    free(fetch->asks);
     free(fetch->items);
     free(fetch);
 }
@@ -268,6 +286,26 @@ static void kvf_peer_item_unfollow(kvf_peer_item_t *item)
     item->leader = NULL;
 }
 
+/* A key asked of @p holder settled: its window has room again; more are
+ * asked from the loop (never from inside a settle). */
+static void kvf_peer_ask_settled(kvf_peer_fetch_t *fetch, uint32_t holder)
+{
+    uint32_t i;
+
+    for (i = 0; i < fetch->num_asks; i++) {
+        kvf_peer_ask_t *ask = &fetch->asks[i];
+
+        if (ask->holder != holder) {
+            continue;
+        }
+        if ((--ask->outstanding <= KVF_PEER_ASK_WINDOW / 2) &&
+            (ask->next < fetch->num) && !fetch->done) {
+            event_active(fetch->ask_ev, EV_TIMEOUT, 1);
+        }
+        return;
+    }
+}
+
 static void kvf_peer_item_settle(kvf_peer_item_t *item, bool fetched)
 {
     kvf_peer_fetch_t *fetch = item->fetch;
@@ -278,6 +316,9 @@ static void kvf_peer_item_settle(kvf_peer_item_t *item, bool fetched)
     }
     kvf_peer_item_unfollow(item);
     kvf_peer_inflight_forget(fetch->peer, item);
+    if (item->ep != NULL) {
+        kvf_peer_ask_settled(fetch, item->holder);
+    }
     item->state = KVF_PEER_ITEM_DONE;
     fetch->settled++;
     if (fetched) {
@@ -400,16 +441,79 @@ static void kvf_peer_on_ready(void *arg, kvf_status_t status, kvf_ucx_ep_t *ep,
 static bool kvf_peer_fetch_local(kvf_peer_fetch_t *fetch, uint32_t holder,
                                  const char *data_address);
 
-static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
-                               const char *data_address)
+/* Asks @p ask's holder for more of the fetch's keys it holds, in
+ * PEER_FETCH messages of up to KVF_PEER_KEYS_PER_ASK keys, while its
+ * window has room. A request that cannot be sent misses what is waiting on
+ * that holder. */
+static void kvf_peer_fetch_ask_more(kvf_peer_fetch_t *fetch,
+                                    kvf_peer_ask_t *ask)
 {
     uint8_t keys[KVF_PEER_KEYS_PER_ASK * KVF_KEY_WIRE_SIZE];
     uint32_t indexes[KVF_PEER_KEYS_PER_ASK];
     kvf_peer_t *peer = fetch->peer;
-    kvf_ucx_ep_t **eps, *ep = NULL;
     Kvf__PeerFetch req;
     kvf_status_t status;
-    uint32_t i = 0, n;
+    uint32_t n, room;
+
+    while (!fetch->done && (ask->outstanding < KVF_PEER_ASK_WINDOW)) {
+        room = KVF_PEER_ASK_WINDOW - ask->outstanding;
+        room = (room < KVF_PEER_KEYS_PER_ASK) ? room : KVF_PEER_KEYS_PER_ASK;
+        for (n = 0; (ask->next < fetch->num) && (n < room); ask->next++) {
+            kvf_peer_item_t *item = &fetch->items[ask->next];
+
+            if ((item->holder == ask->holder) && (item->ep == NULL) &&
+                (item->state == KVF_PEER_ITEM_WAIT)) {
+                kvf_key_pack(&item->key, keys + (size_t)n * KVF_KEY_WIRE_SIZE);
+                item->ep     = ask->ep;
+                indexes[n++] = ask->next;
+            }
+        }
+        if (n == 0) {
+            return;
+        }
+        ask->outstanding += n;
+        kvf__peer_fetch__init(&req);
+        req.request_id     = fetch->request_id;
+        req.keys.data      = keys;
+        req.keys.len       = (size_t)n * KVF_KEY_WIRE_SIZE;
+        req.n_indexes      = n;
+        req.indexes        = indexes;
+        req.requester      = kvf_ctl_client_node_id(fetch->peer->ctl);
+        req.requester_name = fetch->peer->name;
+        req.batch          = true;
+        status =
+            kvf_mesh_send_frame(peer->mesh, ask->ep, KVF_MESH_AM_PEER_FETCH,
+                                KVF_MSG_PEER_FETCH, &req.base, peer->timeout_ns,
+                                kvf_peer_on_fetch_sent, fetch, ask->holder);
+        if (status != KVF_OK) {
+            /* what it asked for, and what waits on this holder, is a miss */
+            kvf_peer_fetch_miss_waiting(fetch, ask->holder);
+            return;
+        }
+        fetch->inflight++;
+    }
+}
+
+/* A window has room (kvf_peer_ask_settled): ask for more. */
+static void kvf_peer_on_ask(evutil_socket_t fd, short what, void *arg)
+{
+    kvf_peer_fetch_t *fetch = arg;
+    uint32_t i;
+
+    for (i = 0; (i < fetch->num_asks) && !fetch->done; i++) {
+        kvf_peer_fetch_ask_more(fetch, &fetch->asks[i]);
+    }
+    kvf_peer_fetch_maybe_free(fetch);
+}
+
+static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
+                               const char *data_address)
+{
+    kvf_peer_t *peer    = fetch->peer;
+    kvf_ucx_ep_t *ep    = NULL;
+    kvf_peer_ask_t *ask = NULL, *asks;
+    kvf_status_t status;
+    uint32_t i;
 
     if (kvf_peer_fetch_local(fetch, holder, data_address)) {
         return; /* same host: copied, or back here when it cannot be */
@@ -432,49 +536,30 @@ static void kvf_peer_fetch_ask(kvf_peer_fetch_t *fetch, uint32_t holder,
         }
         return;
     }
-    /* the fetch keeps the endpoint: replies count only from it */
-    eps = realloc(fetch->eps, (fetch->num_eps + 1) * sizeof(*eps));
-    if (eps == NULL) {
-        kvf_ucx_ep_put(ep);
-        kvf_peer_fetch_miss_waiting(fetch, holder);
-        return;
-    }
-    fetch->eps                   = eps;
-    fetch->eps[fetch->num_eps++] = ep;
-    while (i < fetch->num) {
-        for (n = 0; (i < fetch->num) && (n < KVF_PEER_KEYS_PER_ASK); i++) {
-            if ((fetch->items[i].holder == holder) &&
-                (fetch->items[i].state == KVF_PEER_ITEM_WAIT)) {
-                kvf_key_pack(&fetch->items[i].key,
-                             keys + (size_t)n * KVF_KEY_WIRE_SIZE);
-                fetch->items[i].ep = ep;
-                indexes[n++]       = i;
-            }
-        }
-        if (n == 0) {
+    /* the fetch keeps the endpoint: replies count only from it; a holder
+     * asked again (keys its same-host copy missed) keeps its window */
+    for (i = 0; i < fetch->num_asks; i++) {
+        if ((fetch->asks[i].holder == holder) && (fetch->asks[i].ep == ep)) {
+            ask = &fetch->asks[i];
+            kvf_ucx_ep_put(ep);
+            ask->next = 0;
             break;
         }
-        kvf__peer_fetch__init(&req);
-        req.request_id     = fetch->request_id;
-        req.keys.data      = keys;
-        req.keys.len       = (size_t)n * KVF_KEY_WIRE_SIZE;
-        req.n_indexes      = n;
-        req.indexes        = indexes;
-        req.requester      = kvf_ctl_client_node_id(fetch->peer->ctl);
-        req.requester_name = fetch->peer->name;
-        req.batch          = true;
-        status             = kvf_mesh_send_frame(
-                        peer->mesh, ep, KVF_MESH_AM_PEER_FETCH, KVF_MSG_PEER_FETCH,
-                        &req.base, peer->timeout_ns, kvf_peer_on_fetch_sent, fetch, holder);
-        if (status != KVF_OK) {
-            break;
+    }
+    if (ask == NULL) {
+        asks = realloc(fetch->asks, (fetch->num_asks + 1) * sizeof(*asks));
+        if (asks == NULL) {
+            kvf_ucx_ep_put(ep);
+            kvf_peer_fetch_miss_waiting(fetch, holder);
+            return;
         }
-        fetch->inflight++;
+        fetch->asks = asks;
+        ask         = &fetch->asks[fetch->num_asks++];
+        memset(ask, 0, sizeof(*ask));
+        ask->ep     = ep;
+        ask->holder = holder;
     }
-    if (i < fetch->num) {
-        /* a request could not be sent: what it asked for is a miss */
-        kvf_peer_fetch_miss_waiting(fetch, holder);
-    }
+    kvf_peer_fetch_ask_more(fetch, ask);
 }
 
 /* The traffic row of node @p node_id, made (and named from @p name, when
@@ -770,16 +855,20 @@ static kvf_status_t kvf_peer_fetch_start(kvf_peer_t *peer,
         return KVF_ERR_NO_MEMORY;
     }
     fetch->deadline_ev = evtimer_new(peer->base, kvf_peer_on_deadline, fetch);
+    fetch->ask_ev      = evtimer_new(peer->base, kvf_peer_on_ask, fetch);
     if (holders != NULL) {
         fetch->start_ev = evtimer_new(peer->base, kvf_peer_on_start, fetch);
         fetch->holders  = malloc(((size_t)num + 1) * sizeof(*holders));
     }
-    if ((fetch->deadline_ev == NULL) ||
+    if ((fetch->deadline_ev == NULL) || (fetch->ask_ev == NULL) ||
         ((holders != NULL) &&
          ((fetch->start_ev == NULL) || (fetch->holders == NULL)))) {
         kvf_store_owner_destroy(peer->store, fetch->owner);
         if (fetch->deadline_ev != NULL) {
             event_free(fetch->deadline_ev);
+        }
+        if (fetch->ask_ev != NULL) {
+            event_free(fetch->ask_ev);
         }
         if (fetch->start_ev != NULL) {
             event_free(fetch->start_ev);
@@ -1675,7 +1764,8 @@ void kvf_peer_destroy(kvf_peer_t *peer)
             event_free(fetch->start_ev);
         }
         free(fetch->holders);
-        free(fetch->eps);
+        event_free(fetch->ask_ev);
+        free(fetch->asks);
         free(fetch->items);
         free(fetch);
     }

@@ -36,6 +36,7 @@ typedef struct it_agent {
 static kvf_th_ctl_t g_ctl;
 static it_agent_t g_agents[AGENTS];
 static char g_bin[4096];
+static const char *g_pool = "32M"; /* --pool-size of the agents started */
 
 static bool registered(const it_agent_t *a)
 {
@@ -51,7 +52,7 @@ static void start_agent(int i)
     it_agent_t *a      = &g_agents[i];
     const char *argv[] = {g_bin, "--controller", g_ctl.addr, "--name", a->name,
                           "--socket", a->sock, "--http", a->http, "--listen",
-                          "127.0.0.1:0", "--pool-size", "32M", "--max-chunk",
+                          "127.0.0.1:0", "--pool-size", g_pool, "--max-chunk",
                           "1M", "--transports", "tcp", "--fetch-timeout", "3s",
                           "--prefetch-lease", "2s",
                           /* the UCX path: same-host copies have their own
@@ -649,4 +650,74 @@ Test(peer_fetch, small_chunks_travel_in_batches_byte_identical)
                  1);
     cr_assert_eq(metric(1, "kvf_agent_fetch_messages_total{kind=\"chunk\"} "),
                  0);
+}
+
+/* One prefetch of far more keys than a holder sends one requester at once
+ * (KVF_PEER_SERVE_PER_PEER): the requester asks in windows as chunks land.
+ * Before, the holder answered the rest "busy" one message each, ran out of
+ * UCX operations doing so, and the fetch waited for its deadline with every
+ * chunk past the first 512 a miss. */
+Test(peer_fetch, prefetch_of_thousands_of_chunks_is_pipelined)
+{
+    enum {
+        N     = 2048,
+        SMALL = 4096
+    };
+    kvf_key_t *keys   = calloc(N, sizeof(*keys));
+    kvf_slot_t *slots = calloc(N, sizeof(*slots));
+    uint64_t *sums    = calloc(N, sizeof(*sums));
+    bool *missing     = calloc(N, sizeof(*missing));
+    uint8_t *expect   = malloc(SMALL);
+    kvf_lookup_result_t res;
+    kvf_client_t *c;
+    uint32_t k, b;
+
+    cr_assert((keys != NULL) && (slots != NULL) && (sums != NULL) &&
+              (missing != NULL) && (expect != NULL));
+    /* A and B again, with room for N blocks (64 KiB at the least) */
+    g_pool = "160M";
+    for (k = 0; k < 2; k++) {
+        cr_assert_eq(kvf_test_proc_stop(&g_agents[k].proc, 10000), 0);
+        start_agent((int)k);
+    }
+    for (k = 0; k < N; k++) {
+        keys[k] = (kvf_key_t){.ns = 0x77, .hi = 0x5eed, .lo = k + 1};
+    }
+    c = connect_to(0);
+    cr_assert_eq(kvf_client_alloc(c, SMALL, N, slots), KVF_OK, "%s",
+                 kvf_client_last_error(c));
+    for (k = 0; k < N; k++) {
+        uint8_t *p = (uint8_t *)kvf_client_pool_base(c) + slots[k].offset;
+
+        for (b = 0; b < SMALL; b++) {
+            p[b] = (uint8_t)(k * 31 + b * 7 + (b >> 8));
+        }
+        sums[k] = kvf_chunk_checksum(p, SMALL);
+    }
+    cr_assert_eq(kvf_client_commit(c, keys, slots, sums, N), KVF_OK);
+    kvf_client_disconnect(c);
+    wait_hits(2, keys, N, N);
+    c = connect_to(1);
+    cr_assert_eq(kvf_client_lookup(c, keys, N, true, &res), KVF_OK);
+    cr_assert_eq(res.hit_chunks, N);
+    cr_assert_eq(kvf_client_retrieve(c, keys, N, slots, missing), KVF_OK, "%s",
+                 kvf_client_last_error(c));
+    for (k = 0; k < N; k++) {
+        cr_assert(!missing[k], "chunk %u of %u missing", k, N);
+        for (b = 0; b < SMALL; b++) {
+            expect[b] = (uint8_t)(k * 31 + b * 7 + (b >> 8));
+        }
+        cr_assert(memcmp((uint8_t *)kvf_client_pool_base(c) + slots[k].offset,
+                         expect, SMALL) == 0,
+                  "chunk %u differs", k);
+    }
+    cr_assert_eq(kvf_client_release(c, slots, N), KVF_OK);
+    kvf_client_disconnect(c);
+    cr_assert_eq(metric(1, "kvf_agent_fetch_chunks_total{result=\"fetched\"} "),
+                 N);
+    free(keys);
+    free(slots);
+    free(sums);
+    free(missing);
+    free(expect);
 }
