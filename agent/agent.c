@@ -206,6 +206,11 @@ static void kvf_agent_on_inventory(void *arg, kvf_ctl_client_t *client)
     kvf_ctl_client_inventory_end(client);
 }
 
+/* the heartbeat carries the whole summary, never a cut one */
+_Static_assert(sizeof(((kvf_ctl_usage_t *)0)->transports) >=
+                   KVF_TRANSPORTS_SUMMARY_MAX,
+               "kvf_ctl_usage_t.transports holds a transports summary");
+
 static void kvf_agent_on_usage(void *arg, kvf_ctl_usage_t *usage)
 {
     kvf_agent_t *agent = arg;
@@ -246,6 +251,8 @@ static void kvf_agent_on_usage(void *arg, kvf_ctl_usage_t *usage)
         usage->disk_used     = ds.used_bytes;
         usage->disk_chunks   = ds.used_slots;
     }
+    kvf_transports_summary(&agent->transports, usage->transports,
+                           sizeof(usage->transports));
 }
 
 static void kvf_agent_on_admit(void *arg, const kvf_key_t *key)

@@ -484,6 +484,7 @@ static void kvf_ctl_client_send_heartbeat(kvf_ctl_client_t *client)
     hb.disk_chunks   = usage.disk_chunks;
     hb.last_seq      = client->seq;
     hb.traffic       = &traffic;
+    hb.transports    = usage.transports; /* "" is left off the wire */
     if (kvf_ctl_client_send(client, KVF_MSG_HEARTBEAT, &hb.base) == KVF_OK) {
         client->stats.heartbeats++;
     }

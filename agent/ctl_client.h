@@ -42,6 +42,9 @@ typedef struct kvf_ctl_usage {
     uint64_t disk_capacity; /* local-disk tier bytes, 0: none */
     uint64_t disk_used;
     uint64_t disk_chunks;
+    /* the distinct UCX transports of peer connections, "rc_mlx5,tcp";
+     * "": none yet (kvf_transports_summary) */
+    char transports[64];
 } kvf_ctl_usage_t;
 
 typedef struct kvf_ctl_client_ops {

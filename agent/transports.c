@@ -7,7 +7,13 @@
 #include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* Distinct transport names kvf_transports_summary keeps (UCX has about 20
+ * transports), and the longest name kept whole. */
+#define KVF_TRANSPORTS_NAMES_MAX 32
+#define KVF_TRANSPORTS_NAME_MAX  32
 
 void kvf_transports_init(kvf_transports_t *t, const char *agent,
                          const char *expect)
@@ -118,4 +124,71 @@ static bool kvf_transports_check_slow(kvf_transports_t *t, kvf_ucx_ep_t *ep,
 const char *kvf_transports_last(const kvf_transports_t *t)
 {
     return t->last;
+}
+
+static int kvf_transports_name_cmp(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
+/* Adds the name of @p len bytes at @p p to @p names unless it is there. */
+static void kvf_transports_name_add(char (*names)[KVF_TRANSPORTS_NAME_MAX],
+                                    uint32_t *num_p, const char *p, size_t len)
+{
+    uint32_t i;
+
+    if ((len == 0) || (len >= KVF_TRANSPORTS_NAME_MAX)) {
+        return; /* UCX names no transport so long: not one */
+    }
+    for (i = 0; i < *num_p; i++) {
+        if ((strlen(names[i]) == len) && (memcmp(names[i], p, len) == 0)) {
+            return;
+        }
+    }
+    if (*num_p == KVF_TRANSPORTS_NAMES_MAX) {
+        return;
+    }
+    memcpy(names[*num_p], p, len);
+    names[*num_p][len] = '\0';
+    (*num_p)++;
+}
+
+void kvf_transports_summary(const kvf_transports_t *t, char *buf, size_t len)
+{
+    char names[KVF_TRANSPORTS_NAMES_MAX][KVF_TRANSPORTS_NAME_MAX];
+    uint32_t num = 0, i;
+    size_t used  = 0;
+
+    if (len == 0) {
+        return;
+    }
+    buf[0] = '\0';
+    /* "rc_mlx5/mlx5_0:1,tcp/eth0": the names before each '/' */
+    for (i = 0; i < t->num_peers; i++) {
+        const char *p = t->peers[i].transports;
+
+        while (*p != '\0') {
+            size_t tok = strcspn(p, ",");
+
+            kvf_transports_name_add(names, &num, p, strcspn(p, "/,"));
+            p += tok;
+            if (*p == ',') {
+                p++;
+            }
+        }
+    }
+    qsort(names, num, sizeof(names[0]), kvf_transports_name_cmp);
+    for (i = 0; i < num; i++) {
+        size_t need = ((used > 0) ? 1 : 0) + strlen(names[i]);
+        /* room for ",+" behind it unless it is the last name */
+        size_t keep = (i + 1 < num) ? 2 : 0;
+
+        if (used + need + keep >= len) {
+            snprintf(buf + used, len - used, "%s", (used > 0) ? ",+" : "+");
+            return;
+        }
+        snprintf(buf + used, len - used, "%s%s", (used > 0) ? "," : "",
+                 names[i]);
+        used += need;
+    }
 }

@@ -23,6 +23,10 @@
 /* Peers shown; past it the rest share the last row. */
 #define KVF_TRANSPORTS_PEERS_MAX 64
 
+/* kvf_transports_summary's buffer: the controller takes at most 63
+ * characters (Heartbeat.transports). */
+#define KVF_TRANSPORTS_SUMMARY_MAX 64
+
 typedef struct kvf_transports_peer {
     char name[64];       /* the peer's node name, or "node-N" */
     char transports[96]; /* as kvf_ucx_ep_transports writes them */
@@ -60,5 +64,15 @@ bool kvf_transports_check(kvf_transports_t *t, kvf_ucx_ep_t *ep,
 /* What the connection of the last kvf_transports_check runs on ("?"
  * when UCX did not say), for error messages. */
 const char *kvf_transports_last(const kvf_transports_t *t);
+
+/*
+ * The distinct transport names (devices left out) of every peer row,
+ * sorted and comma-separated, into @p buf of @p len bytes: "tcp",
+ * "rc_mlx5,tcp"; "" before any peer. Refused rows count: the connection
+ * ran over it all the same. Names that do not fit are left out and the
+ * summary ends in ",+" ("+" alone when not even the first fits). For the
+ * heartbeat (`kvfctl nodes`, TRANSPORTS).
+ */
+void kvf_transports_summary(const kvf_transports_t *t, char *buf, size_t len);
 
 #endif /* KVF_AGENT_TRANSPORTS_H */

@@ -380,6 +380,9 @@ static kvf_status_t kvf_server_on_heartbeat(kvf_conn_t *conn,
     if (hb->traffic != NULL) {
         kvf_traffic_from_msg(hb->traffic, &node->traffic);
     }
+    /* peer input: refused (logged, shown as none) unless short and
+     * printable; the heartbeat stands either way */
+    (void)kvf_node_set_transports(node, hb->transports);
     kvf_registry_slot_set_load(
         server->reg, node->slot,
         (hb->pool_capacity > 0)
@@ -744,6 +747,7 @@ void kvf_server_node_desc(kvf_server_t *server, kvf_node_t *node, uint64_t now,
     d->disk_capacity = node->disk_capacity;
     d->disk_used     = node->disk_used;
     d->disk_chunks   = node->disk_chunks;
+    d->transports    = node->transports;
     /* protobuf-c fields are non-const; packing only reads them */
     d->state       = (char *)(uintptr_t)kvf_node_state_name(node->state);
     d->incarnation = node->incarnation;

@@ -227,6 +227,8 @@ static void kvf_http_on_nodes(struct evhttp_request *req, void *arg)
         kvf_evjson_add_str(b, node->instance_id);
         evbuffer_add_printf(b, ",\"tp_rank\":%" PRIu32 ",\"tp_world\":%" PRIu32,
                             node->tp_rank, node->tp_world);
+        evbuffer_add_printf(b, ",\"transports\":");
+        kvf_evjson_add_str(b, node->transports);
         kvf_http_node_traffic(b, node);
         evbuffer_add(b, "}", 1);
     }

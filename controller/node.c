@@ -340,6 +340,40 @@ kvf_status_t kvf_node_cmd_push(kvf_node_t *node, int type, const uint8_t *keys,
     return KVF_OK;
 }
 
+kvf_status_t kvf_node_set_transports(kvf_node_t *node, const char *value)
+{
+    size_t len, i;
+
+    if (value == NULL) {
+        value = "";
+    }
+    len = strnlen(value, KVF_NODE_TRANSPORTS_MAX);
+    for (i = 0; i < len; i++) {
+        /* shown in kvfctl's table and terminal: no spaces, no controls */
+        unsigned char c = (unsigned char)value[i];
+
+        if ((c <= ' ') || (c > '~')) {
+            break;
+        }
+    }
+    if ((len == KVF_NODE_TRANSPORTS_MAX) || (i < len)) {
+        if (!node->is_transports_refused) {
+            kvf_warn("node %" PRIu32 " (%s): heartbeat transports refused: "
+                     "%s; shown as none",
+                     node->id, node->name,
+                     (len == KVF_NODE_TRANSPORTS_MAX)
+                         ? "too long"
+                         : "not printable ASCII without spaces");
+        }
+        node->is_transports_refused = true;
+        node->transports[0]         = '\0';
+        return KVF_ERR_PROTO;
+    }
+    node->is_transports_refused = false;
+    memcpy(node->transports, value, len + 1);
+    return KVF_OK;
+}
+
 size_t kvf_node_table_count(const kvf_node_table_t *table)
 {
     return table->num_nodes;

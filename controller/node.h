@@ -24,10 +24,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KVF_NODE_NAME_MAX     128
-#define KVF_NODE_ADDR_MAX     256
-#define KVF_NODE_WORKER_MAX   4096
-#define KVF_NODE_COMMANDS_MAX 64
+#define KVF_NODE_NAME_MAX       128
+#define KVF_NODE_ADDR_MAX       256
+#define KVF_NODE_WORKER_MAX     4096
+#define KVF_NODE_COMMANDS_MAX   64
+#define KVF_NODE_TRANSPORTS_MAX 64 /* Heartbeat.transports: 63 characters */
 
 typedef enum {
     KVF_NODE_ALIVE = 0,
@@ -64,6 +65,10 @@ typedef struct kvf_node {
     uint64_t disk_chunks;
     uint64_t entries;
     kvf_traffic_t traffic; /* its last heartbeat's */
+    /* its last heartbeat's UCX transports ("rc_mlx5,tcp"), checked by
+     * kvf_node_set_transports; "": none reported */
+    char transports[KVF_NODE_TRANSPORTS_MAX];
+    bool is_transports_refused; /* the last value was refused (logged) */
     uint64_t last_heartbeat_ms;
     uint64_t dead_since_ms;
     uint64_t last_seq;      /* last ADMIT/EVICT/INVENTORY seq applied */
@@ -158,6 +163,15 @@ unsigned kvf_node_table_expire(kvf_node_table_t *table, uint64_t now_ms,
 /* Queues a command (keys copied). KVF_ERR_BUSY when its queue is full. */
 kvf_status_t kvf_node_cmd_push(kvf_node_t *node, int type, const uint8_t *keys,
                                size_t keys_len);
+
+/*
+ * The transports a heartbeat of @p node reports (NULL or "": none). The
+ * value comes from a peer: one of KVF_NODE_TRANSPORTS_MAX characters or
+ * more, or with a character other than printable ASCII without spaces, is
+ * refused: the node's value is cleared and KVF_ERR_PROTO returned (logged
+ * once until a good value comes; the heartbeat itself stands).
+ */
+kvf_status_t kvf_node_set_transports(kvf_node_t *node, const char *value);
 
 /* Frees the queued commands after they were sent. */
 void kvf_node_cmd_clear(kvf_node_t *node);

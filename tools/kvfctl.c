@@ -235,9 +235,10 @@ static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
     if (opts->is_json) {
         printf("{\"nodes\":[");
     } else {
-        printf("%-5s %-20s %-9s %-8s %8s %8s %-26s %-26s %-26s %-8s %8s %s\n",
+        printf("%-5s %-20s %-9s %-8s %8s %8s %-26s %-26s %-26s %-8s %8s %-21s "
+               "%s\n",
                "ID", "NAME", "STATE", "ROLE", "KEYS", "ON_DISK", "POOL", "DISK",
-               "PD", "INCARN", "HB_AGO", "DATA_ADDRESS");
+               "PD", "INCARN", "HB_AGO", "DATA_ADDRESS", "TRANSPORTS");
     }
     for (i = 0; i < rep->n_nodes; i++) {
         const Kvf__NodeDesc *d = rep->nodes[i];
@@ -249,7 +250,7 @@ static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
              * node's disk tier only */
             printf(
                 "%-5" PRIu32 " %-20s %-9s %-8s %8" PRIu64 " %8" PRIu64
-                " %-26s %-26s %-26s %08" PRIx64 " %6" PRIu64 "ms %s\n",
+                " %-26s %-26s %-26s %08" PRIx64 " %6" PRIu64 "ms %-21s %s\n",
                 d->node_id, d->name, d->state, kvf_msg_role_name(d->role),
                 d->keys, d->keys_disk,
                 kvf_ctl_usage_str(d->pool_used, d->pool_capacity, pool,
@@ -258,7 +259,10 @@ static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
                                   sizeof(disk)),
                 kvf_ctl_usage_str(d->pd_used, d->pd_capacity, pd, sizeof(pd)),
                 d->incarnation & 0xffffffffu, d->last_heartbeat_ms_ago,
-                (d->data_address[0] != '\0') ? d->data_address : "-");
+                (d->data_address[0] != '\0') ? d->data_address : "-",
+                /* UCX transports of its peer connections: none yet, or a
+                 * controller that predates them */
+                (d->transports[0] != '\0') ? d->transports : "-");
             continue;
         }
         printf("%s{\"id\":%" PRIu32 ",\"name\":", (i > 0) ? "," : "",
@@ -280,8 +284,11 @@ static int kvf_ctl_nodes(kvf_ctlconn_t *conn, const kvf_ctl_opts_t *opts)
         kvf_ctl_json_str(d->data_address);
         printf(",\"instance_id\":");
         kvf_ctl_json_str(d->instance_id);
-        printf(",\"tp_rank\":%" PRIu32 ",\"tp_world\":%" PRIu32 "}", d->tp_rank,
+        printf(",\"tp_rank\":%" PRIu32 ",\"tp_world\":%" PRIu32, d->tp_rank,
                d->tp_world);
+        printf(",\"transports\":");
+        kvf_ctl_json_str(d->transports);
+        printf("}");
     }
     if (opts->is_json) {
         printf("]}\n");

@@ -7,6 +7,8 @@
 
 #include <criterion/criterion.h>
 
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
@@ -434,6 +436,79 @@ Test(controller, bad_input_is_answered_and_counted)
                  "other nodes' state kept");
     kvf_ctlconn_destroy(a);
     kvf_ctlconn_destroy(adm);
+    stop_clean();
+}
+
+/* HEARTBEAT with @p transports; NODE_INFO's transports of the node after
+ * it into @p out. */
+static void heartbeat_transports(kvf_ctlconn_t *conn, uint32_t node,
+                                 const char *transports, char *out, size_t len)
+{
+    Kvf__NodeInfoRequest req;
+    Kvf__Heartbeat hb;
+    kvf_frame_t frame;
+
+    kvf__heartbeat__init(&hb);
+    hb.request_id  = kvf_ctlconn_next_id(conn);
+    hb.node_id     = node;
+    hb.incarnation = 1;
+    hb.transports  = (char *)(uintptr_t)transports;
+    cr_assert_eq(kvf_ctlconn_call(conn, KVF_MSG_HEARTBEAT, &hb.base, &frame),
+                 KVF_OK);
+    cr_assert_eq(frame.type, KVF_MSG_HEARTBEAT_REPLY,
+                 "the heartbeat stands whatever its transports: %s",
+                 kvf_msg_type_name(frame.type));
+    kvf_frame_release(&frame, NULL);
+    kvf__node_info_request__init(&req);
+    req.request_id = kvf_ctlconn_next_id(conn);
+    req.n_node_ids = 1;
+    req.node_ids   = &node;
+    cr_assert_eq(kvf_ctlconn_call(conn, KVF_MSG_NODE_INFO, &req.base, &frame),
+                 KVF_OK);
+    cr_assert_eq(frame.type, KVF_MSG_NODE_INFO_REPLY);
+    snprintf(out, len, "%s",
+             ((Kvf__NodeInfoReply *)frame.msg)->nodes[0]->transports);
+    kvf_frame_release(&frame, NULL);
+}
+
+/* Heartbeat.transports comes from a peer and is shown on operators'
+ * terminals: kept when short and printable, else shown as none. */
+Test(controller, heartbeat_transports_are_kept_only_when_clean)
+{
+    const char *args[] = {"--recovery-window", "0", NULL};
+    char got[256], longv[200], out[8192];
+    kvf_ctlconn_t *a;
+    uint32_t na;
+
+    kvf_th_ctl_start(&g_ctl, args);
+    a  = kvf_th_connect(&g_ctl, KVF__PEER_KIND__PEER_AGENT);
+    na = kvf_th_register(a, "node-t", 1, NULL);
+    heartbeat_transports(a, na, "rc_mlx5,tcp", got, sizeof(got));
+    cr_assert_str_eq(got, "rc_mlx5,tcp");
+    cr_assert_eq(
+        kvf_th_run(out, sizeof(out), "curl -sf http://%s/v1/nodes", g_ctl.http),
+        0);
+    cr_assert_not_null(strstr(out, "\"transports\":\"rc_mlx5,tcp\""), "%s",
+                       out);
+    /* a terminal escape never reaches kvfctl's terminal */
+    heartbeat_transports(a, na, "tcp\033]0;owned\007", got, sizeof(got));
+    cr_assert_str_eq(got, "");
+    heartbeat_transports(a, na, "tcp", got, sizeof(got));
+    cr_assert_str_eq(got, "tcp");
+    memset(longv, 't', sizeof(longv) - 1);
+    longv[sizeof(longv) - 1] = '\0';
+    heartbeat_transports(a, na, longv, got, sizeof(got));
+    cr_assert_str_eq(got, "", "too long: refused, not kept");
+    cr_assert_eq(
+        kvf_th_run(out, sizeof(out), "curl -sf http://%s/v1/nodes", g_ctl.http),
+        0);
+    cr_assert_not_null(strstr(out, "\"transports\":\"\""), "%s", out);
+    cr_assert_null(strstr(out, "ttttt"), "%s", out);
+    cr_assert(kvf_th_run(out, sizeof(out), "grep -c 'transports refused' %s",
+                         g_ctl.log) == 0 &&
+                  (atoi(out) == 2),
+              "logged once per run of refused values: %s", out);
+    kvf_ctlconn_destroy(a);
     stop_clean();
 }
 

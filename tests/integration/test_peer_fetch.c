@@ -721,3 +721,123 @@ Test(peer_fetch, prefetch_of_thousands_of_chunks_is_pipelined)
     free(missing);
     free(expect);
 }
+
+/* The "transports" of node @p name in a nodes JSON document (kvfctl
+ * --json nodes, /v1/nodes) into @p out; false when absent. */
+static bool json_transports(const char *json, const char *name, char *out,
+                            size_t len)
+{
+    char needle[64];
+    const char *p, *next, *v;
+    size_t n;
+
+    snprintf(needle, sizeof(needle), "\"name\":\"%s\"", name);
+    p = strstr(json, needle);
+    if (p == NULL) {
+        return false;
+    }
+    next = strstr(p, "{\"id\":"); /* the next node's object */
+    v    = strstr(p, "\"transports\":\"");
+    if ((v == NULL) || ((next != NULL) && (v > next))) {
+        return false;
+    }
+    v += strlen("\"transports\":\"");
+    n = strcspn(v, "\"");
+    snprintf(out, len, "%.*s", (int)n, v);
+    return true;
+}
+
+/* The last word of @p name's row of `kvfctl nodes` (TRANSPORTS). */
+static bool table_transports(const char *table, const char *name, char *out,
+                             size_t len)
+{
+    char needle[64];
+    const char *p, *end, *w;
+
+    snprintf(needle, sizeof(needle), " %s ", name);
+    p = strstr(table, needle);
+    if (p == NULL) {
+        return false;
+    }
+    end = strchr(p, '\n');
+    if (end == NULL) {
+        end = p + strlen(p);
+    }
+    for (w = end; (w > p) && (w[-1] != ' '); w--) {
+    }
+    snprintf(out, len, "%.*s", (int)(end - w), w);
+    return true;
+}
+
+/* Transport truth reaches the operator: after A and B fetched from each
+ * other over UCX TCP, their heartbeats carry "tcp" to the controller and
+ * kvfctl nodes (table and --json) and /v1/nodes show it; C, which talked
+ * to no peer, shows none. */
+Test(peer_fetch, kvfctl_nodes_shows_the_transports_in_use)
+{
+    static char out[16384], http_body[16384];
+    const char *json_words[]  = {"--json", "nodes"};
+    const char *table_words[] = {"nodes"};
+    uint16_t port             = (uint16_t)atoi(strrchr(g_ctl.http, ':') + 1);
+    kvf_key_t keys[4], other[4];
+    uint32_t tokens[4 * 16];
+    char a[96] = "", b[96] = "", c[96] = "";
+    bool missing[4];
+    size_t got, k;
+    int tries;
+
+    chain(keys, 4);
+    for (k = 0; k < 4 * 16; k++) {
+        tokens[k] = (uint32_t)(k * 13 + 1);
+    }
+    cr_assert_eq(kvf_key_chain(0x79, tokens, 4 * 16, 16, false, other, 4, &got),
+                 KVF_OK);
+    /* before any fetch no agent has a peer connection */
+    cr_assert_eq(kvfctl(json_words, 2, out, sizeof(out)), 0, "%s", out);
+    cr_assert(json_transports(out, "it-peer-a", a, sizeof(a)), "%s", out);
+    cr_assert_str_eq(a, "", "%s", out);
+    store_on(0, keys, 0, 4);
+    store_on(1, other, 0, 4);
+    wait_hits(1, keys, 4, 4);
+    wait_hits(0, other, 4, 4);
+    cr_assert_eq(retrieve_check(1, keys, 4, missing), 4);  /* B from A */
+    cr_assert_eq(retrieve_check(0, other, 4, missing), 4); /* A from B */
+    /* the next heartbeats (1 s) carry it */
+    for (tries = 0; tries < 100; tries++) {
+        cr_assert_eq(kvfctl(json_words, 2, out, sizeof(out)), 0, "%s", out);
+        cr_assert(json_transports(out, "it-peer-a", a, sizeof(a)), "%s", out);
+        cr_assert(json_transports(out, "it-peer-b", b, sizeof(b)), "%s", out);
+        if ((strcmp(a, "tcp") == 0) && (strcmp(b, "tcp") == 0)) {
+            break;
+        }
+        poll(NULL, 0, 100);
+    }
+    cr_assert_str_eq(a, "tcp", "%s\nlog A: %s", out,
+                     kvf_test_proc_log(&g_agents[0].proc));
+    cr_assert_str_eq(b, "tcp", "%s\nlog B: %s", out,
+                     kvf_test_proc_log(&g_agents[1].proc));
+    cr_assert(json_transports(out, "it-peer-c", c, sizeof(c)), "%s", out);
+    cr_assert_str_eq(c, "", "C talked to no peer: %s", out);
+    /* the table: TRANSPORTS is the last column, "-" for none */
+    cr_assert_eq(kvfctl(table_words, 1, out, sizeof(out)), 0, "%s", out);
+    cr_assert_not_null(strstr(out, " TRANSPORTS\n"), "%s", out);
+    cr_assert(table_transports(out, "it-peer-a", a, sizeof(a)), "%s", out);
+    cr_assert(table_transports(out, "it-peer-b", b, sizeof(b)), "%s", out);
+    cr_assert(table_transports(out, "it-peer-c", c, sizeof(c)), "%s", out);
+    cr_assert_str_eq(a, "tcp", "%s", out);
+    cr_assert_str_eq(b, "tcp", "%s", out);
+    cr_assert_str_eq(c, "-", "%s", out);
+    /* the controller's HTTP API says the same */
+    cr_assert_eq(
+        kvf_test_http_get(port, "/v1/nodes", http_body, sizeof(http_body)),
+        200);
+    cr_assert(json_transports(http_body, "it-peer-a", a, sizeof(a)), "%s",
+              http_body);
+    cr_assert(json_transports(http_body, "it-peer-b", b, sizeof(b)), "%s",
+              http_body);
+    cr_assert(json_transports(http_body, "it-peer-c", c, sizeof(c)), "%s",
+              http_body);
+    cr_assert_str_eq(a, "tcp", "%s", http_body);
+    cr_assert_str_eq(b, "tcp", "%s", http_body);
+    cr_assert_str_eq(c, "", "%s", http_body);
+}

@@ -250,3 +250,54 @@ Test(node, adopt_keeps_the_leaders_ids)
     cr_assert_eq(kvf_node_table_adopt(g_nodes, 42, &p, KVF_NODE_DEAD, 0, &b),
                  KVF_ERR_NOT_FOUND, "an unknown dead node is not created");
 }
+
+/* Heartbeat.transports comes from a peer: only short printable values are
+ * kept, anything else shows as none and is logged once. */
+Test(node, transports_from_a_heartbeat_are_checked)
+{
+    kvf_node_t *a = reg_node("a", 1, 0);
+    char longv[KVF_NODE_TRANSPORTS_MAX + 1];
+
+    cr_assert_str_eq(a->transports, "", "none before a heartbeat says");
+    cr_assert_eq(kvf_node_set_transports(a, "rc_mlx5,tcp"), KVF_OK);
+    cr_assert_str_eq(a->transports, "rc_mlx5,tcp");
+    cr_assert_eq(kvf_node_set_transports(a, NULL), KVF_OK);
+    cr_assert_str_eq(a->transports, "");
+    /* the longest kept: 63 characters */
+    memset(longv, 'x', sizeof(longv));
+    longv[KVF_NODE_TRANSPORTS_MAX - 1] = '\0';
+    cr_assert_eq(kvf_node_set_transports(a, longv), KVF_OK);
+    cr_assert_eq(strlen(a->transports), KVF_NODE_TRANSPORTS_MAX - 1);
+    /* one more is refused, not cut */
+    longv[KVF_NODE_TRANSPORTS_MAX - 1] = 'x';
+    longv[KVF_NODE_TRANSPORTS_MAX]     = '\0';
+    cr_assert_eq(kvf_node_set_transports(a, longv), KVF_ERR_PROTO);
+    cr_assert_str_eq(a->transports, "");
+    cr_assert(kvf_test_log_contains("heartbeat transports refused: too long"),
+              "%s", kvf_test_log_text());
+    /* a terminal escape, a newline, a space, a byte past ASCII, a DEL */
+    cr_assert_eq(kvf_node_set_transports(a, "tcp"), KVF_OK);
+    cr_assert_eq(kvf_node_set_transports(a, "tcp\033[2J"), KVF_ERR_PROTO);
+    cr_assert_str_eq(a->transports, "");
+    cr_assert(kvf_test_log_contains("not printable ASCII"), "%s",
+              kvf_test_log_text());
+    cr_assert_eq(kvf_node_set_transports(a, "tcp\nfake 1"), KVF_ERR_PROTO);
+    cr_assert_eq(kvf_node_set_transports(a, "tcp x"), KVF_ERR_PROTO);
+    cr_assert_eq(kvf_node_set_transports(a, "tcp\xc3\xa9"), KVF_ERR_PROTO);
+    cr_assert_eq(kvf_node_set_transports(a, "tcp\x7f"), KVF_ERR_PROTO);
+    cr_assert_str_eq(a->transports, "");
+    {
+        /* logged once per run of bad values, not per heartbeat */
+        const char *p = kvf_test_log_text();
+        int n         = 0;
+
+        while ((p = strstr(p, "heartbeat transports refused")) != NULL) {
+            n++;
+            p++;
+        }
+        cr_assert_eq(n, 2, "%s", kvf_test_log_text());
+    }
+    /* a good value after them is kept again */
+    cr_assert_eq(kvf_node_set_transports(a, "tcp"), KVF_OK);
+    cr_assert_str_eq(a->transports, "tcp");
+}
