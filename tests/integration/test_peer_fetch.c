@@ -597,6 +597,66 @@ Test(peer_fetch, one_controller_round_trip_per_request)
 
 /* Small chunks of one fetch travel several a message (one rendezvous),
  * each scattered into its own slot and verified on its own. */
+/* Byte @p b of small chunk @p k (key @p key). */
+static uint8_t small_byte(const kvf_key_t *key, uint32_t k, uint32_t b)
+{
+    return (uint8_t)(key->lo >> (b % 8) ^ b ^ k);
+}
+
+/* Stores @p n chunks of @p size bytes under @p keys through agent A. */
+static void small_store(const kvf_key_t *keys, uint32_t n, uint32_t size)
+{
+    kvf_slot_t *slots = calloc(n, sizeof(*slots));
+    uint64_t *sums    = calloc(n, sizeof(*sums));
+    kvf_client_t *c   = connect_to(0);
+    uint32_t k, b;
+
+    cr_assert((slots != NULL) && (sums != NULL));
+    cr_assert_eq(kvf_client_alloc(c, size, n, slots), KVF_OK, "%s",
+                 kvf_client_last_error(c));
+    for (k = 0; k < n; k++) {
+        uint8_t *p = (uint8_t *)kvf_client_pool_base(c) + slots[k].offset;
+
+        for (b = 0; b < size; b++) {
+            p[b] = small_byte(&keys[k], k, b);
+        }
+        sums[k] = kvf_chunk_checksum(p, size);
+    }
+    cr_assert_eq(kvf_client_commit(c, keys, slots, sums, n), KVF_OK);
+    kvf_client_disconnect(c);
+    free(slots);
+    free(sums);
+}
+
+/* Retrieves @p keys through @p c and checks that every chunk came, byte
+ * for byte. */
+static void small_check(kvf_client_t *c, const kvf_key_t *keys, uint32_t n,
+                        uint32_t size)
+{
+    kvf_slot_t *slots = calloc(n, sizeof(*slots));
+    bool *missing     = calloc(n, sizeof(*missing));
+    uint8_t *expect   = malloc(size);
+    uint32_t k, b;
+
+    cr_assert((slots != NULL) && (missing != NULL) && (expect != NULL));
+    cr_assert_eq(kvf_client_retrieve(c, keys, n, slots, missing), KVF_OK, "%s",
+                 kvf_client_last_error(c));
+    for (k = 0; k < n; k++) {
+        cr_assert(!missing[k], "chunk %u of %u missing", k, n);
+        cr_assert_eq(slots[k].length, size);
+        for (b = 0; b < size; b++) {
+            expect[b] = small_byte(&keys[k], k, b);
+        }
+        cr_assert(memcmp((uint8_t *)kvf_client_pool_base(c) + slots[k].offset,
+                         expect, size) == 0,
+                  "chunk %u differs", k);
+    }
+    cr_assert_eq(kvf_client_release(c, slots, n), KVF_OK);
+    free(slots);
+    free(missing);
+    free(expect);
+}
+
 Test(peer_fetch, small_chunks_travel_in_batches_byte_identical)
 {
     enum {
@@ -604,44 +664,13 @@ Test(peer_fetch, small_chunks_travel_in_batches_byte_identical)
         SMALL = 16u << 10
     };
     kvf_key_t keys[N];
-    kvf_slot_t slots[N];
-    uint64_t sums[N];
-    bool missing[N];
-    uint8_t expect[SMALL];
     kvf_client_t *c;
-    uint32_t k;
 
     chain(keys, N);
-    c = connect_to(0);
-    cr_assert_eq(kvf_client_alloc(c, SMALL, N, slots), KVF_OK);
-    for (k = 0; k < N; k++) {
-        uint8_t *p = (uint8_t *)kvf_client_pool_base(c) + slots[k].offset;
-        uint32_t b;
-
-        for (b = 0; b < SMALL; b++) {
-            p[b] = (uint8_t)(keys[k].lo >> (b % 8) ^ b ^ k);
-        }
-        sums[k] = kvf_chunk_checksum(p, SMALL);
-    }
-    cr_assert_eq(kvf_client_commit(c, keys, slots, sums, N), KVF_OK);
-    kvf_client_disconnect(c);
+    small_store(keys, N, SMALL);
     wait_hits(2, keys, N, N);
     c = connect_to(1);
-    cr_assert_eq(kvf_client_retrieve(c, keys, N, slots, missing), KVF_OK, "%s",
-                 kvf_client_last_error(c));
-    for (k = 0; k < N; k++) {
-        uint32_t b;
-
-        cr_assert(!missing[k], "chunk %u missing", k);
-        cr_assert_eq(slots[k].length, SMALL);
-        for (b = 0; b < SMALL; b++) {
-            expect[b] = (uint8_t)(keys[k].lo >> (b % 8) ^ b ^ k);
-        }
-        cr_assert(memcmp((uint8_t *)kvf_client_pool_base(c) + slots[k].offset,
-                         expect, SMALL) == 0,
-                  "chunk %u differs", k);
-    }
-    cr_assert_eq(kvf_client_release(c, slots, N), KVF_OK);
+    small_check(c, keys, N, SMALL);
     kvf_client_disconnect(c);
     /* 30 chunks in one message, none on its own */
     cr_assert_eq(metric(1, "kvf_agent_fetch_chunks_total{result=\"fetched\"} "),
@@ -663,17 +692,12 @@ Test(peer_fetch, prefetch_of_thousands_of_chunks_is_pipelined)
         N     = 2048,
         SMALL = 4096
     };
-    kvf_key_t *keys   = calloc(N, sizeof(*keys));
-    kvf_slot_t *slots = calloc(N, sizeof(*slots));
-    uint64_t *sums    = calloc(N, sizeof(*sums));
-    bool *missing     = calloc(N, sizeof(*missing));
-    uint8_t *expect   = malloc(SMALL);
+    kvf_key_t *keys = calloc(N, sizeof(*keys));
     kvf_lookup_result_t res;
     kvf_client_t *c;
-    uint32_t k, b;
+    uint32_t k;
 
-    cr_assert((keys != NULL) && (slots != NULL) && (sums != NULL) &&
-              (missing != NULL) && (expect != NULL));
+    cr_assert_not_null(keys);
     /* A and B again, with room for N blocks (64 KiB at the least) */
     g_pool = "160M";
     for (k = 0; k < 2; k++) {
@@ -683,43 +707,16 @@ Test(peer_fetch, prefetch_of_thousands_of_chunks_is_pipelined)
     for (k = 0; k < N; k++) {
         keys[k] = (kvf_key_t){.ns = 0x77, .hi = 0x5eed, .lo = k + 1};
     }
-    c = connect_to(0);
-    cr_assert_eq(kvf_client_alloc(c, SMALL, N, slots), KVF_OK, "%s",
-                 kvf_client_last_error(c));
-    for (k = 0; k < N; k++) {
-        uint8_t *p = (uint8_t *)kvf_client_pool_base(c) + slots[k].offset;
-
-        for (b = 0; b < SMALL; b++) {
-            p[b] = (uint8_t)(k * 31 + b * 7 + (b >> 8));
-        }
-        sums[k] = kvf_chunk_checksum(p, SMALL);
-    }
-    cr_assert_eq(kvf_client_commit(c, keys, slots, sums, N), KVF_OK);
-    kvf_client_disconnect(c);
+    small_store(keys, N, SMALL);
     wait_hits(2, keys, N, N);
     c = connect_to(1);
     cr_assert_eq(kvf_client_lookup(c, keys, N, true, &res), KVF_OK);
     cr_assert_eq(res.hit_chunks, N);
-    cr_assert_eq(kvf_client_retrieve(c, keys, N, slots, missing), KVF_OK, "%s",
-                 kvf_client_last_error(c));
-    for (k = 0; k < N; k++) {
-        cr_assert(!missing[k], "chunk %u of %u missing", k, N);
-        for (b = 0; b < SMALL; b++) {
-            expect[b] = (uint8_t)(k * 31 + b * 7 + (b >> 8));
-        }
-        cr_assert(memcmp((uint8_t *)kvf_client_pool_base(c) + slots[k].offset,
-                         expect, SMALL) == 0,
-                  "chunk %u differs", k);
-    }
-    cr_assert_eq(kvf_client_release(c, slots, N), KVF_OK);
+    small_check(c, keys, N, SMALL);
     kvf_client_disconnect(c);
     cr_assert_eq(metric(1, "kvf_agent_fetch_chunks_total{result=\"fetched\"} "),
                  N);
     free(keys);
-    free(slots);
-    free(sums);
-    free(missing);
-    free(expect);
 }
 
 /* The "transports" of node @p name in a nodes JSON document (kvfctl
