@@ -424,7 +424,8 @@ int kvf_bench_load_agent_main(int argc, char **argv)
     free(cs);
     free(ths);
     kvf_bench_load_stop(pids, 2);
-    return ((errors == 0) && (wrong == 0)) ? 0 : 1;
+    /* the logs stay only when something failed */
+    return kvf_bench_end(dir, ((errors == 0) && (wrong == 0)) ? 0 : 1);
 }
 
 /* ------------------------------------------------------- load-controller */
@@ -681,7 +682,8 @@ int kvf_bench_load_controller_main(int argc, char **argv)
     uint64_t errors = 0, t0;
     double seconds, took;
     pthread_t *ths;
-    pid_t pid = -1;
+    bool pid_started = false; /* dir made, a controller of ours */
+    pid_t pid        = -1;
     char addr[64];
     int rc, alive;
 
@@ -712,7 +714,8 @@ int kvf_bench_load_controller_main(int argc, char **argv)
             perror("mkdtemp");
             return 1;
         }
-        pid = kvf_bench_load_controller_spawn(dir, addr, sizeof(addr));
+        pid_started = true;
+        pid         = kvf_bench_load_controller_spawn(dir, addr, sizeof(addr));
         if (pid < 0) {
             return 1;
         }
@@ -793,5 +796,8 @@ out:
     free(ts);
     free(ths);
     kvf_bench_load_stop(&pid, 1);
+    if (pid_started) {
+        return kvf_bench_end(dir, (errors == 0) ? 0 : 1);
+    }
     return (errors == 0) ? 0 : 1;
 }
