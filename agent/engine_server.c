@@ -638,9 +638,8 @@ static kvf_status_t kvf_engine_conn_alloc_release(kvf_engine_conn_t *conn,
                                                   uint64_t offset)
 {
     kvf_pool_entry_t *entry;
-    uint64_t grant;
-
     kvf_status_t status;
+    uint64_t grant;
 
     entry = kvf_engine_staging_find(conn, offset, &grant);
     if (entry == NULL) {
