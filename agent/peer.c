@@ -27,7 +27,10 @@
  * holder's share, so two fetches from one requester (a prefetch and a
  * retrieve, two engines) fit too. */
 #define KVF_PEER_ASK_WINDOW (KVF_PEER_SERVE_PER_PEER / 2)
-#define KVF_PEER_HDR_MAX    KVF_MESH_HDR_MAX
+/* Keys one PEER_CHUNK without a chunk answers beside its own
+ * (PeerChunk.more_indexes): the frame stays inside the AM header. */
+#define KVF_PEER_GROUP_MAX 40u
+#define KVF_PEER_HDR_MAX   KVF_MESH_HDR_MAX
 /* PEER_CHUNKS: chunks up to this size travel several a message, up to
  * KVF_PEER_BATCH_MAX of them and KVF_PEER_BATCH_BYTES: one rendezvous for
  * all of them. Larger chunks go one a message (zero copy from the
@@ -481,6 +484,7 @@ static void kvf_peer_fetch_ask_more(kvf_peer_fetch_t *fetch,
         req.requester      = kvf_ctl_client_node_id(fetch->peer->ctl);
         req.requester_name = fetch->peer->name;
         req.batch          = true;
+        req.grouped        = true;
         status =
             kvf_mesh_send_frame(peer->mesh, ask->ep, KVF_MESH_AM_PEER_FETCH,
                                 KVF_MSG_PEER_FETCH, &req.base, peer->timeout_ns,
@@ -1048,6 +1052,29 @@ static kvf_peer_fetch_t *kvf_peer_fetch_find(kvf_peer_t *peer,
     return fetch;
 }
 
+/* The other keys a missed PEER_CHUNK answers (PeerChunk.more_indexes):
+ * each settles as a miss when it is one this fetch asked of @p ep and
+ * still waits for; anything else in the list is ignored. */
+static void kvf_peer_on_more_misses(kvf_peer_fetch_t *fetch,
+                                    const kvf_ucx_ep_t *ep,
+                                    const Kvf__PeerChunk *chunk)
+{
+    kvf_peer_item_t *item;
+    size_t j;
+
+    for (j = 0; (j < chunk->n_more_indexes) && (j < KVF_PEER_GROUP_MAX) &&
+                !fetch->done;
+         j++) {
+        if (chunk->more_indexes[j] >= fetch->num) {
+            continue;
+        }
+        item = &fetch->items[chunk->more_indexes[j]];
+        if ((item->state == KVF_PEER_ITEM_WAIT) && (item->ep == ep)) {
+            kvf_peer_item_settle(item, false);
+        }
+    }
+}
+
 /* Several chunks of one fetch in one message: each gets a slot, then one
  * receive scatters the payload over them. */
 static kvf_status_t kvf_peer_on_chunks(void *arg, const void *header,
@@ -1209,6 +1236,12 @@ static kvf_status_t kvf_peer_on_chunk(void *arg, const void *header,
     }
     if (chunk->status != KVF_OK) {
         kvf_peer_item_settle(item, false); /* the holder evicted it */
+        kvf_peer_on_more_misses(fetch, msg->reply_ep, chunk);
+        goto out;
+    }
+    if (chunk->n_more_indexes > 0) {
+        kvf_mesh_drop(peer->mesh, KVF_MESH_DROP_MALFORMED);
+        kvf_peer_item_settle(item, false); /* a chunk answers one key */
         goto out;
     }
     if ((peer->transports != NULL) &&
@@ -1298,18 +1331,83 @@ static void kvf_peer_on_served(kvf_status_t status, void *arg)
     peer->serve_free = serve;
 }
 
+/* Keys of one PEER_FETCH answered without a chunk (missed, busy, refused)
+ * and gathered, when the requester takes it (PeerFetch.grouped), into one
+ * PEER_CHUNK of up to KVF_PEER_GROUP_MAX + 1 indexes with the same status
+ * (PeerChunk.more_indexes): many evicted keys cost a few messages, not a
+ * UCX operation each. At most 40 more indexes keep the frame inside the
+ * AM header whatever the indexes and the name (KVF_PEER_GROUP_MAX). */
+
+typedef struct kvf_peer_group {
+    kvf_ucx_ep_t *ep;
+    uint64_t request_id;
+    bool is_grouped; /* the requester takes more_indexes */
+    int32_t status;  /* of the indexes gathered */
+    uint32_t n;
+    uint32_t indexes[KVF_PEER_GROUP_MAX + 1];
+} kvf_peer_group_t;
+
+/* Sends the gathered answer, if any. */
+static void kvf_peer_group_flush(kvf_peer_t *peer, kvf_peer_group_t *g)
+{
+    static char no_name[] = "";
+    uint8_t hdr[KVF_PEER_HDR_MAX];
+    Kvf__PeerChunk chunk;
+    size_t len = 0;
+
+    if (g->n == 0) {
+        return;
+    }
+    kvf__peer_chunk__init(&chunk);
+    chunk.request_id     = g->request_id;
+    chunk.index          = g->indexes[0];
+    chunk.status         = g->status;
+    chunk.n_more_indexes = g->n - 1;
+    chunk.more_indexes   = (g->n > 1) ? &g->indexes[1] : NULL;
+    /* long names stay out of the (bounded) AM header */
+    chunk.holder_name = (strlen(peer->name) < 64) ? peer->name : no_name;
+    g->n              = 0;
+    if (kvf_frame_pack(hdr, sizeof(hdr), KVF_MSG_PEER_CHUNK, 0, &chunk.base,
+                       KVF_PEER_HDR_MAX, &len) == KVF_OK) {
+        kvf_ucx_am_send(g->ep, KVF_MESH_AM_PEER_CHUNK, hdr, len, NULL, 0, NULL,
+                        KVF_UCX_AM_SEND_EAGER, peer->timeout_ns,
+                        kvf_peer_on_miss_sent, NULL);
+    }
+}
+
+/* Answers key @p index of request @p request_id with @p status and no
+ * chunk: gathered in @p g (NULL: sent at once). */
+static void kvf_peer_answer_miss(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
+                                 uint64_t request_id, uint32_t index,
+                                 int32_t status, kvf_peer_group_t *g)
+{
+    kvf_peer_group_t one = {.ep = ep, .request_id = request_id};
+
+    if ((g == NULL) || !g->is_grouped) {
+        g = &one;
+    } else if ((g->n > 0) && (g->status != status)) {
+        kvf_peer_group_flush(peer, g);
+    }
+    g->status          = status;
+    g->indexes[g->n++] = index;
+    if ((g == &one) || (g->n == KVF_PEER_GROUP_MAX + 1)) {
+        kvf_peer_group_flush(peer, g);
+    }
+}
+
 static bool kvf_peer_serve_from_disk(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
                                      uint64_t request_id, uint32_t index,
                                      const kvf_key_t *key,
                                      kvf_peer_link_stats_t *link);
 
-/* Answers one key: the chunk zero-copy from the pool, or a miss. A key on
- * this node's disk only is read back first (@p is_disk_retry: the read is
- * done, whatever it gave). */
+/* Answers one key: the chunk zero-copy from the pool, or a miss (gathered
+ * in @p g when not NULL). A key on this node's disk only is read back first
+ * (@p is_disk_retry: the read is done, whatever it gave). */
 static void kvf_peer_serve_one(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
                                uint64_t request_id, uint32_t index,
                                const kvf_key_t *key,
-                               kvf_peer_link_stats_t *link, bool is_disk_retry)
+                               kvf_peer_link_stats_t *link, bool is_disk_retry,
+                               kvf_peer_group_t *g)
 {
     static char no_name[] = "";
     uint8_t hdr[KVF_PEER_HDR_MAX];
@@ -1337,21 +1435,17 @@ static void kvf_peer_serve_one(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
             return; /* answered when the read lands */
         }
     }
-    if (entry != NULL) {
-        chunk.status   = KVF_OK;
-        chunk.length   = kvf_pool_entry_length(entry);
-        chunk.checksum = kvf_pool_entry_checksum(entry);
+    if (entry == NULL) {
+        peer->stats.serve_misses++;
+        kvf_peer_answer_miss(peer, ep, request_id, index, chunk.status, g);
+        return;
     }
+    chunk.status   = KVF_OK;
+    chunk.length   = kvf_pool_entry_length(entry);
+    chunk.checksum = kvf_pool_entry_checksum(entry);
     if (kvf_frame_pack(hdr, sizeof(hdr), KVF_MSG_PEER_CHUNK, 0, &chunk.base,
                        KVF_PEER_HDR_MAX, &len) != KVF_OK) {
         goto err_put;
-    }
-    if (entry == NULL) {
-        peer->stats.serve_misses++;
-        kvf_ucx_am_send(ep, KVF_MESH_AM_PEER_CHUNK, hdr, len, NULL, 0, NULL,
-                        KVF_UCX_AM_SEND_EAGER, peer->timeout_ns,
-                        kvf_peer_on_miss_sent, NULL);
-        return;
     }
     peer->serve_free = serve->next_free;
     serve->entry     = entry;
@@ -1395,7 +1489,7 @@ static void kvf_peer_on_disk_read(void *arg, uint32_t promoted, uint32_t failed)
     ds->is_used = false;
     ds->ep      = NULL;
     kvf_peer_serve_one(ds->peer, ep, ds->request_id, ds->index, &key, ds->link,
-                       true);
+                       true, NULL);
     kvf_ucx_ep_put(ep);
 }
 
@@ -1541,26 +1635,6 @@ static bool kvf_peer_serve_batched(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
     return true;
 }
 
-/* Answers one key with KVF_ERR_UNSUPPORTED (expect_transports). */
-static void kvf_peer_serve_refuse(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
-                                  uint64_t request_id, uint32_t index)
-{
-    uint8_t hdr[KVF_PEER_HDR_MAX];
-    Kvf__PeerChunk chunk;
-    size_t len = 0;
-
-    kvf__peer_chunk__init(&chunk);
-    chunk.request_id = request_id;
-    chunk.index      = index;
-    chunk.status     = KVF_ERR_UNSUPPORTED;
-    if (kvf_frame_pack(hdr, sizeof(hdr), KVF_MSG_PEER_CHUNK, 0, &chunk.base,
-                       KVF_PEER_HDR_MAX, &len) == KVF_OK) {
-        kvf_ucx_am_send(ep, KVF_MESH_AM_PEER_CHUNK, hdr, len, NULL, 0, NULL,
-                        KVF_UCX_AM_SEND_EAGER, peer->timeout_ns,
-                        kvf_peer_on_miss_sent, NULL);
-    }
-}
-
 /* A requester says a chunk we served failed verification: check it here
  * (the requester's word alone evicts nothing). */
 static kvf_status_t kvf_peer_on_bad(void *arg, const void *header,
@@ -1594,6 +1668,7 @@ static kvf_status_t kvf_peer_on_fetch(void *arg, const void *header,
     const Kvf__PeerFetch *req;
     static const uint16_t types[] = {KVF_MSG_PEER_FETCH};
     kvf_peer_batch_t *batch       = NULL;
+    kvf_peer_group_t group        = {0};
     kvf_peer_link_stats_t *link;
     kvf_frame_t frame;
     size_t n, i;
@@ -1616,8 +1691,11 @@ static kvf_status_t kvf_peer_on_fetch(void *arg, const void *header,
         }
         return KVF_OK;
     }
-    req = (const Kvf__PeerFetch *)frame.msg;
-    n   = req->keys.len / KVF_KEY_WIRE_SIZE;
+    req              = (const Kvf__PeerFetch *)frame.msg;
+    n                = req->keys.len / KVF_KEY_WIRE_SIZE;
+    group.ep         = msg->reply_ep;
+    group.request_id = req->request_id;
+    group.is_grouped = req->grouped;
     if ((req->keys.len % KVF_KEY_WIRE_SIZE != 0) || (n != req->n_indexes) ||
         (n > KVF_PEER_MAX_KEYS)) {
         kvf_mesh_drop(peer->mesh, KVF_MESH_DROP_MALFORMED);
@@ -1633,9 +1711,10 @@ static kvf_status_t kvf_peer_on_fetch(void *arg, const void *header,
                               req->requester_name)) {
         /* not over a transport we expect: every key answered refused */
         for (i = 0; i < n; i++) {
-            kvf_peer_serve_refuse(peer, msg->reply_ep, req->request_id,
-                                  req->indexes[i]);
+            kvf_peer_answer_miss(peer, msg->reply_ep, req->request_id,
+                                 req->indexes[i], KVF_ERR_UNSUPPORTED, &group);
         }
+        kvf_peer_group_flush(peer, &group);
         kvf_frame_release(&frame, NULL);
         return KVF_OK;
     }
@@ -1647,11 +1726,12 @@ static kvf_status_t kvf_peer_on_fetch(void *arg, const void *header,
             continue;
         }
         kvf_peer_serve_one(peer, msg->reply_ep, req->request_id,
-                           req->indexes[i], &key, link, false);
+                           req->indexes[i], &key, link, false, &group);
     }
     if (batch != NULL) {
         kvf_peer_batch_send(peer, msg->reply_ep, batch, link);
     }
+    kvf_peer_group_flush(peer, &group);
     kvf_frame_release(&frame, NULL);
     return KVF_OK;
 }

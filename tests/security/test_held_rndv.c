@@ -114,3 +114,59 @@ Test(held, a_peer_holding_rendezvous_does_not_block_others)
                  got, KEYS);
     cr_assert(kvf_test_proc_alive(&g_c.a.proc));
 }
+
+/* Sends a PEER_FETCH of @p n keys nobody holds to A from @p rogue, with or
+ * without PeerFetch.grouped, and returns how many PEER_CHUNKs came back. */
+static unsigned ask_unknown(kvf_rogue_t *rogue, uint32_t n, bool grouped)
+{
+    static uint8_t keybuf[ASKS * KVF_KEY_WIRE_SIZE];
+    static uint32_t indexes[ASKS];
+    static uint8_t frame[ASKS * (KVF_KEY_WIRE_SIZE + 8) + 1024];
+    static char name[] = "rogue";
+    unsigned before    = kvf_rogue_received(rogue, KVF_MESH_AM_PEER_CHUNK);
+    Kvf__PeerFetch req;
+    kvf_key_t key;
+    size_t len = 0;
+    uint32_t k;
+
+    cr_assert_leq(n, ASKS);
+    for (k = 0; k < n; k++) {
+        key = (kvf_key_t){.ns = 1, .hi = 0xdead, .lo = k};
+        kvf_key_pack(&key, keybuf + k * KVF_KEY_WIRE_SIZE);
+        indexes[k] = k;
+    }
+    kvf__peer_fetch__init(&req);
+    req.request_id     = grouped ? 9 : 8;
+    req.keys.data      = keybuf;
+    req.keys.len       = (size_t)n * KVF_KEY_WIRE_SIZE;
+    req.n_indexes      = n;
+    req.indexes        = indexes;
+    req.requester      = 99;
+    req.requester_name = name;
+    req.batch          = true;
+    req.grouped        = grouped;
+    cr_assert_eq(kvf_frame_pack(frame, sizeof(frame), KVF_MSG_PEER_FETCH, 0,
+                                &req.base, sizeof(frame), &len),
+                 KVF_OK);
+    cr_assert_eq(kvf_rogue_send(rogue, KVF_MESH_AM_PEER_FETCH, NULL, 0, frame,
+                                len, false),
+                 KVF_OK);
+    kvf_rogue_progress(rogue, 1000);
+    return kvf_rogue_received(rogue, KVF_MESH_AM_PEER_CHUNK) - before;
+}
+
+/* Misses cost the holder a message (and a UCX operation) per 41 keys, not
+ * per key, when the requester takes grouped answers (our agents do): a
+ * burst of fetches of evicted keys cannot use up its operations. */
+Test(held, misses_are_answered_in_groups)
+{
+    kvf_rogue_t *rogue = kvf_rogue_create(g_c.a.data);
+    unsigned single, grouped;
+
+    single  = ask_unknown(rogue, 400, false);
+    grouped = ask_unknown(rogue, 400, true);
+    kvf_rogue_destroy(rogue);
+    cr_assert_eq(single, 400, "one PEER_CHUNK per missed key without grouping");
+    cr_assert_eq(grouped, (400 + 40) / 41, "41 missed keys a PEER_CHUNK");
+    cr_assert(kvf_test_proc_alive(&g_c.a.proc));
+}
