@@ -15,26 +15,46 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-void kvf_pd_tick_arm(kvf_pd_t *pd)
+void kvf_pd_tick_arm(kvf_pd_t *pd, uint64_t at_ns)
 {
-    struct timeval tv = {0, KVF_PD_TICK_US};
+    uint64_t now = kvf_time_now_ns();
+    struct timeval tv;
 
-    if (!evtimer_pending(pd->tick_ev, NULL)) {
-        evtimer_add(pd->tick_ev, &tv);
+    at_ns = (at_ns > now) ? at_ns : now; /* due already: at once */
+    if ((pd->tick_at_ns != 0) && (pd->tick_at_ns <= at_ns) &&
+        evtimer_pending(pd->tick_ev, NULL)) {
+        return; /* it fires sooner already */
+    }
+    tv             = kvf_time_to_timeval(at_ns - now);
+    pd->tick_at_ns = at_ns;
+    evtimer_add(pd->tick_ev, &tv); /* re-arms a pending one */
+}
+
+void kvf_pd_req_touch(kvf_pd_t *pd, kvf_pd_req_t *req)
+{
+    uint64_t soonest = (pd->push_timeout_ns < pd->claim_timeout_ns)
+                           ? pd->push_timeout_ns
+                           : pd->claim_timeout_ns;
+
+    req->touched_ns = kvf_time_now_ns();
+    if (pd->tick_ev != NULL) {
+        kvf_pd_tick_arm(pd, req->touched_ns + soonest);
     }
 }
 
 static void kvf_pd_on_tick(evutil_socket_t fd, short what, void *arg)
 {
     kvf_pd_t *pd = arg;
-    uint64_t now = kvf_time_now_ns();
+    uint64_t now = kvf_time_now_ns(), next, d;
 
-    kvf_pd_tick_sender(pd, now);
+    pd->tick_at_ns = 0;
+    next           = kvf_pd_tick_sender(pd, now);
     if (pd->region != NULL) {
-        kvf_pd_tick_decoder(pd, now);
+        d    = kvf_pd_tick_decoder(pd, now);
+        next = (d < next) ? d : next;
     }
-    if ((pd->pushes != NULL) || (pd->reqs != NULL) || (pd->queue != NULL)) {
-        kvf_pd_tick_arm(pd);
+    if (next != UINT64_MAX) {
+        kvf_pd_tick_arm(pd, next);
     }
 }
 
@@ -173,9 +193,6 @@ static kvf_status_t kvf_pd_on_ctrl(void *arg, const void *header,
         break; /* kvf_mesh_decode let only these types through */
     }
     kvf_frame_release(&frame, NULL);
-    if (pd->tick_ev != NULL) {
-        kvf_pd_tick_arm(pd);
-    }
     return KVF_OK;
 }
 

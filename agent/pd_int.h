@@ -19,7 +19,6 @@
 #define KVF_PD_MAX_CHUNKS   65536u /* chunks in one push */
 #define KVF_PD_HDR_MAX      KVF_MESH_HDR_MAX
 #define KVF_PD_DECODER_MAX  128u /* bytes of a decoder name, with the NUL */
-#define KVF_PD_TICK_US      10000
 #define KVF_PD_MESSAGE_SIZE 256
 
 /* ---------------------------------------------------------- structures */
@@ -196,12 +195,18 @@ struct kvf_pd {
     kvf_pd_push_t *pushes;
     kvf_pd_open_t *opens;
     struct event *tick_ev;
+    uint64_t tick_at_ns; /* when tick_ev fires (0: not armed) */
     kvf_pd_stats_t stats;
     bool is_draining; /* new requests refused; open ones complete */
 };
 
 /* pd.c */
-void kvf_pd_tick_arm(kvf_pd_t *pd);
+/* The one PD timer fires by @p at_ns (monotonic ns) at the latest: every
+ * deadline a PD object gets arms it (kvf_pd_tick_arm); each firing acts on
+ * what is due and re-arms at the nearest deadline left. No fixed tick. */
+void kvf_pd_tick_arm(kvf_pd_t *pd, uint64_t at_ns);
+/* @p req saw activity now: its quiet and claim deadlines start again. */
+void kvf_pd_req_touch(kvf_pd_t *pd, kvf_pd_req_t *req);
 
 /* pd_send.c */
 void kvf_pd_push_maybe_complete(kvf_pd_push_t *push);
@@ -219,7 +224,9 @@ void kvf_pd_on_alloc_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
                            const Kvf__PdAllocReply *m);
 void kvf_pd_on_done_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
                           const Kvf__PdDoneReply *m);
-void kvf_pd_tick_sender(kvf_pd_t *pd, uint64_t now);
+/* Act on what is due at @p now; return the nearest deadline left
+ * (UINT64_MAX: none). */
+uint64_t kvf_pd_tick_sender(kvf_pd_t *pd, uint64_t now);
 
 /* pd_recv.c */
 kvf_pd_req_t *kvf_pd_req_find(kvf_pd_t *pd, uint64_t id);
@@ -236,6 +243,6 @@ void kvf_pd_on_done(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdDone *m);
 void kvf_pd_on_abort(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAbort *m);
 kvf_status_t kvf_pd_on_data(void *arg, const void *header, size_t header_len,
                             const kvf_ucx_am_msg_t *msg);
-void kvf_pd_tick_decoder(kvf_pd_t *pd, uint64_t now);
+uint64_t kvf_pd_tick_decoder(kvf_pd_t *pd, uint64_t now);
 
 #endif /* KVF_AGENT_PD_INT_H */

@@ -65,8 +65,8 @@ static kvf_pd_req_t *kvf_pd_req_create(kvf_pd_t *pd, uint64_t id)
     }
     kh_value(&pd->reqs_by_id, it) = req;
     req->id                       = id;
-    req->touched_ns               = kvf_time_now_ns();
-    req->next                     = pd->reqs;
+    kvf_pd_req_touch(pd, req);
+    req->next = pd->reqs;
     if (pd->reqs != NULL) {
         pd->reqs->prev = req;
     }
@@ -334,10 +334,10 @@ void kvf_pd_req_abort(kvf_pd_t *pd, kvf_pd_req_t *req, kvf_status_t reason,
     }
     kvf_pd_req_free_slots(pd, req);
     kvf_ucx_ep_put(req->src);
-    req->src        = NULL;
-    req->state      = KVF_PD_REQ_ABORTED;
-    req->reason     = reason;
-    req->touched_ns = kvf_time_now_ns();
+    req->src    = NULL;
+    req->state  = KVF_PD_REQ_ABORTED;
+    req->reason = reason;
+    kvf_pd_req_touch(pd, req);
     snprintf(message, sizeof(message), "PD request %llu was aborted: %s",
              (unsigned long long)req->id, why);
     kvf_pd_req_notify(pd, req, KVF_ERR_CANCELED, message);
@@ -350,7 +350,7 @@ static void kvf_pd_batch_reserved(kvf_pd_t *pd, kvf_pd_batch_t *batch)
     kvf_pd_req_t *req = batch->req;
 
     batch->is_reserved = true;
-    req->touched_ns    = kvf_time_now_ns();
+    kvf_pd_req_touch(pd, req);
     kvf_pd_reply_alloc(pd, req->src, req->id, batch->ticket, KVF_OK, "", batch);
 }
 
@@ -494,8 +494,8 @@ void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAlloc *m)
         kvf_ucx_ep_hold(ep);
         req->src = ep;
     }
-    req->state      = KVF_PD_REQ_RECEIVING;
-    req->touched_ns = kvf_time_now_ns();
+    req->state = KVF_PD_REQ_RECEIVING;
+    kvf_pd_req_touch(pd, req);
     if (footprint > kvf_pd_region_size(pd->region) - req->footprint) {
         snprintf(message, sizeof(message),
                  "PD request %llu needs %llu bytes; the receive region of %s "
@@ -577,7 +577,7 @@ void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAlloc *m)
     pd->queue_len++;
     pd->stats.queue_depth = pd->queue_len;
     pd->stats.alloc_waits++;
-    kvf_pd_tick_arm(pd);
+    kvf_pd_tick_arm(pd, batch->deadline_ns);
 }
 
 /* Recomputes every chunk's checksum where it landed. */
@@ -680,7 +680,7 @@ static void kvf_pd_batch_try_complete(kvf_pd_t *pd, kvf_pd_batch_t *batch)
     req->num += batch->num;
     batch->is_reserved = false;
     req->batch         = NULL;
-    req->touched_ns    = kvf_time_now_ns();
+    kvf_pd_req_touch(pd, req);
     pd->stats.batches_received++;
     kvf_pd_reply_done(pd, req->src, req->id, batch->ticket, KVF_OK, "");
     if (batch->is_final) {
@@ -884,7 +884,7 @@ static void kvf_pd_on_data_recv(kvf_status_t status, void *arg)
     } else {
         batch->is_failed = true;
     }
-    batch->req->touched_ns = kvf_time_now_ns();
+    kvf_pd_req_touch(pd, batch->req);
     kvf_pd_batch_try_complete(pd, batch);
 }
 
@@ -937,7 +937,7 @@ void kvf_pd_wait_submit(kvf_pd_t *pd, void *engine, uint64_t request_id,
         kvf_pd_req_unlink(pd, req); /* the tombstone was read */
         break;
     default:
-        kvf_pd_tick_arm(pd);
+        kvf_pd_tick_arm(pd, req->wait_deadline_ns);
         break;
     }
 }
@@ -963,8 +963,40 @@ kvf_status_t kvf_pd_request_release(kvf_pd_t *pd, void *engine,
     return KVF_OK;
 }
 
+/* The nearest deadline of what the decoder side holds (UINT64_MAX: none):
+ * reservations waiting for room, waits, quiet senders, unclaimed requests
+ * and the tombstones of aborted ones. */
+static uint64_t kvf_pd_decoder_next(const kvf_pd_t *pd)
+{
+    uint64_t soonest = UINT64_MAX, d;
+    const kvf_pd_batch_t *batch;
+    const kvf_pd_req_t *req;
+
+    for (batch = pd->queue; batch != NULL; batch = batch->next_queued) {
+        soonest = (batch->deadline_ns < soonest) ? batch->deadline_ns : soonest;
+    }
+    for (req = pd->reqs; req != NULL; req = req->next) {
+        d = UINT64_MAX;
+        if (req->wait_cb != NULL) {
+            d = req->wait_deadline_ns;
+        }
+        if ((req->state == KVF_PD_REQ_RECEIVING) &&
+            ((req->batch == NULL) || !req->batch->is_queued) &&
+            (req->touched_ns + pd->push_timeout_ns < d)) {
+            d = req->touched_ns + pd->push_timeout_ns;
+        }
+        if (((req->state == KVF_PD_REQ_READY) ||
+             ((req->state == KVF_PD_REQ_ABORTED) && (req->wait_cb == NULL))) &&
+            (req->touched_ns + pd->claim_timeout_ns < d)) {
+            d = req->touched_ns + pd->claim_timeout_ns;
+        }
+        soonest = (d < soonest) ? d : soonest;
+    }
+    return soonest;
+}
+
 /* Deadlines of the decoder side. */
-void kvf_pd_tick_decoder(kvf_pd_t *pd, uint64_t now)
+uint64_t kvf_pd_tick_decoder(kvf_pd_t *pd, uint64_t now)
 {
     char message[KVF_PD_MESSAGE_SIZE];
     kvf_pd_batch_t *batch;
@@ -1029,4 +1061,5 @@ void kvf_pd_tick_decoder(kvf_pd_t *pd, uint64_t now)
             kvf_pd_req_unlink(pd, req);
         }
     }
+    return kvf_pd_decoder_next(pd);
 }

@@ -590,13 +590,14 @@ kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, const kvf_pd_push_args_t *args)
     push->deadline_ns = kvf_time_deadline_ns(pd->push_timeout_ns);
     snprintf(push->decoder, sizeof(push->decoder), "%s", args->decoder);
     push->next = pd->pushes;
-    kvf_pd_tick_arm(pd);
+    kvf_pd_tick_arm(pd, push->deadline_ns);
     if (kvf_pd_push_is_busy(pd, push->request_id)) {
         pd->pushes = push;
         kvf_pd_push_finish(push, KVF_ERR_BUSY,
                            "PD request %llu already has a push in progress",
                            (unsigned long long)push->request_id);
-        return KVF_OK; /* completes on the next tick, never inside */
+        kvf_pd_tick_arm(pd, 0); /* completes from the loop, never inside */
+        return KVF_OK;
     }
     pd->pushes = push;
     address    = kvf_mesh_node_by_name(pd->mesh, push->decoder);
@@ -609,6 +610,7 @@ kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, const kvf_pd_push_args_t *args)
                            "not registered with the controller: cannot find "
                            "decoder %s",
                            push->decoder);
+        kvf_pd_tick_arm(pd, 0); /* completes from the loop, never inside */
         return KVF_OK;
     }
     push->pending_ctl++;
@@ -624,9 +626,10 @@ err_put:
     return status;
 }
 
-void kvf_pd_tick_sender(kvf_pd_t *pd, uint64_t now)
+uint64_t kvf_pd_tick_sender(kvf_pd_t *pd, uint64_t now)
 {
     kvf_pd_push_t *push, *next;
+    uint64_t soonest = UINT64_MAX;
 
     for (push = pd->pushes; push != NULL; push = next) {
         next = push->next;
@@ -644,7 +647,13 @@ void kvf_pd_tick_sender(kvf_pd_t *pd, uint64_t now)
             /* operations still in flight end by their own deadline (the
              * push's), so the chunks come back soon after */
         }
-        /* completes pushes that finished without anything in flight */
+        if ((push->state != KVF_PD_PUSH_FINISHED) &&
+            (push->deadline_ns < soonest)) {
+            soonest = push->deadline_ns;
+        }
+        /* completes pushes that finished without anything in flight (the
+         * rest complete from their last operation's callback) */
         kvf_pd_push_maybe_complete(push);
     }
+    return soonest;
 }
