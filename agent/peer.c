@@ -30,7 +30,12 @@
 /* Keys one PEER_CHUNK without a chunk answers beside its own
  * (PeerChunk.more_indexes): the frame stays inside the AM header. */
 #define KVF_PEER_GROUP_MAX 40u
-#define KVF_PEER_HDR_MAX   KVF_MESH_HDR_MAX
+/* A key answered busy (the holder had its share of sends to us in flight:
+ * it counts a send until UCX completes it, after our receive) is asked
+ * again this long after, at most this many times, then it is a miss. */
+#define KVF_PEER_BUSY_RETRY_US 1000
+#define KVF_PEER_BUSY_RETRIES  32u
+#define KVF_PEER_HDR_MAX       KVF_MESH_HDR_MAX
 /* PEER_CHUNKS: chunks up to this size travel several a message, up to
  * KVF_PEER_BATCH_MAX of them and KVF_PEER_BATCH_BYTES: one rendezvous for
  * all of them. Larger chunks go one a message (zero copy from the
@@ -65,6 +70,7 @@ typedef struct kvf_peer_item {
     /* the same-host copy missed it: ask the holder over UCX, which also
      * serves chunks its pool spilled to disk */
     bool is_local_missed;
+    uint8_t busy_retries; /* times the holder answered busy */
     /* one transfer per key: a fetch asking for a key that an earlier fetch
      * is already getting (a prefetch, then the retrieve) follows it */
     struct kvf_peer_item *leader;        /* FOLLOW: the item we wait on */
@@ -289,23 +295,28 @@ static void kvf_peer_item_unfollow(kvf_peer_item_t *item)
     item->leader = NULL;
 }
 
-/* A key asked of @p holder settled: its window has room again; more are
- * asked from the loop (never from inside a settle). */
-static void kvf_peer_ask_settled(kvf_peer_fetch_t *fetch, uint32_t holder)
+/* The window of @p holder in @p fetch, or NULL. */
+static kvf_peer_ask_t *kvf_peer_ask_of(kvf_peer_fetch_t *fetch, uint32_t holder)
 {
     uint32_t i;
 
     for (i = 0; i < fetch->num_asks; i++) {
-        kvf_peer_ask_t *ask = &fetch->asks[i];
+        if (fetch->asks[i].holder == holder) {
+            return &fetch->asks[i];
+        }
+    }
+    return NULL;
+}
 
-        if (ask->holder != holder) {
-            continue;
-        }
-        if ((--ask->outstanding <= KVF_PEER_ASK_WINDOW / 2) &&
-            (ask->next < fetch->num) && !fetch->done) {
-            event_active(fetch->ask_ev, EV_TIMEOUT, 1);
-        }
-        return;
+/* A key asked of @p holder settled: its window has room again; more are
+ * asked from the loop (never from inside a settle). */
+static void kvf_peer_ask_settled(kvf_peer_fetch_t *fetch, uint32_t holder)
+{
+    kvf_peer_ask_t *ask = kvf_peer_ask_of(fetch, holder);
+
+    if ((ask != NULL) && (--ask->outstanding <= KVF_PEER_ASK_WINDOW / 2) &&
+        (ask->next < fetch->num) && !fetch->done) {
+        event_active(fetch->ask_ev, EV_TIMEOUT, 1);
     }
 }
 
@@ -1052,6 +1063,31 @@ static kvf_peer_fetch_t *kvf_peer_fetch_find(kvf_peer_t *peer,
     return fetch;
 }
 
+/* The holder answered item @p index busy: ask for it again shortly, from
+ * the loop; a miss after KVF_PEER_BUSY_RETRIES tries. */
+static void kvf_peer_item_busy(kvf_peer_fetch_t *fetch, uint32_t index)
+{
+    kvf_peer_item_t *item = &fetch->items[index];
+    kvf_peer_ask_t *ask   = kvf_peer_ask_of(fetch, item->holder);
+    struct timeval tv     = {0, KVF_PEER_BUSY_RETRY_US};
+
+    if ((ask == NULL) || fetch->done ||
+        (item->busy_retries >= KVF_PEER_BUSY_RETRIES)) {
+        kvf_peer_item_settle(item, false);
+        return;
+    }
+    item->busy_retries++;
+    fetch->peer->stats.fetch_busy_retries++;
+    item->ep = NULL; /* not asked any more: asked again below */
+    ask->outstanding--;
+    if (index < ask->next) {
+        ask->next = index;
+    }
+    if (!evtimer_pending(fetch->ask_ev, NULL)) {
+        evtimer_add(fetch->ask_ev, &tv);
+    }
+}
+
 /* The other keys a missed PEER_CHUNK answers (PeerChunk.more_indexes):
  * each settles as a miss when it is one this fetch asked of @p ep and
  * still waits for; anything else in the list is ignored. */
@@ -1069,7 +1105,12 @@ static void kvf_peer_on_more_misses(kvf_peer_fetch_t *fetch,
             continue;
         }
         item = &fetch->items[chunk->more_indexes[j]];
-        if ((item->state == KVF_PEER_ITEM_WAIT) && (item->ep == ep)) {
+        if ((item->state != KVF_PEER_ITEM_WAIT) || (item->ep != ep)) {
+            continue;
+        }
+        if (chunk->status == KVF_ERR_BUSY) {
+            kvf_peer_item_busy(fetch, chunk->more_indexes[j]);
+        } else {
             kvf_peer_item_settle(item, false);
         }
     }
@@ -1232,6 +1273,11 @@ static kvf_status_t kvf_peer_on_chunk(void *arg, const void *header,
                                           : "?",
                   item->holder);
         item = NULL;
+        goto out;
+    }
+    if (chunk->status == KVF_ERR_BUSY) {
+        kvf_peer_item_busy(fetch, chunk->index); /* asked again soon */
+        kvf_peer_on_more_misses(fetch, msg->reply_ep, chunk);
         goto out;
     }
     if (chunk->status != KVF_OK) {

@@ -109,6 +109,7 @@ int kvf_bench_p2p_main(int argc, char **argv)
     uint8_t *expect  = NULL;
     uint32_t *tokens = NULL;
     bool *missing = NULL, verified = true;
+    uint64_t nmissing = 0, nwrong = 0;
     size_t got, i, nb = 0, k;
     double gbps, ceiling = 0.0, ceiling_sleep = 0.0, mc = 0.0;
     bool shm;
@@ -249,6 +250,7 @@ int kvf_bench_p2p_main(int argc, char **argv)
         for (k = 0; k < n; k++) {
             if (missing[k]) {
                 verified = false;
+                nmissing++;
                 continue;
             }
             kvf_bench_p2p_fill(&keys[i + k], expect, b.o.chunk_size);
@@ -256,6 +258,7 @@ int kvf_bench_p2p_main(int argc, char **argv)
                 (memcmp((uint8_t *)kvf_client_pool_base(c) + slots[k].offset,
                         expect, b.o.chunk_size) != 0)) {
                 verified = false;
+                nwrong++;
             }
             bytes += slots[k].length;
         }
@@ -293,6 +296,7 @@ int kvf_bench_p2p_main(int argc, char **argv)
            "\"chunk_size\":%" PRIu64 ",\"chunks\":%" PRIu64
            ",\"batch\":%" PRIu64 ",\"GBps\":%.2f"
            ",\"p50_us\":%.0f,\"p99_us\":%.0f,\"verified\":%s"
+           ",\"missing_chunks\":%" PRIu64 ",\"wrong_chunks\":%" PRIu64
            ",\"perftest_am_bw_GBps\":%.2f,\"pct_of_perftest\":%.0f"
            ",\"perftest_am_bw_sleep_GBps\":%.2f,\"pct_of_perftest_sleep\":%.0f"
            ",\"holder_cpu_us_per_chunk\":%.1f"
@@ -302,7 +306,7 @@ int kvf_bench_p2p_main(int argc, char **argv)
            b.o.chunk_size, b.o.chunks, b.o.batch, gbps,
            (double)kvf_bench_percentile(lat, nb, 50) / 1000.0,
            (double)kvf_bench_percentile(lat, nb, 99) / 1000.0,
-           verified ? "true" : "false", ceiling,
+           verified ? "true" : "false", nmissing, nwrong, ceiling,
            (ceiling > 0) ? 100.0 * gbps / ceiling : 0.0, ceiling_sleep,
            (ceiling_sleep > 0) ? 100.0 * gbps / ceiling_sleep : 0.0,
            (double)cpu_ns[0] / 1000.0 / (double)b.o.chunks,
