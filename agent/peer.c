@@ -1809,23 +1809,20 @@ kvf_status_t kvf_peer_create(const kvf_peer_params_t *params,
         (params->timeout_ns > 0) ? params->timeout_ns : 5 * KVF_NSEC_PER_SEC;
     snprintf(peer->name, sizeof(peer->name), "%s",
              (params->name != NULL) ? params->name : "agent");
-    peer->serves = calloc(KVF_PEER_SERVE_MAX, sizeof(*peer->serves));
-    peer->base   = params->base;
-    if (peer->serves == NULL) {
+    peer->serves  = calloc(KVF_PEER_SERVE_MAX, sizeof(*peer->serves));
+    peer->batches = calloc(KVF_PEER_BATCHES, sizeof(*peer->batches));
+    peer->base    = params->base;
+    if ((peer->serves == NULL) || (peer->batches == NULL)) {
         status = KVF_ERR_NO_MEMORY;
         goto err;
     }
+    /* the free lists of single sends and of batched ones */
     for (i = 0; i < KVF_PEER_SERVE_MAX; i++) {
         peer->serves[i].peer = peer;
         peer->serves[i].next_free =
             (i + 1 < KVF_PEER_SERVE_MAX) ? &peer->serves[i + 1] : NULL;
     }
     peer->serve_free = &peer->serves[0];
-    peer->batches    = calloc(KVF_PEER_BATCHES, sizeof(*peer->batches));
-    if (peer->batches == NULL) {
-        status = KVF_ERR_NO_MEMORY;
-        goto err;
-    }
     for (i = 0; i < KVF_PEER_BATCHES; i++) {
         peer->batches[i].peer = peer;
         peer->batches[i].next_free =
