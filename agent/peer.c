@@ -1077,7 +1077,6 @@ static void kvf_peer_item_busy(kvf_peer_fetch_t *fetch, uint32_t index)
         return;
     }
     item->busy_retries++;
-    fetch->peer->stats.fetch_busy_retries++;
     item->ep = NULL; /* not asked any more: asked again below */
     ask->outstanding--;
     if (index < ask->next) {

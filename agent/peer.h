@@ -80,15 +80,14 @@ typedef struct kvf_peer_stats {
     uint64_t chunks_served;
     uint64_t bytes_served;
     uint64_t serve_misses;
-    uint64_t bad_reports;        /* peers said a chunk we served was damaged */
-    uint64_t serve_busy;         /* keys answered busy: the requester's share of
-                                   sends was in flight (KVF_PEER_SERVE_PER_PEER) */
-    uint64_t fetch_busy_retries; /* keys asked again after a busy answer */
-    uint64_t served_from_disk;   /* of chunks_served, read from disk first */
-    uint64_t disk_serve_busy;    /* keys on disk answered as misses: every
-                                    disk read slot was busy */
-    uint64_t chunk_messages; /* chunks received one a message (PEER_CHUNK) */
-    uint64_t batch_messages; /* messages of several chunks (PEER_CHUNKS) */
+    uint64_t bad_reports;      /* peers said a chunk we served was damaged */
+    uint64_t serve_busy;       /* keys answered busy: the requester's share of
+                                 sends was in flight (KVF_PEER_SERVE_PER_PEER) */
+    uint64_t served_from_disk; /* of chunks_served, read from disk first */
+    uint64_t disk_serve_busy;  /* keys on disk answered as misses: every
+                                  disk read slot was busy */
+    uint64_t chunk_messages;   /* chunks received one a message (PEER_CHUNK) */
+    uint64_t batch_messages;   /* messages of several chunks (PEER_CHUNKS) */
 } kvf_peer_stats_t;
 
 /* Traffic with one other agent. Names come from the peers themselves and
