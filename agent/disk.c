@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define KVF_DISK_ALIGN        4096u
@@ -26,13 +27,14 @@
 #define KVF_DISK_RECORD_MAGIC 0x3143455244464b56ull /* "VKFDREC1" */
 #define KVF_DISK_VERSION      1u
 #define KVF_DISK_NONE         UINT32_MAX
-/* Write-behind buffers per write in flight: evictions come in bursts (an
- * engine's allocation evicts a batch at once), and with one buffer per
- * write a burst that arrives while the previous one is on the device was
- * dropped, and the device idled until the next. With twice as many, the
- * next burst waits staged and goes out as writes land: the device queue
- * stays at queue_depth (docs/performance.md, "Local-disk tier"). */
-#define KVF_DISK_STAGING_PER_WRITE 2u
+/* Writes accepted per write in flight, of each kind: evictions come in
+ * bursts (an engine's allocation evicts a batch at once), and a burst that
+ * arrives while the previous one is on the device waits queued and goes
+ * out as writes land: the device queue stays at queue_depth
+ * (docs/performance.md, "Local-disk tier"). A copying write owns a staging
+ * buffer (record + slot); an in-place write only a 4 KiB record buffer,
+ * its bytes stay where the caller has them (the evicted pool block). */
+#define KVF_DISK_WRITES_PER_SLOT 2u
 /* Reads accepted per read in flight: past queue_depth in flight they wait
  * in order (a peer's fetch of 32 keys on disk, an engine's retrieve and a
  * prefetch at once) instead of failing as misses. */
@@ -61,8 +63,9 @@ typedef struct kvf_disk_record {
 
 typedef enum {
     KVF_DISK_SLOT_FREE    = 0,
-    KVF_DISK_SLOT_WRITING = 1, /* bytes in a staging buffer, write queued */
-    KVF_DISK_SLOT_VALID   = 2,
+    KVF_DISK_SLOT_WRITING = 1, /* write queued or in flight: bytes at its
+                                  op's src */
+    KVF_DISK_SLOT_VALID = 2,
 } kvf_disk_slot_state_t;
 
 typedef struct kvf_disk_slot {
@@ -80,8 +83,12 @@ typedef struct kvf_disk_op {
     bool is_write;
     uint32_t slot;
     uint32_t next_free;
-    uint8_t *buf; /* write: staging buffer (record + data) */
-    void *dst;    /* read: destination */
+    bool has_staging;    /* write: buf is record + a slot of data */
+    bool in_place;       /* write: src is the caller's (written_cb) */
+    uint8_t *buf;        /* write: record (and staging) buffer */
+    const void *src;     /* write: the bytes (staging, or the caller's) */
+    struct iovec iov[2]; /* write: record, then the bytes */
+    void *dst;           /* read: destination */
     kvf_disk_read_cb_t cb;
     void *arg;
 } kvf_disk_op_t;
@@ -100,11 +107,13 @@ struct kvf_disk {
     uint32_t *table; /* key -> slot, open addressing */
     uint32_t table_mask;
     unsigned depth;     /* writes, and reads, in flight at most */
-    unsigned nstaging;  /* write ops (staging buffers) */
+    unsigned nstaging;  /* copying write ops (staging buffers) */
+    unsigned nwrites;   /* write ops: nstaging, then in-place only */
     unsigned nreads;    /* read ops */
-    kvf_disk_op_t *ops; /* nstaging writes then nreads reads */
-    uint8_t *staging;
-    uint32_t free_writes, free_reads;
+    kvf_disk_op_t *ops; /* nwrites writes then nreads reads */
+    uint8_t *staging;   /* nstaging x (record + slot) */
+    uint8_t *records;   /* a 4 KiB record buffer per in-place-only op */
+    uint32_t free_copies, free_writes, free_reads;
     uint32_t staged_head, staged_tail; /* writes waiting for the device */
     uint32_t read_head, read_tail;     /* reads waiting for the device */
     unsigned writes_inflight;
@@ -119,6 +128,7 @@ struct kvf_disk {
     int efd;
     struct event *efd_ev, *submit_ev;
     kvf_disk_key_cb_t stored_cb, dropped_cb;
+    kvf_disk_written_cb_t written_cb;
     void *cb_arg;
     kvf_disk_stats_t st;
 };
@@ -290,13 +300,15 @@ static void kvf_disk_issue_writes(kvf_disk_t *disk)
         if (disk->staged_head == KVF_DISK_NONE) {
             disk->staged_tail = KVF_DISK_NONE;
         }
-        /* the ring has room for depth writes + depth reads */
-        sqe = io_uring_get_sqe(&disk->ring);
-        io_uring_prep_write(
-            sqe, disk->fd, op->buf,
-            (unsigned)(KVF_DISK_ALIGN +
-                       kvf_disk_round(disk->slots[op->slot].length)),
-            kvf_disk_slot_offset(disk, op->slot));
+        /* the ring has room for depth writes + depth reads; record and
+         * bytes go out in one write, straight from where they are */
+        sqe                 = io_uring_get_sqe(&disk->ring);
+        op->iov[0].iov_base = op->buf;
+        op->iov[0].iov_len  = KVF_DISK_ALIGN;
+        op->iov[1].iov_base = (void *)(uintptr_t)op->src;
+        op->iov[1].iov_len  = kvf_disk_round(disk->slots[op->slot].length);
+        io_uring_prep_writev(sqe, disk->fd, op->iov, 2,
+                             kvf_disk_slot_offset(disk, op->slot));
         io_uring_sqe_set_data(sqe, op);
         if (disk->writes_inflight++ == 0) {
             disk->write_busy_since = kvf_time_now_ns();
@@ -354,6 +366,7 @@ static void kvf_disk_complete_write(kvf_disk_t *disk, kvf_disk_op_t *op,
 {
     kvf_disk_slot_t *s = &disk->slots[op->slot];
     uint64_t want      = KVF_DISK_ALIGN + kvf_disk_round(s->length);
+    const void *src    = op->src;
 
     if (disk->faults & KVF_DISK_FAULT_WRITE_EIO) {
         disk->faults &= ~(unsigned)KVF_DISK_FAULT_WRITE_EIO;
@@ -376,11 +389,20 @@ static void kvf_disk_complete_write(kvf_disk_t *disk, kvf_disk_op_t *op,
             disk->stored_cb(disk->cb_arg, &s->key);
         }
     }
-    op->next_free     = disk->free_writes;
-    disk->free_writes = (uint32_t)(op - disk->ops);
+    op->src = NULL;
+    if (op->has_staging) {
+        op->next_free     = disk->free_copies;
+        disk->free_copies = (uint32_t)(op - disk->ops);
+    } else {
+        op->next_free     = disk->free_writes;
+        disk->free_writes = (uint32_t)(op - disk->ops);
+    }
     disk->writes_pending--;
     if (--disk->writes_inflight == 0) {
         disk->st.write_busy_ns += kvf_time_now_ns() - disk->write_busy_since;
+    }
+    if (op->in_place && (disk->written_cb != NULL)) {
+        disk->written_cb(disk->cb_arg, src); /* the bytes are the caller's */
     }
     kvf_disk_issue_writes(disk);
 }
@@ -485,14 +507,32 @@ static void kvf_disk_on_submit(evutil_socket_t fd, short what, void *arg)
 
 /* ---- the public calls -------------------------------------------------- */
 
-kvf_status_t kvf_disk_put(kvf_disk_t *disk, const kvf_key_t *key,
-                          const void *data, uint64_t length, uint64_t checksum)
+/* Takes a free write op: one with a staging buffer when @p copy, else
+ * preferably one without. */
+static kvf_disk_op_t *kvf_disk_write_op(kvf_disk_t *disk, bool copy)
+{
+    uint32_t *list = (!copy && (disk->free_writes != KVF_DISK_NONE))
+                         ? &disk->free_writes
+                         : &disk->free_copies;
+    kvf_disk_op_t *op;
+
+    if (*list == KVF_DISK_NONE) {
+        return NULL;
+    }
+    op    = &disk->ops[*list];
+    *list = op->next_free;
+    return op;
+}
+
+/* The common part of both puts: a slot, its record, the queue. */
+static kvf_status_t kvf_disk_put_op(kvf_disk_t *disk, const kvf_key_t *key,
+                                    const void *data, uint64_t length,
+                                    uint64_t checksum, bool copy)
 {
     kvf_disk_record_t rec;
     kvf_disk_slot_t *s;
     kvf_disk_op_t *op;
     uint32_t *cell, slot;
-    uint64_t padded = kvf_disk_round(length);
 
     cell = kvf_disk_index_find(disk, key);
     if (cell != NULL) {
@@ -505,18 +545,28 @@ kvf_status_t kvf_disk_put(kvf_disk_t *disk, const kvf_key_t *key,
     if ((length == 0) || (length > disk->slot_size)) {
         return KVF_ERR_TOO_BIG;
     }
-    if (disk->free_writes == KVF_DISK_NONE) {
+    if (!copy && (((uintptr_t)data % KVF_DISK_ALIGN) != 0)) {
+        return KVF_ERR_RANGE; /* O_DIRECT reads it as it is */
+    }
+    op = kvf_disk_write_op(disk, copy);
+    if (op == NULL) {
         disk->st.write_drops++;
         return KVF_ERR_BUSY;
     }
     slot = kvf_disk_slot_take(disk);
     if (slot == KVF_DISK_NONE) {
+        /* every slot is being read: the op goes back unused */
+        if (op->has_staging) {
+            op->next_free     = disk->free_copies;
+            disk->free_copies = (uint32_t)(op - disk->ops);
+        } else {
+            op->next_free     = disk->free_writes;
+            disk->free_writes = (uint32_t)(op - disk->ops);
+        }
         disk->st.write_drops++;
         return KVF_ERR_BUSY;
     }
-    op                = &disk->ops[disk->free_writes];
-    disk->free_writes = op->next_free;
-    op->slot          = slot;
+    op->slot = slot;
 
     s           = &disk->slots[slot];
     s->key      = *key;
@@ -540,11 +590,19 @@ kvf_status_t kvf_disk_put(kvf_disk_t *disk, const kvf_key_t *key,
     rec.length   = length;
     rec.checksum = checksum;
     rec.sum      = kvf_chunk_checksum(&rec, offsetof(kvf_disk_record_t, sum));
-    memcpy(op->buf, &rec, sizeof(rec));
-    memcpy(op->buf + KVF_DISK_ALIGN, data, length);
-    memset(op->buf + KVF_DISK_ALIGN + length, 0, padded - length);
+    memcpy(op->buf, &rec, sizeof(rec)); /* the rest of it stays zero */
+    op->in_place = !copy;
+    if (copy) {
+        disk->st.write_copies++;
+        op->src = op->buf + KVF_DISK_ALIGN;
+        memcpy(op->buf + KVF_DISK_ALIGN, data, length);
+        memset(op->buf + KVF_DISK_ALIGN + length, 0,
+               kvf_disk_round(length) - length);
+    } else {
+        op->src = data;
+    }
 
-    /* staged in order; out to the device as soon as a write slot is free */
+    /* queued in order; out to the device as soon as a write slot is free */
     op->next_free = KVF_DISK_NONE;
     if (disk->staged_tail == KVF_DISK_NONE) {
         disk->staged_head = (uint32_t)(op - disk->ops);
@@ -555,6 +613,19 @@ kvf_status_t kvf_disk_put(kvf_disk_t *disk, const kvf_key_t *key,
     disk->writes_pending++;
     kvf_disk_issue_writes(disk);
     return KVF_OK;
+}
+
+kvf_status_t kvf_disk_put(kvf_disk_t *disk, const kvf_key_t *key,
+                          const void *data, uint64_t length, uint64_t checksum)
+{
+    return kvf_disk_put_op(disk, key, data, length, checksum, true);
+}
+
+kvf_status_t kvf_disk_put_in_place(kvf_disk_t *disk, const kvf_key_t *key,
+                                   const void *data, uint64_t length,
+                                   uint64_t checksum)
+{
+    return kvf_disk_put_op(disk, key, data, length, checksum, false);
 }
 
 bool kvf_disk_contains(const kvf_disk_t *disk, const kvf_key_t *key)
@@ -602,8 +673,9 @@ kvf_status_t kvf_disk_read(kvf_disk_t *disk, const kvf_key_t *key, void *dst,
         return KVF_ERR_RANGE;
     }
     if (s->state == KVF_DISK_SLOT_WRITING) {
-        /* still in its staging buffer: our own verified copy */
-        memcpy(dst, disk->ops[s->op].buf + KVF_DISK_ALIGN, s->length);
+        /* its write has not landed: the bytes are still where the put
+         * found them (verified when they were committed) */
+        memcpy(dst, disk->ops[s->op].src, s->length);
         disk->st.reads++;
         disk->st.read_bytes += s->length;
         return KVF_OK;
@@ -882,15 +954,20 @@ static kvf_status_t kvf_disk_alloc_tables(kvf_disk_t *disk)
     disk->slots = calloc(disk->slot_count + 1u, sizeof(*disk->slots));
     disk->table = malloc(sizeof(*disk->table) * cells);
     disk->ops =
-        calloc((size_t)disk->nstaging + disk->nreads, sizeof(*disk->ops));
+        calloc((size_t)disk->nwrites + disk->nreads, sizeof(*disk->ops));
     if ((disk->slots == NULL) || (disk->table == NULL) || (disk->ops == NULL) ||
         (posix_memalign((void **)&disk->staging, KVF_DISK_ALIGN,
-                        disk->nstaging * disk->stride) != 0)) {
+                        disk->nstaging * disk->stride) != 0) ||
+        (posix_memalign((void **)&disk->records, KVF_DISK_ALIGN,
+                        (size_t)(disk->nwrites - disk->nstaging) *
+                            KVF_DISK_ALIGN) != 0)) {
         return KVF_ERR_NO_MEMORY;
     }
-    /* touch the staging buffers now: their first page faults would
-     * otherwise land on the eviction path */
+    /* touched now: their first page faults would otherwise land on the
+     * eviction path */
     memset(disk->staging, 0, disk->nstaging * disk->stride);
+    memset(disk->records, 0,
+           (size_t)(disk->nwrites - disk->nstaging) * KVF_DISK_ALIGN);
     for (i = 0; i < cells; i++) {
         disk->table[i] = KVF_DISK_NONE;
     }
@@ -899,17 +976,26 @@ static kvf_status_t kvf_disk_alloc_tables(kvf_disk_t *disk)
     disk->slots[disk->slot_count].next = disk->slot_count;
     disk->slots[disk->slot_count].prev = disk->slot_count;
     disk->free_head                    = KVF_DISK_NONE;
-    for (i = 0; i < disk->nstaging + disk->nreads; i++) {
-        disk->ops[i].is_write = i < disk->nstaging;
-        disk->ops[i].buf =
-            disk->ops[i].is_write ? disk->staging + i * disk->stride : NULL;
-        disk->ops[i].next_free = ((i + 1 == disk->nstaging) ||
-                                  (i + 1 == disk->nstaging + disk->nreads))
-                                     ? KVF_DISK_NONE
-                                     : i + 1;
+    for (i = 0; i < disk->nwrites + disk->nreads; i++) {
+        kvf_disk_op_t *op = &disk->ops[i];
+
+        op->is_write    = i < disk->nwrites;
+        op->has_staging = i < disk->nstaging;
+        if (op->has_staging) {
+            op->buf = disk->staging + (size_t)i * disk->stride;
+        } else if (op->is_write) {
+            op->buf =
+                disk->records + (size_t)(i - disk->nstaging) * KVF_DISK_ALIGN;
+        }
+        op->next_free =
+            ((i + 1 == disk->nstaging) || (i + 1 == disk->nwrites) ||
+             (i + 1 == disk->nwrites + disk->nreads))
+                ? KVF_DISK_NONE
+                : i + 1;
     }
-    disk->free_writes = 0;
-    disk->free_reads  = disk->nstaging;
+    disk->free_copies = 0;
+    disk->free_writes = disk->nstaging;
+    disk->free_reads  = disk->nwrites;
     disk->staged_head = KVF_DISK_NONE;
     disk->staged_tail = KVF_DISK_NONE;
     disk->read_head   = KVF_DISK_NONE;
@@ -969,10 +1055,12 @@ kvf_status_t kvf_disk_create(const kvf_disk_params_t *params,
     disk->slot_size  = kvf_disk_round(params->slot_size);
     disk->stride     = KVF_DISK_ALIGN + disk->slot_size;
     disk->depth      = params->queue_depth ? params->queue_depth : 16;
-    disk->nstaging   = KVF_DISK_STAGING_PER_WRITE * disk->depth;
+    disk->nstaging   = KVF_DISK_WRITES_PER_SLOT * disk->depth;
+    disk->nwrites    = 2 * disk->nstaging;
     disk->nreads     = KVF_DISK_READS_PER_SLOT * disk->depth;
     disk->stored_cb  = params->stored_cb;
     disk->dropped_cb = params->dropped_cb;
+    disk->written_cb = params->written_cb;
     disk->cb_arg     = params->cb_arg;
     disk->faults     = params->faults;
     slots            = params->size > KVF_DISK_ALIGN
@@ -1006,8 +1094,10 @@ kvf_status_t kvf_disk_create(const kvf_disk_params_t *params,
     if (status != KVF_OK) {
         goto err_destroy;
     }
-    /* the staging area doubles as the aligned buffer of the setup I/O */
+    /* the first staging buffer doubles as the aligned buffer of the setup
+     * I/O (no write is queued yet; its record is zeroed again below) */
     status = kvf_disk_load(disk, disk->staging);
+    memset(disk->staging, 0, KVF_DISK_ALIGN);
     if (status != KVF_OK) {
         goto err_destroy;
     }
@@ -1052,6 +1142,7 @@ void kvf_disk_destroy(kvf_disk_t *disk)
         close(disk->fd);
     }
     free(disk->staging);
+    free(disk->records);
     free(disk->ops);
     free(disk->table);
     free(disk->slots);
@@ -1080,6 +1171,7 @@ kvf_status_t kvf_disk_start(struct kvf_store *store,
     params.base        = base;
     params.stored_cb   = kvf_store_on_disk_stored;
     params.dropped_cb  = kvf_store_on_disk_dropped;
+    params.written_cb  = kvf_store_on_disk_written;
     params.cb_arg      = store;
     status             = kvf_disk_create(&params, disk_p);
     if (status == KVF_OK) {
@@ -1138,11 +1230,15 @@ void kvf_disk_print_metrics(const kvf_disk_t *disk, struct evbuffer *body)
                     "chunks written behind", st->writes);
     kvf_prom_metric(body, "kvf_agent_disk_write_bytes_total", KVF_PROM_COUNTER,
                     "bytes written behind", st->write_bytes);
+    kvf_prom_metric(body, "kvf_agent_disk_write_copies_total", KVF_PROM_COUNTER,
+                    "chunks copied before their write (the allocation that "
+                    "evicted them needed the block at once)",
+                    st->write_copies);
     kvf_prom_metric(body, "kvf_agent_disk_writes_pending", KVF_PROM_GAUGE,
-                    "evicted chunks staged or being written behind",
+                    "evicted chunks queued or being written behind",
                     disk->writes_pending);
     kvf_prom_metric(body, "kvf_agent_disk_write_drops_total", KVF_PROM_COUNTER,
-                    "evicted chunks not written (write-behind buffers busy)",
+                    "evicted chunks not written (write-behind queue full)",
                     st->write_drops);
     kvf_prom_metric(body, "kvf_agent_disk_reads_total", KVF_PROM_COUNTER,
                     "chunks read back and verified", st->reads);

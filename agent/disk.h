@@ -15,12 +15,16 @@
  * checksum, so a torn or damaged slot is a miss (counted), never wrong
  * bytes.
  *
- * Write-behind copies the evicted bytes into one of queue_depth staging
- * buffers (allocated at create) and queues the write: no malloc, no system
- * call on the eviction path; submissions go out once per loop turn. When
- * every staging buffer is busy the chunk is dropped (counted), so the tier
- * never slows the pool down. A full tier evicts its least recently used
- * slot that no read is using.
+ * Write-behind reads the evicted bytes where they are when the pool can
+ * keep the block until the write lands (kvf_disk_put_in_place, then
+ * written_cb); when the allocation that evicts needs that very block, the
+ * bytes are copied into one of 2 x queue_depth staging buffers first
+ * (kvf_disk_put). Either way the slot's record goes in front, in one
+ * vectored write; no malloc and no system call on the eviction path;
+ * submissions go out once per loop turn. When no write of the kind is
+ * free the chunk is dropped (counted), so the tier never slows the pool
+ * down. A full tier evicts its least recently used slot that no read is
+ * using.
  *
  * thread: owning loop only; nothing here locks.
  */
@@ -45,6 +49,10 @@ typedef struct kvf_disk kvf_disk_t;
  * left the disk (evicted, damaged, removed). */
 typedef void (*kvf_disk_key_cb_t)(void *arg, const kvf_key_t *key);
 
+/* A put's bytes are no longer needed (its write landed, or failed):
+ * @p data is the pointer the put was given. */
+typedef void (*kvf_disk_written_cb_t)(void *arg, const void *data);
+
 /* A read finished: KVF_OK (the bytes at dst match their checksum; length
  * is the chunk's), KVF_ERR_CHECKSUM (damaged or torn slot: dropped),
  * KVF_ERR_IO (the read failed: dropped), KVF_ERR_CANCELED (destroy). */
@@ -61,13 +69,14 @@ typedef enum {
 } kvf_disk_fault_t;
 
 typedef struct kvf_disk_params {
-    const char *path;        /* the slot file (created when missing) */
-    uint64_t size;           /* bytes of the file (header + slots) */
-    uint64_t slot_size;      /* largest chunk: the pool's max_chunk */
-    unsigned queue_depth;    /* staging buffers, reads in flight (def. 16) */
-    struct event_base *base; /* NULL: the caller drives kvf_disk_progress */
-    kvf_disk_key_cb_t stored_cb;  /* may be NULL */
-    kvf_disk_key_cb_t dropped_cb; /* may be NULL */
+    const char *path;            /* the slot file (created when missing) */
+    uint64_t size;               /* bytes of the file (header + slots) */
+    uint64_t slot_size;          /* largest chunk: the pool's max_chunk */
+    unsigned queue_depth;        /* writes, reads in flight (default 16) */
+    struct event_base *base;     /* NULL: the caller drives kvf_disk_progress */
+    kvf_disk_key_cb_t stored_cb; /* may be NULL */
+    kvf_disk_key_cb_t dropped_cb;     /* may be NULL */
+    kvf_disk_written_cb_t written_cb; /* may be NULL */
     void *cb_arg;
     unsigned faults; /* kvf_disk_fault_t, tests only */
 } kvf_disk_params_t;
@@ -79,8 +88,9 @@ typedef struct kvf_disk_stats {
     uint64_t used_bytes;     /* bytes of the chunks held */
     uint64_t writes;         /* chunks written behind */
     uint64_t write_bytes;
-    uint64_t write_drops;    /* evicted chunks not written: staging full */
-    uint64_t writes_pending; /* staged or in flight now */
+    uint64_t write_copies;   /* writes that copied their bytes first */
+    uint64_t write_drops;    /* evicted chunks not written: queue full */
+    uint64_t writes_pending; /* queued or in flight now */
     uint64_t write_errors;   /* writes that failed (slot freed) */
     uint64_t reads;          /* chunks read back and verified */
     uint64_t read_bytes;
@@ -115,6 +125,15 @@ void kvf_disk_destroy(kvf_disk_t *disk);
 kvf_status_t kvf_disk_put(kvf_disk_t *disk, const kvf_key_t *key,
                           const void *data, uint64_t length, uint64_t checksum);
 
+/* As kvf_disk_put, without copying: the @p length bytes at @p data (4 KiB
+ * aligned, readable through @p length rounded up to 4 KiB) must stay as
+ * they are until written_cb(cb_arg, data) says the tier is done with them
+ * (after stored_cb or dropped_cb). Also KVF_ERR_RANGE (@p data not
+ * aligned). Only KVF_OK calls written_cb. */
+kvf_status_t kvf_disk_put_in_place(kvf_disk_t *disk, const kvf_key_t *key,
+                                   const void *data, uint64_t length,
+                                   uint64_t checksum);
+
 /* true when @p key is on disk (or being written there). */
 bool kvf_disk_contains(const kvf_disk_t *disk, const kvf_key_t *key);
 
@@ -131,7 +150,8 @@ uint64_t kvf_disk_checksum(const kvf_disk_t *disk, const kvf_key_t *key);
 /* Reads the chunk of @p key into @p dst (4 KiB aligned, @p dst_cap bytes,
  * at least its length rounded up to 4 KiB). KVF_INPROGRESS: @p cb runs
  * later from kvf_disk_progress (or the loop); KVF_OK: done at once (the
- * chunk was still in a staging buffer), verified, cb not called;
+ * chunk's write has not landed: copied from the put's bytes), cb not
+ * called;
  * KVF_ERR_NOT_FOUND (counted as a miss), KVF_ERR_RANGE (dst too small or
  * not aligned), KVF_ERR_BUSY (4 x queue_depth reads accepted already:
  * queue_depth in flight, the rest waiting in order). */

@@ -94,7 +94,9 @@ struct kvf_pool {
     uint64_t evictions;
     uint64_t reclaimed;
     uint64_t alloc_fails;
-    uint64_t pinned; /* committed entries with references or a pin */
+    uint64_t pinned;        /* committed entries with references or a pin */
+    uint64_t retired;       /* RETIRED entries */
+    uint64_t retired_bytes; /* their blocks */
     uint64_t seq;
 };
 
@@ -372,13 +374,28 @@ static void kvf_pool_entry_release(kvf_pool_t *pool, kvf_pool_entry_t *e)
     pool->entry_free = kvf_pool_entry_idx(pool, e);
 }
 
-static void kvf_pool_evict_one(kvf_pool_t *pool, kvf_pool_entry_t *e)
+/* Evicts @p e for an allocation of class @p cls. */
+static void kvf_pool_evict_one(kvf_pool_t *pool, kvf_pool_entry_t *e,
+                               unsigned cls)
 {
+    bool was      = kvf_pool_entry_is_pinned(e); /* a soft pin */
+    bool can_keep = kvf_pool_block_available(pool, cls);
+
     kvf_pool_index_delete(pool, kvf_pool_index_slot(pool, &e->key));
     pool->committed--;
     pool->evictions++;
-    if (pool->evict_cb != NULL) {
-        pool->evict_cb(&e->key, e->offset, e->length, pool->evict_arg);
+    if ((pool->evict_cb != NULL) &&
+        pool->evict_cb(&e->key, e->offset, e->length, can_keep,
+                       pool->evict_arg) &&
+        can_keep) {
+        /* kept for its reader: off every list, in no index, still used */
+        kvf_pool_list_remove(pool, e);
+        e->state = KVF_POOL_ENTRY_RETIRED;
+        e->pin   = KVF_POOL_PIN_NONE;
+        kvf_pool_pinned_update(pool, e, was);
+        pool->retired++;
+        pool->retired_bytes += 1ull << (e->cls + pool->min_shift);
+        return;
     }
     kvf_pool_entry_release(pool, e);
 }
@@ -734,15 +751,17 @@ bool kvf_pool_is_hugetlb(const kvf_pool_t *pool)
 
 void kvf_pool_stats(const kvf_pool_t *pool, kvf_pool_stats_t *stats_p)
 {
-    stats_p->capacity    = pool->capacity;
-    stats_p->used        = pool->used;
-    stats_p->free        = pool->capacity - pool->used;
-    stats_p->entries     = pool->committed;
-    stats_p->allocated   = pool->allocated;
-    stats_p->pinned      = pool->pinned;
-    stats_p->evictions   = pool->evictions;
-    stats_p->reclaimed   = pool->reclaimed;
-    stats_p->alloc_fails = pool->alloc_fails;
+    stats_p->capacity      = pool->capacity;
+    stats_p->used          = pool->used;
+    stats_p->free          = pool->capacity - pool->used;
+    stats_p->entries       = pool->committed;
+    stats_p->allocated     = pool->allocated;
+    stats_p->pinned        = pool->pinned;
+    stats_p->evictions     = pool->evictions;
+    stats_p->reclaimed     = pool->reclaimed;
+    stats_p->alloc_fails   = pool->alloc_fails;
+    stats_p->retired       = pool->retired;
+    stats_p->retired_bytes = pool->retired_bytes;
 }
 
 /* ----------------------------------------------------------- alloc path */
@@ -767,16 +786,18 @@ kvf_status_t kvf_pool_alloc(kvf_pool_t *pool, uint64_t length,
                 : kvf_pool_log2(length - 1) + 1 - pool->min_shift;
     bsize = 1ull << (cls + pool->min_shift);
 
-    if ((pool->used + bsize > pool->high_bytes) ||
+    /* the watermarks count retired blocks as free (they are, once their
+     * write lands); only an actual block is taken at once */
+    if ((pool->used - pool->retired_bytes + bsize > pool->high_bytes) ||
         !kvf_pool_block_available(pool, cls)) {
         /* evict down to the low watermark, and until a block exists */
         while (!kvf_pool_block_available(pool, cls) ||
-               (pool->used + bsize > pool->low_bytes)) {
+               (pool->used - pool->retired_bytes + bsize > pool->low_bytes)) {
             victim = kvf_pool_victim(pool);
             if (victim == NULL) {
                 break;
             }
-            kvf_pool_evict_one(pool, victim);
+            kvf_pool_evict_one(pool, victim, cls);
         }
     }
 
@@ -855,6 +876,17 @@ kvf_status_t kvf_pool_free(kvf_pool_t *pool, kvf_pool_entry_t *entry)
         return KVF_ERR_BUSY;
     }
     pool->allocated--;
+    kvf_pool_entry_release(pool, entry);
+    return KVF_OK;
+}
+
+kvf_status_t kvf_pool_retired_free(kvf_pool_t *pool, kvf_pool_entry_t *entry)
+{
+    if ((entry == NULL) || (entry->state != KVF_POOL_ENTRY_RETIRED)) {
+        return KVF_ERR_STATE;
+    }
+    pool->retired--;
+    pool->retired_bytes -= 1ull << (entry->cls + pool->min_shift);
     kvf_pool_entry_release(pool, entry);
     return KVF_OK;
 }

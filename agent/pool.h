@@ -17,7 +17,9 @@
  * Entry life: kvf_pool_alloc -> ALLOCATED (invisible, has a deadline) ->
  * kvf_pool_commit -> COMMITTED (in the index, evictable when unpinned) ->
  * evicted or kvf_pool_remove. ALLOCATED entries are given back with
- * kvf_pool_free or reclaimed by kvf_pool_reclaim_expired.
+ * kvf_pool_free or reclaimed by kvf_pool_reclaim_expired. An eviction the
+ * evict_cb keeps leaves a RETIRED entry: its block is reused only after
+ * kvf_pool_retired_free.
  *
  * Classes are powers of two from min_chunk to max_chunk; slabs of
  * max_chunk bytes are handed to a class on demand and return when all
@@ -56,14 +58,23 @@ typedef enum {
     KVF_POOL_ENTRY_FREE      = 0,
     KVF_POOL_ENTRY_ALLOCATED = 1, /**< being written, invisible */
     KVF_POOL_ENTRY_COMMITTED = 2, /**< in the index */
+    KVF_POOL_ENTRY_RETIRED   = 3, /**< evicted, its block kept for a reader
+                                       (write-behind) until
+                                       kvf_pool_retired_free */
 } kvf_pool_entry_state_t;
 
 /**
  * Told about every evicted entry (the agent batches EVICTs to the
  * controller). Runs inside kvf_pool_alloc; must not call back into the pool.
+ * When @p can_keep (the allocation that evicts has a block already), it
+ * may return true to keep the block as it is (the entry becomes RETIRED:
+ * out of the index, its bytes unchanged, counted as used but as free by
+ * the watermarks) until the caller gives it back with
+ * kvf_pool_retired_free: the disk tier writes it behind from there instead
+ * of copying it (agent/store.c). Otherwise it must return false.
  */
-typedef void (*kvf_pool_evict_cb_t)(const kvf_key_t *key, uint64_t offset,
-                                    uint64_t length, void *arg);
+typedef bool (*kvf_pool_evict_cb_t)(const kvf_key_t *key, uint64_t offset,
+                                    uint64_t length, bool can_keep, void *arg);
 
 typedef enum {
     KVF_POOL_FIELD_NAME       = 1u << 0,
@@ -100,15 +111,17 @@ typedef struct kvf_pool_params {
 } kvf_pool_params_t;
 
 typedef struct kvf_pool_stats {
-    uint64_t capacity;    /**< bytes usable for chunks */
-    uint64_t used;        /**< bytes in allocated blocks (class sizes) */
-    uint64_t free;        /**< capacity - used */
-    uint64_t entries;     /**< committed entries */
-    uint64_t allocated;   /**< uncommitted allocations */
-    uint64_t pinned;      /**< committed entries with refs or a pin */
-    uint64_t evictions;   /**< entries evicted since create */
-    uint64_t reclaimed;   /**< expired allocations reclaimed */
-    uint64_t alloc_fails; /**< allocations refused for lack of room */
+    uint64_t capacity;      /**< bytes usable for chunks */
+    uint64_t used;          /**< bytes in allocated blocks (class sizes) */
+    uint64_t free;          /**< capacity - used */
+    uint64_t entries;       /**< committed entries */
+    uint64_t allocated;     /**< uncommitted allocations */
+    uint64_t pinned;        /**< committed entries with refs or a pin */
+    uint64_t evictions;     /**< entries evicted since create */
+    uint64_t reclaimed;     /**< expired allocations reclaimed */
+    uint64_t alloc_fails;   /**< allocations refused for lack of room */
+    uint64_t retired;       /**< evicted entries whose block is still kept */
+    uint64_t retired_bytes; /**< their blocks' bytes (class sizes) */
 } kvf_pool_stats_t;
 
 /**
@@ -205,6 +218,13 @@ kvf_status_t kvf_pool_commit(kvf_pool_t *pool, kvf_pool_entry_t *entry,
  *         KVF_ERR_BUSY (referenced: a transfer is writing it)
  */
 kvf_status_t kvf_pool_free(kvf_pool_t *pool, kvf_pool_entry_t *entry);
+
+/**
+ * Gives back the block of a RETIRED entry (its evict_cb kept it).
+ *
+ * @return KVF_OK; KVF_ERR_STATE (not RETIRED)
+ */
+kvf_status_t kvf_pool_retired_free(kvf_pool_t *pool, kvf_pool_entry_t *entry);
 
 /**
  * Removes a committed entry (controller clear/evict command).

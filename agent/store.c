@@ -23,14 +23,22 @@ typedef struct kvf_store_hold {
 
 typedef struct kvf_store_promotion kvf_store_promotion_t;
 
-/* One key of a promotion: a disk read into a held pool block, or a chunk
- * of the request already in the pool, held so that the promotion's own
+typedef struct kvf_store_promo_read kvf_store_promo_read_t;
+
+/* One key of a promotion: a disk read into a held pool block (entry), a
+ * wait for the read another promotion has in flight for the same key
+ * (leader: a retrieve after a prefetching lookup), or a chunk of the
+ * request already in the pool (hit), held so that the promotion's own
  * allocations cannot evict it before the reader pins it. */
-typedef struct kvf_store_promo_read {
+struct kvf_store_promo_read {
     kvf_store_promotion_t *promotion;
     kvf_pool_entry_t *entry;
     kvf_pool_entry_t *hit;
-} kvf_store_promo_read_t;
+    kvf_key_t key;                         /* entry: the key being read */
+    kvf_store_promo_read_t *next_reading;  /* entry: store->reading */
+    kvf_store_promo_read_t *followers;     /* entry: who waits for it */
+    kvf_store_promo_read_t *next_follower; /* a wait: in its leader's */
+};
 
 /* One kvf_store_promote call: its reads and who waits for them. */
 struct kvf_store_promotion {
@@ -68,6 +76,9 @@ struct kvf_store {
     uint64_t owners;
     kvf_disk_t *disk; /* borrowed; NULL: no disk tier */
     kvf_store_promotion_t *promotions;
+    /* disk reads in flight (at most the tier's 4 x queue_depth): a second
+     * promotion of the same key waits for the first */
+    kvf_store_promo_read_t *reading;
     uint64_t spilled, promoted, promote_failures;
     /* found damaged while a transfer to a peer held them: dropped when
      * that transfer puts them back (kvf_store_put_chunk) */
@@ -585,7 +596,8 @@ static void kvf_store_promotion_step(kvf_store_promotion_t *promotion)
     free(promotion);
 }
 
-/* A chunk came back from disk (or not): commit it to the pool. */
+/* A chunk came back from disk (or not): commit it to the pool, then let
+ * the promotions that wait for the same key go on. */
 static void kvf_store_on_disk_read(void *arg, const kvf_key_t *key,
                                    kvf_status_t status, uint64_t length,
                                    uint64_t checksum)
@@ -593,10 +605,19 @@ static void kvf_store_on_disk_read(void *arg, const kvf_key_t *key,
     kvf_store_promo_read_t *read     = arg;
     kvf_store_promotion_t *promotion = read->promotion;
     kvf_store_t *store               = promotion->store;
+    kvf_store_promo_read_t **pp, *f, *next;
+    bool ok = false;
 
+    for (pp = &store->reading; *pp != NULL; pp = &(*pp)->next_reading) {
+        if (*pp == read) {
+            *pp = read->next_reading;
+            break;
+        }
+    }
     kvf_pool_entry_put(store->pool, read->entry);
     if ((status == KVF_OK) &&
         (kvf_pool_commit(store->pool, read->entry, key, checksum) == KVF_OK)) {
+        ok = true;
         store->promoted++;
         promotion->promoted++;
         if (store->admit_cb != NULL) {
@@ -610,7 +631,32 @@ static void kvf_store_on_disk_read(void *arg, const kvf_key_t *key,
             promotion->failed++;
         }
     }
+    /* a follower may end its promotion, and the memory it lives in */
+    for (f = read->followers; f != NULL; f = next) {
+        next = f->next_follower;
+        if (ok) {
+            f->promotion->promoted++;
+        } else if (status != KVF_OK) {
+            f->promotion->failed++;
+        }
+        kvf_store_promotion_step(f->promotion);
+    }
+    read->followers = NULL;
     kvf_store_promotion_step(promotion);
+}
+
+/* The read in flight for @p key, NULL when none. */
+static kvf_store_promo_read_t *kvf_store_reading(kvf_store_t *store,
+                                                 const kvf_key_t *key)
+{
+    kvf_store_promo_read_t *r;
+
+    for (r = store->reading; r != NULL; r = r->next_reading) {
+        if (kvf_key_equal(&r->key, key)) {
+            return r;
+        }
+    }
+    return NULL;
 }
 
 kvf_status_t kvf_store_promote(kvf_store_t *store, const kvf_key_t *keys,
@@ -618,7 +664,7 @@ kvf_status_t kvf_store_promote(kvf_store_t *store, const kvf_key_t *keys,
                                void *arg)
 {
     kvf_store_promotion_t *promotion;
-    kvf_store_promo_read_t *read;
+    kvf_store_promo_read_t *read, *leader;
     kvf_pool_entry_t *entry;
     kvf_status_t status;
     uint64_t length;
@@ -658,6 +704,16 @@ kvf_status_t kvf_store_promote(kvf_store_t *store, const kvf_key_t *keys,
             (kvf_pool_lookup(store->pool, &keys[i]) != NULL)) {
             continue;
         }
+        read   = &promotion->reads[i];
+        leader = kvf_store_reading(store, &keys[i]);
+        if (leader != NULL) {
+            /* being read for an earlier promotion: wait for that read */
+            read->promotion     = promotion;
+            read->next_follower = leader->followers;
+            leader->followers   = read;
+            promotion->pending++;
+            continue;
+        }
         status = kvf_pool_alloc(store->pool, length, UINT64_MAX, &entry);
         if (status != KVF_OK) {
             store->promote_failures++;
@@ -665,16 +721,19 @@ kvf_status_t kvf_store_promote(kvf_store_t *store, const kvf_key_t *keys,
             continue;
         }
         kvf_pool_entry_hold(store->pool, entry); /* not reclaimed meanwhile */
-        read            = &promotion->reads[i];
         read->promotion = promotion;
         read->entry     = entry;
+        read->key       = keys[i];
         promotion->pending++;
         status = kvf_disk_read(
             store->disk, &keys[i],
             kvf_pool_ptr(store->pool, kvf_pool_entry_offset(entry)),
             kvf_pool_entry_block_size(store->pool, entry),
             kvf_store_on_disk_read, read);
-        if (status == KVF_OK) {
+        if (status == KVF_INPROGRESS) {
+            read->next_reading = store->reading;
+            store->reading     = read;
+        } else if (status == KVF_OK) {
             kvf_store_on_disk_read(read, &keys[i], KVF_OK, length,
                                    kvf_disk_checksum(store->disk, &keys[i]));
         } else if (status != KVF_INPROGRESS) {
@@ -858,40 +917,82 @@ static void kvf_store_demote(kvf_store_t *store, const kvf_key_t *key)
     }
 }
 
-static void kvf_store_on_evict(const kvf_key_t *key, uint64_t offset,
-                               uint64_t length, void *arg)
+/* true when the pool may keep one more evicted block of @p block_size
+ * bytes for its write: at most a quarter of the pool waits for the disk,
+ * so a slow disk costs cache room, never an engine's allocation. */
+static bool kvf_store_can_retire(const kvf_store_t *store, uint64_t block_size)
+{
+    kvf_pool_stats_t st;
+
+    kvf_pool_stats(store->pool, &st);
+    return st.retired_bytes + block_size <= st.capacity / 4;
+}
+
+static bool kvf_store_on_evict(const kvf_key_t *key, uint64_t offset,
+                               uint64_t length, bool can_keep, void *arg)
 {
     kvf_store_t *store = arg;
     kvf_pool_entry_t *entry;
     kvf_status_t status;
+    bool in_place = false;
 
     if (store->disk != NULL) {
-        /* write-behind: the tier copies the bytes before the block is
-         * reused; a busy tier drops the chunk (it counts that) */
-        entry  = kvf_pool_entry_find(store->pool, offset);
-        status = (entry == NULL)
-                     ? KVF_ERR_NOT_FOUND
-                     : kvf_disk_put(store->disk, key,
-                                    kvf_pool_ptr(store->pool, offset), length,
-                                    kvf_pool_entry_checksum(entry));
+        /* write-behind: from the block itself while the pool can keep it
+         * until the write is done (kvf_store_on_disk_written), else from a
+         * copy; a busy tier drops the chunk (it counts that) */
+        entry = kvf_pool_entry_find(store->pool, offset);
+        if (entry == NULL) {
+            status = KVF_ERR_NOT_FOUND;
+        } else if (can_keep &&
+                   kvf_store_can_retire(
+                       store, kvf_pool_entry_block_size(store->pool, entry))) {
+            in_place = true;
+            status   = kvf_disk_put_in_place(
+                  store->disk, key, kvf_pool_ptr(store->pool, offset), length,
+                  kvf_pool_entry_checksum(entry));
+        } else {
+            status = kvf_disk_put(store->disk, key,
+                                  kvf_pool_ptr(store->pool, offset), length,
+                                  kvf_pool_entry_checksum(entry));
+        }
         if (status == KVF_OK) {
             /* the chunk moves to disk when its write lands
              * (kvf_store_on_disk_stored); meanwhile the tier serves it
-             * from the staging buffer */
+             * from the kept block or its copy */
             store->spilled++;
-            return;
+            return in_place;
         }
         if ((status == KVF_ERR_EXISTS) &&
             kvf_disk_is_stored(store->disk, key)) {
             kvf_store_demote(store, key);
-            return;
+            return false;
         }
         if (status == KVF_ERR_EXISTS) {
-            return; /* its write is in flight: the same as above */
+            return false; /* its write is in flight: the same as above */
         }
     }
     if (store->evict_cb != NULL) {
         store->evict_cb(store->cb_arg, key);
+    }
+    return false;
+}
+
+void kvf_store_on_disk_written(void *arg, const void *data)
+{
+    kvf_store_t *store = arg;
+    kvf_pool_entry_t *entry;
+
+    entry = kvf_pool_entry_find(
+        store->pool, (uint64_t)((const uint8_t *)data -
+                                (const uint8_t *)kvf_pool_base(store->pool)));
+    /* only evictions write in place: every such put kept its block */
+    if ((entry == NULL) ||
+        (kvf_pool_retired_free(store->pool, entry) != KVF_OK)) {
+        kvf_error(
+            "disk tier: written block at pool offset %llu was not "
+            "kept for its write",
+            (unsigned long long)((const uint8_t *)data -
+                                 (const uint8_t *)kvf_pool_base(store->pool)));
     }
 }
 

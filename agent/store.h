@@ -195,12 +195,19 @@ void kvf_store_set_disk(kvf_store_t *store, kvf_disk_t *disk);
 void kvf_store_on_disk_stored(void *arg, const kvf_key_t *key);
 void kvf_store_on_disk_dropped(void *arg, const kvf_key_t *key);
 
+/* The disk tier's written_cb (@p arg: the store): the evicted pool block
+ * at @p data, kept for its write, was written (or its write failed) and is
+ * free again. */
+void kvf_store_on_disk_written(void *arg, const void *data);
+
 /* Number of leading keys of @p keys held locally, in the pool or on disk. */
 uint32_t kvf_store_tier_prefix(kvf_store_t *store, const kvf_key_t *keys,
                                uint32_t num);
 
 /* Reads the chunks of @p keys that are on disk and not in the pool into
- * pool blocks, verifies them and commits them there (promotion).
+ * pool blocks, verifies them and commits them there (promotion). A key an
+ * earlier promotion is reading already is not read twice: this one waits
+ * for that read (a retrieve after a prefetching lookup).
  * KVF_INPROGRESS: @p cb runs when every read is done (NULL @p cb: fire and
  * forget, as a prefetch); KVF_OK: nothing to wait for, @p cb not called;
  * KVF_ERR_NO_MEMORY. */

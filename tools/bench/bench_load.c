@@ -4,10 +4,14 @@
  * kvf-bench load-agent / load-controller: many clients at once.
  *
  *   kvf-bench load-agent [--clients 64] [--seconds 5] [--chunk-size 65536]
- *                        [--batch 4]
+ *                        [--batch 4] [--hits-only 0|1]
  *     starts a controller and one agent; each client is a thread with its
  *     own engine connection doing alloc, commit, lookup, retrieve (every
  *     byte checked against its checksum) and release, batch chunks a call.
+ *     With --hits-only 1 each client stores its first 4 rounds and then
+ *     only looks up, retrieves and releases them: the pool-hit path alone,
+ *     with no eviction (the agent's environment, KVF_DISK_PATH included,
+ *     is passed on).
  *
  *   kvf-bench load-controller [--agents 200] [--seconds 5] [--threads 4]
  *                             [--batch 64] [--controller HOST:PORT]
@@ -180,6 +184,8 @@ typedef struct kvf_bench_la_client {
     uint32_t batch;
     uint64_t chunk;
     uint64_t end_ns;
+    bool hits_only;
+    uint64_t kept_sums[4][KVF_BENCH_LOAD_MAX_BATCH]; /* hits_only */
     atomic_bool *is_started;
     uint64_t iterations;
     uint64_t errors;
@@ -188,15 +194,18 @@ typedef struct kvf_bench_la_client {
     char err[256];
 } kvf_bench_la_client_t;
 
-/* One round: alloc, write, commit, lookup, retrieve + check, release. */
+/* One round: alloc, write, commit, lookup, retrieve + check, release
+ * (hits_only: the store only in the first 4 rounds, then their keys
+ * again). */
 static int kvf_bench_la_round(kvf_bench_la_client_t *c, kvf_client_t *client,
                               uint64_t iter)
 {
     kvf_slot_t slots[KVF_BENCH_LOAD_MAX_BATCH];
-    uint64_t sums[KVF_BENCH_LOAD_MAX_BATCH];
+    uint64_t *sums = c->kept_sums[iter % 4];
     kvf_key_t keys[KVF_BENCH_LOAD_MAX_BATCH];
     bool missing[KVF_BENCH_LOAD_MAX_BATCH];
-    uint8_t *base = kvf_client_pool_base(client);
+    uint8_t *base  = kvf_client_pool_base(client);
+    uint64_t round = c->hits_only ? iter % 4 : iter;
     kvf_lookup_result_t res;
     uint64_t t;
     uint32_t k;
@@ -204,7 +213,10 @@ static int kvf_bench_la_round(kvf_bench_la_client_t *c, kvf_client_t *client,
     for (k = 0; k < c->batch; k++) {
         keys[k].ns = 0x6c6f6164;
         keys[k].hi = c->index;
-        keys[k].lo = iter * c->batch + k;
+        keys[k].lo = round * c->batch + k;
+    }
+    if (c->hits_only && (iter >= 4)) {
+        goto read;
     }
     t = kvf_time_now_ns();
     if (kvf_client_alloc(client, c->chunk, c->batch, slots) != KVF_OK) {
@@ -221,6 +233,7 @@ static int kvf_bench_la_round(kvf_bench_la_client_t *c, kvf_client_t *client,
         return -1;
     }
     kvf_bench_lat_add(&c->lat[KVF_BENCH_LA_COMMIT], kvf_time_now_ns() - t);
+read:
     t = kvf_time_now_ns();
     if (kvf_client_lookup(client, keys, c->batch, false, &res) != KVF_OK) {
         return -1;
@@ -286,8 +299,8 @@ static void *kvf_bench_la_client_main(void *arg)
 int kvf_bench_load_agent_main(int argc, char **argv)
 {
     static const char *const names[] = {"clients", "seconds", "chunk-size",
-                                        "batch"};
-    const char *vals[]               = {"64", "5", "65536", "4"};
+                                        "batch", "hits-only"};
+    const char *vals[]               = {"64", "5", "65536", "4", "0"};
     char dir[]                       = "/tmp/kvf-bench-load-XXXXXX";
     char ctl[64], sock[PATH_MAX], log[PATH_MAX], agent_bin[PATH_MAX + 64];
     char pool[32], maxc[32];
@@ -297,21 +310,23 @@ int kvf_bench_load_agent_main(int argc, char **argv)
     uint64_t iterations = 0, errors = 0, wrong = 0, chunk, pow2 = 4096, t0;
     uint32_t clients, batch, i, k;
     double seconds, took;
+    bool hits_only;
     pthread_t *ths;
     pid_t pids[2] = {-1, -1};
     int rc;
 
-    rc = kvf_bench_load_parse(argc, argv, names, vals, 4,
+    rc = kvf_bench_load_parse(argc, argv, names, vals, 5,
                               "usage: kvf-bench load-agent [--clients 64] "
                               "[--seconds 5] [--chunk-size 65536] "
-                              "[--batch 4]\n");
+                              "[--batch 4] [--hits-only 0|1]\n");
     if (rc != 0) {
         return (rc == 1) ? 0 : 2;
     }
-    clients = (uint32_t)strtoul(vals[0], NULL, 10);
-    seconds = atof(vals[1]);
-    chunk   = strtoull(vals[2], NULL, 10);
-    batch   = (uint32_t)strtoul(vals[3], NULL, 10);
+    clients   = (uint32_t)strtoul(vals[0], NULL, 10);
+    seconds   = atof(vals[1]);
+    chunk     = strtoull(vals[2], NULL, 10);
+    batch     = (uint32_t)strtoul(vals[3], NULL, 10);
+    hits_only = strcmp(vals[4], "1") == 0;
     if ((clients == 0) || (clients > 4096) || (seconds <= 0) || (chunk < 64) ||
         (batch == 0) || (batch > KVF_BENCH_LOAD_MAX_BATCH)) {
         fprintf(stderr, "kvf-bench load-agent: bad arguments\n");
@@ -384,6 +399,7 @@ int kvf_bench_load_agent_main(int argc, char **argv)
                                         .batch      = batch,
                                         .chunk      = chunk,
                                         .end_ns     = 0,
+                                        .hits_only  = hits_only,
                                         .is_started = &is_started};
         pthread_create(&ths[i], NULL, kvf_bench_la_client_main, &cs[i]);
     }
@@ -409,12 +425,13 @@ int kvf_bench_load_agent_main(int argc, char **argv)
     }
     took = (double)(kvf_time_now_ns() - t0) / 1e9;
     printf("{\"bench\":\"load-agent\",\"clients\":%u,\"seconds\":%.2f,"
+           "\"hits_only\":%s,"
            "\"chunk_bytes\":%" PRIu64 ",\"batch\":%u,\"rounds\":%" PRIu64
            ",\"errors\":%" PRIu64 ",\"wrong_chunks\":%" PRIu64
            ",\"calls_per_s\":%.0f,\"chunks_per_s\":%.0f,"
            "\"agent_rss_bytes\":%" PRIu64,
-           clients, took, chunk, batch, iterations, errors, wrong,
-           (double)iterations * (4 + batch) / took,
+           clients, took, hits_only ? "true" : "false", chunk, batch,
+           iterations, errors, wrong, (double)iterations * (4 + batch) / took,
            (double)iterations * batch / took, kvf_bench_pid_rss(pids[1]));
     for (k = 0; k < KVF_BENCH_LA_CALLS; k++) {
         kvf_bench_lat_print(kvf_bench_la_names[k], &all[k], took);

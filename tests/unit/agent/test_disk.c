@@ -24,8 +24,13 @@
 static char g_dir[64];
 static char g_path[128];
 static uint8_t *g_buf; /* SLOT bytes, aligned: read destination */
-static uint8_t *g_src; /* SLOT bytes: what gets written */
-static int g_stored, g_dropped, g_reads;
+#define NSRC 64
+/* NSRC x SLOT bytes, aligned: chunk i's bytes at src_of(i), where they
+ * stay until the tier has written them (it does not copy) */
+static uint8_t *g_src;
+static uint8_t *g_want; /* SLOT bytes: what a chunk should read back as */
+static int g_stored, g_dropped, g_reads, g_written;
+static const void *g_written_last;
 static kvf_status_t g_read_status;
 
 static void on_stored(void *arg, const kvf_key_t *key)
@@ -36,6 +41,12 @@ static void on_stored(void *arg, const kvf_key_t *key)
 static void on_dropped(void *arg, const kvf_key_t *key)
 {
     g_dropped++;
+}
+
+static void on_written(void *arg, const void *data)
+{
+    g_written++;
+    g_written_last = data;
 }
 
 static void on_read(void *arg, const kvf_key_t *key, kvf_status_t status,
@@ -52,21 +63,32 @@ static kvf_key_t key_of(uint64_t i)
     return k;
 }
 
+static uint8_t *src_of(uint64_t i)
+{
+    return g_src + (i % NSRC) * SLOT;
+}
+
 /* Deterministic bytes per chunk, so a test can tell right from wrong. */
-static uint64_t fill(uint64_t i, uint64_t len)
+static void gen(uint64_t i, uint8_t *p, uint64_t len)
 {
     uint64_t j;
 
     for (j = 0; j < len; j++) {
-        g_src[j] = (uint8_t)(i * 31 + j * 7 + (j >> 12));
+        p[j] = (uint8_t)(i * 31 + j * 7 + (j >> 12));
     }
-    return kvf_chunk_checksum(g_src, len);
+}
+
+/* Writes chunk i's bytes at src_of(i); its checksum. */
+static uint64_t fill(uint64_t i, uint64_t len)
+{
+    gen(i, src_of(i), len);
+    return kvf_chunk_checksum(src_of(i), len);
 }
 
 static bool matches(uint64_t i, const uint8_t *got, uint64_t len)
 {
-    fill(i, len);
-    return memcmp(got, g_src, len) == 0;
+    gen(i, g_want, len);
+    return memcmp(got, g_want, len) == 0;
 }
 
 static void disk_setup(void)
@@ -75,9 +97,11 @@ static void disk_setup(void)
     cr_assert_not_null(mkdtemp(g_dir));
     snprintf(g_path, sizeof(g_path), "%s/tier", g_dir);
     cr_assert_eq(posix_memalign((void **)&g_buf, ALIGN, SLOT), 0);
-    g_src    = malloc(SLOT);
-    g_stored = g_dropped = g_reads = 0;
-    g_read_status                  = KVF_OK;
+    cr_assert_eq(posix_memalign((void **)&g_src, ALIGN, NSRC * SLOT), 0);
+    g_want   = malloc(SLOT);
+    g_stored = g_dropped = g_reads = g_written = 0;
+    g_written_last                             = NULL;
+    g_read_status                              = KVF_OK;
 }
 
 static void disk_teardown(void)
@@ -86,6 +110,7 @@ static void disk_teardown(void)
     rmdir(g_dir);
     free(g_buf);
     free(g_src);
+    free(g_want);
     kvf_test_check_leaks();
 }
 
@@ -100,6 +125,7 @@ static kvf_disk_params_t params_of(uint64_t slots)
         .queue_depth = 4,
         .stored_cb   = on_stored,
         .dropped_cb  = on_dropped,
+        .written_cb  = on_written,
     };
 
     return p;
@@ -119,7 +145,7 @@ static void put(kvf_disk_t *disk, uint64_t i, uint64_t len)
     kvf_key_t k   = key_of(i);
     uint64_t csum = fill(i, len);
 
-    cr_assert_eq(kvf_disk_put(disk, &k, g_src, len, csum), KVF_OK);
+    cr_assert_eq(kvf_disk_put(disk, &k, src_of(i), len, csum), KVF_OK);
     kvf_disk_drain(disk);
 }
 
@@ -185,14 +211,18 @@ Test(disk, counts_writes_pending_until_they_land)
         kvf_key_t k   = key_of(i);
         uint64_t csum = fill(i, SLOT);
 
-        cr_assert_eq(kvf_disk_put(disk, &k, g_src, SLOT, csum), KVF_OK);
+        cr_assert_eq(kvf_disk_put_in_place(disk, &k, src_of(i), SLOT, csum),
+                     KVF_OK);
     }
     kvf_disk_get_stats(disk, &st);
-    cr_assert_eq(st.writes_pending, 3, "staged or on the device");
+    cr_assert_eq(st.writes_pending, 3, "queued or on the device");
+    cr_assert_eq(g_written, 0, "the bytes are still the tier's");
     kvf_disk_drain(disk);
     kvf_disk_get_stats(disk, &st);
     cr_assert_eq(st.writes_pending, 0);
     cr_assert_eq(st.writes, 3);
+    cr_assert_eq(g_written, 3, "every put's bytes are given back");
+    cr_assert_eq(st.write_copies, 0);
     kvf_disk_destroy(disk);
 }
 
@@ -202,13 +232,48 @@ Test(disk, reads_a_chunk_still_in_its_staging_buffer)
     kvf_key_t k      = key_of(1);
     uint64_t csum    = fill(1, 5000);
 
-    cr_assert_eq(kvf_disk_put(disk, &k, g_src, 5000, csum), KVF_OK);
-    cr_assert_eq(kvf_disk_put(disk, &k, g_src, 5000, csum), KVF_ERR_EXISTS);
-    memset(g_src, 0, SLOT); /* the tier copied the bytes */
+    cr_assert_eq(kvf_disk_put(disk, &k, src_of(1) + 8, 5000, 0), KVF_OK,
+                 "a copy needs no alignment");
+    cr_assert_eq(kvf_disk_remove(disk, &k), KVF_ERR_BUSY);
+    kvf_disk_drain(disk);
+    cr_assert_eq(kvf_disk_remove(disk, &k), KVF_OK);
+    cr_assert_eq(kvf_disk_put(disk, &k, src_of(1), 5000, csum), KVF_OK);
+    cr_assert_eq(kvf_disk_put(disk, &k, src_of(1), 5000, csum), KVF_ERR_EXISTS);
+    memset(src_of(1), 0, SLOT); /* the tier copied the bytes */
+    cr_assert_eq(kvf_disk_read(disk, &k, g_buf, SLOT, on_read, NULL), KVF_OK);
+    cr_assert(matches(1, g_buf, 5000));
+    kvf_disk_drain(disk);
+    cr_assert_eq(g_written, 0, "a copy gives nothing back");
+    cr_assert_eq(read_back(disk, 1), KVF_OK);
+    cr_assert(matches(1, g_buf, 5000));
+    kvf_disk_destroy(disk);
+}
+
+Test(disk, reads_a_chunk_whose_write_in_place_has_not_landed)
+{
+    kvf_disk_t *disk = open_disk(8);
+    kvf_key_t k      = key_of(1);
+    kvf_key_t k2     = key_of(2);
+    uint64_t csum    = fill(1, 5000);
+
+    cr_assert_eq(kvf_disk_put_in_place(disk, &k, src_of(1), 5000, csum),
+                 KVF_OK);
+    cr_assert_eq(kvf_disk_put_in_place(disk, &k, src_of(1), 5000, csum),
+                 KVF_ERR_EXISTS);
+    /* O_DIRECT takes the caller's bytes as they are: aligned only */
+    cr_assert_eq(kvf_disk_put_in_place(disk, &k2, src_of(2) + 512, 5000, 0),
+                 KVF_ERR_RANGE);
+    cr_assert_not(kvf_disk_contains(disk, &k2));
+    /* served from the put's own bytes until the write lands */
     cr_assert_eq(kvf_disk_read(disk, &k, g_buf, SLOT, on_read, NULL), KVF_OK);
     cr_assert(matches(1, g_buf, 5000));
     cr_assert_eq(kvf_disk_read(disk, &k, g_buf + 1, SLOT, on_read, NULL),
                  KVF_ERR_RANGE);
+    kvf_disk_drain(disk);
+    cr_assert_eq(g_written, 1);
+    cr_assert_eq(g_written_last, src_of(1));
+    cr_assert_eq(read_back(disk, 1), KVF_OK);
+    cr_assert(matches(1, g_buf, 5000));
     kvf_disk_destroy(disk);
 }
 
@@ -234,32 +299,51 @@ Test(disk, full_tier_evicts_least_recently_used)
     kvf_disk_destroy(disk);
 }
 
-Test(disk, drops_and_counts_when_every_staging_buffer_is_busy)
+Test(disk, drops_and_counts_when_every_write_is_taken)
 {
-    kvf_disk_t *disk = open_disk(16);
+    kvf_disk_t *disk = open_disk(32);
     kvf_disk_stats_t st;
     kvf_key_t k;
     uint64_t i;
 
-    /* queue_depth 4: 4 writes in flight and 4 more staged behind them,
+    /* queue_depth 4: 8 copies (4 in flight, 4 queued), then 8 in place,
      * nothing reaped */
     for (i = 0; i < 8; i++) {
         k = key_of(i);
-        cr_assert_eq(kvf_disk_put(disk, &k, g_src, 4096, 0), KVF_OK);
+        cr_assert_eq(kvf_disk_put(disk, &k, src_of(i), 4096, fill(i, 4096)),
+                     KVF_OK);
     }
-    k = key_of(8);
-    cr_assert_eq(kvf_disk_put(disk, &k, g_src, 4096, 0), KVF_ERR_BUSY);
-    k = key_of(9);
-    cr_assert_eq(kvf_disk_put(disk, &k, g_src, SLOT + 1, 0), KVF_ERR_TOO_BIG);
+    k = key_of(16);
+    cr_assert_eq(kvf_disk_put(disk, &k, src_of(16), 4096, 0), KVF_ERR_BUSY,
+                 "every staging buffer is taken");
+    for (i = 8; i < 16; i++) {
+        k = key_of(i);
+        cr_assert_eq(
+            kvf_disk_put_in_place(disk, &k, src_of(i), 4096, fill(i, 4096)),
+            KVF_OK);
+    }
+    k = key_of(16);
+    cr_assert_eq(kvf_disk_put_in_place(disk, &k, src_of(16), 4096, 0),
+                 KVF_ERR_BUSY);
+    k = key_of(17);
+    cr_assert_eq(kvf_disk_put(disk, &k, src_of(17), SLOT + 1, 0),
+                 KVF_ERR_TOO_BIG);
     kvf_disk_get_stats(disk, &st);
-    cr_assert_eq(st.write_drops, 1);
+    cr_assert_eq(st.write_drops, 2);
+    cr_assert_eq(st.writes_pending, 16);
     kvf_disk_drain(disk);
-    /* the staged ones went out as the first ones landed */
+    /* the queued ones went out as the first ones landed */
     kvf_disk_get_stats(disk, &st);
-    cr_assert_eq(st.writes, 8);
+    cr_assert_eq(st.writes, 16);
+    cr_assert_eq(st.write_copies, 8);
     cr_assert_eq(st.write_errors, 0);
+    cr_assert_eq(g_written, 8, "the in-place ones");
     cr_assert_gt(st.write_busy_ns, 0, "device time is counted");
-    cr_assert_eq(kvf_disk_put(disk, &k, g_src, 4096, 0), KVF_OK);
+    for (i = 0; i < 16; i++) {
+        cr_assert_eq(read_back(disk, i), KVF_OK);
+        cr_assert(matches(i, g_buf, 4096), "chunk %" PRIu64, i);
+    }
+    cr_assert_eq(kvf_disk_put(disk, &k, src_of(17), 4096, 0), KVF_OK);
     kvf_disk_destroy(disk);
 }
 
@@ -383,10 +467,13 @@ Test(disk, io_errors_drop_the_slot_and_are_counted)
     kvf_key_t k = key_of(1);
 
     kvf_disk_set_faults(disk, KVF_DISK_FAULT_WRITE_EIO);
-    cr_assert_eq(kvf_disk_put(disk, &k, g_src, 4096, fill(1, 4096)), KVF_OK);
+    cr_assert_eq(
+        kvf_disk_put_in_place(disk, &k, src_of(1), 4096, fill(1, 4096)),
+        KVF_OK);
     kvf_disk_drain(disk);
     cr_assert_not(kvf_disk_contains(disk, &k));
     cr_assert_eq(g_stored, 0);
+    cr_assert_eq(g_written, 1, "a failed write gives its bytes back too");
 
     put(disk, 2, 4096);
     kvf_disk_set_faults(disk, KVF_DISK_FAULT_READ_EIO);
@@ -437,7 +524,7 @@ Test(disk, kill_during_write_behind_leaves_only_whole_chunks)
         }
         for (i = 0; i < 40; i++) { /* wraps: overwrites older slots */
             k = key_of(i);
-            while (kvf_disk_put(disk, &k, g_src, SLOT, fill(i, SLOT)) ==
+            while (kvf_disk_put(disk, &k, src_of(i), SLOT, fill(i, SLOT)) ==
                    KVF_ERR_BUSY) {
                 kvf_disk_progress(disk, true);
             }
@@ -483,7 +570,8 @@ Test(disk, event_loop_submits_and_reaps)
     p.stored_cb = on_stored_break;
     p.cb_arg    = base;
     cr_assert_eq(kvf_disk_create(&p, &disk), KVF_OK);
-    cr_assert_eq(kvf_disk_put(disk, &k, g_src, 4096, fill(9, 4096)), KVF_OK);
+    cr_assert_eq(kvf_disk_put(disk, &k, src_of(9), 4096, fill(9, 4096)),
+                 KVF_OK);
     event_base_dispatch(base); /* the suite's timeout bounds it */
     cr_assert_eq(g_stored, 1);
     cr_assert_eq(read_back(disk, 9), KVF_OK);
@@ -505,20 +593,35 @@ static void on_promoted(void *arg, uint32_t promoted, uint32_t failed)
     g_failed   = failed;
 }
 
+/* The pool holds 16 chunks: above 15 an allocation evicts down to 13
+ * (the default watermarks), and up to a quarter of it (4 blocks) may wait
+ * for write-behind. */
+#define POOL_SLOTS 16u
+
+/* Commits chunks first..last-1, each written behind before the next. */
+static void commit_chunks(kvf_store_t *store, kvf_store_owner_t *o,
+                          kvf_disk_t *disk, uint64_t first, uint64_t last);
+
 static kvf_store_t *store_with_disk(kvf_disk_t **disk_p)
 {
     kvf_pool_params_t pp = {
         .field_mask = KVF_POOL_FIELD_SIZE | KVF_POOL_FIELD_MAX_CHUNK |
                       KVF_POOL_FIELD_MIN_CHUNK | KVF_POOL_FIELD_NO_HUGETLB,
-        .size      = 4 * SLOT,
+        .size      = POOL_SLOTS * SLOT,
         .min_chunk = SLOT,
         .max_chunk = SLOT,
     };
     kvf_store_params_t sp = {.pool = &pp};
+    kvf_disk_params_t dp  = params_of(48);
     kvf_store_t *store;
 
     cr_assert_eq(kvf_store_create(&sp, &store), KVF_OK);
-    *disk_p = open_disk(16);
+    /* wired as kvf_disk_start wires the agent's */
+    dp.stored_cb  = kvf_store_on_disk_stored;
+    dp.dropped_cb = kvf_store_on_disk_dropped;
+    dp.written_cb = kvf_store_on_disk_written;
+    dp.cb_arg     = store;
+    cr_assert_eq(kvf_disk_create(&dp, disk_p), KVF_OK);
     kvf_store_set_disk(store, *disk_p);
     return store;
 }
@@ -530,8 +633,19 @@ static void commit_chunk(kvf_store_t *store, kvf_store_owner_t *o, uint64_t i)
     uint64_t csum = fill(i, SLOT);
 
     cr_assert_eq(kvf_store_alloc(store, o, SLOT, &slot), KVF_OK);
-    memcpy((uint8_t *)kvf_store_base(store) + slot.offset, g_src, SLOT);
+    memcpy((uint8_t *)kvf_store_base(store) + slot.offset, src_of(i), SLOT);
     cr_assert_eq(kvf_store_commit(store, o, &k, slot.offset, csum), KVF_OK);
+}
+
+static void commit_chunks(kvf_store_t *store, kvf_store_owner_t *o,
+                          kvf_disk_t *disk, uint64_t first, uint64_t last)
+{
+    uint64_t i;
+
+    for (i = first; i < last; i++) {
+        commit_chunk(store, o, i);
+        kvf_disk_drain(disk);
+    }
 }
 
 Test(disk, store_spills_evictions_and_promotes_them_back)
@@ -540,20 +654,25 @@ Test(disk, store_spills_evictions_and_promotes_them_back)
     kvf_store_t *store = store_with_disk(&disk);
     kvf_store_owner_t *o;
     kvf_store_stats_t st;
-    kvf_key_t keys[8];
+    kvf_disk_stats_t dst;
+    kvf_key_t keys[24];
     kvf_slot_t slot;
     uint64_t i;
 
     cr_assert_eq(kvf_store_owner_create(store, &o), KVF_OK);
-    for (i = 0; i < 8; i++) {
+    for (i = 0; i < 24; i++) {
         keys[i] = key_of(i);
-        commit_chunk(store, o, i);
-        kvf_disk_drain(disk);
     }
+    commit_chunks(store, o, disk, 0, 24);
     kvf_store_get_stats(store, &st);
-    cr_assert_geq(st.spilled, 4, "the pool holds 4: the rest went to disk");
-    cr_assert_eq(kvf_store_local_prefix(store, keys, 8), 0);
-    cr_assert_eq(kvf_store_tier_prefix(store, keys, 8), 8);
+    cr_assert_geq(st.spilled, 8, "the pool holds 16: the rest went to disk");
+    cr_assert_eq(st.pool.retired, 0, "every kept block was given back");
+    cr_assert_eq(kvf_store_local_prefix(store, keys, 24), 0);
+    cr_assert_eq(kvf_store_tier_prefix(store, keys, 24), 24);
+    cr_assert_eq(g_written, 0, "the store's written_cb, not the test's");
+    kvf_disk_get_stats(disk, &dst);
+    cr_assert_gt(dst.writes, dst.write_copies,
+                 "the pool kept blocks for writes in place");
 
     cr_assert_eq(kvf_store_promote(store, keys, 2, on_promoted, NULL),
                  KVF_INPROGRESS);
@@ -585,13 +704,9 @@ Test(disk, damaged_slot_is_a_promotion_miss_never_wrong_bytes)
     kvf_store_stats_t st;
     kvf_key_t k = key_of(0);
     kvf_slot_t slot;
-    uint64_t i;
 
     cr_assert_eq(kvf_store_owner_create(store, &o), KVF_OK);
-    for (i = 0; i < 5; i++) {
-        commit_chunk(store, o, i);
-    }
-    kvf_disk_drain(disk); /* chunk 0 is in slot 0 */
+    commit_chunks(store, o, disk, 0, POOL_SLOTS); /* chunk 0 is in slot 0 */
     damage(0, ALIGN + 100, 0x01);
     cr_assert_eq(kvf_store_promote(store, &k, 1, on_promoted, NULL),
                  KVF_INPROGRESS);
@@ -614,14 +729,10 @@ Test(disk, canceled_promotion_still_lands_and_never_calls_back)
     kvf_store_t *store = store_with_disk(&disk);
     kvf_store_owner_t *o;
     kvf_key_t k = key_of(0);
-    uint64_t i;
     int token;
 
     cr_assert_eq(kvf_store_owner_create(store, &o), KVF_OK);
-    for (i = 0; i < 5; i++) {
-        commit_chunk(store, o, i);
-    }
-    kvf_disk_drain(disk);
+    commit_chunks(store, o, disk, 0, POOL_SLOTS);
     cr_assert_eq(kvf_store_promote(store, &k, 1, on_promoted, &token),
                  KVF_INPROGRESS);
     kvf_store_promote_cancel(store, &token);
@@ -642,22 +753,92 @@ Test(disk, promotion_never_evicts_the_requests_own_pool_hits)
     uint64_t i;
 
     cr_assert_eq(kvf_store_owner_create(store, &o), KVF_OK);
-    for (i = 0; i < 8; i++) {
-        commit_chunk(store, o, i);
-    }
-    kvf_disk_drain(disk); /* pool: 4..7, disk: 0..3 */
-    keys[0] = key_of(7);
+    commit_chunks(store, o, disk, 0, 22); /* disk: 0..8, pool: 9..21 */
+    keys[0] = key_of(9); /* the next victim, but the request's own hit */
     for (i = 1; i < 5; i++) {
         keys[i] = key_of(i - 1);
     }
+    cr_assert_eq(kvf_store_tier_prefix(store, keys, 5), 5);
+    cr_assert_eq(kvf_store_local_prefix(store, keys, 2), 1);
     cr_assert_eq(kvf_store_promote(store, keys, 5, on_promoted, NULL),
                  KVF_INPROGRESS);
     kvf_disk_drain(disk);
     cr_assert_eq(g_promotions, 1);
-    cr_assert_eq(g_promoted + g_failed, 4);
-    cr_assert_eq(g_promoted, 3, "room for three beside the held hit");
-    cr_assert_eq(kvf_store_local_prefix(store, keys, 1), 1,
+    cr_assert_eq(g_promoted, 4);
+    cr_assert_eq(g_failed, 0);
+    cr_assert_eq(kvf_store_local_prefix(store, keys, 5), 5,
                  "the request's hit stayed in the pool");
+    kvf_store_owner_destroy(store, o);
+    kvf_disk_destroy(disk);
+    kvf_store_destroy(store);
+}
+
+/* A retrieve right after a prefetching lookup does not read the same
+ * chunks again: it waits for the prefetch's reads. */
+Test(disk, second_promotion_of_a_key_waits_for_the_first_read)
+{
+    kvf_disk_t *disk;
+    kvf_store_t *store = store_with_disk(&disk);
+    kvf_store_owner_t *o;
+    kvf_disk_stats_t dst;
+    kvf_key_t keys[4];
+    kvf_slot_t slot;
+    uint64_t i, reads0;
+
+    cr_assert_eq(kvf_store_owner_create(store, &o), KVF_OK);
+    commit_chunks(store, o, disk, 0, 24); /* 0..7 are on disk only */
+    for (i = 0; i < 4; i++) {
+        keys[i] = key_of(i);
+    }
+    kvf_disk_get_stats(disk, &dst);
+    reads0 = dst.reads;
+    /* the prefetch: nobody waits */
+    cr_assert_eq(kvf_store_promote(store, keys, 4, NULL, NULL), KVF_INPROGRESS);
+    /* the retrieve: keys 0..3 again (one twice), and 4 */
+    keys[3] = key_of(1);
+    cr_assert_eq(kvf_store_promote(store, keys, 4, on_promoted, NULL),
+                 KVF_INPROGRESS);
+    cr_assert_eq(g_promotions, 0);
+    kvf_disk_drain(disk);
+    cr_assert_eq(g_promotions, 1);
+    cr_assert_eq(g_promoted, 4, "each of its keys is in the pool");
+    cr_assert_eq(g_failed, 0);
+    kvf_disk_get_stats(disk, &dst);
+    cr_assert_eq(dst.reads - reads0, 4, "no chunk was read twice");
+    for (i = 0; i < 4; i++) {
+        kvf_key_t k = key_of(i);
+
+        cr_assert_eq(kvf_store_pin(store, o, &k, &slot), KVF_OK);
+        cr_assert(
+            matches(i, (uint8_t *)kvf_store_base(store) + slot.offset, SLOT));
+        cr_assert_eq(kvf_store_release(store, o, slot.offset), KVF_OK);
+    }
+    kvf_store_owner_destroy(store, o);
+    kvf_disk_destroy(disk);
+    kvf_store_destroy(store);
+}
+
+/* A damaged chunk fails every promotion waiting for it, never hands out
+ * bytes. */
+Test(disk, waiting_promotion_of_a_damaged_chunk_fails_too)
+{
+    kvf_disk_t *disk;
+    kvf_store_t *store = store_with_disk(&disk);
+    kvf_store_owner_t *o;
+    kvf_key_t k = key_of(0);
+    kvf_slot_t slot;
+
+    cr_assert_eq(kvf_store_owner_create(store, &o), KVF_OK);
+    commit_chunks(store, o, disk, 0, POOL_SLOTS); /* chunk 0 is in slot 0 */
+    damage(0, ALIGN + 100, 0x01);
+    cr_assert_eq(kvf_store_promote(store, &k, 1, NULL, NULL), KVF_INPROGRESS);
+    cr_assert_eq(kvf_store_promote(store, &k, 1, on_promoted, NULL),
+                 KVF_INPROGRESS);
+    kvf_disk_drain(disk);
+    cr_assert_eq(g_promotions, 1);
+    cr_assert_eq(g_failed, 1);
+    cr_assert_eq(g_promoted, 0);
+    cr_assert_eq(kvf_store_pin(store, o, &k, &slot), KVF_ERR_NOT_FOUND);
     kvf_store_owner_destroy(store, o);
     kvf_disk_destroy(disk);
     kvf_store_destroy(store);

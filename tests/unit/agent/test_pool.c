@@ -20,14 +20,22 @@
 static kvf_pool_t *g_pool;
 static unsigned g_evicted;
 static kvf_key_t g_evicted_keys[64];
+static uint64_t g_evicted_offsets[64];
+static unsigned g_keep; /* evictions the callback keeps (write-behind) */
 
-static void on_evict(const kvf_key_t *key, uint64_t offset, uint64_t length,
-                     void *arg)
+static bool on_evict(const kvf_key_t *key, uint64_t offset, uint64_t length,
+                     bool can_keep, void *arg)
 {
     if (g_evicted < 64) {
-        g_evicted_keys[g_evicted] = *key;
+        g_evicted_keys[g_evicted]    = *key;
+        g_evicted_offsets[g_evicted] = offset;
     }
     g_evicted++;
+    if ((g_keep > 0) && can_keep) {
+        g_keep--;
+        return true;
+    }
+    return false;
 }
 
 static kvf_key_t key_of(uint64_t n)
@@ -57,6 +65,7 @@ static kvf_pool_t *pool_new(kvf_pool_policy_t policy)
     kvf_pool_t *pool = NULL;
 
     g_evicted = 0;
+    g_keep    = 0;
     cr_assert_eq(kvf_pool_create(&params, &pool), KVF_OK);
     return pool;
 }
@@ -525,6 +534,81 @@ Test(pool, refcount_pins_and_returns_to_zero)
     cr_assert_eq(kvf_pool_entry_put(g_pool, es[4]), KVF_OK);
     kvf_pool_stats(g_pool, &st);
     cr_assert_eq(st.pinned, 0);
+}
+
+/* An eviction the callback keeps (the disk tier writing it behind) leaves
+ * the block as it was, out of the index, until kvf_pool_retired_free. Kept
+ * blocks count as free for the watermarks (keeping one does not make the
+ * pool evict further), and a block the allocation itself needs is never
+ * kept. */
+Test(pool, kept_eviction_holds_its_block_until_given_back)
+{
+    kvf_pool_params_t params = {
+        .field_mask = KVF_POOL_FIELD_SIZE | KVF_POOL_FIELD_MIN_CHUNK |
+                      KVF_POOL_FIELD_MAX_CHUNK | KVF_POOL_FIELD_WATERMARKS |
+                      KVF_POOL_FIELD_EVICT_CB | KVF_POOL_FIELD_NO_HUGETLB,
+        .size      = 20 * 64 * KIB,
+        .min_chunk = 64 * KIB,
+        .max_chunk = 64 * KIB,
+        .high_pct  = 95,
+        .low_pct   = 80,
+        .evict_cb  = on_evict,
+    };
+    kvf_pool_t *pool = NULL;
+    kvf_pool_entry_t *e, *kept, *fresh, *urgent;
+    kvf_pool_stats_t st;
+    kvf_key_t k0 = key_of(0);
+    uint8_t *p;
+    uint64_t i;
+
+    cr_assert_eq(kvf_pool_create(&params, &pool), KVF_OK);
+    for (i = 0; i < 19; i++) { /* 95 %: the next allocation evicts */
+        e = store(pool, i, 64 * KIB);
+        memset(kvf_pool_ptr(pool, kvf_pool_entry_offset(e)), (int)i + 1,
+               64 * KIB);
+    }
+    g_evicted = 0;
+    g_keep    = 64;
+    cr_assert_eq(kvf_pool_alloc(pool, 64 * KIB, UINT64_MAX, &fresh), KVF_OK);
+    /* down to 80 % (16 blocks) with the new one: 15 committed remain, and
+     * the four kept blocks did not count */
+    cr_assert_eq(g_evicted, 4);
+    kvf_pool_stats(pool, &st);
+    cr_assert_eq(st.retired, 4);
+    cr_assert_eq(st.retired_bytes, 4 * 64 * KIB);
+    cr_assert_eq(st.entries, 15);
+    cr_assert_eq(st.used, 20 * 64 * KIB, "kept blocks are not reused");
+    cr_assert(kvf_key_equal(&g_evicted_keys[0], &k0));
+    cr_assert_null(kvf_pool_lookup(pool, &k0));
+    kept = kvf_pool_entry_find(pool, g_evicted_offsets[0]);
+    cr_assert_not_null(kept);
+    cr_assert_eq(kvf_pool_entry_state(kept), KVF_POOL_ENTRY_RETIRED);
+    p = kvf_pool_ptr(pool, g_evicted_offsets[0]);
+    cr_assert(p[0] == 1 && p[64 * KIB - 1] == 1, "its bytes are untouched");
+
+    /* full: this allocation needs the victim's block, so it is not kept */
+    cr_assert_eq(kvf_pool_alloc(pool, 64 * KIB, UINT64_MAX, &urgent), KVF_OK);
+    cr_assert_eq(g_evicted, 5);
+    cr_assert_eq(kvf_pool_entry_offset(urgent), g_evicted_offsets[4]);
+    kvf_pool_stats(pool, &st);
+    cr_assert_eq(st.retired, 4);
+
+    /* not for anything else: no free, no second give-back */
+    cr_assert_eq(kvf_pool_free(pool, kept), KVF_ERR_STATE);
+    cr_assert_eq(kvf_pool_retired_free(pool, fresh), KVF_ERR_STATE);
+    cr_assert_eq(kvf_pool_retired_free(pool, kept), KVF_OK);
+    cr_assert_eq(kvf_pool_retired_free(pool, kept), KVF_ERR_STATE);
+    for (i = 1; i < 4; i++) {
+        e = kvf_pool_entry_find(pool, g_evicted_offsets[i]);
+        cr_assert_eq(kvf_pool_retired_free(pool, e), KVF_OK);
+    }
+    kvf_pool_stats(pool, &st);
+    cr_assert_eq(st.retired, 0);
+    cr_assert_eq(st.retired_bytes, 0);
+    cr_assert_eq(st.used, 16 * 64 * KIB);
+    cr_assert_eq(kvf_pool_free(pool, fresh), KVF_OK);
+    cr_assert_eq(kvf_pool_free(pool, urgent), KVF_OK);
+    kvf_pool_destroy(pool);
 }
 
 Test(pool, full_and_all_pinned_fails_at_once)
