@@ -5,7 +5,7 @@
  * beside fio on the same file system, block size, O_DIRECT and queue
  * depth, in the same run.
  *
- * Write-behind: an engine stores chunks into a pool of 2 x depth chunks,
+ * Write-behind: an engine stores chunks into a pool of 4 x depth chunks,
  * so every further chunk is evicted and written behind; GB/s is the bytes
  * the tier wrote over the time from the first store into the full pool
  * until the last write landed (drops, when the disk cannot keep up, are
@@ -35,6 +35,10 @@
 #include <unistd.h>
 
 #define KVF_BENCH_DISK_MAX_SIZES 8
+/* The agent's pool, in batches of depth chunks: one being retrieved, the
+ * next being prefetched, and room for write-behind to keep its blocks
+ * until they are written (the tier may hold a quarter of the pool). */
+#define KVF_BENCH_DISK_POOL_BATCHES 4ull
 
 typedef struct kvf_bench_disk_opts {
     char dir[256];
@@ -191,7 +195,7 @@ static int kvf_bench_disk_store(kvf_client_t *c, const kvf_bench_disk_opts_t *o,
     drops0 = kvf_bench_disk_metric(port, "kvf_agent_disk_write_drops_total");
     busy0  = kvf_bench_disk_metric_f(port, busy);
     for (b = 0; b < n; b += o->depth) {
-        if (b == 2ull * o->depth) {
+        if (b == KVF_BENCH_DISK_POOL_BATCHES * o->depth) {
             t0 = kvf_time_now_ns();
         }
         if (kvf_client_alloc(c, size, o->depth, slots) != KVF_OK) {
@@ -240,7 +244,8 @@ static int kvf_bench_disk_one(const kvf_bench_disk_opts_t *o, uint64_t size,
                               kvf_bench_disk_result_t *r,
                               kvf_bench_disk_result_t *rw)
 {
-    uint64_t n = o->total / size, pool = 2ull * o->depth * size, i, b, k;
+    uint64_t n = o->total / size, i, b, k;
+    uint64_t pool = KVF_BENCH_DISK_POOL_BATCHES * o->depth * size;
     uint64_t slot = size + 4096, t0, t1, end, *lat;
     kvf_lookup_result_t res;
     char sock[300], tier[300], log[300], bin[4096], http[32], pool_s[32],
@@ -254,8 +259,8 @@ static int kvf_bench_disk_one(const kvf_bench_disk_opts_t *o, uint64_t size,
     pid_t pid;
     int rc = -1;
 
-    if (n < 4ull * o->depth) {
-        n = 4ull * o->depth;
+    if (n < 2 * KVF_BENCH_DISK_POOL_BATCHES * o->depth) {
+        n = 2 * KVF_BENCH_DISK_POOL_BATCHES * o->depth;
     }
     keys  = calloc(n, sizeof(*keys));
     keys2 = calloc(n, sizeof(*keys2));
@@ -309,7 +314,7 @@ static int kvf_bench_disk_one(const kvf_bench_disk_opts_t *o, uint64_t size,
      * once), so the tier has the next reads queued while this batch is
      * answered and released */
     t0  = kvf_time_now_ns();
-    end = n - 2ull * o->depth;
+    end = n - KVF_BENCH_DISK_POOL_BATCHES * o->depth;
     if ((o->depth <= end) &&
         (kvf_client_lookup(c, keys, o->depth, true, &res) != KVF_OK)) {
         fprintf(stderr, "lookup: %s\n", kvf_client_last_error(c));
