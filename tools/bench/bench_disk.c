@@ -5,8 +5,9 @@
  * beside fio on the same file system, block size, O_DIRECT and queue
  * depth, in the same run.
  *
- * Write-behind: an engine stores chunks into a pool of 4 x depth chunks,
- * so every further chunk is evicted and written behind; GB/s is the bytes
+ * Write-behind: an engine stores chunks into a pool of 4 x depth chunks
+ * and at least 64 MiB, so every further chunk is evicted and written
+ * behind; GB/s is the bytes
  * the tier wrote over the time from the first store into the full pool
  * until the last write landed (drops, when the disk cannot keep up, are
  * reported). Read-back:
@@ -35,10 +36,13 @@
 #include <unistd.h>
 
 #define KVF_BENCH_DISK_MAX_SIZES 8
-/* The agent's pool, in batches of depth chunks: one being retrieved, the
- * next being prefetched, and room for write-behind to keep its blocks
- * until they are written (the tier may hold a quarter of the pool). */
+/* The agent's pool: at least 4 batches of depth chunks (one being
+ * retrieved, the next being prefetched) and 64 MiB, so that, as in a
+ * deployed pool, eviction leaves free blocks and write-behind can keep
+ * the evicted ones until they are written (a quarter of the pool) instead
+ * of copying them. */
 #define KVF_BENCH_DISK_POOL_BATCHES 4ull
+#define KVF_BENCH_DISK_POOL_MIN     (64ull << 20)
 
 typedef struct kvf_bench_disk_opts {
     char dir[256];
@@ -177,7 +181,7 @@ static void kvf_bench_disk_keys(kvf_key_t *keys, uint64_t n, uint64_t salt)
  * landed (nothing pending), busy GB/s and drops of this pass only. */
 static int kvf_bench_disk_store(kvf_client_t *c, const kvf_bench_disk_opts_t *o,
                                 uint64_t size, const kvf_key_t *keys,
-                                uint64_t n, uint16_t port,
+                                uint64_t n, uint64_t full, uint16_t port,
                                 kvf_bench_disk_result_t *w)
 {
     const char *busy  = "kvf_agent_disk_busy_seconds_total{dir=\"write\"}";
@@ -195,7 +199,7 @@ static int kvf_bench_disk_store(kvf_client_t *c, const kvf_bench_disk_opts_t *o,
     drops0 = kvf_bench_disk_metric(port, "kvf_agent_disk_write_drops_total");
     busy0  = kvf_bench_disk_metric_f(port, busy);
     for (b = 0; b < n; b += o->depth) {
-        if (b == KVF_BENCH_DISK_POOL_BATCHES * o->depth) {
+        if (b == full) {
             t0 = kvf_time_now_ns();
         }
         if (kvf_client_alloc(c, size, o->depth, slots) != KVF_OK) {
@@ -244,8 +248,8 @@ static int kvf_bench_disk_one(const kvf_bench_disk_opts_t *o, uint64_t size,
                               kvf_bench_disk_result_t *r,
                               kvf_bench_disk_result_t *rw)
 {
-    uint64_t n = o->total / size, i, b, k;
-    uint64_t pool = KVF_BENCH_DISK_POOL_BATCHES * o->depth * size;
+    uint64_t n    = o->total / size, i, b, k;
+    uint64_t full = KVF_BENCH_DISK_POOL_BATCHES * o->depth, pool;
     uint64_t slot = size + 4096, t0, t1, end, *lat;
     kvf_lookup_result_t res;
     char sock[300], tier[300], log[300], bin[4096], http[32], pool_s[32],
@@ -259,9 +263,14 @@ static int kvf_bench_disk_one(const kvf_bench_disk_opts_t *o, uint64_t size,
     pid_t pid;
     int rc = -1;
 
-    if (n < 2 * KVF_BENCH_DISK_POOL_BATCHES * o->depth) {
-        n = 2 * KVF_BENCH_DISK_POOL_BATCHES * o->depth;
+    while (full * size < KVF_BENCH_DISK_POOL_MIN) {
+        full += o->depth; /* whole batches */
     }
+    pool = full * size;
+    if (n < 2 * full) {
+        n = 2 * full;
+    }
+    n -= n % o->depth;
     keys  = calloc(n, sizeof(*keys));
     keys2 = calloc(n, sizeof(*keys2));
     lat   = calloc(n, sizeof(*lat));
@@ -304,7 +313,7 @@ static int kvf_bench_disk_one(const kvf_bench_disk_opts_t *o, uint64_t size,
     }
 
     /* write-behind into the fresh (preallocated) slot file */
-    if (kvf_bench_disk_store(c, o, size, keys, n, port, w) != 0) {
+    if (kvf_bench_disk_store(c, o, size, keys, n, full, port, w) != 0) {
         goto out_disconnect;
     }
 
@@ -314,7 +323,7 @@ static int kvf_bench_disk_one(const kvf_bench_disk_opts_t *o, uint64_t size,
      * once), so the tier has the next reads queued while this batch is
      * answered and released */
     t0  = kvf_time_now_ns();
-    end = n - KVF_BENCH_DISK_POOL_BATCHES * o->depth;
+    end = n - full;
     if ((o->depth <= end) &&
         (kvf_client_lookup(c, keys, o->depth, true, &res) != KVF_OK)) {
         fprintf(stderr, "lookup: %s\n", kvf_client_last_error(c));
@@ -363,7 +372,7 @@ static int kvf_bench_disk_one(const kvf_bench_disk_opts_t *o, uint64_t size,
     /* rewrite: new keys; the full tier reuses its least recently used
      * slots, written once already (the steady state of a long-running
      * agent) */
-    if (kvf_bench_disk_store(c, o, size, keys2, n, port, rw) != 0) {
+    if (kvf_bench_disk_store(c, o, size, keys2, n, full, port, rw) != 0) {
         goto out_disconnect;
     }
     rc = 0;
