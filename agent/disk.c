@@ -722,9 +722,19 @@ kvf_status_t kvf_disk_remove(kvf_disk_t *disk, const kvf_key_t *key)
 
 void kvf_disk_get_stats(const kvf_disk_t *disk, kvf_disk_stats_t *stats_p)
 {
+    uint64_t now = kvf_time_now_ns();
+
     *stats_p                = disk->st;
     stats_p->is_direct      = disk->is_direct;
     stats_p->writes_pending = disk->writes_pending;
+    /* and the busy time so far of a stretch still going on: a counter
+     * read mid-stretch must not jump later */
+    if (disk->writes_inflight > 0) {
+        stats_p->write_busy_ns += now - disk->write_busy_since;
+    }
+    if (disk->reads_inflight > 0) {
+        stats_p->read_busy_ns += now - disk->read_busy_since;
+    }
 }
 
 void kvf_disk_foreach_key(kvf_disk_t *disk, kvf_disk_key_cb_t cb, void *arg)
@@ -1212,12 +1222,13 @@ void kvf_disk_print_tier_metrics(const kvf_disk_t *disk, uint64_t host_chunks,
 
 void kvf_disk_print_metrics(const kvf_disk_t *disk, struct evbuffer *body)
 {
-    const kvf_disk_stats_t *st;
+    kvf_disk_stats_t stats;
+    const kvf_disk_stats_t *st = &stats;
 
     if (disk == NULL) {
         return;
     }
-    st = &disk->st;
+    kvf_disk_get_stats(disk, &stats);
     kvf_prom_metric(body, "kvf_agent_disk_capacity_bytes", KVF_PROM_GAUGE,
                     "bytes of the disk tier", st->capacity_bytes);
     kvf_prom_metric(body, "kvf_agent_disk_used_bytes", KVF_PROM_GAUGE,
@@ -1236,7 +1247,7 @@ void kvf_disk_print_metrics(const kvf_disk_t *disk, struct evbuffer *body)
                     st->write_copies);
     kvf_prom_metric(body, "kvf_agent_disk_writes_pending", KVF_PROM_GAUGE,
                     "evicted chunks queued or being written behind",
-                    disk->writes_pending);
+                    st->writes_pending);
     kvf_prom_metric(body, "kvf_agent_disk_write_drops_total", KVF_PROM_COUNTER,
                     "evicted chunks not written (write-behind queue full)",
                     st->write_drops);
