@@ -251,6 +251,7 @@ static void kvf_agent_on_usage(void *arg, kvf_ctl_usage_t *usage)
         usage->disk_used     = ds.used_bytes;
         usage->disk_chunks   = ds.used_slots;
     }
+    kvf_transports_age(&agent->transports);
     kvf_transports_summary(&agent->transports, usage->transports,
                            sizeof(usage->transports));
 }

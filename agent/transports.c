@@ -77,6 +77,7 @@ bool kvf_transports_check(kvf_transports_t *t, kvf_ucx_ep_t *ep,
                           uint32_t node_id, const char *name)
 {
     if ((ep == t->last_ep) && (node_id == t->last_node) && (ep != NULL)) {
+        t->peers[t->last_row].uses++;
         if (!t->last_ok) {
             t->refused++;
         }
@@ -96,6 +97,8 @@ static bool kvf_transports_check_slow(kvf_transports_t *t, kvf_ucx_ep_t *ep,
     char used[96];
     bool ok;
 
+    row->uses++;
+    t->last_row = (uint32_t)(row - t->peers);
     (void)kvf_ucx_ep_transports(ep, used, sizeof(used));
     ok = kvf_ucx_transports_match(used, t->expect);
     snprintf(t->last, sizeof(t->last), "%s", (used[0] != '\0') ? used : "?");
@@ -153,6 +156,22 @@ static void kvf_transports_name_add(char (*names)[KVF_TRANSPORTS_NAME_MAX],
     (*num_p)++;
 }
 
+void kvf_transports_age(kvf_transports_t *t)
+{
+    kvf_transports_peer_t *row;
+    uint32_t i;
+
+    for (i = 0; i < t->num_peers; i++) {
+        row = &t->peers[i];
+        if (row->uses != row->uses_aged) {
+            row->uses_aged = row->uses;
+            row->idle      = 0;
+        } else if (row->idle < KVF_TRANSPORTS_IDLE_MAX) {
+            row->idle++;
+        }
+    }
+}
+
 void kvf_transports_summary(const kvf_transports_t *t, char *buf, size_t len)
 {
     char names[KVF_TRANSPORTS_NAMES_MAX][KVF_TRANSPORTS_NAME_MAX];
@@ -167,6 +186,9 @@ void kvf_transports_summary(const kvf_transports_t *t, char *buf, size_t len)
     for (i = 0; i < t->num_peers; i++) {
         const char *p = t->peers[i].transports;
 
+        if (t->peers[i].idle >= KVF_TRANSPORTS_IDLE_MAX) {
+            continue; /* gone quiet */
+        }
         while (*p != '\0') {
             size_t tok = strcspn(p, ",");
 

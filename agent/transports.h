@@ -27,10 +27,19 @@
  * characters (Heartbeat.transports). */
 #define KVF_TRANSPORTS_SUMMARY_MAX 64
 
+/* A peer row no message came through for this many kvf_transports_age
+ * calls (heartbeats) is left out of the summary: a connection that has
+ * gone quiet (the peer left, or was reached over something else since)
+ * stops being reported. */
+#define KVF_TRANSPORTS_IDLE_MAX 30
+
 typedef struct kvf_transports_peer {
     char name[64];       /* the peer's node name, or "node-N" */
     char transports[96]; /* as kvf_ucx_ep_transports writes them */
     bool refused;        /* not among expect_transports */
+    uint64_t uses;       /* messages checked on it */
+    uint64_t uses_aged;  /* uses at the last kvf_transports_age */
+    uint32_t idle;       /* kvf_transports_age calls without a use */
 } kvf_transports_peer_t;
 
 typedef struct kvf_transports {
@@ -42,6 +51,7 @@ typedef struct kvf_transports {
      * arrive on one endpoint, so the per-chunk check is a compare */
     const kvf_ucx_ep_t *last_ep;
     uint32_t last_node;
+    uint32_t last_row; /* its row in peers */
     bool last_ok;
     uint32_t num_peers;
     kvf_transports_peer_t peers[KVF_TRANSPORTS_PEERS_MAX];
@@ -65,13 +75,18 @@ bool kvf_transports_check(kvf_transports_t *t, kvf_ucx_ep_t *ep,
  * when UCX did not say), for error messages. */
 const char *kvf_transports_last(const kvf_transports_t *t);
 
+/* Once per heartbeat: counts, per peer row, the calls since a message
+ * last came through it (KVF_TRANSPORTS_IDLE_MAX). */
+void kvf_transports_age(kvf_transports_t *t);
+
 /*
- * The distinct transport names (devices left out) of every peer row,
- * sorted and comma-separated, into @p buf of @p len bytes: "tcp",
- * "rc_mlx5,tcp"; "" before any peer. Refused rows count: the connection
- * ran over it all the same. Names that do not fit are left out and the
- * summary ends in ",+" ("+" alone when not even the first fits). For the
- * heartbeat (`kvfctl nodes`, TRANSPORTS).
+ * The distinct transport names (devices left out) of every peer row in
+ * use (not idle for KVF_TRANSPORTS_IDLE_MAX heartbeats), sorted and
+ * comma-separated, into @p buf of @p len bytes: "tcp", "rc_mlx5,tcp"; ""
+ * before any peer. Refused rows count: the connection ran over it all the
+ * same. Names that do not fit are left out and the summary ends in ",+"
+ * ("+" alone when not even the first fits). For the heartbeat (`kvfctl
+ * nodes`, TRANSPORTS).
  */
 void kvf_transports_summary(const kvf_transports_t *t, char *buf, size_t len);
 

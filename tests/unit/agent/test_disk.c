@@ -602,6 +602,19 @@ static void on_promoted(void *arg, uint32_t promoted, uint32_t failed)
 static void commit_chunks(kvf_store_t *store, kvf_store_owner_t *o,
                           kvf_disk_t *disk, uint64_t first, uint64_t last);
 
+static int g_left;    /* chunks the store said left the node */
+static int g_demoted; /* chunks the store said are on disk only now */
+
+static void on_left(void *arg, const kvf_key_t *key)
+{
+    g_left++;
+}
+
+static void on_demoted(void *arg, const kvf_key_t *key)
+{
+    g_demoted++;
+}
+
 static kvf_store_t *store_with_disk(kvf_disk_t **disk_p)
 {
     kvf_pool_params_t pp = {
@@ -611,8 +624,9 @@ static kvf_store_t *store_with_disk(kvf_disk_t **disk_p)
         .min_chunk = SLOT,
         .max_chunk = SLOT,
     };
-    kvf_store_params_t sp = {.pool = &pp};
-    kvf_disk_params_t dp  = params_of(48);
+    kvf_store_params_t sp = {
+        .pool = &pp, .evict_cb = on_left, .demote_cb = on_demoted};
+    kvf_disk_params_t dp = params_of(48);
     kvf_store_t *store;
 
     cr_assert_eq(kvf_store_create(&sp, &store), KVF_OK);
@@ -768,6 +782,46 @@ Test(disk, promotion_never_evicts_the_requests_own_pool_hits)
     cr_assert_eq(g_failed, 0);
     cr_assert_eq(kvf_store_local_prefix(store, keys, 5), 5,
                  "the request's hit stayed in the pool");
+    kvf_store_owner_destroy(store, o);
+    kvf_disk_destroy(disk);
+    kvf_store_destroy(store);
+}
+
+/* An in-place write that fails still gives its kept block back to the
+ * pool, and the chunk, in neither tier now, leaves the registry. */
+Test(disk, failed_write_in_place_frees_the_kept_block)
+{
+    kvf_disk_t *disk;
+    kvf_store_t *store = store_with_disk(&disk);
+    kvf_store_owner_t *o;
+    kvf_store_stats_t st;
+    kvf_disk_stats_t dst;
+    kvf_slot_t slot;
+    uint64_t i;
+
+    cr_assert_eq(kvf_store_owner_create(store, &o), KVF_OK);
+    commit_chunks(store, o, disk, 0, POOL_SLOTS - 1);
+    g_left    = 0;
+    g_demoted = 0;
+    kvf_disk_set_faults(disk, KVF_DISK_FAULT_WRITE_EIO);
+    /* the next commit evicts 3 (in place); the first of their writes
+     * fails */
+    commit_chunk(store, o, POOL_SLOTS - 1);
+    kvf_store_get_stats(store, &st);
+    cr_assert_gt(st.pool.retired, 0, "evicted blocks wait for their writes");
+    kvf_disk_drain(disk);
+    kvf_store_get_stats(store, &st);
+    cr_assert_eq(st.pool.retired, 0, "every kept block came back");
+    kvf_disk_get_stats(disk, &dst);
+    cr_assert_eq(dst.write_errors, 1);
+    cr_assert_eq(dst.write_copies, 0);
+    cr_assert_eq(g_left, 1, "the chunk whose write failed left the node");
+    cr_assert_eq(g_demoted, 2, "the others are on disk");
+    /* the pool still has all its room: a full round of new chunks fits */
+    for (i = 0; i < POOL_SLOTS; i++) {
+        cr_assert_eq(kvf_store_alloc(store, o, SLOT, &slot), KVF_OK);
+        cr_assert_eq(kvf_store_release(store, o, slot.offset), KVF_OK);
+    }
     kvf_store_owner_destroy(store, o);
     kvf_disk_destroy(disk);
     kvf_store_destroy(store);

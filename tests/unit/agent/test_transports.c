@@ -67,3 +67,32 @@ Test(transports, summary_is_bounded)
     kvf_transports_summary(&g_t, tiny, sizeof(tiny));
     cr_assert_str_eq(tiny, "+");
 }
+
+Test(transports, quiet_rows_leave_the_summary)
+{
+    char buf[KVF_TRANSPORTS_SUMMARY_MAX];
+    unsigned i;
+
+    add_row("a", "rc_mlx5/mlx5_0:1");
+    add_row("b", "tcp/eth0");
+    g_t.peers[0].uses = 5;
+    g_t.peers[1].uses = 7;
+    kvf_transports_age(&g_t);
+    kvf_transports_summary(&g_t, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "rc_mlx5,tcp");
+    /* b goes quiet; a keeps getting messages */
+    for (i = 0; i < KVF_TRANSPORTS_IDLE_MAX; i++) {
+        g_t.peers[0].uses++;
+        kvf_transports_age(&g_t);
+        kvf_transports_summary(&g_t, buf, sizeof(buf));
+        if (i + 1 < KVF_TRANSPORTS_IDLE_MAX) {
+            cr_assert_str_eq(buf, "rc_mlx5,tcp", "heartbeat %u", i);
+        }
+    }
+    cr_assert_str_eq(buf, "rc_mlx5", "the quiet tcp peer left the summary");
+    /* a message through it again brings it back */
+    g_t.peers[1].uses++;
+    kvf_transports_age(&g_t);
+    kvf_transports_summary(&g_t, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "rc_mlx5,tcp");
+}
