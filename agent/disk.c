@@ -361,6 +361,16 @@ static void kvf_disk_submit(kvf_disk_t *disk)
     disk->unsubmitted = 0;
 }
 
+/* A write op back to the free list of its kind. */
+static void kvf_disk_write_op_put(kvf_disk_t *disk, kvf_disk_op_t *op)
+{
+    uint32_t *list = op->has_staging ? &disk->free_copies : &disk->free_writes;
+
+    op->src       = NULL;
+    op->next_free = *list;
+    *list         = (uint32_t)(op - disk->ops);
+}
+
 static void kvf_disk_complete_write(kvf_disk_t *disk, kvf_disk_op_t *op,
                                     int res)
 {
@@ -389,14 +399,7 @@ static void kvf_disk_complete_write(kvf_disk_t *disk, kvf_disk_op_t *op,
             disk->stored_cb(disk->cb_arg, &s->key);
         }
     }
-    op->src = NULL;
-    if (op->has_staging) {
-        op->next_free     = disk->free_copies;
-        disk->free_copies = (uint32_t)(op - disk->ops);
-    } else {
-        op->next_free     = disk->free_writes;
-        disk->free_writes = (uint32_t)(op - disk->ops);
-    }
+    kvf_disk_write_op_put(disk, op);
     disk->writes_pending--;
     if (--disk->writes_inflight == 0) {
         disk->st.write_busy_ns += kvf_time_now_ns() - disk->write_busy_since;
@@ -555,14 +558,7 @@ static kvf_status_t kvf_disk_put_op(kvf_disk_t *disk, const kvf_key_t *key,
     }
     slot = kvf_disk_slot_take(disk);
     if (slot == KVF_DISK_NONE) {
-        /* every slot is being read: the op goes back unused */
-        if (op->has_staging) {
-            op->next_free     = disk->free_copies;
-            disk->free_copies = (uint32_t)(op - disk->ops);
-        } else {
-            op->next_free     = disk->free_writes;
-            disk->free_writes = (uint32_t)(op - disk->ops);
-        }
+        kvf_disk_write_op_put(disk, op); /* every slot is being read */
         disk->st.write_drops++;
         return KVF_ERR_BUSY;
     }

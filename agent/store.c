@@ -736,7 +736,7 @@ kvf_status_t kvf_store_promote(kvf_store_t *store, const kvf_key_t *keys,
         } else if (status == KVF_OK) {
             kvf_store_on_disk_read(read, &keys[i], KVF_OK, length,
                                    kvf_disk_checksum(store->disk, &keys[i]));
-        } else if (status != KVF_INPROGRESS) {
+        } else {
             kvf_store_on_disk_read(read, &keys[i], status, length, 0);
         }
     }
