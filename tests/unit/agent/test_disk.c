@@ -651,6 +651,16 @@ static void commit_chunk(kvf_store_t *store, kvf_store_owner_t *o, uint64_t i)
     cr_assert_eq(kvf_store_commit(store, o, &k, slot.offset, csum), KVF_OK);
 }
 
+/* Ends a store test: the tier first, as the agent does (its last
+ * completions land in the pool). */
+static void store_done(kvf_store_t *store, kvf_store_owner_t *o,
+                       kvf_disk_t *disk)
+{
+    kvf_store_owner_destroy(store, o);
+    kvf_disk_destroy(disk);
+    kvf_store_destroy(store);
+}
+
 static void commit_chunks(kvf_store_t *store, kvf_store_owner_t *o,
                           kvf_disk_t *disk, uint64_t first, uint64_t last)
 {
@@ -705,9 +715,7 @@ Test(disk, store_spills_evictions_and_promotes_them_back)
     cr_assert_eq(kvf_store_promote(store, keys, 2, on_promoted, NULL), KVF_OK);
     kvf_store_get_stats(store, &st);
     cr_assert_eq(st.promoted, 2);
-    kvf_store_owner_destroy(store, o);
-    kvf_disk_destroy(disk);
-    kvf_store_destroy(store);
+    store_done(store, o, disk);
 }
 
 Test(disk, damaged_slot_is_a_promotion_miss_never_wrong_bytes)
@@ -732,9 +740,7 @@ Test(disk, damaged_slot_is_a_promotion_miss_never_wrong_bytes)
     kvf_store_get_stats(store, &st);
     cr_assert_eq(st.promote_failures, 1);
     cr_assert_eq(st.pool.allocated, 0, "the block went back");
-    kvf_store_owner_destroy(store, o);
-    kvf_disk_destroy(disk);
-    kvf_store_destroy(store);
+    store_done(store, o, disk);
 }
 
 Test(disk, canceled_promotion_still_lands_and_never_calls_back)
@@ -753,9 +759,7 @@ Test(disk, canceled_promotion_still_lands_and_never_calls_back)
     kvf_disk_drain(disk);
     cr_assert_eq(g_promotions, 0);
     cr_assert_eq(kvf_store_local_prefix(store, &k, 1), 1);
-    kvf_store_owner_destroy(store, o);
-    kvf_disk_destroy(disk);
-    kvf_store_destroy(store);
+    store_done(store, o, disk);
 }
 
 Test(disk, promotion_never_evicts_the_requests_own_pool_hits)
@@ -782,9 +786,7 @@ Test(disk, promotion_never_evicts_the_requests_own_pool_hits)
     cr_assert_eq(g_failed, 0);
     cr_assert_eq(kvf_store_local_prefix(store, keys, 5), 5,
                  "the request's hit stayed in the pool");
-    kvf_store_owner_destroy(store, o);
-    kvf_disk_destroy(disk);
-    kvf_store_destroy(store);
+    store_done(store, o, disk);
 }
 
 /* An in-place write that fails still gives its kept block back to the
@@ -822,9 +824,7 @@ Test(disk, failed_write_in_place_frees_the_kept_block)
         cr_assert_eq(kvf_store_alloc(store, o, SLOT, &slot), KVF_OK);
         cr_assert_eq(kvf_store_release(store, o, slot.offset), KVF_OK);
     }
-    kvf_store_owner_destroy(store, o);
-    kvf_disk_destroy(disk);
-    kvf_store_destroy(store);
+    store_done(store, o, disk);
 }
 
 /* A retrieve right after a prefetching lookup does not read the same
@@ -867,9 +867,7 @@ Test(disk, second_promotion_of_a_key_waits_for_the_first_read)
             matches(i, (uint8_t *)kvf_store_base(store) + slot.offset, SLOT));
         cr_assert_eq(kvf_store_release(store, o, slot.offset), KVF_OK);
     }
-    kvf_store_owner_destroy(store, o);
-    kvf_disk_destroy(disk);
-    kvf_store_destroy(store);
+    store_done(store, o, disk);
 }
 
 /* A damaged chunk fails every promotion waiting for it, never hands out
@@ -893,9 +891,7 @@ Test(disk, waiting_promotion_of_a_damaged_chunk_fails_too)
     cr_assert_eq(g_failed, 1);
     cr_assert_eq(g_promoted, 0);
     cr_assert_eq(kvf_store_pin(store, o, &k, &slot), KVF_ERR_NOT_FOUND);
-    kvf_store_owner_destroy(store, o);
-    kvf_disk_destroy(disk);
-    kvf_store_destroy(store);
+    store_done(store, o, disk);
 }
 
 /* More reads than queue_depth wait in order instead of failing: a peer
