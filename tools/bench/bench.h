@@ -38,6 +38,11 @@ uint64_t kvf_bench_rss_bytes(void);
 /* A free TCP port on 127.0.0.1 (bind to 0, read it, close); 0 on error. */
 uint16_t kvf_bench_free_port(void);
 
+/* The value of the Prometheus series @p name (with its labels, as
+ * printed) at http://127.0.0.1:@p port/metrics; 0 when it or the port is
+ * not there. */
+double kvf_bench_metric(uint16_t port, const char *name);
+
 /* The controller to measure: with @p etcd (HA on etcd), the leader
  * published there under @p prefix, else @p controller. 0, or -1 after
  * one line on stderr. */

@@ -60,45 +60,6 @@ typedef struct kvf_bench_disk_result {
     uint64_t drops;
 } kvf_bench_disk_result_t;
 
-static double kvf_bench_disk_metric_f(uint16_t port, const char *name);
-
-static uint64_t kvf_bench_disk_metric(uint16_t port, const char *name)
-{
-    return (uint64_t)kvf_bench_disk_metric_f(port, name);
-}
-
-static double kvf_bench_disk_metric_f(uint16_t port, const char *name)
-{
-    static char buf[1 << 16];
-    struct sockaddr_in sin;
-    char needle[128];
-    const char *p;
-    size_t off = 0;
-    ssize_t n;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-    memset(&sin, 0, sizeof(sin));
-    sin.sin_family      = AF_INET;
-    sin.sin_port        = htons(port);
-    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if ((fd < 0) || (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0)) {
-        if (fd >= 0) {
-            close(fd);
-        }
-        return 0;
-    }
-    n = write(fd, "GET /metrics HTTP/1.0\r\n\r\n", 25);
-    while ((n > 0) && (off < sizeof(buf) - 1)) {
-        n = read(fd, buf + off, sizeof(buf) - 1 - off);
-        off += (n > 0) ? (size_t)n : 0;
-    }
-    buf[off] = '\0';
-    close(fd);
-    snprintf(needle, sizeof(needle), "\n%s ", name);
-    p = strstr(buf, needle);
-    return p == NULL ? 0 : strtod(p + strlen(needle), NULL);
-}
-
 /* fio's bandwidth (GB/s) and clat p99 (us) of one direction; with
  * @p is_batch, in batches of depth I/Os each completed before the next is
  * submitted (the pattern of one retrieve of depth chunks). */
@@ -195,9 +156,11 @@ static int kvf_bench_disk_store(kvf_client_t *c, const kvf_bench_disk_opts_t *o,
     if ((slots == NULL) || (sums == NULL)) {
         goto out;
     }
-    bytes0 = kvf_bench_disk_metric(port, "kvf_agent_disk_write_bytes_total");
-    drops0 = kvf_bench_disk_metric(port, "kvf_agent_disk_write_drops_total");
-    busy0  = kvf_bench_disk_metric_f(port, busy);
+    bytes0 =
+        (uint64_t)kvf_bench_metric(port, "kvf_agent_disk_write_bytes_total");
+    drops0 =
+        (uint64_t)kvf_bench_metric(port, "kvf_agent_disk_write_drops_total");
+    busy0 = kvf_bench_metric(port, busy);
     for (b = 0; b < n; b += o->depth) {
         if (b == full) {
             t0 = kvf_time_now_ns();
@@ -220,18 +183,21 @@ static int kvf_bench_disk_store(kvf_client_t *c, const kvf_bench_disk_opts_t *o,
     }
     /* evictions hand their chunk to the tier at once (staged or dropped):
      * done when nothing is staged or on the device */
-    while (kvf_bench_disk_metric(port, "kvf_agent_disk_writes_pending") > 0) {
+    while ((uint64_t)kvf_bench_metric(port, "kvf_agent_disk_writes_pending") >
+           0) {
         usleep(200);
     }
-    t1       = kvf_time_now_ns();
-    w->drops = kvf_bench_disk_metric(port, "kvf_agent_disk_write_drops_total") -
-               drops0;
-    bytes0 = kvf_bench_disk_metric(port, "kvf_agent_disk_write_bytes_total") -
-             bytes0;
-    w->gbps      = (double)bytes0 / (double)(t1 - t0);
-    w->p99_us    = 0;
-    w->busy_gbps = (double)bytes0 /
-                   ((kvf_bench_disk_metric_f(port, busy) - busy0) * 1e9 + 1);
+    t1 = kvf_time_now_ns();
+    w->drops =
+        (uint64_t)kvf_bench_metric(port, "kvf_agent_disk_write_drops_total") -
+        drops0;
+    bytes0 =
+        (uint64_t)kvf_bench_metric(port, "kvf_agent_disk_write_bytes_total") -
+        bytes0;
+    w->gbps   = (double)bytes0 / (double)(t1 - t0);
+    w->p99_us = 0;
+    w->busy_gbps =
+        (double)bytes0 / ((kvf_bench_metric(port, busy) - busy0) * 1e9 + 1);
     rc = 0;
 
 out:
@@ -337,14 +303,14 @@ static int kvf_bench_disk_one(const kvf_bench_disk_opts_t *o, uint64_t size,
         uint64_t s;
 
         if (b == full) {
-            while (kvf_bench_disk_metric(port,
-                                         "kvf_agent_disk_writes_pending") > 0) {
+            while ((uint64_t)kvf_bench_metric(
+                       port, "kvf_agent_disk_writes_pending") > 0) {
                 usleep(200);
             }
-            t0 = kvf_time_now_ns();
-            rbytes =
-                kvf_bench_disk_metric(port, "kvf_agent_disk_read_bytes_total");
-            rbusy = kvf_bench_disk_metric_f(
+            t0     = kvf_time_now_ns();
+            rbytes = (uint64_t)kvf_bench_metric(
+                port, "kvf_agent_disk_read_bytes_total");
+            rbusy = kvf_bench_metric(
                 port, "kvf_agent_disk_busy_seconds_total{dir=\"read\"}");
             nlat = 0;
         }
@@ -374,13 +340,14 @@ static int kvf_bench_disk_one(const kvf_bench_disk_opts_t *o, uint64_t size,
     }
     t1 = kvf_time_now_ns();
     rbytes =
-        kvf_bench_disk_metric(port, "kvf_agent_disk_read_bytes_total") - rbytes;
+        (uint64_t)kvf_bench_metric(port, "kvf_agent_disk_read_bytes_total") -
+        rbytes;
     r->gbps   = (double)rbytes / (double)(t1 - t0);
     r->p99_us = (double)kvf_bench_percentile(lat, nlat, 99.0) / 1e3;
     r->busy_gbps =
         (double)rbytes /
-        ((kvf_bench_disk_metric_f(
-              port, "kvf_agent_disk_busy_seconds_total{dir=\"read\"}") -
+        ((kvf_bench_metric(port,
+                           "kvf_agent_disk_busy_seconds_total{dir=\"read\"}") -
           rbusy) *
              1e9 +
          1);

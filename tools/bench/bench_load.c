@@ -303,8 +303,9 @@ int kvf_bench_load_agent_main(int argc, char **argv)
     const char *vals[]               = {"64", "5", "65536", "4", "0"};
     char dir[]                       = "/tmp/kvf-bench-load-XXXXXX";
     char ctl[64], sock[PATH_MAX], log[PATH_MAX], agent_bin[PATH_MAX + 64];
-    char pool[32], maxc[32];
+    char pool[32], maxc[32], http[32];
     kvf_bench_lat_t all[KVF_BENCH_LA_CALLS];
+    uint16_t http_port = kvf_bench_free_port();
     kvf_bench_la_client_t *cs;
     atomic_bool is_started = false;
     uint64_t iterations = 0, errors = 0, wrong = 0, chunk, pow2 = 4096, t0;
@@ -339,6 +340,8 @@ int kvf_bench_load_agent_main(int argc, char **argv)
     snprintf(pool, sizeof(pool), "%" PRIu64,
              pow2 * clients * batch * 4 + ((uint64_t)64 << 20));
     snprintf(maxc, sizeof(maxc), "%" PRIu64, pow2);
+    /* the agent's /metrics: the disk tier's counters, when it has one */
+    snprintf(http, sizeof(http), "127.0.0.1:%u", http_port);
     if (mkdtemp(dir) == NULL) {
         perror("mkdtemp");
         return 1;
@@ -351,24 +354,12 @@ int kvf_bench_load_agent_main(int argc, char **argv)
     snprintf(sock, sizeof(sock), "%s/agent.sock", dir);
     snprintf(log, sizeof(log), "%s/agent.log", dir);
     {
-        const char *aargv[] = {agent_bin,
-                               "--controller",
-                               ctl,
-                               "--name",
-                               "load-agent",
-                               "--socket",
-                               sock,
-                               "--listen",
-                               "127.0.0.1:0",
-                               "--http",
-                               "",
-                               "--pool-size",
-                               pool,
-                               "--max-chunk",
-                               maxc,
-                               "--log-level",
-                               "warn",
-                               NULL};
+        const char *aargv[] = {agent_bin,     "--controller", ctl,
+                               "--name",      "load-agent",   "--socket",
+                               sock,          "--listen",     "127.0.0.1:0",
+                               "--http",      http,           "--pool-size",
+                               pool,          "--max-chunk",  maxc,
+                               "--log-level", "warn",         NULL};
 
         pids[1] = kvf_bench_spawn(aargv, log);
     }
@@ -435,6 +426,15 @@ int kvf_bench_load_agent_main(int argc, char **argv)
            (double)iterations * batch / took, kvf_bench_pid_rss(pids[1]));
     for (k = 0; k < KVF_BENCH_LA_CALLS; k++) {
         kvf_bench_lat_print(kvf_bench_la_names[k], &all[k], took);
+    }
+    if (kvf_bench_metric(http_port, "kvf_agent_disk_capacity_bytes") > 0) {
+        /* KVF_DISK_PATH in the environment gave the agent a tier */
+        printf(",\"disk\":{\"writes\":%.0f,\"write_copies\":%.0f,"
+               "\"write_drops\":%.0f,\"write_bytes\":%.0f}",
+               kvf_bench_metric(http_port, "kvf_agent_disk_writes_total"),
+               kvf_bench_metric(http_port, "kvf_agent_disk_write_copies_total"),
+               kvf_bench_metric(http_port, "kvf_agent_disk_write_drops_total"),
+               kvf_bench_metric(http_port, "kvf_agent_disk_write_bytes_total"));
     }
     printf("}\n");
     fflush(stdout);

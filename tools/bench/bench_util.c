@@ -594,3 +594,35 @@ void kvf_bench_pair_stop(kvf_bench_pair_t *pair)
 {
     kvf_bench_stop_all(pair->pids, &pair->npids);
 }
+
+double kvf_bench_metric(uint16_t port, const char *name)
+{
+    static char buf[1 << 16];
+    struct sockaddr_in sin;
+    char needle[128];
+    const char *p;
+    size_t off = 0;
+    ssize_t n;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    memset(&sin, 0, sizeof(sin));
+    sin.sin_family      = AF_INET;
+    sin.sin_port        = htons(port);
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if ((fd < 0) || (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0)) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return 0;
+    }
+    n = write(fd, "GET /metrics HTTP/1.0\r\n\r\n", 25);
+    while ((n > 0) && (off < sizeof(buf) - 1)) {
+        n = read(fd, buf + off, sizeof(buf) - 1 - off);
+        off += (n > 0) ? (size_t)n : 0;
+    }
+    buf[off] = '\0';
+    close(fd);
+    snprintf(needle, sizeof(needle), "\n%s ", name);
+    p = strstr(buf, needle);
+    return p == NULL ? 0 : strtod(p + strlen(needle), NULL);
+}
