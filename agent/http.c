@@ -312,6 +312,10 @@ static void kvf_agent_metrics_store(kvf_agent_http_t *http,
                        (const uint64_t[]){st.pool.used, st.pool.free});
     kvf_prom_metric(body, "kvf_agent_pool_entries", KVF_PROM_GAUGE,
                     "chunks held (committed or granted)", st.pool.entries);
+    kvf_prom_metric(body, "kvf_agent_pool_kept_bytes", KVF_PROM_GAUGE,
+                    "evicted blocks kept until their write-behind lands "
+                    "(part of used; at most a quarter of the pool)",
+                    st.pool.retired_bytes);
     kvf_prom_metric(body, "kvf_agent_commits_total", KVF_PROM_COUNTER,
                     "chunks committed by engines", st.commits);
     kvf_prom_metric(body, "kvf_agent_evictions_total", KVF_PROM_COUNTER,

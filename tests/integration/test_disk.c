@@ -197,6 +197,11 @@ Test(disk_it, evicted_chunks_come_back_from_disk_byte_identical)
     store_all(c, keys);
     wait_writes(CHUNKS - 16);
     cr_assert_eq(metric("kvf_agent_disk_write_drops_total"), 0);
+    /* every block the pool kept for a write was given back (written in
+     * place or copied, each write landed) */
+    cr_assert_eq(metric("kvf_agent_pool_kept_bytes"), 0);
+    cr_assert_leq(metric("kvf_agent_disk_write_copies_total"),
+                  metric("kvf_agent_disk_writes_total"));
 
     cr_assert_eq(kvf_client_lookup(c, keys, CHUNKS, false, &res), KVF_OK);
     cr_assert_eq(res.hit_chunks, CHUNKS, "the disk keeps what the pool lost");
