@@ -374,12 +374,17 @@ static void kvf_pool_entry_release(kvf_pool_t *pool, kvf_pool_entry_t *e)
     pool->entry_free = kvf_pool_entry_idx(pool, e);
 }
 
-/* Evicts @p e for an allocation of class @p cls. */
+/* Evicts @p e for an allocation of class @p cls. Its block may be kept
+ * (for a write-behind) only while the allocation has a block already and
+ * at most a quarter of the pool is kept: a slow disk costs cache room,
+ * never an allocation. */
 static void kvf_pool_evict_one(kvf_pool_t *pool, kvf_pool_entry_t *e,
                                unsigned cls)
 {
-    bool was      = kvf_pool_entry_is_pinned(e); /* a soft pin */
-    bool can_keep = kvf_pool_block_available(pool, cls);
+    uint64_t bsize = kvf_pool_entry_block_size(pool, e);
+    bool was       = kvf_pool_entry_is_pinned(e); /* a soft pin */
+    bool can_keep  = kvf_pool_block_available(pool, cls) &&
+                    (pool->retired_bytes + bsize <= pool->capacity / 4);
 
     kvf_pool_index_delete(pool, kvf_pool_index_slot(pool, &e->key));
     pool->committed--;
@@ -394,7 +399,7 @@ static void kvf_pool_evict_one(kvf_pool_t *pool, kvf_pool_entry_t *e,
         e->pin   = KVF_POOL_PIN_NONE;
         kvf_pool_pinned_update(pool, e, was);
         pool->retired++;
-        pool->retired_bytes += 1ull << (e->cls + pool->min_shift);
+        pool->retired_bytes += bsize;
         return;
     }
     kvf_pool_entry_release(pool, e);
@@ -886,7 +891,7 @@ kvf_status_t kvf_pool_retired_free(kvf_pool_t *pool, kvf_pool_entry_t *entry)
         return KVF_ERR_STATE;
     }
     pool->retired--;
-    pool->retired_bytes -= 1ull << (entry->cls + pool->min_shift);
+    pool->retired_bytes -= kvf_pool_entry_block_size(pool, entry);
     kvf_pool_entry_release(pool, entry);
     return KVF_OK;
 }

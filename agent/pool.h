@@ -66,7 +66,8 @@ typedef enum {
 /**
  * Told about every evicted entry (the agent batches EVICTs to the
  * controller). Runs inside kvf_pool_alloc; must not call back into the pool.
- * When @p can_keep (the allocation that evicts has a block already), it
+ * When @p can_keep (the allocation that evicts has a block already, and
+ * at most a quarter of the pool is kept), it
  * may return true to keep the block as it is (the entry becomes RETIRED:
  * out of the index, its bytes unchanged, counted as used but as free by
  * the watermarks) until the caller gives it back with

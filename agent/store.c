@@ -917,17 +917,6 @@ static void kvf_store_demote(kvf_store_t *store, const kvf_key_t *key)
     }
 }
 
-/* true when the pool may keep one more evicted block of @p block_size
- * bytes for its write: at most a quarter of the pool waits for the disk,
- * so a slow disk costs cache room, never an engine's allocation. */
-static bool kvf_store_can_retire(const kvf_store_t *store, uint64_t block_size)
-{
-    kvf_pool_stats_t st;
-
-    kvf_pool_stats(store->pool, &st);
-    return st.retired_bytes + block_size <= st.capacity / 4;
-}
-
 static bool kvf_store_on_evict(const kvf_key_t *key, uint64_t offset,
                                uint64_t length, bool can_keep, void *arg)
 {
@@ -943,9 +932,7 @@ static bool kvf_store_on_evict(const kvf_key_t *key, uint64_t offset,
         entry = kvf_pool_entry_find(store->pool, offset);
         if (entry == NULL) {
             status = KVF_ERR_NOT_FOUND;
-        } else if (can_keep &&
-                   kvf_store_can_retire(
-                       store, kvf_pool_entry_block_size(store->pool, entry))) {
+        } else if (can_keep) {
             in_place = true;
             status   = kvf_disk_put_in_place(
                   store->disk, key, kvf_pool_ptr(store->pool, offset), length,
@@ -979,20 +966,17 @@ static bool kvf_store_on_evict(const kvf_key_t *key, uint64_t offset,
 
 void kvf_store_on_disk_written(void *arg, const void *data)
 {
-    kvf_store_t *store = arg;
-    kvf_pool_entry_t *entry;
+    kvf_store_t *store      = arg;
+    uint64_t offset         = (uint64_t)((const uint8_t *)data -
+                                 (const uint8_t *)kvf_pool_base(store->pool));
+    kvf_pool_entry_t *entry = kvf_pool_entry_find(store->pool, offset);
 
-    entry = kvf_pool_entry_find(
-        store->pool, (uint64_t)((const uint8_t *)data -
-                                (const uint8_t *)kvf_pool_base(store->pool)));
     /* only evictions write in place: every such put kept its block */
     if ((entry == NULL) ||
         (kvf_pool_retired_free(store->pool, entry) != KVF_OK)) {
-        kvf_error(
-            "disk tier: written block at pool offset %llu was not "
-            "kept for its write",
-            (unsigned long long)((const uint8_t *)data -
-                                 (const uint8_t *)kvf_pool_base(store->pool)));
+        kvf_error("disk tier: written block at pool offset %" PRIu64
+                  " was not kept for its write",
+                  offset);
     }
 }
 

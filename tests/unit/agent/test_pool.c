@@ -611,6 +611,45 @@ Test(pool, kept_eviction_holds_its_block_until_given_back)
     kvf_pool_destroy(pool);
 }
 
+/* At most a quarter of the pool is kept for writes: past that an evicted
+ * block is released though the callback would keep it. */
+Test(pool, kept_blocks_are_at_most_a_quarter_of_the_pool)
+{
+    kvf_pool_params_t params = {
+        .field_mask = KVF_POOL_FIELD_SIZE | KVF_POOL_FIELD_MIN_CHUNK |
+                      KVF_POOL_FIELD_MAX_CHUNK | KVF_POOL_FIELD_WATERMARKS |
+                      KVF_POOL_FIELD_EVICT_CB | KVF_POOL_FIELD_NO_HUGETLB,
+        .size      = 8 * 64 * KIB,
+        .min_chunk = 64 * KIB,
+        .max_chunk = 64 * KIB,
+        .high_pct  = 50,
+        .low_pct   = 10,
+        .evict_cb  = on_evict,
+    };
+    kvf_pool_t *pool = NULL;
+    kvf_pool_entry_t *e;
+    kvf_pool_stats_t st;
+    uint64_t i;
+
+    cr_assert_eq(kvf_pool_create(&params, &pool), KVF_OK);
+    for (i = 0; i < 4; i++) {
+        store(pool, i, 64 * KIB);
+    }
+    g_evicted = 0;
+    g_keep    = 64;
+    cr_assert_eq(kvf_pool_alloc(pool, 64 * KIB, UINT64_MAX, &e), KVF_OK);
+    cr_assert_eq(g_evicted, 4, "down to the low watermark");
+    kvf_pool_stats(pool, &st);
+    cr_assert_eq(st.retired, 2, "a quarter of 8 blocks");
+    cr_assert_eq(st.retired_bytes, 2 * 64 * KIB);
+    cr_assert_eq(kvf_pool_free(pool, e), KVF_OK);
+    for (i = 0; i < 2; i++) {
+        e = kvf_pool_entry_find(pool, g_evicted_offsets[i]);
+        cr_assert_eq(kvf_pool_retired_free(pool, e), KVF_OK);
+    }
+    kvf_pool_destroy(pool);
+}
+
 Test(pool, full_and_all_pinned_fails_at_once)
 {
     kvf_pool_entry_t *es[9];
