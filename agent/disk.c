@@ -91,7 +91,14 @@ typedef struct kvf_disk_op {
     void *dst;           /* read: destination */
     kvf_disk_read_cb_t cb;
     void *arg;
+    int res; /* reaped: the completion's result */
 } kvf_disk_op_t;
+
+/* Ops in order, linked through next_free (an op is in one list at a
+ * time: free, waiting, or reaped). */
+typedef struct kvf_disk_fifo {
+    uint32_t head, tail; /* KVF_DISK_NONE: empty */
+} kvf_disk_fifo_t;
 
 struct kvf_disk {
     char *path;
@@ -114,12 +121,14 @@ struct kvf_disk {
     uint8_t *staging;   /* nstaging x (record + slot) */
     uint8_t *records;   /* a 4 KiB record buffer per in-place-only op */
     uint32_t free_copies, free_writes, free_reads;
-    uint32_t staged_head, staged_tail; /* writes waiting for the device */
-    uint32_t read_head, read_tail;     /* reads waiting for the device */
+    kvf_disk_fifo_t staged; /* writes waiting for the device */
+    kvf_disk_fifo_t queued; /* reads waiting for the device */
+    kvf_disk_fifo_t reaped; /* off the device, not finished */
     unsigned writes_inflight;
     unsigned writes_pending; /* staged or in flight */
     unsigned reads_inflight;
     uint64_t write_busy_since, read_busy_since; /* ns, while in flight */
+    uint64_t depth_since; /* ns, the last change of what is in flight */
     unsigned inflight;
     unsigned unsubmitted;
     unsigned faults;
@@ -136,6 +145,36 @@ struct kvf_disk {
 static uint64_t kvf_disk_round(uint64_t n)
 {
     return (n + KVF_DISK_ALIGN - 1) & ~(uint64_t)(KVF_DISK_ALIGN - 1);
+}
+
+static void kvf_disk_fifo_push(kvf_disk_t *disk, kvf_disk_fifo_t *q,
+                               kvf_disk_op_t *op)
+{
+    uint32_t i = (uint32_t)(op - disk->ops);
+
+    op->next_free = KVF_DISK_NONE;
+    if (q->tail == KVF_DISK_NONE) {
+        q->head = i;
+    } else {
+        disk->ops[q->tail].next_free = i;
+    }
+    q->tail = i;
+}
+
+/* The first op of @p q, taken off it; NULL when empty. */
+static kvf_disk_op_t *kvf_disk_fifo_pop(kvf_disk_t *disk, kvf_disk_fifo_t *q)
+{
+    kvf_disk_op_t *op;
+
+    if (q->head == KVF_DISK_NONE) {
+        return NULL;
+    }
+    op      = &disk->ops[q->head];
+    q->head = op->next_free;
+    if (q->head == KVF_DISK_NONE) {
+        q->tail = KVF_DISK_NONE;
+    }
+    return op;
 }
 
 static uint64_t kvf_disk_slot_offset(const kvf_disk_t *disk, uint32_t slot)
@@ -278,6 +317,17 @@ static uint32_t kvf_disk_slot_take(kvf_disk_t *disk)
 
 /* ---- submission and completion ----------------------------------------- */
 
+/* Adds what was in flight since the last change, times its duration, to
+ * the tier's I/O time: over its busy time, the device's average queue. */
+static void kvf_disk_account(kvf_disk_t *disk, uint64_t now)
+{
+    uint64_t dt = now - disk->depth_since;
+
+    disk->st.write_inflight_ns += dt * disk->writes_inflight;
+    disk->st.read_inflight_ns += dt * disk->reads_inflight;
+    disk->depth_since = now;
+}
+
 static void kvf_disk_schedule(kvf_disk_t *disk)
 {
     disk->unsubmitted++;
@@ -292,14 +342,11 @@ static void kvf_disk_issue_writes(kvf_disk_t *disk)
 {
     struct io_uring_sqe *sqe;
     kvf_disk_op_t *op;
+    uint64_t now;
 
     while ((disk->writes_inflight < disk->depth) &&
-           (disk->staged_head != KVF_DISK_NONE)) {
-        op                = &disk->ops[disk->staged_head];
-        disk->staged_head = op->next_free;
-        if (disk->staged_head == KVF_DISK_NONE) {
-            disk->staged_tail = KVF_DISK_NONE;
-        }
+           (disk->staged.head != KVF_DISK_NONE)) {
+        op = kvf_disk_fifo_pop(disk, &disk->staged);
         /* the ring has room for depth writes + depth reads; record and
          * bytes go out in one write, straight from where they are */
         sqe                 = io_uring_get_sqe(&disk->ring);
@@ -310,8 +357,10 @@ static void kvf_disk_issue_writes(kvf_disk_t *disk)
         io_uring_prep_writev(sqe, disk->fd, op->iov, 2,
                              kvf_disk_slot_offset(disk, op->slot));
         io_uring_sqe_set_data(sqe, op);
+        now = kvf_time_now_ns();
+        kvf_disk_account(disk, now);
         if (disk->writes_inflight++ == 0) {
-            disk->write_busy_since = kvf_time_now_ns();
+            disk->write_busy_since = now;
         }
         kvf_disk_schedule(disk);
     }
@@ -323,22 +372,21 @@ static void kvf_disk_issue_reads(kvf_disk_t *disk)
     struct io_uring_sqe *sqe;
     kvf_disk_slot_t *s;
     kvf_disk_op_t *op;
+    uint64_t now;
 
     while ((disk->reads_inflight < disk->depth) &&
-           (disk->read_head != KVF_DISK_NONE)) {
-        op              = &disk->ops[disk->read_head];
-        disk->read_head = op->next_free;
-        if (disk->read_head == KVF_DISK_NONE) {
-            disk->read_tail = KVF_DISK_NONE;
-        }
+           (disk->queued.head != KVF_DISK_NONE)) {
+        op  = kvf_disk_fifo_pop(disk, &disk->queued);
         s   = &disk->slots[op->slot];
         sqe = io_uring_get_sqe(&disk->ring);
         io_uring_prep_read(
             sqe, disk->fd, op->dst, (unsigned)kvf_disk_round(s->length),
             kvf_disk_slot_offset(disk, op->slot) + KVF_DISK_ALIGN);
         io_uring_sqe_set_data(sqe, op);
+        now = kvf_time_now_ns();
+        kvf_disk_account(disk, now);
         if (disk->reads_inflight++ == 0) {
-            disk->read_busy_since = kvf_time_now_ns();
+            disk->read_busy_since = now;
         }
         kvf_disk_schedule(disk);
     }
@@ -401,9 +449,6 @@ static void kvf_disk_complete_write(kvf_disk_t *disk, kvf_disk_op_t *op,
     }
     kvf_disk_write_op_put(disk, op);
     disk->writes_pending--;
-    if (--disk->writes_inflight == 0) {
-        disk->st.write_busy_ns += kvf_time_now_ns() - disk->write_busy_since;
-    }
     if (op->in_place && (disk->written_cb != NULL)) {
         disk->written_cb(disk->cb_arg, src); /* the bytes are the caller's */
     }
@@ -449,45 +494,92 @@ static void kvf_disk_complete_read(kvf_disk_t *disk, kvf_disk_op_t *op, int res)
     }
     op->next_free    = disk->free_reads;
     disk->free_reads = (uint32_t)(op - disk->ops);
-    if (--disk->reads_inflight == 0) {
-        disk->st.read_busy_ns += kvf_time_now_ns() - disk->read_busy_since;
-    }
     kvf_disk_issue_reads(disk);
     cb(arg, &key, status, length, checksum);
 }
 
+/* Takes @p op off the device: the next queued I/O of its kind may go. */
+static void kvf_disk_reap(kvf_disk_t *disk, kvf_disk_op_t *op, uint64_t now)
+{
+    kvf_disk_account(disk, now);
+    disk->inflight--;
+    if (op->is_write) {
+        if (--disk->writes_inflight == 0) {
+            disk->st.write_busy_ns += now - disk->write_busy_since;
+        }
+    } else if (--disk->reads_inflight == 0) {
+        disk->st.read_busy_ns += now - disk->read_busy_since;
+    }
+}
+
+/* Takes every finished I/O off the device, onto the reaped list (not
+ * finished yet: no callback runs). */
+static unsigned kvf_disk_reap_all(kvf_disk_t *disk)
+{
+    struct io_uring_cqe *cqe;
+    kvf_disk_op_t *op;
+    unsigned n = 0;
+    uint64_t now;
+
+    if ((disk->inflight == 0) || (io_uring_cq_ready(&disk->ring) == 0)) {
+        return 0;
+    }
+    now = kvf_time_now_ns();
+    while ((disk->inflight > 0) &&
+           (io_uring_peek_cqe(&disk->ring, &cqe) == 0)) {
+        op      = io_uring_cqe_get_data(cqe);
+        op->res = cqe->res;
+        io_uring_cqe_seen(&disk->ring, cqe);
+        kvf_disk_reap(disk, op, now);
+        kvf_disk_fifo_push(disk, &disk->reaped, op);
+        n++;
+    }
+    return n;
+}
+
+void kvf_disk_poll(kvf_disk_t *disk)
+{
+    if ((disk != NULL) && (kvf_disk_reap_all(disk) > 0)) {
+        kvf_disk_issue_writes(disk);
+        kvf_disk_issue_reads(disk);
+        kvf_disk_submit(disk);
+    }
+}
+
+/* Reaps every completion there is, hands the device the I/O queued
+ * behind them and submits it, and only then finishes the reaped ones,
+ * polling again between them (verifying a read's bytes takes longer than
+ * the device needs to start the next one: verified first, the queue ran
+ * dry while a batch was verified). */
 unsigned kvf_disk_progress(kvf_disk_t *disk, bool wait)
 {
     struct io_uring_cqe *cqe;
     kvf_disk_op_t *op;
     unsigned done = 0;
-    int res;
 
     kvf_disk_submit(disk);
-    if (wait && (disk->inflight > 0)) {
+    if (wait && (disk->inflight > 0) && (disk->reaped.head == KVF_DISK_NONE)) {
         if (io_uring_wait_cqe(&disk->ring, &cqe) < 0) {
             return 0;
         }
     }
-    while ((disk->inflight > 0) &&
-           (io_uring_peek_cqe(&disk->ring, &cqe) == 0)) {
-        op  = io_uring_cqe_get_data(cqe);
-        res = cqe->res;
-        io_uring_cqe_seen(&disk->ring, cqe);
-        disk->inflight--;
-        done++;
+    kvf_disk_poll(disk);
+    while ((op = kvf_disk_fifo_pop(disk, &disk->reaped)) != NULL) {
         if (op->is_write) {
-            kvf_disk_complete_write(disk, op, res);
+            kvf_disk_complete_write(disk, op, op->res);
         } else {
-            kvf_disk_complete_read(disk, op, res);
+            kvf_disk_complete_read(disk, op, op->res);
         }
+        done++;
+        kvf_disk_poll(disk);
     }
+    kvf_disk_submit(disk);
     return done;
 }
 
 void kvf_disk_drain(kvf_disk_t *disk)
 {
-    while (disk->inflight > 0) {
+    while ((disk->inflight > 0) || (disk->reaped.head != KVF_DISK_NONE)) {
         kvf_disk_progress(disk, true);
     }
 }
@@ -599,13 +691,7 @@ static kvf_status_t kvf_disk_put_op(kvf_disk_t *disk, const kvf_key_t *key,
     }
 
     /* queued in order; out to the device as soon as a write slot is free */
-    op->next_free = KVF_DISK_NONE;
-    if (disk->staged_tail == KVF_DISK_NONE) {
-        disk->staged_head = (uint32_t)(op - disk->ops);
-    } else {
-        disk->ops[disk->staged_tail].next_free = (uint32_t)(op - disk->ops);
-    }
-    disk->staged_tail = (uint32_t)(op - disk->ops);
+    kvf_disk_fifo_push(disk, &disk->staged, op);
     disk->writes_pending++;
     kvf_disk_issue_writes(disk);
     return KVF_OK;
@@ -687,13 +773,7 @@ kvf_status_t kvf_disk_read(kvf_disk_t *disk, const kvf_key_t *key, void *dst,
     op->arg          = arg;
     s->readers++; /* not evicted while queued or in flight */
 
-    op->next_free = KVF_DISK_NONE;
-    if (disk->read_tail == KVF_DISK_NONE) {
-        disk->read_head = (uint32_t)(op - disk->ops);
-    } else {
-        disk->ops[disk->read_tail].next_free = (uint32_t)(op - disk->ops);
-    }
-    disk->read_tail = (uint32_t)(op - disk->ops);
+    kvf_disk_fifo_push(disk, &disk->queued, op);
     kvf_disk_issue_reads(disk);
     return KVF_INPROGRESS;
 }
@@ -731,6 +811,10 @@ void kvf_disk_get_stats(const kvf_disk_t *disk, kvf_disk_stats_t *stats_p)
     if (disk->reads_inflight > 0) {
         stats_p->read_busy_ns += now - disk->read_busy_since;
     }
+    stats_p->write_inflight_ns +=
+        (now - disk->depth_since) * disk->writes_inflight;
+    stats_p->read_inflight_ns +=
+        (now - disk->depth_since) * disk->reads_inflight;
 }
 
 void kvf_disk_foreach_key(kvf_disk_t *disk, kvf_disk_key_cb_t cb, void *arg)
@@ -1002,10 +1086,9 @@ static kvf_status_t kvf_disk_alloc_tables(kvf_disk_t *disk)
     disk->free_copies = 0;
     disk->free_writes = disk->nstaging;
     disk->free_reads  = disk->nwrites;
-    disk->staged_head = KVF_DISK_NONE;
-    disk->staged_tail = KVF_DISK_NONE;
-    disk->read_head   = KVF_DISK_NONE;
-    disk->read_tail   = KVF_DISK_NONE;
+    disk->staged.head = disk->staged.tail = KVF_DISK_NONE;
+    disk->queued.head = disk->queued.tail = KVF_DISK_NONE;
+    disk->reaped.head = disk->reaped.tail = KVF_DISK_NONE;
     return KVF_OK;
 }
 
@@ -1216,6 +1299,17 @@ void kvf_disk_print_tier_metrics(const kvf_disk_t *disk, uint64_t host_chunks,
         host_chunks, disk_chunks, host_bytes, disk_bytes, served_from_disk);
 }
 
+/* A counter of seconds by direction, from nanoseconds. */
+static void kvf_disk_print_seconds(struct evbuffer *body, const char *name,
+                                   const char *help, uint64_t write_ns,
+                                   uint64_t read_ns)
+{
+    kvf_prom_family(body, name, KVF_PROM_COUNTER, help);
+    evbuffer_add_printf(body, "%s{dir=\"write\"} %.6f\n%s{dir=\"read\"} %.6f\n",
+                        name, (double)write_ns / 1e9, name,
+                        (double)read_ns / 1e9);
+}
+
 void kvf_disk_print_metrics(const kvf_disk_t *disk, struct evbuffer *body)
 {
     kvf_disk_stats_t stats;
@@ -1260,16 +1354,15 @@ void kvf_disk_print_metrics(const kvf_disk_t *disk, struct evbuffer *body)
                     "disk slots reused for a newer chunk", st->evictions);
     /* bytes over it: the tier's device throughput, apart from how fast
      * chunks arrive (kvf-bench disk's busy GB/s) */
-    kvf_prom_family(body, "kvf_agent_disk_busy_seconds_total", KVF_PROM_COUNTER,
-                    "time with at least one write, or one read, in flight on "
-                    "the tier");
-    evbuffer_add_printf(body,
-                        "kvf_agent_disk_busy_seconds_total{dir=\"write\"} "
-                        "%.6f\n"
-                        "kvf_agent_disk_busy_seconds_total{dir=\"read\"} "
-                        "%.6f\n",
-                        (double)st->write_busy_ns / 1e9,
-                        (double)st->read_busy_ns / 1e9);
+    kvf_disk_print_seconds(body, "kvf_agent_disk_busy_seconds_total",
+                           "time with at least one write, or one read, in "
+                           "flight on the tier",
+                           st->write_busy_ns, st->read_busy_ns);
+    /* over busy seconds: the queue depth the device saw */
+    kvf_disk_print_seconds(body, "kvf_agent_disk_inflight_seconds_total",
+                           "writes, or reads, in flight on the tier times how "
+                           "long (over busy seconds: the average queue depth)",
+                           st->write_inflight_ns, st->read_inflight_ns);
     kvf_prom_metric(body, "kvf_agent_disk_recovered_chunks", KVF_PROM_GAUGE,
                     "chunks found on disk at start", st->recovered);
 }

@@ -329,6 +329,8 @@ kvf_status_t kvf_store_commit(kvf_store_t *store, kvf_store_owner_t *owner,
     if (hold == NULL) {
         return KVF_ERR_RANGE;
     }
+    /* a batch of copies keeps the loop busy: the tier's queue goes on */
+    kvf_disk_poll(store->disk);
     return kvf_store_commit_hold(
         store, owner, hold, key, checksum,
         kvf_chunk_checksum(kvf_pool_ptr(store->pool, offset),
@@ -345,6 +347,8 @@ kvf_status_t kvf_store_commit_hashed(kvf_store_t *store,
     if (hold == NULL) {
         return KVF_ERR_RANGE;
     }
+    /* a batch of copies keeps the loop busy: the tier's queue goes on */
+    kvf_disk_poll(store->disk);
     return kvf_store_commit_hold(store, owner, hold, key, checksum, actual);
 }
 
@@ -357,6 +361,8 @@ kvf_status_t kvf_store_commit_copy(kvf_store_t *store, kvf_store_owner_t *owner,
     if (hold == NULL) {
         return KVF_ERR_RANGE;
     }
+    /* a batch of copies keeps the loop busy: the tier's queue goes on */
+    kvf_disk_poll(store->disk);
     return kvf_store_commit_hold(
         store, owner, hold, key, checksum,
         kvf_chunk_copy_checksum(kvf_pool_ptr(store->pool, offset), src,

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Copyright (c) 2026 The kvfabric authors */
 #include "agent/disk.h"
+#include "common/time.h"
 #include "tests/helpers/test_helpers.h"
 
 #include <criterion/criterion.h>
@@ -223,6 +224,9 @@ Test(disk, counts_writes_pending_until_they_land)
     cr_assert_eq(st.writes, 3);
     cr_assert_eq(g_written, 3, "every put's bytes are given back");
     cr_assert_eq(st.write_copies, 0);
+    cr_assert_gt(st.write_busy_ns, 0);
+    cr_assert_geq(st.write_inflight_ns, st.write_busy_ns);
+    cr_assert_leq(st.write_inflight_ns, 3 * st.write_busy_ns);
     kvf_disk_destroy(disk);
 }
 
@@ -928,6 +932,50 @@ Test(disk, reads_past_the_queue_depth_wait_their_turn)
     cr_assert_eq(st.reads, 16);
     cr_assert_eq(st.read_errors + st.checksum_failures, 0);
     cr_assert_gt(st.read_busy_ns, 0);
+    /* the device's queue: at least one read whenever busy, at most 4 */
+    cr_assert_geq(st.read_inflight_ns, st.read_busy_ns);
+    cr_assert_leq(st.read_inflight_ns, 4 * st.read_busy_ns);
+    cr_assert_gt(st.read_inflight_ns, st.read_busy_ns,
+                 "16 reads at depth 4 overlap");
+    free(bufs);
+    kvf_disk_destroy(disk);
+}
+
+Test(disk, poll_starts_the_next_read_without_finishing_the_last)
+{
+    kvf_disk_params_t p = params_of(4);
+    uint64_t deadline   = kvf_time_now_ns() + 5 * KVF_NSEC_PER_SEC;
+    kvf_disk_t *disk;
+    uint8_t *bufs;
+    kvf_key_t k;
+    uint64_t i;
+
+    p.queue_depth = 1; /* the second read waits for the first */
+    cr_assert_eq(kvf_disk_create(&p, &disk), KVF_OK);
+    for (i = 0; i < 2; i++) {
+        put(disk, i, SLOT);
+    }
+    cr_assert_eq(posix_memalign((void **)&bufs, ALIGN, 2 * SLOT), 0);
+    memset(bufs, 0xee, 2 * SLOT);
+    g_reads = 0;
+    for (i = 0; i < 2; i++) {
+        k = key_of(i);
+        cr_assert_eq(
+            kvf_disk_read(disk, &k, bufs + i * SLOT, SLOT, on_read, NULL),
+            KVF_INPROGRESS);
+    }
+    kvf_disk_progress(disk, false); /* submits the first */
+    /* the second read's bytes land only once poll took the first off the
+     * device: meanwhile no read was finished (no callback) */
+    while (!matches(1, bufs + SLOT, SLOT) && (kvf_time_now_ns() < deadline)) {
+        kvf_disk_poll(disk);
+        cr_assert_eq(g_reads, 0, "poll finishes nothing");
+    }
+    cr_assert(matches(1, bufs + SLOT, SLOT), "the second read went out");
+    kvf_disk_drain(disk);
+    cr_assert_eq(g_reads, 2);
+    cr_assert_eq(g_read_status, KVF_OK);
+    cr_assert(matches(0, bufs, SLOT));
     free(bufs);
     kvf_disk_destroy(disk);
 }
