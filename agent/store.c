@@ -458,6 +458,8 @@ kvf_status_t kvf_store_pin_verified(kvf_store_t *store,
     if (status != KVF_OK) {
         return status;
     }
+    /* a retrieve verifies chunk after chunk: the tier's queue goes on */
+    kvf_disk_poll(store->disk);
     entry = kvf_pool_entry_find(store->pool, slot.offset);
     if ((entry != NULL) &&
         (kvf_chunk_checksum(kvf_pool_ptr(store->pool, slot.offset),
