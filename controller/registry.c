@@ -45,8 +45,7 @@ typedef struct kvf_registry_slot {
 
 struct kvf_registry {
     kvf_registry_entry_t *table;
-    uint64_t cap; /* power of two */
-    uint64_t mask;
+    uint64_t cap; /* entries, any number (kvf_registry_home) */
     uint64_t entries;
     uint64_t tombstones;
     kvf_registry_slot_t slots[KVF_REGISTRY_MAX_SLOTS];
@@ -66,7 +65,6 @@ struct kvf_registry {
      * entries on first write to it); reads look in both tables */
     kvf_registry_entry_t *old;
     uint64_t old_cap;
-    uint64_t old_mask;
     uint64_t mig_cursor;
     bool is_migrating;
     /* the old table after a move, unmapped a chunk per step (unmapping
@@ -98,6 +96,30 @@ static inline uint64_t kvf_registry_hash(const kvf_key_t *key)
     x *= 0x94d049bb133111ebull;
     x ^= x >> 31;
     return x;
+}
+
+/* The home entry of @p hash in a table of @p cap entries, any cap: the
+ * hash's high bits scaled to the table (one multiply, no division), so a
+ * table can be sized to its keys instead of to a power of two. */
+static inline uint64_t kvf_registry_home(uint64_t hash, uint64_t cap)
+{
+    return (uint64_t)(((unsigned __int128)hash * cap) >> 64);
+}
+
+/* Linear probing's next entry, wrapping at the table's end. */
+static inline uint64_t kvf_registry_next(uint64_t i, uint64_t cap)
+{
+    return (i + 1 == cap) ? 0 : i + 1;
+}
+
+/* Entries for a table holding @p keys at @p load_pct percent, at least
+ * KVF_REGISTRY_MIN_CAP (the mapping need not be whole huge pages: the
+ * kernel backs its aligned 2 MiB stretches with them). */
+static uint64_t kvf_registry_cap_for(uint64_t keys, unsigned load_pct)
+{
+    uint64_t cap = (keys * 100 + load_pct - 1) / load_pct;
+
+    return (cap < KVF_REGISTRY_MIN_CAP) ? KVF_REGISTRY_MIN_CAP : cap;
 }
 
 static inline bool kvf_registry_entry_is_empty(const kvf_registry_entry_t *e)
@@ -205,13 +227,11 @@ kvf_status_t kvf_registry_create(uint64_t expected_keys, uint32_t max_batch,
 {
     kvf_registry_t *reg;
     kvf_status_t status;
-    uint64_t cap = KVF_REGISTRY_MIN_CAP;
+    /* room for the expected keys before the first growth */
+    uint64_t cap = kvf_registry_cap_for(expected_keys, 60);
 
     if (max_batch == 0) {
         return KVF_ERR_INVALID;
-    }
-    while (((cap / 4) * 3) < expected_keys) {
-        cap *= 2;
     }
     reg = calloc(1, sizeof(*reg));
     if (reg == NULL) {
@@ -222,7 +242,6 @@ kvf_status_t kvf_registry_create(uint64_t expected_keys, uint32_t max_batch,
         goto err_free_reg;
     }
     reg->cap       = cap;
-    reg->mask      = cap - 1;
     reg->max_batch = max_batch;
     reg->cand =
         malloc((size_t)max_batch * KVF_REGISTRY_SCRATCH_C * sizeof(*reg->cand));
@@ -409,11 +428,11 @@ static void kvf_registry_place(kvf_registry_t *reg,
     kvf_registry_entry_t e       = *src;
     kvf_registry_entry_t *free_e = NULL;
     kvf_key_t key                = {.ns = e.ns, .hi = e.hi, .lo = e.lo};
-    uint64_t j                   = kvf_registry_hash(&key) & reg->mask;
+    uint64_t j = kvf_registry_home(kvf_registry_hash(&key), reg->cap);
 
     e.h[0] &= (uint16_t)~KVF_REGISTRY_MORE;
     for (; !kvf_registry_entry_is_empty(&reg->table[j]);
-         j = (j + 1) & reg->mask) {
+         j = kvf_registry_next(j, reg->cap)) {
         kvf_registry_entry_t *t = &reg->table[j];
 
         if (kvf_registry_entry_is_tomb(t)) {
@@ -517,9 +536,9 @@ static void kvf_registry_migrate_key(kvf_registry_t *reg, const kvf_key_t *key)
     if (!reg->is_migrating) {
         return;
     }
-    for (i = kvf_registry_hash(key) & reg->old_mask;
+    for (i = kvf_registry_home(kvf_registry_hash(key), reg->old_cap);
          !kvf_registry_entry_is_empty(&reg->old[i]);
-         i = (i + 1) & reg->old_mask) {
+         i = kvf_registry_next(i, reg->old_cap)) {
         if (kvf_registry_entry_match(&reg->old[i], key)) {
             kvf_registry_migrate_entry(reg, &reg->old[i]);
         }
@@ -544,12 +563,10 @@ static kvf_status_t kvf_registry_grow(kvf_registry_t *reg, uint64_t new_cap)
     }
     reg->old          = reg->table;
     reg->old_cap      = reg->cap;
-    reg->old_mask     = reg->mask;
     reg->mig_cursor   = 0;
     reg->is_migrating = true;
     reg->table        = table;
     reg->cap          = new_cap;
-    reg->mask         = new_cap - 1;
     reg->tombstones   = 0;
     return KVF_OK;
 }
@@ -561,8 +578,11 @@ static kvf_status_t kvf_registry_reserve(kvf_registry_t *reg)
     if (((reg->entries + reg->tombstones + 1) * 4) <= (reg->cap * 3)) {
         return KVF_OK;
     }
-    while (((reg->entries + 1) * 2) > new_cap) {
-        new_cap *= 2;
+    /* full of entries: to half load, 1.5x the entries (the table costs
+     * 43-64 bytes a key, where doubling cost 43-85); mostly tombstones:
+     * the same size, without them */
+    if (((reg->entries + 1) * 2) > reg->cap) {
+        new_cap = kvf_registry_cap_for(reg->entries + 1, 50);
     }
     return kvf_registry_grow(reg, new_cap);
 }
@@ -570,10 +590,10 @@ static kvf_status_t kvf_registry_reserve(kvf_registry_t *reg)
 /* A key got a further entry: flag all its entries (rare path). */
 static void kvf_registry_mark_more(kvf_registry_t *reg, const kvf_key_t *key)
 {
-    uint64_t i = kvf_registry_hash(key) & reg->mask;
+    uint64_t i = kvf_registry_home(kvf_registry_hash(key), reg->cap);
 
     for (; !kvf_registry_entry_is_empty(&reg->table[i]);
-         i = (i + 1) & reg->mask) {
+         i = kvf_registry_next(i, reg->cap)) {
         if (kvf_registry_entry_match(&reg->table[i], key)) {
             reg->table[i].h[0] |= KVF_REGISTRY_MORE;
         }
@@ -585,7 +605,7 @@ static void kvf_registry_mark_more(kvf_registry_t *reg, const kvf_key_t *key)
 static bool kvf_registry_add(kvf_registry_t *reg, const kvf_key_t *key,
                              uint16_t slot, bool is_disk)
 {
-    uint64_t i                    = kvf_registry_hash(key) & reg->mask;
+    uint64_t i = kvf_registry_home(kvf_registry_hash(key), reg->cap);
     kvf_registry_entry_t *free_e  = NULL;
     kvf_registry_entry_t *free_he = NULL; /* entry with a free holder */
     unsigned free_k               = 0;
@@ -594,7 +614,7 @@ static bool kvf_registry_add(kvf_registry_t *reg, const kvf_key_t *key,
     unsigned k;
 
     kvf_registry_migrate_key(reg, key);
-    for (;; i = (i + 1) & reg->mask) {
+    for (;; i = kvf_registry_next(i, reg->cap)) {
         e = &reg->table[i];
         if (kvf_registry_entry_is_empty(e)) {
             break;
@@ -698,8 +718,8 @@ static bool kvf_registry_remove(kvf_registry_t *reg, const kvf_key_t *key,
     unsigned k;
 
     kvf_registry_migrate_key(reg, key);
-    i = kvf_registry_hash(key) & reg->mask;
-    for (;; i = (i + 1) & reg->mask) {
+    i = kvf_registry_home(kvf_registry_hash(key), reg->cap);
+    for (;; i = kvf_registry_next(i, reg->cap)) {
         e = &reg->table[i];
         if (kvf_registry_entry_is_empty(e)) {
             return false;
@@ -747,14 +767,14 @@ kvf_status_t kvf_registry_evict(kvf_registry_t *reg, uint16_t slot,
 }
 
 static bool kvf_registry_holds_in(const kvf_registry_entry_t *table,
-                                  uint64_t mask, const kvf_key_t *key,
+                                  uint64_t cap, const kvf_key_t *key,
                                   uint16_t slot)
 {
-    uint64_t i = kvf_registry_hash(key) & mask;
+    uint64_t i = kvf_registry_home(kvf_registry_hash(key), cap);
     const kvf_registry_entry_t *e;
     unsigned k;
 
-    for (;; i = (i + 1) & mask) {
+    for (;; i = kvf_registry_next(i, cap)) {
         e = &table[i];
         if (kvf_registry_entry_is_empty(e)) {
             return false;
@@ -779,22 +799,22 @@ bool kvf_registry_holds(const kvf_registry_t *reg, const kvf_key_t *key,
     if (!kvf_registry_slot_is_live(reg, slot)) {
         return false;
     }
-    return kvf_registry_holds_in(reg->table, reg->mask, key, slot) ||
+    return kvf_registry_holds_in(reg->table, reg->cap, key, slot) ||
            (reg->is_migrating &&
-            kvf_registry_holds_in(reg->old, reg->old_mask, key, slot));
+            kvf_registry_holds_in(reg->old, reg->old_cap, key, slot));
 }
 
 /* Collects the usable holders of @p key into @p cand; returns how many. */
 static inline unsigned kvf_registry_collect(const kvf_registry_t *reg,
                                             const kvf_registry_entry_t *table,
-                                            uint64_t mask, const kvf_key_t *key,
+                                            uint64_t cap, const kvf_key_t *key,
                                             uint16_t requester, uint64_t i,
                                             uint16_t *cand, unsigned n)
 {
     const kvf_registry_entry_t *e;
     unsigned k;
 
-    for (;; i = (i + 1) & mask) {
+    for (;; i = kvf_registry_next(i, cap)) {
         e = &table[i];
         if (kvf_registry_entry_is_empty(e)) {
             return n;
@@ -829,7 +849,7 @@ static inline void kvf_registry_prefetch(const kvf_registry_t *reg,
                                          uint64_t pos)
 {
     __builtin_prefetch(&reg->table[pos]);
-    __builtin_prefetch(&reg->table[(pos + 1) & reg->mask]);
+    __builtin_prefetch(&reg->table[kvf_registry_next(pos, reg->cap)]);
 }
 
 kvf_status_t kvf_registry_lookup(kvf_registry_t *reg, const uint8_t *keys,
@@ -871,21 +891,25 @@ kvf_status_t kvf_registry_lookup_media(kvf_registry_t *reg, const uint8_t *keys,
         kvf_registry_key_load(keys + i * KVF_KEY_WIRE_SIZE, &key);
         reg->pos[i] = kvf_registry_hash(&key);
         if (i < KVF_REGISTRY_PREFETCH) {
-            kvf_registry_prefetch(reg, reg->pos[i] & reg->mask);
+            kvf_registry_prefetch(reg,
+                                  kvf_registry_home(reg->pos[i], reg->cap));
         }
     }
     for (i = 0; i < n; i++) {
         if ((i + KVF_REGISTRY_PREFETCH) < n) {
-            kvf_registry_prefetch(reg, reg->pos[i + KVF_REGISTRY_PREFETCH] &
-                                           reg->mask);
+            kvf_registry_prefetch(
+                reg, kvf_registry_home(reg->pos[i + KVF_REGISTRY_PREFETCH],
+                                       reg->cap));
         }
         kvf_registry_key_load(keys + i * KVF_KEY_WIRE_SIZE, &key);
-        k = kvf_registry_collect(reg, reg->table, reg->mask, &key, requester,
-                                 reg->pos[i] & reg->mask, &reg->cand[i * C], 0);
+        k = kvf_registry_collect(reg, reg->table, reg->cap, &key, requester,
+                                 kvf_registry_home(reg->pos[i], reg->cap),
+                                 &reg->cand[i * C], 0);
         if (reg->is_migrating) {
-            k = kvf_registry_collect(reg, reg->old, reg->old_mask, &key,
-                                     requester, reg->pos[i] & reg->old_mask,
-                                     &reg->cand[i * C], k);
+            k = kvf_registry_collect(
+                reg, reg->old, reg->old_cap, &key, requester,
+                kvf_registry_home(reg->pos[i], reg->old_cap), &reg->cand[i * C],
+                k);
         }
         reg->ncand[i] = (uint8_t)k;
         if (reg->ncand[i] == 0) {
