@@ -608,7 +608,8 @@ static bool kvf_engine_keys_ok(const ProtobufCBinaryData *keys)
  * it in (its offset is what the engine gets). */
 static kvf_status_t kvf_engine_conn_alloc_one(kvf_engine_conn_t *conn,
                                               uint64_t bytes,
-                                              uint64_t *offset_p)
+                                              uint64_t *offset_p,
+                                              bool *staging_full_p)
 {
     kvf_engine_server_t *server = conn->server;
     kvf_pool_entry_t *entry;
@@ -624,6 +625,7 @@ static kvf_status_t kvf_engine_conn_alloc_one(kvf_engine_conn_t *conn,
     if (status != KVF_OK) {
         kvf_store_release(server->store, conn->owner, slot.offset);
         server->stats.staging_full++;
+        *staging_full_p = true;
         return status;
     }
     off = kvf_pool_entry_offset(entry);
@@ -660,7 +662,8 @@ static kvf_status_t kvf_engine_conn_alloc(kvf_engine_conn_t *conn,
     uint64_t *offsets = NULL, *lengths = NULL;
     Kvf__EngineSlots reply;
     kvf_status_t status = KVF_OK;
-    char message[128]   = "";
+    char message[256]   = "";
+    bool staging_full   = false;
     uint32_t i, got = 0;
 
     kvf__engine_slots__init(&reply);
@@ -678,10 +681,22 @@ static kvf_status_t kvf_engine_conn_alloc(kvf_engine_conn_t *conn,
         snprintf(message, sizeof(message), "agent out of memory");
     }
     for (i = 0; (status == KVF_OK) && (i < req->count); i++) {
-        status = kvf_engine_conn_alloc_one(conn, req->chunk_bytes, &offsets[i]);
+        status = kvf_engine_conn_alloc_one(conn, req->chunk_bytes, &offsets[i],
+                                           &staging_full);
         if (status == KVF_OK) {
             lengths[i] = req->chunk_bytes;
             got++;
+        } else if (staging_full) {
+            kvf_pool_stats_t st;
+
+            kvf_pool_stats(conn->staging, &st);
+            snprintf(message, sizeof(message),
+                     "could not grant chunk %u of %u (%llu bytes): this "
+                     "engine's staging area is full (%llu of %llu bytes "
+                     "allocated and not yet committed; engine_staging_size)",
+                     i, req->count, (unsigned long long)req->chunk_bytes,
+                     (unsigned long long)st.used,
+                     (unsigned long long)st.capacity);
         } else {
             snprintf(message, sizeof(message),
                      "could not grant chunk %u of %u (%llu bytes): %s", i,

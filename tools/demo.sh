@@ -179,16 +179,22 @@ start_agent() {
         "${pids[-1]}" "$name" "$role" "$http"
 }
 # two workers that both store and reuse, and a prefill/decode pair whose
-# decoder owns a receive region for pushed KV
+# decoder owns a receive region for pushed KV. Each engine writes into a
+# staging area of its own (engine_staging_size), which must hold the
+# chunks it has allocated and not yet committed: a whole request of
+# 32 MiB chunks here
 if [ $cluster_only -eq 1 ]; then
-    big=128M small=64M dpool=64M region=16M # no workload: start fast
+    big=128M small=64M dpool=64M region=16M staging=64M # no workload
 else
-    big=3G small=1G dpool=256M region=1G
+    big=3G small=1G dpool=256M region=1G staging=1G
 fi
-start_agent demo-agent-1 both $big --pd-buffer-size 0
-start_agent demo-agent-2 both $big --pd-buffer-size 0
-start_agent demo-prefill prefill $small
-start_agent demo-decode decode $dpool --pd-buffer-size $region
+start_agent demo-agent-1 both $big --pd-buffer-size 0 \
+    --engine-staging-size $staging
+start_agent demo-agent-2 both $big --pd-buffer-size 0 \
+    --engine-staging-size $staging
+start_agent demo-prefill prefill $small --engine-staging-size $staging
+start_agent demo-decode decode $dpool --pd-buffer-size $region \
+    --engine-staging-size $staging
 
 if [ $cluster_only -eq 0 ]; then
 workload="6 conversations x 3 turns over one 2048-token system prompt, then 4 RAG

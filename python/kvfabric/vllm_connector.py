@@ -52,7 +52,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
     KVConnectorPromMetrics, KVConnectorStats)
 
 import kvfabric as kvf
-from kvfabric.errors import ERR_CLOSED, ERR_NOT_FOUND, ERR_TIMEOUT
+from kvfabric.errors import (ERR_CLOSED, ERR_NO_MEMORY, ERR_NOT_FOUND,
+                             ERR_TIMEOUT)
 
 log = logging.getLogger("kvfabric.vllm")
 
@@ -78,7 +79,7 @@ STAT_NAMES = ("lookups", "hit_tokens", "loaded_chunks", "saved_chunks",
               "missed_chunks", "pd_pushes", "pd_pushed_chunks",
               "pd_push_errors", "pd_received_chunks", "pd_wait_errors",
               "pd_released", "pd_cancelled", "agent_errors", "bytes_loaded",
-              "bytes_saved", "resumed_requests")
+              "bytes_saved", "resumed_requests", "save_refused")
 
 
 class _AgentAway(kvf.KvfError):
@@ -338,6 +339,7 @@ class KVFabricConnector(KVConnectorBase_V1):
         self._recv_pending: Set[str] = set()  # queued or being loaded
         self._kv_events: Dict[Any, None] = {}  # this step's, each once
         self.stats = {k: 0 for k in STAT_NAMES}
+        self._refused_logged = False
         self._interval = {k: 0 for k in STAT_NAMES}
 
     # shared ------------------------------------------------------------
@@ -381,6 +383,17 @@ class KVFabricConnector(KVConnectorBase_V1):
             log.debug("kvfabric: %s failed: %s", what, e)
         self._broken = True
         self._retry_at = time.monotonic() + self._retry_s
+
+    def _save_refused(self, m: "ReqMeta", e: Exception) -> None:
+        """The agent has no room for this request's chunks now (its pool,
+        or this engine's staging area, is full): the request is not saved,
+        and the agent stays in use for everything else."""
+        self._count("save_refused")
+        if not self._refused_logged:
+            self._refused_logged = True
+            log.warning("kvfabric: request %s not saved: %s (raise the "
+                        "agent's engine_staging_size or pool_size; counted "
+                        "in save_refused, logged once)", m.req_id, e)
 
     def _end_step(self) -> None:
         if self._broken:
@@ -981,7 +994,14 @@ class KVFabricConnector(KVConnectorBase_V1):
                     try:
                         slots = self.client.alloc(
                             self._chunk_bytes, len(m.save_keys[self._rank]))
-                    except _ERRORS as e:
+                    except kvf.KvfError as e:
+                        if (e.status != ERR_NO_MEMORY or
+                                isinstance(e, _AgentAway)):
+                            self._agent_failed("alloc", e)
+                            break
+                        self._save_refused(m, e)
+                        continue
+                    except OSError as e:
                         self._agent_failed("alloc", e)
                         break
                     self._pending.append((m, slots))

@@ -342,3 +342,47 @@ def test_worker_kv_events_loaded_and_missing_chunks(model, agents):
     assert w.get_kv_connector_kv_cache_events() is None
     w.clear_connector_metadata()
     w.shutdown()
+
+
+@pytest.fixture
+def tight_agent():
+    """One agent whose engines may stage 4 MiB (engine_staging_size)."""
+    from conftest import _run_cluster
+
+    yield from _run_cluster(agents=("s",),
+                            extra_agent_args=["--engine-staging-size", "4M"])
+
+
+def test_a_save_the_agent_has_no_room_for_is_skipped_not_an_outage(
+        model, tight_agent):
+    """A request whose chunks do not fit in the engine's staging area
+    (engine_staging_size) is not saved and is counted (save_refused); the
+    agent stays in use: a smaller request of the same step is saved, and
+    nothing counts as an agent error."""
+    import torch
+
+    cl = tight_agent
+    w = connector(vllm_config(model, cl.sockets["s"]),
+                  KVConnectorRole.WORKER)
+    n = (4 << 20) // (2 * 2 * C * 128 * 2) + 2  # chunks past 4 MiB
+    layers = {f"model.layers.{i}.self_attn.attn":
+              torch.ones(n + 1, 2, C, 128, dtype=torch.bfloat16)
+              for i in range(2)}
+    w.register_kv_caches(layers)
+    assert w._chunk_bytes * n > (4 << 20)
+    big = kvf.key_chain(w._ns[0], _prompt(n * C, 21), C)
+    small = kvf.key_chain(w._ns[0], _prompt(C, 22), C)
+    w.bind_connector_metadata(vc.KVFabricConnectorMetadata([
+        vc.ReqMeta("big", list(range(n)), save_keys=[big]),
+        vc.ReqMeta("small", [n], save_keys=[small])]))
+    for name, kv in layers.items():
+        w.save_kv_layer(name, kv, None)
+    w.wait_for_save()
+    w.clear_connector_metadata()
+    assert w.stats["save_refused"] == 1, w.stats
+    assert w.stats["agent_errors"] == 0, w.stats
+    assert w.stats["saved_chunks"] == 1, w.stats
+    with cl.client("s") as c:
+        assert c.lookup(small).hit_chunks == 1
+        assert c.lookup(big).hit_chunks == 0
+    w.shutdown()

@@ -351,6 +351,11 @@ Test(confine, a_full_staging_area_refuses_allocations_and_is_counted)
     /* 2 MiB of staging: two 1 MiB chunks, not three; all or nothing */
     cr_assert_eq(kvf_client_alloc(a, 1u << 20, 3, slots), KVF_ERR_NO_MEMORY,
                  "%s", kvf_client_last_error(a));
+    /* the error names the setting to raise */
+    cr_assert(strstr(kvf_client_last_error(a), "staging area is full") != NULL,
+              "%s", kvf_client_last_error(a));
+    cr_assert(strstr(kvf_client_last_error(a), "engine_staging_size") != NULL,
+              "%s", kvf_client_last_error(a));
     cr_assert_eq(
         kvf_sec_metric(&g_agent, "kvf_agent_engine_staging_full_total"), 1);
     cr_assert_eq(kvf_client_alloc(a, 1u << 20, 2, slots), KVF_OK, "%s",
