@@ -288,6 +288,9 @@ static kvf_status_t kvf_store_commit_hold(kvf_store_t *store,
 {
     kvf_pool_entry_t *entry = hold->entry;
 
+    /* an engine's batch of commits (each a copy or a hash) keeps the loop
+     * busy: the tier's queue goes on between them */
+    kvf_disk_poll(store->disk);
     kvf_store_hold_delete(owner, hold);
     owner->grants--;
     if (actual != checksum) {
@@ -329,8 +332,6 @@ kvf_status_t kvf_store_commit(kvf_store_t *store, kvf_store_owner_t *owner,
     if (hold == NULL) {
         return KVF_ERR_RANGE;
     }
-    /* a batch of copies keeps the loop busy: the tier's queue goes on */
-    kvf_disk_poll(store->disk);
     return kvf_store_commit_hold(
         store, owner, hold, key, checksum,
         kvf_chunk_checksum(kvf_pool_ptr(store->pool, offset),
@@ -347,8 +348,6 @@ kvf_status_t kvf_store_commit_hashed(kvf_store_t *store,
     if (hold == NULL) {
         return KVF_ERR_RANGE;
     }
-    /* a batch of copies keeps the loop busy: the tier's queue goes on */
-    kvf_disk_poll(store->disk);
     return kvf_store_commit_hold(store, owner, hold, key, checksum, actual);
 }
 
@@ -361,8 +360,6 @@ kvf_status_t kvf_store_commit_copy(kvf_store_t *store, kvf_store_owner_t *owner,
     if (hold == NULL) {
         return KVF_ERR_RANGE;
     }
-    /* a batch of copies keeps the loop busy: the tier's queue goes on */
-    kvf_disk_poll(store->disk);
     return kvf_store_commit_hold(
         store, owner, hold, key, checksum,
         kvf_chunk_copy_checksum(kvf_pool_ptr(store->pool, offset), src,

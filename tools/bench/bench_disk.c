@@ -238,6 +238,43 @@ static void kvf_bench_disk_keys(kvf_key_t *keys, uint64_t n, uint64_t salt)
     }
 }
 
+/* The tier's counters of one direction at the start of a pass. */
+typedef struct kvf_bench_disk_tally {
+    const char *dir; /* "write" or "read" */
+    double bytes, busy, ios;
+} kvf_bench_disk_tally_t;
+
+static void kvf_bench_disk_tally_start(uint16_t port, const char *dir,
+                                       kvf_bench_disk_tally_t *t)
+{
+    char name[96];
+
+    t->dir = dir;
+    snprintf(name, sizeof(name), "kvf_agent_disk_%s_bytes_total", dir);
+    t->bytes = kvf_bench_metric(port, name);
+    snprintf(name, sizeof(name),
+             "kvf_agent_disk_busy_seconds_total{dir=\"%s\"}", dir);
+    t->busy = kvf_bench_metric(port, name);
+    snprintf(name, sizeof(name),
+             "kvf_agent_disk_inflight_seconds_total{dir=\"%s\"}", dir);
+    t->ios = kvf_bench_metric(port, name);
+}
+
+/* The bytes the tier moved since @p t; busy GB/s and qd into @p res. */
+static uint64_t kvf_bench_disk_tally_end(uint16_t port,
+                                         const kvf_bench_disk_tally_t *t,
+                                         kvf_bench_disk_result_t *res)
+{
+    kvf_bench_disk_tally_t now;
+    double busy;
+
+    kvf_bench_disk_tally_start(port, t->dir, &now);
+    busy           = now.busy - t->busy;
+    res->busy_gbps = (now.bytes - t->bytes) / (busy * 1e9 + 1);
+    res->qd        = (now.ios - t->ios) / (busy + 1e-9);
+    return (uint64_t)(now.bytes - t->bytes);
+}
+
 /* Stores @p n chunks of @p keys through @p c into the full pool, so that
  * every store evicts and the tier writes behind; GB/s of what the tier
  * wrote from the first store into the full pool until its last write
@@ -247,26 +284,21 @@ static int kvf_bench_disk_store(kvf_client_t *c, const kvf_bench_disk_opts_t *o,
                                 uint64_t n, uint64_t full, uint16_t port,
                                 kvf_bench_disk_result_t *w)
 {
-    const char *busy  = "kvf_agent_disk_busy_seconds_total{dir=\"write\"}";
-    const char *ios   = "kvf_agent_disk_inflight_seconds_total{dir=\"write\"}";
     kvf_slot_t *slots = calloc(o->depth, sizeof(*slots));
     uint64_t *sums    = calloc(o->depth, sizeof(*sums));
     uint8_t *base     = kvf_client_pool_base(c);
-    uint64_t b, i, t0 = 0, t1, bytes0, drops0, copies0;
-    double busy0, ios0;
+    uint64_t b, i, t0 = 0, t1, drops0, copies0;
+    kvf_bench_disk_tally_t tally;
     int rc = -1;
 
     if ((slots == NULL) || (sums == NULL)) {
         goto out;
     }
-    bytes0 =
-        (uint64_t)kvf_bench_metric(port, "kvf_agent_disk_write_bytes_total");
     drops0 =
         (uint64_t)kvf_bench_metric(port, "kvf_agent_disk_write_drops_total");
     copies0 =
         (uint64_t)kvf_bench_metric(port, "kvf_agent_disk_write_copies_total");
-    busy0 = kvf_bench_metric(port, busy);
-    ios0  = kvf_bench_metric(port, ios);
+    kvf_bench_disk_tally_start(port, "write", &tally);
     for (b = 0; b < n; b += o->depth) {
         if (b == full) {
             t0 = kvf_time_now_ns();
@@ -300,15 +332,10 @@ static int kvf_bench_disk_store(kvf_client_t *c, const kvf_bench_disk_opts_t *o,
     w->drops =
         (uint64_t)kvf_bench_metric(port, "kvf_agent_disk_write_drops_total") -
         drops0;
-    bytes0 =
-        (uint64_t)kvf_bench_metric(port, "kvf_agent_disk_write_bytes_total") -
-        bytes0;
-    w->gbps      = (double)bytes0 / (double)(t1 - t0);
-    w->p99_us    = 0;
-    busy0        = kvf_bench_metric(port, busy) - busy0;
-    w->busy_gbps = (double)bytes0 / (busy0 * 1e9 + 1);
-    w->qd        = (kvf_bench_metric(port, ios) - ios0) / (busy0 + 1e-9);
-    rc           = 0;
+    w->gbps =
+        (double)kvf_bench_disk_tally_end(port, &tally, w) / (double)(t1 - t0);
+    w->p99_us = 0;
+    rc        = 0;
 
 out:
     free(slots);
@@ -326,10 +353,8 @@ static int kvf_bench_disk_one(const kvf_bench_disk_opts_t *o, uint64_t size,
 {
     uint64_t n = o->total / size, i, b, k;
     uint64_t full, pool;
-    uint64_t slot = size + 4096, t0, t1, end, start, rbytes = 0, *lat;
-    const char *rbusy_m = "kvf_agent_disk_busy_seconds_total{dir=\"read\"}";
-    const char *rios_m  = "kvf_agent_disk_inflight_seconds_total{dir=\"read\"}";
-    double rbusy = 0, rios = 0;
+    uint64_t slot                = size + 4096, t0, t1, end, start, *lat;
+    kvf_bench_disk_tally_t tally = {0};
     kvf_lookup_result_t res;
     char sock[300], tier[300], log[300], bin[4096], http[32], pool_s[32],
         chunk_s[32], disk_s[32], depth_s[16];
@@ -432,12 +457,9 @@ static int kvf_bench_disk_one(const kvf_bench_disk_opts_t *o, uint64_t size,
                        port, "kvf_agent_disk_writes_pending") > 0) {
                 usleep(200);
             }
-            t0     = kvf_time_now_ns();
-            rbytes = (uint64_t)kvf_bench_metric(
-                port, "kvf_agent_disk_read_bytes_total");
-            rbusy = kvf_bench_metric(port, rbusy_m);
-            rios  = kvf_bench_metric(port, rios_m);
-            nlat  = 0;
+            t0 = kvf_time_now_ns();
+            kvf_bench_disk_tally_start(port, "read", &tally);
+            nlat = 0;
         }
         if ((b + (o->ahead + 1ull) * o->depth <= end) &&
             (kvf_client_lookup(c, keys + b + o->ahead * o->depth, o->depth,
@@ -464,15 +486,10 @@ static int kvf_bench_disk_one(const kvf_bench_disk_opts_t *o, uint64_t size,
         }
     }
     t1 = kvf_time_now_ns();
-    rbytes =
-        (uint64_t)kvf_bench_metric(port, "kvf_agent_disk_read_bytes_total") -
-        rbytes;
-    r->gbps      = (double)rbytes / (double)(t1 - t0);
-    r->p99_us    = (double)kvf_bench_percentile(lat, nlat, 99.0) / 1e3;
-    rbusy        = kvf_bench_metric(port, rbusy_m) - rbusy;
-    r->busy_gbps = (double)rbytes / (rbusy * 1e9 + 1);
-    r->qd        = (kvf_bench_metric(port, rios_m) - rios) / (rbusy + 1e-9);
-    r->drops     = 0;
+    r->gbps =
+        (double)kvf_bench_disk_tally_end(port, &tally, r) / (double)(t1 - t0);
+    r->p99_us = (double)kvf_bench_percentile(lat, nlat, 99.0) / 1e3;
+    r->drops  = 0;
 
     /* rewrite: new keys; the full tier reuses its least recently used
      * slots, written once already (the steady state of a long-running

@@ -541,20 +541,29 @@ Test(pool, refcount_pins_and_returns_to_zero)
  * blocks count as free for the watermarks (keeping one does not make the
  * pool evict further), and a block the allocation itself needs is never
  * kept. */
-Test(pool, kept_eviction_holds_its_block_until_given_back)
+/* A pool of @p blocks 64 KiB blocks whose evictions go to on_evict. */
+static kvf_pool_params_t kept_params(uint64_t blocks, unsigned high_pct,
+                                     unsigned low_pct)
 {
     kvf_pool_params_t params = {
         .field_mask = KVF_POOL_FIELD_SIZE | KVF_POOL_FIELD_MIN_CHUNK |
                       KVF_POOL_FIELD_MAX_CHUNK | KVF_POOL_FIELD_WATERMARKS |
                       KVF_POOL_FIELD_EVICT_CB | KVF_POOL_FIELD_NO_HUGETLB,
-        .size      = 20 * 64 * KIB,
+        .size      = blocks * 64 * KIB,
         .min_chunk = 64 * KIB,
         .max_chunk = 64 * KIB,
-        .high_pct  = 95,
-        .low_pct   = 80,
+        .high_pct  = high_pct,
+        .low_pct   = low_pct,
         .evict_cb  = on_evict,
     };
-    kvf_pool_t *pool = NULL;
+
+    return params;
+}
+
+Test(pool, kept_eviction_holds_its_block_until_given_back)
+{
+    kvf_pool_params_t params = kept_params(20, 95, 80);
+    kvf_pool_t *pool         = NULL;
     kvf_pool_entry_t *e, *kept, *fresh, *urgent;
     kvf_pool_stats_t st;
     kvf_key_t k0 = key_of(0);
@@ -615,18 +624,8 @@ Test(pool, kept_eviction_holds_its_block_until_given_back)
  * block is released though the callback would keep it. */
 Test(pool, kept_blocks_are_at_most_a_quarter_of_the_pool)
 {
-    kvf_pool_params_t params = {
-        .field_mask = KVF_POOL_FIELD_SIZE | KVF_POOL_FIELD_MIN_CHUNK |
-                      KVF_POOL_FIELD_MAX_CHUNK | KVF_POOL_FIELD_WATERMARKS |
-                      KVF_POOL_FIELD_EVICT_CB | KVF_POOL_FIELD_NO_HUGETLB,
-        .size      = 8 * 64 * KIB,
-        .min_chunk = 64 * KIB,
-        .max_chunk = 64 * KIB,
-        .high_pct  = 50,
-        .low_pct   = 10,
-        .evict_cb  = on_evict,
-    };
-    kvf_pool_t *pool = NULL;
+    kvf_pool_params_t params = kept_params(8, 50, 10);
+    kvf_pool_t *pool         = NULL;
     kvf_pool_entry_t *e;
     kvf_pool_stats_t st;
     uint64_t i;
