@@ -493,6 +493,8 @@ static void kvf_agent_local_start(kvf_agent_t *agent)
     params.served_arg   = agent;
     params.timeout_ns   = agent->config->fetch_timeout;
     params.name         = agent->name;
+    /* a PD sender copies into same-host decoders' receive regions */
+    params.wants_region = (agent->config->role != KVF_AGENT_ROLE_DECODE);
     if (kvf_local_create(&params, &agent->local) == KVF_OK) {
         kvf_peer_set_local(agent->peer, agent->local);
     }
@@ -584,6 +586,7 @@ static kvf_status_t kvf_agent_pd_start(kvf_agent_t *agent)
     status                  = kvf_pd_create(&params, &agent->pd);
     if (status == KVF_OK) {
         kvf_pd_set_transports(agent->pd, &agent->transports);
+        kvf_pd_set_local(agent->pd, agent->local);
     }
     return status;
 }
@@ -905,6 +908,9 @@ void kvf_agent_destroy(kvf_agent_t *agent)
     free(agent->worker_address);
     kvf_ucx_worker_destroy(agent->worker);
     kvf_peer_destroy(agent->peer);
+    if (agent->pd != NULL) {
+        kvf_pd_set_local(agent->pd, NULL);
+    }
     kvf_local_destroy(agent->local); /* after the peer service: it calls in */
     kvf_pd_destroy(agent->pd);
     kvf_mesh_destroy(agent->mesh);

@@ -4,6 +4,7 @@
 
 #include "agent/pool.h"
 
+#include "common/chunk.h"
 #include "common/listen.h"
 #include "common/log.h"
 #include "common/time.h"
@@ -1351,12 +1352,16 @@ static kvf_status_t kvf_engine_conn_pd_push(kvf_engine_conn_t *conn,
 }
 
 /* Copies the chunks of a claimed PD request from the receive region
- * (which engines never map) into the engine's staging area and points
- * @p offsets there. A device region's slots are passed as they are. */
-static kvf_status_t kvf_engine_claim_copy(kvf_engine_conn_t *conn,
-                                          uint64_t pd_request,
-                                          const kvf_slot_t *slots, uint32_t num,
-                                          uint64_t *offsets)
+ * (which engines never map) into the engine's staging area, checking each
+ * copy against the checksum the push was verified with (the region is a
+ * memfd a same-host prefill agent writes: what the engine gets is what
+ * was verified, whatever wrote there since), and points @p offsets there.
+ * KVF_ERR_CHECKSUM names the chunk in @p bad_p. A device region's slots
+ * are passed as they are. */
+static kvf_status_t
+kvf_engine_claim_copy(kvf_engine_conn_t *conn, uint64_t pd_request,
+                      const kvf_slot_t *slots, const uint64_t *checksums,
+                      uint32_t num, uint64_t *offsets, uint32_t *bad_p)
 {
     kvf_store_t *store = conn->server->store;
     kvf_engine_claim_t *claim;
@@ -1388,8 +1393,15 @@ static kvf_status_t kvf_engine_claim_copy(kvf_engine_conn_t *conn,
             break;
         }
         claim->entries[claim->num++] = entry;
-        memcpy(kvf_engine_staging_ptr(conn, entry),
-               (uint8_t *)kvf_store_base(store) + slot->offset, slot->length);
+        if (kvf_chunk_copy_checksum(kvf_engine_staging_ptr(conn, entry),
+                                    (uint8_t *)kvf_store_base(store) +
+                                        slot->offset,
+                                    slot->length) != checksums[i]) {
+            conn->server->stats.claim_checksum_failures++;
+            *bad_p = i;
+            status = KVF_ERR_CHECKSUM;
+            break;
+        }
         offsets[i] = kvf_engine_staging_at(conn) + kvf_pool_entry_offset(entry);
     }
     if (status != KVF_OK) {
@@ -1403,13 +1415,15 @@ static kvf_status_t kvf_engine_claim_copy(kvf_engine_conn_t *conn,
 
 static void kvf_engine_on_pd_waited(void *arg, kvf_status_t status,
                                     const char *message,
-                                    const kvf_slot_t *slots, uint32_t num)
+                                    const kvf_slot_t *slots,
+                                    const uint64_t *checksums, uint32_t num)
 {
     kvf_engine_push_t *wait = arg;
     kvf_engine_conn_t *conn = wait->conn;
     uint64_t *offsets = NULL, *lengths = NULL;
+    char why[160];
     Kvf__EngineSlots reply;
-    uint32_t i;
+    uint32_t i, bad = 0;
 
     kvf_engine_push_unlink(wait);
     if (status == KVF_OK) {
@@ -1421,9 +1435,16 @@ static void kvf_engine_on_pd_waited(void *arg, kvf_status_t status,
         }
     }
     if (status == KVF_OK) {
-        status =
-            kvf_engine_claim_copy(conn, wait->pd_request, slots, num, offsets);
-        if (status != KVF_OK) {
+        status = kvf_engine_claim_copy(conn, wait->pd_request, slots, checksums,
+                                       num, offsets, &bad);
+        if (status == KVF_ERR_CHECKSUM) {
+            snprintf(why, sizeof(why),
+                     "chunk %u of PD request %llu changed in the receive "
+                     "region after it was verified",
+                     bad, (unsigned long long)wait->pd_request);
+            kvf_warn("%s", why);
+            message = why;
+        } else if (status != KVF_OK) {
             message = "the engine's staging area is full "
                       "(engine_staging_size): release PD requests";
         }
@@ -1441,6 +1462,9 @@ static void kvf_engine_on_pd_waited(void *arg, kvf_status_t status,
         reply.offsets    = offsets;
         reply.n_lengths  = num;
         reply.lengths    = lengths;
+        /* what each chunk was verified with, for the engine to check too */
+        reply.n_checksums = (checksums != NULL) ? num : 0;
+        reply.checksums   = (uint64_t *)(uintptr_t)checksums;
         status = kvf_engine_conn_send(conn, KVF_MSG_ENGINE_SLOTS, &reply.base);
     }
     free(offsets);

@@ -55,6 +55,9 @@ typedef struct kvf_engine_server_stats {
     uint64_t auth_failures; /* connections refused by the handshake */
     uint64_t staging_full;  /* allocations/PD claims refused: an engine's
                                staging area was full */
+    uint64_t claim_checksum_failures; /* PD claims refused: a chunk changed
+                                         in the receive region after it was
+                                         verified */
     uint64_t lookups;
     uint64_t lookup_keys;
     uint64_t local_hit_keys;

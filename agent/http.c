@@ -139,6 +139,14 @@ static void kvf_agent_metrics_pd(kvf_agent_http_t *http, struct evbuffer *body)
                        "(one rendezvous)",
                        "kind", 2, (const char *const[]){"chunk", "batch"},
                        (const uint64_t[]){ps.data_messages, ps.multi_messages});
+    kvf_prom_metric_by(body, "kvf_agent_pd_same_host_total", KVF_PROM_COUNTER,
+                       "PD pushes copied into a same-host decoder's receive "
+                       "region (sent), and batches received that way",
+                       "dir", 2, (const char *const[]){"sent", "received"},
+                       (const uint64_t[]){ps.copied_pushes, ps.copied_batches});
+    kvf_prom_metric(
+        body, "kvf_agent_pd_same_host_bytes_total", KVF_PROM_COUNTER,
+        "bytes of PD pushes copied into same-host decoders", ps.copied_bytes);
 }
 
 /* Bytes and chunks per peer agent, both directions. */
@@ -345,6 +353,11 @@ static void kvf_agent_metrics_store(kvf_agent_http_t *http,
                     "allocations and PD claims refused: the engine's staging "
                     "area was full",
                     es.staging_full);
+    kvf_prom_metric(body, "kvf_agent_pd_claim_checksum_failures_total",
+                    KVF_PROM_COUNTER,
+                    "PD claims refused: a chunk changed in the receive region "
+                    "after it was verified",
+                    es.claim_checksum_failures);
 }
 
 /* The controller link and the agent's own figures. */

@@ -7,8 +7,12 @@
  *
  *   requester -> holder  HELLO        node id, boot id, nonce_c
  *   holder -> requester  HELLO_REPLY  node id, boot id, nonce_s, mac_s
- *   requester -> holder  AUTH         mac_c (auth off: still sent, empty)
- *   holder -> requester  READY        pool bytes; SCM_RIGHTS: read-only fd
+ *   requester -> holder  AUTH         mac_c (auth off: still sent, empty),
+ *                                     flags (wants the PD region)
+ *   holder -> requester  READY        pool bytes, region bytes; SCM_RIGHTS:
+ *                                     the pool read-only, and (asked for
+ *                                     and present) the PD receive region's
+ *                                     own memfd read-write
  *   requester -> holder  LEASE        ticket, first index, <= 64 keys
  *   holder -> requester  LEASE_REPLY  ticket, first, per key offset,
  *                                     length, checksum, status (held)
@@ -63,6 +67,7 @@ typedef struct kvf_local_conn {
     uint32_t peer_id;
     char peer_name[KVF_LOCAL_NAME_MAX];
     bool ready;
+    bool region_granted; /* READY passed our PD receive region */
     kvf_local_lease_t leases[KVF_LOCAL_LEASES];
 } kvf_local_conn_t;
 
@@ -88,6 +93,8 @@ typedef struct kvf_local_link {
     kvf_auth_session_t session;
     uint8_t *map; /* PROT_READ */
     uint64_t map_len;
+    uint8_t *region; /* the holder's PD receive region, writable; or NULL */
+    uint64_t region_len;
     uint64_t retry_ns;
     kvf_local_req_t *reqs;
 } kvf_local_link_t;
@@ -117,6 +124,7 @@ struct kvf_local {
     void *served_arg;
     uint64_t timeout_ns;
     uint64_t next_ticket;
+    bool wants_region;
     char name[128];
     char boot_id[KVF_LOCAL_BOOT_ID_LEN];
     int listen_fd;
@@ -174,11 +182,11 @@ static bool kvf_local_same_uid(int fd)
            (cred.uid == geteuid());
 }
 
-static kvf_status_t kvf_local_send(int fd, const void *buf, size_t len,
-                                   int pass_fd)
+static kvf_status_t kvf_local_send_fds(int fd, const void *buf, size_t len,
+                                       const int *fds, unsigned nfds)
 {
     union {
-        char buf[CMSG_SPACE(sizeof(int))];
+        char buf[CMSG_SPACE(2 * sizeof(int))];
         struct cmsghdr align;
     } ctl;
     struct iovec iov = {.iov_base = (void *)(uintptr_t)buf, .iov_len = len};
@@ -188,15 +196,15 @@ static kvf_status_t kvf_local_send(int fd, const void *buf, size_t len,
     memset(&mh, 0, sizeof(mh));
     mh.msg_iov    = &iov;
     mh.msg_iovlen = 1;
-    if (pass_fd >= 0) {
+    if (nfds > 0) {
         memset(&ctl, 0, sizeof(ctl));
         mh.msg_control    = ctl.buf;
-        mh.msg_controllen = sizeof(ctl.buf);
+        mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
         cmsg              = CMSG_FIRSTHDR(&mh);
         cmsg->cmsg_level  = SOL_SOCKET;
         cmsg->cmsg_type   = SCM_RIGHTS;
-        cmsg->cmsg_len    = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cmsg), &pass_fd, sizeof(int));
+        cmsg->cmsg_len    = CMSG_LEN(nfds * sizeof(int));
+        memcpy(CMSG_DATA(cmsg), fds, nfds * sizeof(int));
     }
     if (sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)len) {
         return KVF_ERR_IO;
@@ -204,19 +212,26 @@ static kvf_status_t kvf_local_send(int fd, const void *buf, size_t len,
     return KVF_OK;
 }
 
-/* Receives one message; a passed descriptor goes to @p fd_p (-1: none;
- * NULL: closed). 0 at EOF, -1 when nothing is there or on error. */
-static ssize_t kvf_local_recv(int fd, void *buf, size_t len, int *fd_p)
+static kvf_status_t kvf_local_send(int fd, const void *buf, size_t len,
+                                   int pass_fd)
+{
+    return kvf_local_send_fds(fd, buf, len, &pass_fd, (pass_fd >= 0) ? 1 : 0);
+}
+
+/* Receives one message; passed descriptors go to @p fds (up to two, -1:
+ * none; NULL: closed). 0 at EOF, -1 when nothing is there or on error. */
+static ssize_t kvf_local_recv(int fd, void *buf, size_t len, int *fds)
 {
     union {
-        char buf[CMSG_SPACE(sizeof(int))];
+        char buf[CMSG_SPACE(2 * sizeof(int))];
         struct cmsghdr align;
     } ctl;
     struct iovec iov = {.iov_base = buf, .iov_len = len};
     struct msghdr mh;
     struct cmsghdr *cmsg;
     ssize_t n;
-    int got = -1;
+    int got[2] = {-1, -1};
+    unsigned k, m = 0;
 
     memset(&mh, 0, sizeof(mh));
     mh.msg_iov        = &iov;
@@ -229,26 +244,49 @@ static ssize_t kvf_local_recv(int fd, void *buf, size_t len, int *fd_p)
     }
     for (cmsg = CMSG_FIRSTHDR(&mh); cmsg != NULL;
          cmsg = CMSG_NXTHDR(&mh, cmsg)) {
-        if ((cmsg->cmsg_level == SOL_SOCKET) &&
-            (cmsg->cmsg_type == SCM_RIGHTS) &&
-            (cmsg->cmsg_len >= CMSG_LEN(sizeof(int)))) {
-            memcpy(&got, CMSG_DATA(cmsg), sizeof(int));
+        if ((cmsg->cmsg_level != SOL_SOCKET) ||
+            (cmsg->cmsg_type != SCM_RIGHTS)) {
+            continue;
+        }
+        for (k = 0; CMSG_LEN((k + 1) * sizeof(int)) <= cmsg->cmsg_len; k++) {
+            int one;
+
+            memcpy(&one, CMSG_DATA(cmsg) + k * sizeof(int), sizeof(int));
+            if (m < 2) {
+                got[m++] = one;
+            } else {
+                close(one); /* more than any message carries */
+            }
         }
     }
-    if (fd_p != NULL) {
-        *fd_p = got;
-    } else if (got >= 0) {
-        close(got);
+    if (((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) || (fds == NULL)) {
+        for (k = 0; k < m; k++) {
+            close(got[k]);
+            got[k] = -1;
+        }
+    }
+    if (fds != NULL) {
+        fds[0] = got[0];
+        fds[1] = got[1];
     }
     if ((mh.msg_flags & MSG_TRUNC) != 0) {
-        if (fd_p != NULL && got >= 0) {
-            close(got);
-            *fd_p = -1;
-        }
         errno = EMSGSIZE;
         return -1;
     }
     return n;
+}
+
+/* Closes the descriptors a message passed that nobody took. */
+static void kvf_local_close_fds(int *fds)
+{
+    unsigned k;
+
+    for (k = 0; k < 2; k++) {
+        if (fds[k] >= 0) {
+            close(fds[k]);
+            fds[k] = -1;
+        }
+    }
 }
 
 static void kvf_local_hdr_init(kvf_local_hdr_t *h, kvf_local_msg_t type)
@@ -359,9 +397,10 @@ static void kvf_local_on_auth(kvf_local_conn_t *conn,
                               const kvf_local_hello_t *in)
 {
     kvf_local_t *local = conn->local;
-    kvf_local_hdr_t out;
+    kvf_local_ready_t out;
+    uint64_t offset;
     char err[256];
-    int ro;
+    int fds[2];
 
     if (conn->session.state == KVF_AUTH_STATE_CHALLENGED) {
         if (kvf_auth_server_finish(
@@ -375,23 +414,33 @@ static void kvf_local_on_auth(kvf_local_conn_t *conn,
         kvf_local_conn_refuse(conn, "AUTH before HELLO");
         return;
     }
-    if (kvf_store_fd_readonly(local->store, &ro) != KVF_OK) {
+    if (kvf_store_fd_readonly(local->store, &fds[0]) != KVF_OK) {
         kvf_warn("%s: cannot reopen the pool read-only: %m", local->name);
         kvf_local_conn_close(conn);
         return;
     }
-    kvf_local_hdr_init(&out, KVF_LOCAL_MSG_READY);
-    out.ticket = kvf_store_size(local->store);
-    if (kvf_local_send(conn->fd, &out, sizeof(out), ro) != KVF_OK) {
-        close(ro);
+    memset(&out, 0, sizeof(out));
+    kvf_local_hdr_init(&out.h, KVF_LOCAL_MSG_READY);
+    out.h.ticket = kvf_store_size(local->store);
+    fds[1]       = kvf_store_reserve_fd(local->store);
+    if (((in->flags & KVF_LOCAL_WANT_REGION) != 0) && (fds[1] >= 0)) {
+        /* a PD sender writes its pushes straight into our receive region
+         * (its own memfd: nothing else of ours), verified at PD_DONE */
+        out.region_bytes = kvf_store_reserve(local->store, &offset);
+    }
+    if (kvf_local_send_fds(conn->fd, &out, sizeof(out), fds,
+                           (out.region_bytes > 0) ? 2 : 1) != KVF_OK) {
+        close(fds[0]);
         kvf_local_conn_close(conn);
         return;
     }
-    close(ro);
-    conn->ready = true;
+    close(fds[0]);
+    conn->ready          = true;
+    conn->region_granted = (out.region_bytes > 0);
     evtimer_del(conn->timer);
-    kvf_info("%s: same-host peer node %" PRIu32 " maps the pool read-only",
-             local->name, conn->peer_id);
+    kvf_info("%s: same-host peer node %" PRIu32 " maps the pool read-only%s",
+             local->name, conn->peer_id,
+             conn->region_granted ? " and the PD receive region" : "");
 }
 
 static void kvf_local_on_lease(kvf_local_conn_t *conn,
@@ -645,6 +694,11 @@ static void kvf_local_link_down(kvf_local_link_t *link, kvf_status_t status)
         munmap(link->map, link->map_len);
         link->map = NULL;
     }
+    if (link->region != NULL) {
+        munmap(link->region, link->region_len);
+        link->region     = NULL;
+        link->region_len = 0;
+    }
     kvf_auth_session_cleanup(&link->session);
     link->state    = KVF_LOCAL_LINK_NOT_LOCAL;
     link->retry_ns = kvf_time_now_ns() + KVF_LOCAL_RETRY_NS;
@@ -849,6 +903,7 @@ static void kvf_local_on_hello_reply(kvf_local_link_t *link,
     if (link->session.state == KVF_AUTH_STATE_CHALLENGED) {
         out.mac_len = KVF_AUTH_MAC_SIZE;
     }
+    out.flags = local->wants_region ? KVF_LOCAL_WANT_REGION : 0;
     if (kvf_local_send(link->fd, &out, sizeof(out), -1) != KVF_OK) {
         kvf_local_link_down(link, KVF_ERR_UNSUPPORTED);
         return;
@@ -856,20 +911,49 @@ static void kvf_local_on_hello_reply(kvf_local_link_t *link,
     link->state = KVF_LOCAL_LINK_AUTH;
 }
 
+/* Maps the holder's PD receive region writable (@p fd, read-write, sealed
+ * against shrinking so it can never fault under a copy); NULL when it is
+ * not that. Closes @p fd. */
+static uint8_t *kvf_local_map_region(kvf_local_link_t *link, int fd,
+                                     uint64_t len)
+{
+    struct stat st;
+    void *map = MAP_FAILED;
+    int acc = fcntl(fd, F_GETFL), seals = fcntl(fd, F_GET_SEALS);
+
+    if ((acc >= 0) && ((acc & O_ACCMODE) == O_RDWR) && (seals >= 0) &&
+        ((seals & F_SEAL_SHRINK) != 0) && (fstat(fd, &st) == 0) &&
+        ((uint64_t)st.st_size >= len)) {
+        map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                   fd, 0);
+    }
+    close(fd);
+    if (map == MAP_FAILED) {
+        kvf_warn("%s: same-host node %" PRIu32 " passed no usable PD "
+                 "receive region; pushes to it use UCX",
+                 link->local->name, link->holder_id);
+        return NULL;
+    }
+    return map;
+}
+
 static void kvf_local_on_ready(kvf_local_link_t *link,
-                               const kvf_local_hdr_t *in, int fd)
+                               const kvf_local_ready_t *in, const int *fds)
 {
     kvf_local_t *local = link->local;
     struct stat st;
     void *map;
-    int acc;
+    int acc, fd = fds[0];
 
     acc = (fd >= 0) ? fcntl(fd, F_GETFL) : -1;
     if ((fd < 0) || (acc < 0) || ((acc & O_ACCMODE) != O_RDONLY) ||
-        (fstat(fd, &st) != 0) || (in->ticket == 0) ||
-        ((uint64_t)st.st_size < in->ticket)) {
+        (fstat(fd, &st) != 0) || (in->h.ticket == 0) ||
+        ((uint64_t)st.st_size < in->h.ticket)) {
         if (fd >= 0) {
             close(fd);
+        }
+        if (fds[1] >= 0) {
+            close(fds[1]);
         }
         local->stats.links_refused++;
         kvf_warn("%s: same-host node %" PRIu32 " passed no usable read-only "
@@ -880,9 +964,12 @@ static void kvf_local_on_ready(kvf_local_link_t *link,
     }
     /* populated at once: a first touch per 4 KiB page during the copies
      * cost as much as the copies */
-    map = mmap(NULL, in->ticket, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+    map = mmap(NULL, in->h.ticket, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED) {
+        if (fds[1] >= 0) {
+            close(fds[1]);
+        }
         kvf_warn("%s: cannot map the pool of same-host node %" PRIu32
                  ": %m; using UCX",
                  local->name, link->holder_id);
@@ -890,12 +977,21 @@ static void kvf_local_on_ready(kvf_local_link_t *link,
         return;
     }
     link->map     = map;
-    link->map_len = in->ticket;
-    link->state   = KVF_LOCAL_LINK_READY;
+    link->map_len = in->h.ticket;
+    if (fds[1] >= 0) {
+        if (local->wants_region && (in->region_bytes > 0)) {
+            link->region = kvf_local_map_region(link, fds[1], in->region_bytes);
+            link->region_len = (link->region != NULL) ? in->region_bytes : 0;
+        } else {
+            close(fds[1]);
+        }
+    }
+    link->state = KVF_LOCAL_LINK_READY;
     local->stats.links_ok++;
     kvf_info("%s: same-host path to node %" PRIu32 " (%s): its pool mapped "
-             "read-only, %" PRIu64 " bytes",
-             local->name, link->holder_id, link->address, link->map_len);
+             "read-only, %" PRIu64 " bytes%s",
+             local->name, link->holder_id, link->address, link->map_len,
+             (link->region != NULL) ? "; its PD receive region writable" : "");
     for (kvf_local_req_t *req = link->reqs, *next; req != NULL; req = next) {
         next = req->next;
         kvf_local_req_start(req);
@@ -907,18 +1003,16 @@ static void kvf_local_on_link(evutil_socket_t fd, short what, void *arg)
     kvf_local_link_t *link = arg;
     kvf_local_in_t in;
     ssize_t n;
-    int pfd = -1;
+    int pfd[2] = {-1, -1};
 
     for (;;) {
-        n = kvf_local_recv(fd, &in, sizeof(in), &pfd);
+        n = kvf_local_recv(fd, &in, sizeof(in), pfd);
         if ((n < 0) && ((errno == EAGAIN) || (errno == EWOULDBLOCK))) {
             return;
         }
         if ((n <= 0) || ((size_t)n < sizeof(in.h)) ||
             (in.h.magic != KVF_LOCAL_MAGIC)) {
-            if (pfd >= 0) {
-                close(pfd);
-            }
+            kvf_local_close_fds(pfd);
             if (link->state != KVF_LOCAL_LINK_READY) {
                 kvf_debug("%s: same-host handshake with node %" PRIu32
                           " closed; using UCX",
@@ -938,9 +1032,9 @@ static void kvf_local_on_link(evutil_socket_t fd, short what, void *arg)
             kvf_local_on_hello_reply(link, &in.hello);
         } else if ((link->state == KVF_LOCAL_LINK_AUTH) &&
                    (in.h.type == KVF_LOCAL_MSG_READY) &&
-                   ((size_t)n == sizeof(in.h))) {
-            kvf_local_on_ready(link, &in.h, pfd);
-            pfd = -1;
+                   ((size_t)n == sizeof(in.ready))) {
+            kvf_local_on_ready(link, &in.ready, pfd);
+            pfd[0] = pfd[1] = -1;
         } else if ((link->state == KVF_LOCAL_LINK_READY) &&
                    (in.h.type == KVF_LOCAL_MSG_LEASE_REPLY)) {
             kvf_local_on_lease_reply(link, &in.h, (size_t)n);
@@ -949,10 +1043,7 @@ static void kvf_local_on_link(evutil_socket_t fd, short what, void *arg)
                                           ? KVF_OK
                                           : KVF_ERR_UNSUPPORTED);
         }
-        if (pfd >= 0) {
-            close(pfd);
-            pfd = -1;
-        }
+        kvf_local_close_fds(pfd);
         if (link->fd < 0) {
             return; /* went down */
         }
@@ -1024,18 +1115,18 @@ static void kvf_local_on_req_timeout(evutil_socket_t fd, short what, void *arg)
     kvf_local_req_finish(req, KVF_OK);
 }
 
-kvf_status_t kvf_local_fetch(kvf_local_t *local, uint32_t holder_id,
-                             const char *data_address, const kvf_key_t *keys,
-                             uint32_t num, kvf_store_owner_t *owner,
-                             kvf_local_cb_t cb, void *arg)
+/* The link to @p holder_id at @p data_address, dialled when it is not up
+ * (and not refused within the last KVF_LOCAL_RETRY_NS); NULL: that holder
+ * is not reachable on this host now. */
+static kvf_local_link_t *kvf_local_link_get(kvf_local_t *local,
+                                            uint32_t holder_id,
+                                            const char *data_address)
 {
     kvf_local_link_t *link;
-    kvf_local_req_t *req;
-    struct timeval tv;
 
-    if ((num == 0) || (num > KVF_LOCAL_MAX_KEYS) || (data_address == NULL) ||
+    if ((holder_id == 0) || (data_address == NULL) ||
         (local->node_id(local->node_id_arg) == 0)) {
-        return KVF_ERR_UNSUPPORTED;
+        return NULL;
     }
     for (link = local->links; link != NULL; link = link->next) {
         if (link->holder_id == holder_id) {
@@ -1051,7 +1142,7 @@ kvf_status_t kvf_local_fetch(kvf_local_t *local, uint32_t holder_id,
     if (link == NULL) {
         link = calloc(1, sizeof(*link));
         if (link == NULL) {
-            return KVF_ERR_UNSUPPORTED;
+            return NULL;
         }
         link->local     = local;
         link->holder_id = holder_id;
@@ -1066,8 +1157,27 @@ kvf_status_t kvf_local_fetch(kvf_local_t *local, uint32_t holder_id,
             !kvf_local_link_dial(link)) {
             link->retry_ns = kvf_time_now_ns() + KVF_LOCAL_RETRY_NS;
             local->stats.not_local++;
-            return KVF_ERR_UNSUPPORTED;
+            return NULL;
         }
+    }
+    return link;
+}
+
+kvf_status_t kvf_local_fetch(kvf_local_t *local, uint32_t holder_id,
+                             const char *data_address, const kvf_key_t *keys,
+                             uint32_t num, kvf_store_owner_t *owner,
+                             kvf_local_cb_t cb, void *arg)
+{
+    kvf_local_link_t *link;
+    kvf_local_req_t *req;
+    struct timeval tv;
+
+    if ((num == 0) || (num > KVF_LOCAL_MAX_KEYS)) {
+        return KVF_ERR_UNSUPPORTED;
+    }
+    link = kvf_local_link_get(local, holder_id, data_address);
+    if (link == NULL) {
+        return KVF_ERR_UNSUPPORTED;
     }
     req = calloc(1, sizeof(*req));
     if (req == NULL) {
@@ -1108,6 +1218,38 @@ kvf_status_t kvf_local_fetch(kvf_local_t *local, uint32_t holder_id,
     return KVF_OK;
 }
 
+kvf_status_t kvf_local_region(kvf_local_t *local, uint32_t node_id,
+                              const char *data_address, uint8_t **base_p,
+                              uint64_t *len_p)
+{
+    kvf_local_link_t *link;
+
+    if (!local->wants_region) {
+        return KVF_ERR_UNSUPPORTED;
+    }
+    link = kvf_local_link_get(local, node_id, data_address);
+    if ((link == NULL) || (link->state != KVF_LOCAL_LINK_READY) ||
+        (link->region == NULL)) {
+        return KVF_ERR_UNSUPPORTED;
+    }
+    *base_p = link->region;
+    *len_p  = link->region_len;
+    return KVF_OK;
+}
+
+bool kvf_local_region_granted(const kvf_local_t *local, uint32_t node_id)
+{
+    const kvf_local_conn_t *conn;
+
+    for (conn = local->conns; conn != NULL; conn = conn->next) {
+        if (conn->ready && conn->region_granted &&
+            ((node_id == 0) || (conn->peer_id == node_id))) {
+            return true;
+        }
+    }
+    return false;
+}
+
 void kvf_local_cancel(kvf_local_t *local, const void *arg)
 {
     kvf_local_link_t *link;
@@ -1140,14 +1282,15 @@ kvf_status_t kvf_local_create(const kvf_local_params_t *params,
     if (local == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    local->listen_fd   = -1;
-    local->base        = params->base;
-    local->store       = params->store;
-    local->secret      = params->secret;
-    local->node_id     = params->node_id;
-    local->node_id_arg = params->node_id_arg;
-    local->served      = params->served;
-    local->served_arg  = params->served_arg;
+    local->listen_fd    = -1;
+    local->base         = params->base;
+    local->store        = params->store;
+    local->secret       = params->secret;
+    local->node_id      = params->node_id;
+    local->node_id_arg  = params->node_id_arg;
+    local->served       = params->served;
+    local->served_arg   = params->served_arg;
+    local->wants_region = params->wants_region;
     local->timeout_ns =
         (params->timeout_ns > 0) ? params->timeout_ns : 5 * KVF_NSEC_PER_SEC;
     snprintf(local->name, sizeof(local->name), "%s",

@@ -38,6 +38,7 @@
 #include <kvfabric/keys.h>
 #include <kvfabric/status.h>
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct event_base;
@@ -78,6 +79,8 @@ typedef struct kvf_local_params {
     kvf_local_served_cb_t served; /* may be NULL */
     void *served_arg;
     uint64_t timeout_ns; /* a handshake or a lease; 0: 5 s */
+    bool wants_region;   /* this agent pushes PD requests: ask holders for
+                            their PD receive region (kvf_local_region) */
     const char *name;    /* for logs */
 } kvf_local_params_t;
 
@@ -114,6 +117,23 @@ kvf_status_t kvf_local_fetch(kvf_local_t *local, uint32_t holder_id,
                              const char *data_address, const kvf_key_t *keys,
                              uint32_t num, kvf_store_owner_t *owner,
                              kvf_local_cb_t cb, void *arg);
+
+/*
+ * PD on one host (docs/architecture.md "Agents on one host"): the decoder
+ * @p node_id's PD receive region, mapped writable, for a push to copy its
+ * chunks straight into the slots PD_ALLOC_REPLY named (the decoder still
+ * verifies every chunk at PD_DONE). KVF_ERR_UNSUPPORTED while there is no
+ * such mapping: not on this host, not proved yet (the handshake starts
+ * here, so a later push finds it), no host region there, or this agent
+ * does not push (params.wants_region).
+ */
+kvf_status_t kvf_local_region(kvf_local_t *local, uint32_t node_id,
+                              const char *data_address, uint8_t **base_p,
+                              uint64_t *len_p);
+
+/* Did this agent pass its PD receive region to same-host node @p node_id
+ * (0: to any), over a link still up? */
+bool kvf_local_region_granted(const kvf_local_t *local, uint32_t node_id);
 
 /* Forgets the callbacks of fetches started with @p arg. */
 void kvf_local_cancel(kvf_local_t *local, const void *arg);

@@ -49,18 +49,30 @@ typedef struct kvf_local_hello {
     uint32_t node_id;
     uint32_t nonce_len;
     uint32_t mac_len;
-    uint32_t pad;
+    uint32_t flags; /* AUTH: KVF_LOCAL_WANT_REGION */
     char boot_id[KVF_LOCAL_BOOT_ID_LEN];
     uint8_t nonce[KVF_AUTH_NONCE_SIZE];
     uint8_t mac[KVF_AUTH_MAC_SIZE];
     char name[KVF_LOCAL_NAME_MAX]; /* the sender's node name, for counters */
 } kvf_local_hello_t;
 
+/* AUTH flag: the requester pushes PD requests and asks for the holder's
+ * PD receive region (writable) with READY. */
+#define KVF_LOCAL_WANT_REGION 1u
+
+/* READY: SCM_RIGHTS carries the read-only pool, then (region_bytes > 0)
+ * the PD receive region's own memfd, read-write. */
+typedef struct kvf_local_ready {
+    kvf_local_hdr_t h; /* h.ticket: pool bytes */
+    uint64_t region_bytes;
+} kvf_local_ready_t;
+
 /* One message as read from the socket: room for the largest, seen as a
  * header or a HELLO. */
 typedef union kvf_local_in {
     kvf_local_hdr_t h;
     kvf_local_hello_t hello;
+    kvf_local_ready_t ready;
     uint8_t buf[KVF_LOCAL_MSG_MAX];
 } kvf_local_in_t;
 

@@ -352,7 +352,8 @@ const char *kvf_mesh_node_name(const kvf_mesh_t *mesh, uint32_t node_id)
     return NULL;
 }
 
-const char *kvf_mesh_node_by_name(const kvf_mesh_t *mesh, const char *name)
+const char *kvf_mesh_node_by_name(const kvf_mesh_t *mesh, const char *name,
+                                  uint32_t *node_id_p)
 {
     unsigned i;
 
@@ -362,6 +363,9 @@ const char *kvf_mesh_node_by_name(const kvf_mesh_t *mesh, const char *name)
     for (i = 0; i < KVF_MESH_NODES; i++) {
         if ((mesh->nodes[i].address[0] != '\0') &&
             (strcmp(mesh->nodes[i].name, name) == 0)) {
+            if (node_id_p != NULL) {
+                *node_id_p = mesh->nodes[i].node_id;
+            }
             return mesh->nodes[i].address;
         }
     }
@@ -436,7 +440,8 @@ static void kvf_mesh_on_node_learn(void *arg, uint32_t node_id,
     const char *known = kvf_mesh_node_by_id(mesh, node_id);
 
     if ((known != NULL) && (strcmp(known, data_address) == 0) &&
-        ((name[0] == '\0') || (kvf_mesh_node_by_name(mesh, name) == known))) {
+        ((name[0] == '\0') ||
+         (kvf_mesh_node_by_name(mesh, name, NULL) == known))) {
         return; /* known already: no churn per lookup */
     }
     kvf_mesh_node_store(mesh, node_id, name, data_address);
@@ -754,6 +759,17 @@ uint32_t kvf_mesh_peer_role(const kvf_mesh_t *mesh, const kvf_ucx_ep_t *ep)
         return KVF_MESH_ROLE_UNKNOWN;
     }
     return link->peer_role;
+}
+
+uint32_t kvf_mesh_peer_id(const kvf_mesh_t *mesh, const kvf_ucx_ep_t *ep)
+{
+    const kvf_mesh_link_t *link = kvf_mesh_link_of(ep);
+
+    if ((mesh->secret == NULL) || (link == NULL) ||
+        (link->state != KVF_MESH_LINK_READY)) {
+        return 0;
+    }
+    return link->peer_id;
 }
 
 void kvf_mesh_ep_failed(kvf_mesh_t *mesh, kvf_ucx_ep_t *ep)

@@ -140,6 +140,10 @@ bool kvf_mesh_accept(kvf_mesh_t *mesh, const kvf_ucx_am_msg_t *msg);
  * is off or the endpoint is not authenticated. */
 uint32_t kvf_mesh_peer_role(const kvf_mesh_t *mesh, const kvf_ucx_ep_t *ep);
 
+/* The proven node id of the peer on @p ep; 0 when auth is off or the
+ * endpoint is not authenticated. */
+uint32_t kvf_mesh_peer_id(const kvf_mesh_t *mesh, const kvf_ucx_ep_t *ep);
+
 /* An endpoint failed (the worker's error callback): its handshake state
  * goes, waiters get KVF_ERR_CLOSED. */
 void kvf_mesh_ep_failed(kvf_mesh_t *mesh, kvf_ucx_ep_t *ep);
@@ -201,8 +205,10 @@ const char *kvf_mesh_node_by_id(const kvf_mesh_t *mesh, uint32_t node_id);
  * above). */
 const char *kvf_mesh_node_name(const kvf_mesh_t *mesh, uint32_t node_id);
 
-/* The data address of the node named @p name, or NULL (as above). */
-const char *kvf_mesh_node_by_name(const kvf_mesh_t *mesh, const char *name);
+/* The data address of the node named @p name, or NULL (as above); its id
+ * through @p node_id_p (may be NULL; 0 when the directory has none). */
+const char *kvf_mesh_node_by_name(const kvf_mesh_t *mesh, const char *name,
+                                  uint32_t *node_id_p);
 
 /* Records node @p node_id (named @p name, NULL or "" when unknown) at
  * @p address; the oldest entry makes room. Addresses too long are not

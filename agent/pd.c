@@ -321,6 +321,11 @@ void kvf_pd_set_transports(kvf_pd_t *pd, struct kvf_transports *t)
     pd->transports = t;
 }
 
+void kvf_pd_set_local(kvf_pd_t *pd, struct kvf_local *local)
+{
+    pd->local = local;
+}
+
 void kvf_pd_get_stats(const kvf_pd_t *pd, kvf_pd_stats_t *stats_p)
 {
     *stats_p = pd->stats;

@@ -51,7 +51,7 @@ typedef void (*kvf_pd_push_cb_t)(void *arg, kvf_status_t status,
  * the request's chunks in order, valid during the call only. */
 typedef void (*kvf_pd_wait_cb_t)(void *arg, kvf_status_t status,
                                  const char *message, const kvf_slot_t *slots,
-                                 uint32_t num);
+                                 const uint64_t *checksums, uint32_t num);
 
 typedef struct kvf_pd_params {
     struct event_base *base;
@@ -98,6 +98,9 @@ typedef struct kvf_pd_stats {
     uint64_t data_messages;  /* PD_DATA received with one chunk */
     uint64_t multi_messages; /* PD_DATA received with several (one
                                 rendezvous) */
+    uint64_t copied_pushes;  /* sent by memcpy into a same-host decoder */
+    uint64_t copied_bytes;
+    uint64_t copied_batches; /* received that way (verified or not) */
 } kvf_pd_stats_t;
 
 /* Registers the PD active-message handlers on the worker. */
@@ -115,6 +118,13 @@ void kvf_pd_set_ctl(kvf_pd_t *pd, kvf_ctl_client_t *ctl);
  * KVF_ERR_UNSUPPORTED over a connection it refuses. NULL: no check. */
 struct kvf_transports;
 void kvf_pd_set_transports(kvf_pd_t *pd, struct kvf_transports *t);
+
+/* The same-host path (agent/local.h): pushes to a decoder on this host
+ * copy into its receive region instead of going over UCX, and a decoder
+ * accepts such pushes from the agents it passed its region to. NULL: none.
+ */
+struct kvf_local;
+void kvf_pd_set_local(kvf_pd_t *pd, struct kvf_local *local);
 
 /* A draining decoder refuses new PD requests with KVF_ERR_STATE and a
  * message saying it is draining; requests already open complete. */

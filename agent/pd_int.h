@@ -80,6 +80,7 @@ struct kvf_pd_req {
     uint64_t quota_key; /* its sender in pd->quota (0: none yet) */
     uint64_t *offsets;  /* verified chunks, in order */
     uint64_t *lengths;
+    uint64_t *checksums; /* what each was verified against */
     uint32_t num;
     uint32_t cap;
     kvf_pd_batch_t *batch; /* the push in progress */
@@ -113,6 +114,7 @@ typedef struct kvf_pd_push {
     uint64_t request_id;
     char decoder[KVF_PD_DECODER_MAX];
     char address[64];
+    uint32_t decoder_id; /* its node id (0: unknown): the same-host link */
     kvf_ucx_ep_t *ep;
     kvf_store_owner_t *owner; /* the chunks while they are sent */
     kvf_store_owner_t *from;  /* the engine's; NULL once it went */
@@ -164,6 +166,7 @@ KHASH_MAP_INIT_INT64(kvf_pd_quota, uint64_t)
 struct kvf_pd {
     struct kvf_transports *transports; /* expect_transports; NULL: none */
     kvf_mesh_t *mesh;                  /* node directory: decoders' addresses */
+    struct kvf_local *local;           /* same-host copies; NULL: none */
     struct event_base *base;
     kvf_ucx_worker_t *worker;
     kvf_ucx_mem_t *pool_mem;

@@ -5,6 +5,7 @@
  * verification, and the engines that wait for and claim requests
  * (agent/pd.h).
  */
+#include "agent/local.h"
 #include "agent/pd_int.h"
 #include "agent/transports.h"
 
@@ -262,6 +263,7 @@ void kvf_pd_req_unlink(kvf_pd_t *pd, kvf_pd_req_t *req)
     kvf_ucx_ep_put(req->src);
     free(req->offsets);
     free(req->lengths);
+    free(req->checksums);
     free(req);
     pd->stats.requests--;
 }
@@ -285,7 +287,7 @@ static void kvf_pd_req_notify(kvf_pd_t *pd, kvf_pd_req_t *req,
     if (status == KVF_OK) {
         slots = calloc(req->num + 1, sizeof(*slots));
         if (slots == NULL) {
-            cb(arg, KVF_ERR_NO_MEMORY, "agent out of memory", NULL, 0);
+            cb(arg, KVF_ERR_NO_MEMORY, "agent out of memory", NULL, NULL, 0);
             return;
         }
         for (i = 0; i < req->num; i++) {
@@ -295,7 +297,8 @@ static void kvf_pd_req_notify(kvf_pd_t *pd, kvf_pd_req_t *req,
         req->state   = KVF_PD_REQ_CLAIMED;
         req->claimer = engine;
     }
-    cb(arg, status, message, slots, (status == KVF_OK) ? req->num : 0);
+    cb(arg, status, message, slots, (status == KVF_OK) ? req->checksums : NULL,
+       (status == KVF_OK) ? req->num : 0);
     free(slots);
 }
 
@@ -619,7 +622,7 @@ static void kvf_pd_batch_try_complete(kvf_pd_t *pd, kvf_pd_batch_t *batch)
 {
     char message[KVF_PD_MESSAGE_SIZE];
     kvf_pd_req_t *req = batch->req;
-    uint64_t *grown_o, *grown_l;
+    uint64_t *grown_o, *grown_l, *grown_c;
     kvf_status_t status;
     uint32_t i, bad = 0, cap;
 
@@ -662,7 +665,11 @@ static void kvf_pd_batch_try_complete(kvf_pd_t *pd, kvf_pd_batch_t *batch)
         if (grown_l != NULL) {
             req->lengths = grown_l;
         }
-        if ((grown_o == NULL) || (grown_l == NULL)) {
+        grown_c = realloc(req->checksums, cap * sizeof(uint64_t));
+        if (grown_c != NULL) {
+            req->checksums = grown_c;
+        }
+        if ((grown_o == NULL) || (grown_l == NULL) || (grown_c == NULL)) {
             kvf_pd_reply_done(pd, req->src, req->id, batch->ticket,
                               KVF_ERR_NO_MEMORY, "decoder out of memory");
             kvf_pd_req_abort(pd, req, KVF_ERR_NO_MEMORY, false,
@@ -673,8 +680,9 @@ static void kvf_pd_batch_try_complete(kvf_pd_t *pd, kvf_pd_batch_t *batch)
     }
     /* the slots move from the batch to the request, in push order */
     for (i = 0; i < batch->num; i++) {
-        req->offsets[req->num + i] = batch->offsets[i];
-        req->lengths[req->num + i] = batch->lengths[i];
+        req->offsets[req->num + i]   = batch->offsets[i];
+        req->lengths[req->num + i]   = batch->lengths[i];
+        req->checksums[req->num + i] = batch->checksums[i];
         pd->stats.bytes_received += batch->lengths[i];
     }
     req->num += batch->num;
@@ -741,6 +749,26 @@ void kvf_pd_on_done(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdDone *m)
             return;
         }
         memcpy(batch->checksums, m->checksums, batch->num * sizeof(uint64_t));
+    }
+    if (m->copied) {
+        /* same host: the sender wrote the slots through the region we
+         * passed it; only such a sender, and only for a batch no PD_DATA
+         * touched (every chunk is verified below either way) */
+        uint32_t from = kvf_mesh_peer_id(pd->mesh, ep);
+
+        pd->stats.copied_batches++;
+        if ((pd->local == NULL) || pd->region_is_device ||
+            (kvf_mesh_is_secure(pd->mesh) && (from == 0)) ||
+            !kvf_local_region_granted(pd->local, from) ||
+            (batch->landed != 0) || (batch->inflight != 0)) {
+            kvf_pd_reply_done(pd, ep, m->request_id, m->ticket, KVF_ERR_INVALID,
+                              "PD_DONE says copied, but this decoder passed "
+                              "its receive region to no such sender");
+            kvf_pd_req_abort(pd, batch->req, KVF_ERR_PROTO, false,
+                             "bad PD_DONE");
+            return;
+        }
+        batch->landed = batch->num;
     }
     batch->is_done  = true;
     batch->is_final = m->final;
@@ -898,7 +926,7 @@ void kvf_pd_wait_submit(kvf_pd_t *pd, void *engine, uint64_t request_id,
         snprintf(message, sizeof(message),
                  "agent %s has no PD receive region (pd_buffer_size 0)",
                  pd->name);
-        cb(arg, KVF_ERR_UNSUPPORTED, message, NULL, 0);
+        cb(arg, KVF_ERR_UNSUPPORTED, message, NULL, NULL, 0);
         return;
     }
     req = kvf_pd_req_find(pd, request_id);
@@ -906,7 +934,7 @@ void kvf_pd_wait_submit(kvf_pd_t *pd, void *engine, uint64_t request_id,
         /* the engine came first: the push will find this record */
         req = kvf_pd_req_create(pd, request_id);
         if (req == NULL) {
-            cb(arg, KVF_ERR_NO_MEMORY, "agent out of memory", NULL, 0);
+            cb(arg, KVF_ERR_NO_MEMORY, "agent out of memory", NULL, NULL, 0);
             return;
         }
         req->state = KVF_PD_REQ_WAITING;
@@ -917,7 +945,7 @@ void kvf_pd_wait_submit(kvf_pd_t *pd, void *engine, uint64_t request_id,
                  "PD request %llu is %s by another engine",
                  (unsigned long long)request_id,
                  (req->wait_cb != NULL) ? "waited for" : "claimed");
-        cb(arg, KVF_ERR_BUSY, message, NULL, 0);
+        cb(arg, KVF_ERR_BUSY, message, NULL, NULL, 0);
         return;
     }
     req->wait_cb          = cb;

@@ -4,6 +4,7 @@
  * PD sender (prefill) side: resolve the decoder, PD_ALLOC, one PD_DATA per
  * chunk by rendezvous, PD_DONE, and the replies (agent/pd.h).
  */
+#include "agent/local.h"
 #include "agent/pd_int.h"
 
 #include "common/log.h"
@@ -224,11 +225,12 @@ static void kvf_pd_push_send_msg(kvf_pd_push_t *push, kvf_pd_push_state_t state,
     }
 }
 
-static void kvf_pd_push_send_done(kvf_pd_push_t *push)
+static void kvf_pd_push_send_done(kvf_pd_push_t *push, bool copied)
 {
     Kvf__PdDone m;
 
     kvf__pd_done__init(&m);
+    m.copied      = copied;
     m.request_id  = push->request_id;
     m.ticket      = push->ticket;
     m.batch       = push->batch;
@@ -248,7 +250,7 @@ static void kvf_pd_on_data_sent(kvf_status_t status, void *arg)
                            push->decoder, kvf_strerror(status));
     } else if ((++push->sent == push->msgs) &&
                (push->state == KVF_PD_PUSH_DATA)) {
-        kvf_pd_push_send_done(push);
+        kvf_pd_push_send_done(push, false);
     }
     kvf_pd_push_maybe_complete(push);
 }
@@ -334,6 +336,50 @@ static void kvf_pd_push_send_data(kvf_pd_push_t *push, bool multi)
     }
 }
 
+/*
+ * Same host: copies every chunk into the slot PD_ALLOC_REPLY named,
+ * through the decoder's receive region (agent/local.h). false when that
+ * path is not up for this decoder (the chunks then go over UCX); a slot
+ * outside the region is a protocol error and fails the push.
+ */
+static bool kvf_pd_push_copy(kvf_pd_push_t *push, const Kvf__PdAllocReply *m)
+{
+    kvf_pd_t *pd = push->pd;
+    uint8_t *region;
+    uint64_t region_len, proven;
+    uint32_t i;
+
+    if ((pd->local == NULL) || (push->decoder_id == 0)) {
+        return false;
+    }
+    /* the link is to the node we resolved; the endpoint that answered
+     * must be that node too (auth on), or the slots are another's */
+    proven = kvf_mesh_peer_id(pd->mesh, push->ep);
+    if (((proven != 0) && (proven != push->decoder_id)) ||
+        (kvf_local_region(pd->local, push->decoder_id, push->address, &region,
+                          &region_len) != KVF_OK)) {
+        return false;
+    }
+    for (i = 0; i < push->num; i++) {
+        if ((m->offsets[i] > region_len) ||
+            (push->lengths[i] > region_len - m->offsets[i])) {
+            kvf_pd_push_finish(push, KVF_ERR_PROTO,
+                               "decoder %s named slot %u outside its receive "
+                               "region",
+                               push->decoder, i);
+            return true;
+        }
+    }
+    for (i = 0; i < push->num; i++) {
+        memcpy(region + m->offsets[i], kvf_pd_push_src(push, i),
+               push->lengths[i]);
+    }
+    pd->stats.copied_pushes++;
+    pd->stats.copied_bytes += push->bytes;
+    kvf_pd_push_send_done(push, true);
+    return true;
+}
+
 void kvf_pd_on_alloc_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
                            const Kvf__PdAllocReply *m)
 {
@@ -362,7 +408,9 @@ void kvf_pd_on_alloc_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
         return;
     }
     push->batch = m->batch;
-    kvf_pd_push_send_data(push, m->multi);
+    if (!kvf_pd_push_copy(push, m)) {
+        kvf_pd_push_send_data(push, m->multi);
+    }
     kvf_pd_push_maybe_complete(push);
 }
 
@@ -454,12 +502,22 @@ static void kvf_pd_push_send_alloc(kvf_pd_push_t *push)
 
 /* Starts the push at its decoder's address; remembers the request so an
  * engine that goes away mid-request aborts it at the decoder. */
-static void kvf_pd_push_start(kvf_pd_push_t *push, const char *address)
+static void kvf_pd_push_start(kvf_pd_push_t *push, uint32_t decoder_id,
+                              const char *address)
 {
     kvf_pd_t *pd = push->pd;
     kvf_pd_open_t *open;
+    uint8_t *region;
+    uint64_t region_len;
 
     snprintf(push->address, sizeof(push->address), "%s", address);
+    push->decoder_id = decoder_id;
+    if ((pd->local != NULL) && (decoder_id != 0)) {
+        /* a decoder on this host: its link proves itself meanwhile (this
+         * push goes over UCX unless it is up by PD_ALLOC_REPLY) */
+        (void)kvf_local_region(pd->local, decoder_id, address, &region,
+                               &region_len);
+    }
     open = kvf_pd_open_find(pd, push->request_id, NULL);
     if ((open == NULL) && !push->is_final) {
         open = calloc(1, sizeof(*open));
@@ -497,7 +555,7 @@ static void kvf_pd_on_node(void *arg, kvf_status_t status, uint32_t node_id,
         return;
     }
     kvf_mesh_node_store(pd->mesh, node_id, push->decoder, data_address);
-    kvf_pd_push_start(push, data_address);
+    kvf_pd_push_start(push, node_id, data_address);
     kvf_pd_push_maybe_complete(push);
 }
 
@@ -522,7 +580,7 @@ kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, const kvf_pd_push_args_t *args)
     kvf_status_t status = KVF_OK;
     const char *address;
     uint64_t len;
-    uint32_t i, moved = 0;
+    uint32_t i, moved = 0, decoder_id = 0;
 
     if ((num == 0) || (num > KVF_PD_MAX_CHUNKS) || (args->decoder == NULL) ||
         (args->decoder[0] == '\0') ||
@@ -600,9 +658,9 @@ kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, const kvf_pd_push_args_t *args)
         return KVF_OK;
     }
     pd->pushes = push;
-    address    = kvf_mesh_node_by_name(pd->mesh, push->decoder);
+    address    = kvf_mesh_node_by_name(pd->mesh, push->decoder, &decoder_id);
     if (address != NULL) {
-        kvf_pd_push_start(push, address);
+        kvf_pd_push_start(push, decoder_id, address);
         return KVF_OK;
     }
     if ((pd->ctl == NULL) || !kvf_ctl_client_is_registered(pd->ctl)) {

@@ -55,6 +55,7 @@ struct kvf_pool {
     size_t fd_len;    /* bytes of the memfd: the chunk area, page rounded */
     uint64_t reserve; /* bytes after the chunk area, not allocated here */
     uint64_t reserve_offset; /* = fd_len: the reserve is not in the memfd */
+    int reserve_fd;          /* the reserve's own memfd; -1: none */
     uint64_t capacity;
     bool is_hugetlb;
     bool is_sealed; /* F_SEAL_FUTURE_WRITE: no fd maps it writable again */
@@ -440,9 +441,31 @@ static kvf_status_t kvf_pool_seal(kvf_pool_t *pool, bool writable_fd)
     return KVF_OK;
 }
 
+/* The reserve (the PD receive region) in a memfd of its own, sealed
+ * against resizing: whoever holds the pool's fd never sees it, and a
+ * same-host agent given this one (agent/local.c) can write the region and
+ * nothing else, but never truncate it under the decoder. */
+static int kvf_pool_reserve_create(const kvf_pool_t *pool, uint64_t len,
+                                   bool huge)
+{
+    int fd = memfd_create("kvf-pd-region", MFD_CLOEXEC | MFD_ALLOW_SEALING |
+                                               (huge ? MFD_HUGETLB : 0));
+
+    if (fd < 0) {
+        return -1;
+    }
+    if ((ftruncate(fd, (off_t)len) != 0) ||
+        (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) !=
+         0)) {
+        kvf_debug("pool %s: reserve memfd: %m", pool->name);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 /* The chunk area is the memfd, mapped at a @p page aligned address; the
- * reserve (the PD receive region) follows it in anonymous shared memory,
- * outside the memfd: whoever holds the fd never sees it. */
+ * reserve follows it in the mapping, from its own memfd. */
 static kvf_status_t kvf_pool_map_try(kvf_pool_t *pool, bool huge)
 {
     const uint64_t page = huge ? KVF_POOL_HUGE_PAGE : 4096u;
@@ -451,6 +474,7 @@ static kvf_status_t kvf_pool_map_try(kvf_pool_t *pool, bool huge)
     uint64_t reserve    = pool->reserve;
     uint8_t *area, *base;
     size_t area_len;
+    int rfd = -1;
 
     pool->fd = memfd_create(pool->name, MFD_CLOEXEC | MFD_ALLOW_SEALING |
                                             (huge ? MFD_HUGETLB : 0));
@@ -463,6 +487,12 @@ static kvf_status_t kvf_pool_map_try(kvf_pool_t *pool, bool huge)
     if (huge) {
         reserve = (reserve + page - 1) & ~(page - 1);
     }
+    if (reserve > 0) {
+        rfd = kvf_pool_reserve_create(pool, reserve, huge);
+        if (rfd < 0) {
+            goto err_close;
+        }
+    }
     area_len = fd_len + reserve + page;
     area     = mmap(NULL, area_len, PROT_NONE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -472,10 +502,9 @@ static kvf_status_t kvf_pool_map_try(kvf_pool_t *pool, bool huge)
     base = (uint8_t *)(((uintptr_t)area + page - 1) & ~(uintptr_t)(page - 1));
     if ((mmap(base, fd_len, PROT_READ | PROT_WRITE,
               MAP_SHARED | MAP_FIXED | populate, pool->fd, 0) != base) ||
-        ((reserve > 0) && (mmap(base + fd_len, reserve, PROT_READ | PROT_WRITE,
-                                MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED |
-                                    populate | (huge ? MAP_HUGETLB : 0),
-                                -1, 0) != base + fd_len))) {
+        ((reserve > 0) &&
+         (mmap(base + fd_len, reserve, PROT_READ | PROT_WRITE,
+               MAP_SHARED | MAP_FIXED | populate, rfd, 0) != base + fd_len))) {
         munmap(area, area_len);
         goto err_close;
     }
@@ -490,13 +519,18 @@ static kvf_status_t kvf_pool_map_try(kvf_pool_t *pool, bool huge)
     pool->fd_len         = fd_len;
     pool->reserve_offset = fd_len;
     pool->reserve        = reserve;
+    pool->reserve_fd     = rfd;
     pool->map_len        = fd_len + reserve;
     pool->is_hugetlb     = huge;
     return KVF_OK;
 
 err_close:
+    if (rfd >= 0) {
+        close(rfd);
+    }
     close(pool->fd);
-    pool->fd = -1;
+    pool->fd         = -1;
+    pool->reserve_fd = -1;
     return KVF_ERR_IO;
 }
 
@@ -627,7 +661,8 @@ kvf_status_t kvf_pool_create(const kvf_pool_params_t *params,
     if (pool == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    pool->fd = -1;
+    pool->fd         = -1;
+    pool->reserve_fd = -1;
     snprintf(pool->name, sizeof(pool->name), "%s",
              ((mask & KVF_POOL_FIELD_NAME) && (params->name != NULL))
                  ? params->name
@@ -694,6 +729,9 @@ void kvf_pool_destroy(kvf_pool_t *pool)
         kvf_warn("pool %s: munmap failed: %m", pool->name);
     }
     close(pool->fd);
+    if (pool->reserve_fd >= 0) {
+        close(pool->reserve_fd);
+    }
     kvf_pool_tables_free(pool);
     free(pool);
 }
@@ -722,6 +760,11 @@ uint64_t kvf_pool_reserve(const kvf_pool_t *pool, uint64_t *offset_p)
 size_t kvf_pool_fd_length(const kvf_pool_t *pool)
 {
     return pool->fd_len;
+}
+
+int kvf_pool_reserve_fd(const kvf_pool_t *pool)
+{
+    return pool->reserve_fd;
 }
 
 kvf_status_t kvf_pool_fd_readonly(const kvf_pool_t *pool, int *fd_p)

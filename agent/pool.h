@@ -174,10 +174,14 @@ size_t kvf_pool_capacity(const kvf_pool_t *pool);
 
 /**
  * The reserved area after the chunk area (KVF_POOL_FIELD_RESERVE), in the
- * same mapping but not in the memfd: its offset through @p offset_p, its
- * length as the result (0: none).
+ * same mapping but not in the pool's memfd (in one of its own): its offset
+ * through @p offset_p, its length as the result (0: none).
  */
 uint64_t kvf_pool_reserve(const kvf_pool_t *pool, uint64_t *offset_p);
+
+/** The reserve's own memfd (read-write, sealed against resizing; owned by
+ *  the pool), or -1 without a reserve. */
+int kvf_pool_reserve_fd(const kvf_pool_t *pool);
 
 /** Bytes of the whole mapping (chunk area, reserve, huge-page rounding). */
 size_t kvf_pool_map_length(const kvf_pool_t *pool);

@@ -1094,6 +1094,11 @@ uint64_t kvf_store_reserve(const kvf_store_t *store, uint64_t *offset_p)
     return kvf_pool_reserve(store->pool, offset_p);
 }
 
+int kvf_store_reserve_fd(const kvf_store_t *store)
+{
+    return kvf_pool_reserve_fd(store->pool);
+}
+
 kvf_status_t kvf_store_move(kvf_store_t *store, kvf_store_owner_t *from,
                             kvf_store_owner_t *to, uint64_t offset,
                             uint64_t *length_p)

@@ -85,6 +85,9 @@ uint64_t kvf_store_max_chunk(const kvf_store_t *store);
  * its length as the result. */
 uint64_t kvf_store_reserve(const kvf_store_t *store, uint64_t *offset_p);
 
+/* The PD receive region's own memfd (kvf_pool_reserve_fd), -1: none. */
+int kvf_store_reserve_fd(const kvf_store_t *store);
+
 /* Moves what @p from holds at @p offset (a grant or pins) to @p to, e.g. to
  * keep chunks a push is sending alive when their engine disconnects.
  * Writes the chunk's length. KVF_ERR_RANGE when @p from holds nothing

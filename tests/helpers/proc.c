@@ -194,11 +194,12 @@ bool kvf_test_proc_wait_log(kvf_test_proc_t *proc, const char *needle,
     }
 }
 
-uint16_t kvf_test_free_port(void)
+/* Binds 127.0.0.1:@p port (0: any); the port bound, 0 when it failed. */
+static uint16_t kvf_test_bind_port(uint16_t port)
 {
     struct sockaddr_in sin;
     socklen_t len = sizeof(sin);
-    uint16_t port = 0;
+    uint16_t got  = 0;
     int fd        = socket(AF_INET, SOCK_STREAM, 0);
 
     if (fd < 0) {
@@ -206,13 +207,38 @@ uint16_t kvf_test_free_port(void)
     }
     memset(&sin, 0, sizeof(sin));
     sin.sin_family      = AF_INET;
+    sin.sin_port        = htons(port);
     sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if ((bind(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0) &&
         (getsockname(fd, (struct sockaddr *)&sin, &len) == 0)) {
-        port = ntohs(sin.sin_port);
+        got = ntohs(sin.sin_port);
     }
     close(fd);
-    return port;
+    return got;
+}
+
+/* A port below the kernel's ephemeral range (32768 and up by default), so
+ * a daemon listening on port 0 meanwhile (UCX does) or an outgoing
+ * connection never takes the one handed out here before its user binds
+ * it; the kernel's pick only when none of 64 tries is free. */
+uint16_t kvf_test_free_port(void)
+{
+    static uint32_t seq;
+    uint32_t x = (uint32_t)getpid() * 2654435761u ^
+                 (uint32_t)kvf_time_now_ns() ^ (++seq * 40503u);
+    uint16_t port;
+    int i;
+
+    for (i = 0; i < 64; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        port = kvf_test_bind_port((uint16_t)(20000u + x % 12000u));
+        if (port != 0) {
+            return port;
+        }
+    }
+    return kvf_test_bind_port(0);
 }
 
 int kvf_test_run(const char *const argv[], char *out, size_t out_len,

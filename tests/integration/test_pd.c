@@ -4,7 +4,9 @@
  * PD mode between real agents over UCX (TCP on loopback): a controller, a
  * prefill agent P and a decode agent D with a 4 MiB receive region (16
  * chunks of 256 KiB). Every byte is checked at the decode engine; every
- * failure must show up within its timeout.
+ * failure must show up within its timeout. The agents run with same_host
+ * off (pushes over UCX) except in the same_host tests at the end, where
+ * pushes are copied into D's region on this host.
  */
 #include "common/time.h"
 #include "tests/helpers/proc.h"
@@ -15,12 +17,15 @@
 
 #include <criterion/criterion.h>
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -85,8 +90,9 @@ static void start_agent(it_agent_t *a, const char *name, const char *role,
                             "--pd-queue-max",
                             "4",
                             "--pd-claim-timeout",
-                            "20s"};
-    int n                = 29, k;
+                            "20s",
+                            "--same-host=false"};
+    int n                = 30, k;
 
     snprintf(a->name, sizeof(a->name), "%s", name);
     snprintf(a->sock, sizeof(a->sock), "/tmp/kvf-pd-it-%d-%s.sock",
@@ -878,6 +884,190 @@ Test(pd, small_chunks_travel_in_batches_byte_exact)
         metric(&g_d, "kvf_agent_pd_data_messages_total{kind=\"batch\"}"), 1);
     cr_assert_eq(
         metric(&g_d, "kvf_agent_pd_data_messages_total{kind=\"chunk\"}"), 0);
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
+
+/* ------------------------------------------------------------ same host */
+
+/* Both agents with the same-host path on; the first push opens the link
+ * (and goes over UCX unless the link is up by PD_ALLOC_REPLY), and this
+ * waits until it is up, so every later push is copied. */
+static void start_pair_local(kvf_client_t **pc, kvf_client_t **dc)
+{
+    static const char *const local[] = {"--same-host=true", NULL};
+
+    start_agent(&g_p, "it-prefill", "prefill", local);
+    start_agent(&g_d, "it-decode", "decode", local);
+    *pc = connect_to(&g_p);
+    *dc = connect_to(&g_d);
+    cr_assert_eq(push(*pc, 1, 0, 2, true), KVF_OK, "%s",
+                 kvf_client_last_error(*pc));
+    wait_and_check(*dc, 1, 2);
+    cr_assert_eq(kvf_pd_release(*dc, 1), KVF_OK);
+    cr_assert(metric_becomes(&g_p,
+                             "kvf_agent_same_host_links_total{result=\"ok\"}",
+                             1, 5000),
+              "%s", kvf_test_proc_log(&g_p.proc));
+}
+
+#define SENT_LOCAL "kvf_agent_pd_same_host_total{dir=\"sent\"}"
+#define RECV_LOCAL "kvf_agent_pd_same_host_total{dir=\"received\"}"
+
+Test(pd, same_host_pushes_are_copied_into_the_region_byte_exact)
+{
+    kvf_client_t *pc, *dc;
+    long long before, chunk_msgs;
+    uint64_t req;
+
+    start_pair_local(&pc, &dc);
+    before = metric(&g_p, SENT_LOCAL);
+    chunk_msgs =
+        metric(&g_d, "kvf_agent_pd_data_messages_total{kind=\"chunk\"}");
+    for (req = 2; req < 6; req++) {
+        cr_assert_eq(push(pc, req, 0, 4, true), KVF_OK, "%s",
+                     kvf_client_last_error(pc));
+        wait_and_check(dc, req, 4);
+        cr_assert_eq(kvf_pd_release(dc, req), KVF_OK);
+    }
+    /* every one copied through the region, verified, none over UCX */
+    cr_assert_eq(metric(&g_p, SENT_LOCAL), before + 4);
+    cr_assert_eq(metric(&g_d, RECV_LOCAL), metric(&g_p, SENT_LOCAL));
+    cr_assert_eq(
+        metric(&g_d, "kvf_agent_pd_data_messages_total{kind=\"chunk\"}"),
+        chunk_msgs);
+    cr_assert_geq(metric(&g_p, "kvf_agent_pd_same_host_bytes_total"),
+                  16ll * CHUNK);
+    cr_assert_eq(metric(&g_d, "kvf_agent_pd_checksum_failures_total"), 0);
+    cr_assert(metric_becomes(&g_d, REGION_USED, 0, 2000));
+    cr_assert_not_null(
+        strstr(kvf_test_proc_log(&g_d.proc), "and the PD receive region"), "%s",
+        kvf_test_proc_log(&g_d.proc));
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
+
+/* A copied chunk that is not what its checksum says fails the push, as
+ * over UCX: the engine never sees it and the slots go back. */
+Test(pd, same_host_damaged_chunk_fails_the_push)
+{
+    kvf_client_t *pc, *dc;
+    kvf_slot_t slots[3], got[3];
+    uint64_t sums[3];
+    uint32_t i, num = 0;
+    long long before;
+
+    start_pair_local(&pc, &dc);
+    before = metric(&g_p, SENT_LOCAL);
+    cr_assert_eq(kvf_client_alloc(pc, CHUNK, 3, slots), KVF_OK);
+    for (i = 0; i < 3; i++) {
+        uint8_t *p = (uint8_t *)kvf_client_pool_base(pc) + slots[i].offset;
+
+        fill(p, 91, i);
+        sums[i] = kvf_chunk_checksum(p, CHUNK);
+    }
+    sums[2] ^= 1;
+    cr_assert_eq(kvf_pd_push(pc, 91, "it-decode", slots, sums, 3, true),
+                 KVF_ERR_CHECKSUM, "%s", kvf_client_last_error(pc));
+    cr_assert_eq(kvf_client_release(pc, slots, 3), KVF_OK);
+    cr_assert_eq(metric(&g_p, SENT_LOCAL), before + 1);
+    cr_assert_eq(kvf_pd_wait(dc, 91, 1000000000ull, got, 3, &num),
+                 KVF_ERR_CANCELED, "%s", kvf_client_last_error(dc));
+    cr_assert_eq(num, 0);
+    cr_assert(metric_becomes(&g_d, REGION_USED, 0, 2000));
+    cr_assert_eq(metric(&g_d, "kvf_agent_pd_checksum_failures_total"), 1);
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
+
+typedef struct streamer {
+    kvf_client_t *c;
+    uint32_t ok, failed;
+} streamer_t;
+
+static void *stream_thread(void *arg)
+{
+    streamer_t *p = arg;
+    uint64_t req;
+
+    for (req = 100; req < 140; req++) {
+        if (push(p->c, req, 0, 4, true) == KVF_OK) {
+            p->ok++;
+        } else {
+            p->failed++;
+        }
+    }
+    return NULL;
+}
+
+/* The decoder dies while pushes copy into its region: the prefill agent's
+ * mapping stays valid, so the copies finish, the pushes fail within their
+ * timeout, and the prefill agent lives on (and exits cleanly). */
+Test(pd, same_host_decoder_killed_while_copying_is_a_failed_push)
+{
+    kvf_client_t *pc, *dc;
+    streamer_t p = {0};
+    pthread_t t;
+
+    start_pair_local(&pc, &dc);
+    kvf_client_disconnect(dc);
+    p.c = pc;
+    cr_assert_eq(pthread_create(&t, NULL, stream_thread, &p), 0);
+    while (metric(&g_p, SENT_LOCAL) < 4) {
+        poll(NULL, 0, 1);
+    }
+    kvf_test_proc_kill(&g_d.proc);
+    g_d.running = false;
+    pthread_join(t, NULL);
+    cr_assert_gt(p.failed, 0);
+    cr_assert(registered(&g_p), "%s", kvf_test_proc_log(&g_p.proc));
+    kvf_client_disconnect(pc);
+}
+
+/* The decoder's region is a memfd (same-host senders map it), so a
+ * process of the agent's user can open it through /proc/AGENT/fd. Bytes
+ * changed there after a push was verified never reach an engine: the
+ * claim copies each chunk into the engine's staging against its checksum,
+ * and fails the wait instead. */
+Test(pd, region_changed_after_verification_fails_the_claim)
+{
+    kvf_client_t *pc, *dc;
+    kvf_slot_t got[4];
+    char dir[64], path[384], target[128];
+    uint32_t num = 0;
+    struct dirent *de;
+    uint8_t *map;
+    DIR *d;
+    int fd = -1;
+    ssize_t n;
+
+    start_pair_local(&pc, &dc);
+    cr_assert_eq(push(pc, 7, 0, 4, true), KVF_OK, "%s",
+                 kvf_client_last_error(pc));
+    snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)g_d.proc.pid);
+    d = opendir(dir);
+    cr_assert_not_null(d);
+    while ((fd < 0) && ((de = readdir(d)) != NULL)) {
+        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+        n = readlink(path, target, sizeof(target) - 1);
+        if ((n > 0) &&
+            (memmem(target, (size_t)n, "kvf-pd-region", 13) != NULL)) {
+            fd = open(path, O_RDWR);
+        }
+    }
+    closedir(d);
+    cr_assert_geq(fd, 0, "no region memfd in %s", dir);
+    map = mmap(NULL, REGION, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    cr_assert_neq(map, MAP_FAILED);
+    memset(map, 0xa5, REGION);
+    munmap(map, REGION);
+    close(fd);
+    cr_assert_eq(kvf_pd_wait(dc, 7, 5000000000ull, got, 4, &num),
+                 KVF_ERR_CHECKSUM, "%s", kvf_client_last_error(dc));
+    cr_assert(strstr(kvf_client_last_error(dc),
+                     "changed in the receive region") != NULL,
+              "%s", kvf_client_last_error(dc));
+    cr_assert_eq(metric(&g_d, "kvf_agent_pd_claim_checksum_failures_total"), 1);
     kvf_client_disconnect(pc);
     kvf_client_disconnect(dc);
 }

@@ -158,7 +158,9 @@ Test(data_auth, a_peer_without_the_secret_is_served_nothing)
     cr_assert(kvf_test_proc_alive(&g_c.a.proc));
 }
 
-Test(data_auth, pd_push_between_agents_with_the_secret)
+/* Pushes request @p req of KEYS chunks from A to B, checks every chunk at
+ * B's engine. */
+static void pd_push_check(uint64_t req)
 {
     kvf_client_t *pc = connect_to(&g_c.a), *dc;
     kvf_slot_t slots[KEYS];
@@ -169,26 +171,49 @@ Test(data_auth, pd_push_between_agents_with_the_secret)
     for (k = 0; k < KEYS; k++) {
         uint8_t *p = (uint8_t *)kvf_client_pool_base(pc) + slots[k].offset;
 
-        memset(p, 0x70 + (int)k, CHUNK);
+        memset(p, 0x70 + (int)(k + req), CHUNK);
         sums[k] = kvf_chunk_checksum(p, CHUNK);
     }
-    cr_assert_eq(kvf_pd_push(pc, 42, "auth-b", slots, sums, KEYS, true), KVF_OK,
-                 "%s", kvf_client_last_error(pc));
+    cr_assert_eq(kvf_pd_push(pc, req, "auth-b", slots, sums, KEYS, true),
+                 KVF_OK, "%s", kvf_client_last_error(pc));
     kvf_client_disconnect(pc);
 
     dc = connect_to(&g_c.b);
-    cr_assert_eq(kvf_pd_wait(dc, 42, 5000000000ull, slots, KEYS, &num), KVF_OK,
+    cr_assert_eq(kvf_pd_wait(dc, req, 5000000000ull, slots, KEYS, &num), KVF_OK,
                  "%s", kvf_client_last_error(dc));
     cr_assert_eq(num, KEYS);
     for (k = 0; k < KEYS; k++) {
         const uint8_t *p =
             (const uint8_t *)kvf_client_pool_base(dc) + slots[k].offset;
 
-        cr_assert_eq(p[0], 0x70 + k);
-        cr_assert_eq(p[CHUNK - 1], 0x70 + k);
+        cr_assert_eq(p[0], (uint8_t)(0x70 + k + req));
+        cr_assert_eq(p[CHUNK - 1], (uint8_t)(0x70 + k + req));
     }
-    cr_assert_eq(kvf_pd_release(dc, 42), KVF_OK);
+    cr_assert_eq(kvf_pd_release(dc, req), KVF_OK);
     kvf_client_disconnect(dc);
+}
+
+/* Over UCX, and then (the same-host link proved with the secret, bound to
+ * B's node id) copied into B's receive region. */
+Test(data_auth, pd_push_between_agents_with_the_secret)
+{
+    const char *sent = "kvf_agent_pd_same_host_total{dir=\"sent\"}";
+    long long before;
+    int n;
+
+    pd_push_check(42);
+    for (n = 0; (n < 500) && (kvf_sec_metric(&g_c.a, "kvf_agent_same_host_"
+                                                     "links_total{result="
+                                                     "\"ok\"}") < 1);
+         n++) {
+        poll(NULL, 0, 10);
+    }
+    before = kvf_sec_metric(&g_c.a, sent);
+    pd_push_check(43);
+    cr_assert_eq(kvf_sec_metric(&g_c.a, sent), before + 1);
+    cr_assert_eq(kvf_sec_metric(&g_c.b, "kvf_agent_pd_same_host_total{dir="
+                                        "\"received\"}"),
+                 before + 1);
 }
 
 Test(data_auth, pd_alloc_from_a_decode_only_node_is_refused)

@@ -20,6 +20,7 @@
 
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define CHUNK      (256u << 10)
@@ -147,4 +148,75 @@ Test(pd_quota, a_peer_holds_at_most_its_share_of_the_receive_region)
     kvf_client_disconnect(pc);
     kvf_rogue_destroy(rogue);
     cr_assert(kvf_test_proc_alive(&g_dec.proc));
+}
+
+/* A rogue that reserved slots claims it wrote them on this host
+ * (PD_DONE copied) without ever being passed the receive region: refused,
+ * the request aborted, the slots back; the waiting engine gets an error,
+ * never the region's stale bytes. */
+Test(pd_quota, a_copied_pd_done_from_a_peer_given_no_region_is_refused)
+{
+    uint64_t lengths[1] = {CHUNK}, sums[1];
+    uint8_t frame[512], *zero = calloc(1, CHUNK);
+    Kvf__PdAlloc alloc;
+    Kvf__PdDone done;
+    kvf_client_t *dc;
+    kvf_slot_t got[1];
+    kvf_rogue_t *rogue;
+    uint32_t num = 0;
+    size_t len   = 0;
+    int k;
+
+    /* the checksum of what a fresh region holds: only the refusal can
+     * keep those bytes from an engine */
+    cr_assert_not_null(zero);
+    sums[0] = kvf_chunk_checksum(zero, CHUNK);
+    free(zero);
+    rogue = kvf_rogue_create(g_dec.data);
+    kvf__pd_alloc__init(&alloc);
+    alloc.request_id  = 2000;
+    alloc.ticket      = 5;
+    alloc.n_lengths   = 1;
+    alloc.lengths     = lengths;
+    alloc.n_checksums = 1;
+    alloc.checksums   = sums;
+    alloc.final       = true;
+    cr_assert_eq(kvf_frame_pack(frame, sizeof(frame), KVF_MSG_PD_ALLOC, 0,
+                                &alloc.base, sizeof(frame), &len),
+                 KVF_OK);
+    cr_assert_eq(
+        kvf_rogue_send(rogue, KVF_MESH_AM_PD_CTRL, NULL, 0, frame, len, false),
+        KVF_OK);
+    for (k = 0;
+         (k < 200) && (kvf_rogue_received(rogue, KVF_MESH_AM_PD_CTRL) < 1);
+         k++) {
+        kvf_rogue_progress(rogue, 10);
+    }
+    cr_assert_eq(
+        kvf_sec_metric(&g_dec, "kvf_agent_pd_region_bytes{state=\"used\"}"),
+        CHUNK);
+    kvf__pd_done__init(&done);
+    done.request_id  = 2000;
+    done.ticket      = 5;
+    done.batch       = 1; /* a fresh decoder's first reservation */
+    done.n_checksums = 1;
+    done.checksums   = sums;
+    done.final       = true;
+    done.copied      = true;
+    cr_assert_eq(kvf_frame_pack(frame, sizeof(frame), KVF_MSG_PD_DONE, 0,
+                                &done.base, sizeof(frame), &len),
+                 KVF_OK);
+    cr_assert_eq(
+        kvf_rogue_send(rogue, KVF_MESH_AM_PD_CTRL, NULL, 0, frame, len, false),
+        KVF_OK);
+    cr_assert(metric_becomes("kvf_agent_pd_same_host_total{dir=\"received\"}",
+                             1, 2000));
+    cr_assert(
+        metric_becomes("kvf_agent_pd_region_bytes{state=\"used\"}", 0, 2000));
+    dc = connect_to(&g_dec);
+    cr_assert_eq(kvf_pd_wait(dc, 2000, 1000000000ull, got, 1, &num),
+                 KVF_ERR_CANCELED, "%s", kvf_client_last_error(dc));
+    cr_assert_eq(num, 0);
+    kvf_client_disconnect(dc);
+    kvf_rogue_destroy(rogue);
 }

@@ -45,8 +45,10 @@ typedef struct kvf_bench_pd_opts {
 
 static const kvf_config_field_t kvf_bench_pd_fields[] = {
     KVF_BENCH_PD_FIELD("transport", KVF_CONFIG_STRING, transport, "tcp", 0, 0,
-                       "UCX transport of the agents: tcp (shm: p2p only "
-                       "so far)"),
+                       "UCX transport of the agents: tcp, or shm (the "
+                       "agents' same-host path: pushes copied into the "
+                       "decoder's receive region; compared with memcpy of "
+                       "the same bytes)"),
     KVF_BENCH_PD_FIELD("chunk_size", KVF_CONFIG_SIZE, chunk_size, "1M", 4096,
                        64ull << 20, "bytes per chunk"),
     KVF_BENCH_PD_FIELD("requests", KVF_CONFIG_UINT, requests, "32", 1, 1000000,
@@ -200,6 +202,57 @@ out:
     return rc;
 }
 
+/* --transport shm: one small push opens the same-host link between the
+ * agents (a push goes over UCX until it is up); then this waits until the
+ * prefill agent says it mapped the decoder's region, so every timed push
+ * is a copy. */
+static int kvf_bench_pd_warm(kvf_bench_pd_t *b, kvf_client_t *pc,
+                             kvf_client_t *dc)
+{
+    const uint64_t req = 1ull << 40, len = 4096;
+    uint64_t deadline = kvf_time_deadline_ns(10 * KVF_NSEC_PER_SEC), sum;
+    kvf_slot_t slot, got;
+    char path[160], log[1 << 16];
+    uint32_t num = 0;
+    size_t n;
+    FILE *f;
+
+    if (kvf_client_alloc(pc, len, 1, &slot) != KVF_OK) {
+        fprintf(stderr, "kvf-bench pd: alloc: %s\n", kvf_client_last_error(pc));
+        return 1;
+    }
+    kvf_bench_pd_fill(req, 0, (uint8_t *)kvf_client_pool_base(pc) + slot.offset,
+                      len);
+    sum = kvf_chunk_checksum((uint8_t *)kvf_client_pool_base(pc) + slot.offset,
+                             len);
+    if ((kvf_pd_push(pc, req, "bench-decode", &slot, &sum, 1, true) !=
+         KVF_OK) ||
+        (kvf_pd_wait(dc, req, 20 * KVF_NSEC_PER_SEC, &got, 1, &num) !=
+         KVF_OK) ||
+        (kvf_pd_release(dc, req) != KVF_OK)) {
+        fprintf(stderr, "kvf-bench pd: warm-up push: %s / %s\n",
+                kvf_client_last_error(pc), kvf_client_last_error(dc));
+        return 1;
+    }
+    kvf_client_release(pc, &slot, 1);
+    snprintf(path, sizeof(path), "%s/bench-prefill.log", b->pair.dir);
+    while (!kvf_time_expired(deadline)) {
+        f = fopen(path, "r");
+        n = (f != NULL) ? fread(log, 1, sizeof(log) - 1, f) : 0;
+        if (f != NULL) {
+            fclose(f);
+        }
+        log[n] = '\0';
+        if (strstr(log, "PD receive region writable") != NULL) {
+            return 0;
+        }
+        usleep(10000);
+    }
+    fprintf(stderr, "kvf-bench pd: the same-host path did not come up (%s)\n",
+            path);
+    return 1;
+}
+
 /* One of --inflight engines: its own prefill and decode connections,
  * requests first, first + inflight, ... */
 typedef struct kvf_bench_pd_lane {
@@ -275,8 +328,8 @@ int kvf_bench_pd_main(int argc, char **argv)
     uint64_t *lat = NULL, total_ns = 0, bytes = 0, wall_ns = 0;
     uint64_t cpu0[2] = {0, 0}, cpu_ns[2] = {0, 0}, chunks;
     int i;
-    bool verified = true;
-    double gbps, ceiling = 0.0, ceiling_sleep = 0.0;
+    bool verified = true, shm;
+    double gbps, ceiling = 0.0, ceiling_sleep = 0.0, mc = 0.0;
     char peers[2048] = "";
     int rc           = 1;
 
@@ -287,15 +340,8 @@ int kvf_bench_pd_main(int argc, char **argv)
     if (rc >= 0) {
         goto out;
     }
-    rc = 1;
-    if (strcmp(b.o.transport, "shm") == 0) {
-        /* PD pushes do not take the same-host path yet: a run would
-         * measure UCX and call it shm (docs/architecture.md) */
-        fprintf(stderr, "kvf-bench pd: transport 'shm': PD pushes do not use "
-                        "the same-host path yet; use tcp\n");
-        rc = 2;
-        goto out;
-    }
+    rc  = 1;
+    shm = (strcmp(b.o.transport, "shm") == 0);
     if ((b.o.chunk_size % b.o.layers != 0) ||
         (b.o.chunk_size / b.o.layers < 4096) ||
         (b.o.chunks_per_request * b.o.layers > 65536)) {
@@ -332,6 +378,9 @@ int kvf_bench_pd_main(int argc, char **argv)
             usleep(10000);
         }
     }
+    if (shm && (kvf_bench_pd_warm(&b, pc, dc) != 0)) {
+        goto out;
+    }
     /* the agents' CPU time over the transfer window (pids: controller,
      * prefill, decode) */
     for (i = 0; i < 2; i++) {
@@ -357,7 +406,11 @@ int kvf_bench_pd_main(int argc, char **argv)
     kvf_client_disconnect(dc);
     pc = dc = NULL;
     kvf_bench_pair_stop(&b.pair);
-    if (!b.o.no_perftest) {
+    if (shm) {
+        mc = kvf_bench_memcpy_gbps(b.o.chunk_size / b.o.layers,
+                                   b.o.requests * b.o.chunks_per_request *
+                                       b.o.layers);
+    } else if (!b.o.no_perftest) {
         ceiling = kvf_bench_perftest_am_bw(
             b.o.transport, b.o.chunk_size,
             b.o.requests * b.o.chunks_per_request, false);
@@ -379,7 +432,8 @@ int kvf_bench_pd_main(int argc, char **argv)
            ",\"perftest_am_bw_GBps\":%.2f,\"pct_of_perftest\":%.0f"
            ",\"perftest_am_bw_sleep_GBps\":%.2f,\"pct_of_perftest_sleep\":%.0f"
            ",\"prefill_cpu_us_per_chunk\":%.1f"
-           ",\"decode_cpu_us_per_chunk\":%.1f%s}\n",
+           ",\"decode_cpu_us_per_chunk\":%.1f"
+           ",\"memcpy_GBps\":%.2f,\"pct_of_memcpy\":%.0f%s}\n",
            b.o.transport, b.o.chunk_size, b.o.requests, b.o.chunks_per_request,
            b.o.inflight, b.o.layers, gbps,
            (wall_ns == 0) ? 0.0 : (double)bytes / (double)wall_ns,
@@ -389,7 +443,8 @@ int kvf_bench_pd_main(int argc, char **argv)
            (ceiling > 0) ? 100.0 * gbps / ceiling : 0.0, ceiling_sleep,
            (ceiling_sleep > 0) ? 100.0 * gbps / ceiling_sleep : 0.0,
            (double)cpu_ns[0] / 1000.0 / (double)chunks,
-           (double)cpu_ns[1] / 1000.0 / (double)chunks, peers);
+           (double)cpu_ns[1] / 1000.0 / (double)chunks, mc,
+           (mc > 0) ? 100.0 * gbps / mc : 0.0, peers);
     rc = verified ? 0 : 3;
 
 out:

@@ -40,22 +40,27 @@ TestSuite(mesh, .init = mesh_setup, .fini = mesh_teardown, .timeout = 30);
 
 Test(mesh, directory_finds_nodes_by_id_and_by_name)
 {
+    uint32_t id = 0;
+
     cr_assert_null(kvf_mesh_node_by_id(g_mesh, 7));
     kvf_mesh_node_store(g_mesh, 7, NULL, "127.0.0.1:7000");
     cr_assert_str_eq(kvf_mesh_node_by_id(g_mesh, 7), "127.0.0.1:7000");
-    cr_assert_null(kvf_mesh_node_by_name(g_mesh, "dec"));
+    cr_assert_null(kvf_mesh_node_by_name(g_mesh, "dec", NULL));
 
     /* a later answer names it: one entry, both ways */
     kvf_mesh_node_store(g_mesh, 7, "dec", "127.0.0.1:7001");
     cr_assert_str_eq(kvf_mesh_node_by_id(g_mesh, 7), "127.0.0.1:7001");
-    cr_assert_str_eq(kvf_mesh_node_by_name(g_mesh, "dec"), "127.0.0.1:7001");
+    cr_assert_str_eq(kvf_mesh_node_by_name(g_mesh, "dec", NULL),
+                     "127.0.0.1:7001");
     /* an answer by id only keeps the name */
     kvf_mesh_node_store(g_mesh, 7, NULL, "127.0.0.1:7002");
-    cr_assert_str_eq(kvf_mesh_node_by_name(g_mesh, "dec"), "127.0.0.1:7002");
+    cr_assert_str_eq(kvf_mesh_node_by_name(g_mesh, "dec", &id),
+                     "127.0.0.1:7002");
+    cr_assert_eq(id, 7);
 
     kvf_mesh_node_forget(g_mesh, 0, "dec");
     cr_assert_null(kvf_mesh_node_by_id(g_mesh, 7));
-    cr_assert_null(kvf_mesh_node_by_name(g_mesh, "dec"));
+    cr_assert_null(kvf_mesh_node_by_name(g_mesh, "dec", NULL));
 }
 
 Test(mesh, directory_keeps_a_bounded_number_of_nodes)
