@@ -101,8 +101,9 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
                     1000000ull, 600000000000ull,
                     "deadline of a chunk fetch from peers, end to end"),
     KVF_AGENT_FIELD("same_host", KVF_CONFIG_BOOL, same_host, "true", 0, 0,
-                    "copy chunks from agents on the same host through shared "
-                    "memory instead of UCX"),
+                    "copy chunks from agents on the same host, and PD pushes "
+                    "to decoders on it, through shared memory instead of "
+                    "UCX"),
     KVF_AGENT_FIELD("prefetch_lease", KVF_CONFIG_DURATION, prefetch_lease,
                     "10s", 1000000ull, 3600000000000ull,
                     "how long the hit of a prefetching lookup stays pinned "

@@ -150,6 +150,21 @@ Test(pd_quota, a_peer_holds_at_most_its_share_of_the_receive_region)
     cr_assert(kvf_test_proc_alive(&g_dec.proc));
 }
 
+/* Sends one PD_CTRL frame of @p type from the rogue; asserts. */
+static void rogue_send_ctrl(kvf_rogue_t *rogue, uint16_t type,
+                            const ProtobufCMessage *msg)
+{
+    uint8_t frame[512];
+    size_t len = 0;
+
+    cr_assert_eq(
+        kvf_frame_pack(frame, sizeof(frame), type, 0, msg, sizeof(frame), &len),
+        KVF_OK);
+    cr_assert_eq(
+        kvf_rogue_send(rogue, KVF_MESH_AM_PD_CTRL, NULL, 0, frame, len, false),
+        KVF_OK);
+}
+
 /* A rogue that reserved slots claims it wrote them on this host
  * (PD_DONE copied) without ever being passed the receive region: refused,
  * the request aborted, the slots back; the waiting engine gets an error,
@@ -157,14 +172,13 @@ Test(pd_quota, a_peer_holds_at_most_its_share_of_the_receive_region)
 Test(pd_quota, a_copied_pd_done_from_a_peer_given_no_region_is_refused)
 {
     uint64_t lengths[1] = {CHUNK}, sums[1];
-    uint8_t frame[512], *zero = calloc(1, CHUNK);
+    uint8_t *zero       = calloc(1, CHUNK);
     Kvf__PdAlloc alloc;
     Kvf__PdDone done;
     kvf_client_t *dc;
     kvf_slot_t got[1];
     kvf_rogue_t *rogue;
     uint32_t num = 0;
-    size_t len   = 0;
     int k;
 
     /* the checksum of what a fresh region holds: only the refusal can
@@ -181,12 +195,7 @@ Test(pd_quota, a_copied_pd_done_from_a_peer_given_no_region_is_refused)
     alloc.n_checksums = 1;
     alloc.checksums   = sums;
     alloc.final       = true;
-    cr_assert_eq(kvf_frame_pack(frame, sizeof(frame), KVF_MSG_PD_ALLOC, 0,
-                                &alloc.base, sizeof(frame), &len),
-                 KVF_OK);
-    cr_assert_eq(
-        kvf_rogue_send(rogue, KVF_MESH_AM_PD_CTRL, NULL, 0, frame, len, false),
-        KVF_OK);
+    rogue_send_ctrl(rogue, KVF_MSG_PD_ALLOC, &alloc.base);
     for (k = 0;
          (k < 200) && (kvf_rogue_received(rogue, KVF_MESH_AM_PD_CTRL) < 1);
          k++) {
@@ -203,12 +212,7 @@ Test(pd_quota, a_copied_pd_done_from_a_peer_given_no_region_is_refused)
     done.checksums   = sums;
     done.final       = true;
     done.copied      = true;
-    cr_assert_eq(kvf_frame_pack(frame, sizeof(frame), KVF_MSG_PD_DONE, 0,
-                                &done.base, sizeof(frame), &len),
-                 KVF_OK);
-    cr_assert_eq(
-        kvf_rogue_send(rogue, KVF_MESH_AM_PD_CTRL, NULL, 0, frame, len, false),
-        KVF_OK);
+    rogue_send_ctrl(rogue, KVF_MSG_PD_DONE, &done.base);
     cr_assert(metric_becomes("kvf_agent_pd_same_host_total{dir=\"received\"}",
                              1, 2000));
     cr_assert(
