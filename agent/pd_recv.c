@@ -750,26 +750,6 @@ void kvf_pd_on_done(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdDone *m)
         }
         memcpy(batch->checksums, m->checksums, batch->num * sizeof(uint64_t));
     }
-    if (m->copied) {
-        /* same host: the sender wrote the slots through the region we
-         * passed it; only such a sender, and only for a batch no PD_DATA
-         * touched (every chunk is verified below either way) */
-        uint32_t from = kvf_mesh_peer_id(pd->mesh, ep);
-
-        pd->stats.copied_batches++;
-        if ((pd->local == NULL) || pd->region_is_device ||
-            (kvf_mesh_is_secure(pd->mesh) && (from == 0)) ||
-            !kvf_local_region_granted(pd->local, from) ||
-            (batch->landed != 0) || (batch->inflight != 0)) {
-            kvf_pd_reply_done(pd, ep, m->request_id, m->ticket, KVF_ERR_INVALID,
-                              "PD_DONE says copied, but this decoder passed "
-                              "its receive region to no such sender");
-            kvf_pd_req_abort(pd, batch->req, KVF_ERR_PROTO, false,
-                             "bad PD_DONE");
-            return;
-        }
-        batch->landed = batch->num;
-    }
     batch->is_done  = true;
     batch->is_final = m->final;
     kvf_pd_batch_try_complete(pd, batch);
@@ -791,6 +771,18 @@ void kvf_pd_on_abort(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAbort *m)
 }
 
 static void kvf_pd_on_data_recv(kvf_status_t status, void *arg);
+
+/* May the sender on @p ep write our host region on this host (PD_DATA
+ * copied)? Only an agent we passed the region to, by the node id the mesh
+ * proved (any such agent when auth is off). */
+static bool kvf_pd_may_copy(kvf_pd_t *pd, kvf_ucx_ep_t *ep)
+{
+    uint32_t from = kvf_mesh_peer_id(pd->mesh, ep);
+
+    return (pd->local != NULL) && !pd->region_is_device &&
+           (!kvf_mesh_is_secure(pd->mesh) || (from != 0)) &&
+           kvf_local_region_granted(pd->local, from);
+}
 
 kvf_status_t kvf_pd_on_data(void *arg, const void *header, size_t header_len,
                             const kvf_ucx_am_msg_t *msg)
@@ -814,11 +806,15 @@ kvf_status_t kvf_pd_on_data(void *arg, const void *header, size_t header_len,
     batch = kvf_pd_batch_find(pd, m->request_id, m->batch);
     count = (m->count > 1) ? m->count : 1;
     /* only the sender of the batch, only reserved slots, once, and
-     * exactly the bytes reserved: anything else is declined */
+     * exactly the bytes reserved: anything else is declined; "copied"
+     * (no payload: the chunks are in their slots already) only from a
+     * same-host agent this decoder passed its host region to */
     if ((batch != NULL) && (batch->req->src == msg->reply_ep) &&
         batch->is_reserved && !batch->is_done && (m->index < batch->num) &&
-        (count <= batch->num - m->index) && (count <= KVF_UCX_IOV_MAX) &&
-        ((count == 1) || !pd->region_is_device)) {
+        (count <= batch->num - m->index) &&
+        (m->copied ? kvf_pd_may_copy(pd, msg->reply_ep)
+                   : ((count <= KVF_UCX_IOV_MAX) &&
+                      ((count == 1) || !pd->region_is_device)))) {
         for (k = 0; k < count; k++) {
             if ((batch->state[m->index + k] != 0) ||
                 (batch->lengths[m->index + k] > m->length - total)) {
@@ -827,7 +823,8 @@ kvf_status_t kvf_pd_on_data(void *arg, const void *header, size_t header_len,
             total += batch->lengths[m->index + k];
         }
     }
-    if ((k < count) || (total != m->length) || (msg->length != m->length)) {
+    if ((k < count) || (total != m->length) ||
+        (msg->length != (m->copied ? 0 : m->length))) {
         kvf_mesh_drop(pd->mesh, KVF_MESH_DROP_UNEXPECTED);
         kvf_debug("%s: unexpected PD_DATA for request %llu; declined", pd->name,
                   (unsigned long long)m->request_id);
@@ -838,6 +835,18 @@ kvf_status_t kvf_pd_on_data(void *arg, const void *header, size_t header_len,
     recv->batch = batch;
     recv->index = m->index;
     recv->count = count;
+    if (m->copied) {
+        /* landed already: verified now, while the next are copied */
+        if (batch->landed == 0) {
+            pd->stats.copied_batches++;
+        }
+        for (k = 0; k < count; k++) {
+            batch->state[m->index + k] = 1;
+        }
+        batch->inflight++;
+        kvf_pd_on_data_recv(KVF_OK, recv);
+        goto out;
+    }
     if (count == 1) {
         status = kvf_ucx_am_recv_data(
             msg, pd->region_base + batch->offsets[m->index], m->length,

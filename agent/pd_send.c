@@ -225,12 +225,11 @@ static void kvf_pd_push_send_msg(kvf_pd_push_t *push, kvf_pd_push_state_t state,
     }
 }
 
-static void kvf_pd_push_send_done(kvf_pd_push_t *push, bool copied)
+static void kvf_pd_push_send_done(kvf_pd_push_t *push)
 {
     Kvf__PdDone m;
 
     kvf__pd_done__init(&m);
-    m.copied      = copied;
     m.request_id  = push->request_id;
     m.ticket      = push->ticket;
     m.batch       = push->batch;
@@ -250,7 +249,7 @@ static void kvf_pd_on_data_sent(kvf_status_t status, void *arg)
                            push->decoder, kvf_strerror(status));
     } else if ((++push->sent == push->msgs) &&
                (push->state == KVF_PD_PUSH_DATA)) {
-        kvf_pd_push_send_done(push, false);
+        kvf_pd_push_send_done(push);
     }
     kvf_pd_push_maybe_complete(push);
 }
@@ -336,18 +335,40 @@ static void kvf_pd_push_send_data(kvf_pd_push_t *push, bool multi)
     }
 }
 
+/* Bytes copied before a notice tells the decoder those chunks are in
+ * place (it verifies them while the next ones are copied). */
+#define KVF_PD_COPY_NOTICE (1u << 20)
+
+/* How many chunks from @p i on one copy notice covers. */
+static uint32_t kvf_pd_push_copy_run(const kvf_pd_push_t *push, uint32_t i)
+{
+    uint64_t bytes = 0;
+    uint32_t n     = 0;
+
+    while ((i + n < push->num) && (bytes < KVF_PD_COPY_NOTICE)) {
+        bytes += push->lengths[i + n];
+        n++;
+    }
+    return n;
+}
+
 /*
  * Same host: copies every chunk into the slot PD_ALLOC_REPLY named,
- * through the decoder's receive region (agent/local.h). false when that
- * path is not up for this decoder (the chunks then go over UCX); a slot
- * outside the region is a protocol error and fails the push.
+ * through the decoder's receive region (agent/local.h), and after each
+ * KVF_PD_COPY_NOTICE bytes tells the decoder those chunks are in place
+ * (PD_DATA copied, no payload); PD_DONE follows the last notice as after
+ * PD_DATA. false when that path is not up for this decoder (the chunks
+ * then go over UCX); a slot outside the region fails the push.
  */
 static bool kvf_pd_push_copy(kvf_pd_push_t *push, const Kvf__PdAllocReply *m)
 {
     kvf_pd_t *pd = push->pd;
-    uint8_t *region;
+    uint8_t hdr[KVF_PD_HDR_MAX], *region;
     uint64_t region_len, proven;
-    uint32_t i;
+    kvf_status_t status;
+    Kvf__PdData d;
+    uint32_t i, k, n;
+    size_t len;
 
     if ((pd->local == NULL) || (push->decoder_id == 0)) {
         return false;
@@ -370,13 +391,44 @@ static bool kvf_pd_push_copy(kvf_pd_push_t *push, const Kvf__PdAllocReply *m)
             return true;
         }
     }
-    for (i = 0; i < push->num; i++) {
-        memcpy(region + m->offsets[i], kvf_pd_push_src(push, i),
-               push->lengths[i]);
+    push->state = KVF_PD_PUSH_DATA;
+    push->msgs  = 0;
+    for (i = 0; i < push->num; i += n) {
+        n = kvf_pd_push_copy_run(push, i);
+        push->msgs++;
+    }
+    for (i = 0; i < push->num; i += n) {
+        n = kvf_pd_push_copy_run(push, i);
+        kvf__pd_data__init(&d);
+        d.request_id = push->request_id;
+        d.batch      = push->batch;
+        d.index      = i;
+        d.count      = n;
+        d.copied     = true;
+        for (k = i; k < i + n; k++) {
+            memcpy(region + m->offsets[k], kvf_pd_push_src(push, k),
+                   push->lengths[k]);
+            d.length += push->lengths[k];
+        }
+        status = kvf_frame_pack(hdr, sizeof(hdr), KVF_MSG_PD_DATA, 0, &d.base,
+                                KVF_PD_HDR_MAX, &len);
+        if (status == KVF_OK) {
+            status = kvf_ucx_am_send(push->ep, KVF_MESH_AM_PD_DATA, hdr, len,
+                                     NULL, 0, NULL, KVF_UCX_AM_SEND_EAGER,
+                                     kvf_time_left_ns(push->deadline_ns) + 1,
+                                     kvf_pd_on_data_sent, push);
+        }
+        if (status != KVF_OK) {
+            kvf_pd_push_finish(push, status,
+                               "cannot tell decoder %s chunk %u is in place: "
+                               "%s",
+                               push->decoder, i, kvf_strerror(status));
+            return true;
+        }
+        push->inflight++;
     }
     pd->stats.copied_pushes++;
     pd->stats.copied_bytes += push->bytes;
-    kvf_pd_push_send_done(push, true);
     return true;
 }
 

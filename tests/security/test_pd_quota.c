@@ -166,15 +166,18 @@ static void rogue_send_ctrl(kvf_rogue_t *rogue, uint16_t type,
 }
 
 /* A rogue that reserved slots claims it wrote them on this host
- * (PD_DONE copied) without ever being passed the receive region: refused,
+ * (PD_DATA copied) without ever being passed the receive region: declined,
  * the request aborted, the slots back; the waiting engine gets an error,
  * never the region's stale bytes. */
-Test(pd_quota, a_copied_pd_done_from_a_peer_given_no_region_is_refused)
+Test(pd_quota, in_place_pd_data_from_a_peer_given_no_region_is_declined)
 {
     uint64_t lengths[1] = {CHUNK}, sums[1];
     uint8_t *zero       = calloc(1, CHUNK);
     Kvf__PdAlloc alloc;
     Kvf__PdDone done;
+    Kvf__PdData data;
+    uint8_t hdr[256];
+    size_t len = 0;
     kvf_client_t *dc;
     kvf_slot_t got[1];
     kvf_rogue_t *rogue;
@@ -204,19 +207,33 @@ Test(pd_quota, a_copied_pd_done_from_a_peer_given_no_region_is_refused)
     cr_assert_eq(
         kvf_sec_metric(&g_dec, "kvf_agent_pd_region_bytes{state=\"used\"}"),
         CHUNK);
+    /* "in place" for the reserved chunk: no payload, nothing copied */
+    kvf__pd_data__init(&data);
+    data.request_id = 2000;
+    data.batch      = 1; /* a fresh decoder's first reservation */
+    data.index      = 0;
+    data.count      = 1;
+    data.length     = CHUNK;
+    data.copied     = true;
+    cr_assert_eq(kvf_frame_pack(hdr, sizeof(hdr), KVF_MSG_PD_DATA, 0,
+                                &data.base, sizeof(hdr), &len),
+                 KVF_OK);
+    cr_assert_eq(
+        kvf_rogue_send(rogue, KVF_MESH_AM_PD_DATA, hdr, len, NULL, 0, false),
+        KVF_OK);
     kvf__pd_done__init(&done);
     done.request_id  = 2000;
     done.ticket      = 5;
-    done.batch       = 1; /* a fresh decoder's first reservation */
+    done.batch       = 1;
     done.n_checksums = 1;
     done.checksums   = sums;
     done.final       = true;
-    done.copied      = true;
     rogue_send_ctrl(rogue, KVF_MSG_PD_DONE, &done.base);
-    cr_assert(metric_becomes("kvf_agent_pd_same_host_total{dir=\"received\"}",
-                             1, 2000));
     cr_assert(
         metric_becomes("kvf_agent_pd_region_bytes{state=\"used\"}", 0, 2000));
+    cr_assert_eq(kvf_sec_metric(
+                     &g_dec, "kvf_agent_pd_same_host_total{dir=\"received\"}"),
+                 0);
     dc = connect_to(&g_dec);
     cr_assert_eq(kvf_pd_wait(dc, 2000, 1000000000ull, got, 1, &num),
                  KVF_ERR_CANCELED, "%s", kvf_client_last_error(dc));
