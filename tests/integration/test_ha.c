@@ -39,6 +39,7 @@ typedef struct ha_cluster {
     char listen[HA_CTLS][32]; /* "": 127.0.0.1:0 */
     bool running[HA_CTLS];
     const char *node_lease; /* NULL: the default */
+    const char *etcd_lease; /* NULL: 2s */
 } ha_cluster_t;
 
 static void ha_pause(void)
@@ -115,7 +116,7 @@ static void ha_ctl_start(ha_cluster_t *c, int i)
                           "--etcd-prefix",
                           "/kvf-ha-test",
                           "--etcd-lease",
-                          "2s",
+                          (c->etcd_lease != NULL) ? c->etcd_lease : "2s",
                           (c->node_lease != NULL) ? "--lease" : NULL,
                           c->node_lease,
                           NULL};
@@ -863,6 +864,9 @@ Test(ha, pins_and_drain_survive_failover_in_etcd, .timeout = 120)
     int leader;
 
     memset(&c, 0, sizeof(c));
+    /* what survives matters here, not how fast: a lease that outlives an
+     * etcd write stalled by a loaded machine (2 s did not, once) */
+    c.etcd_lease = "6s";
     ha_etcd_start(&c);
     ha_ctl_start(&c, 0);
     leader = ha_wait_leader(&c, 20000, addr, sizeof(addr));
