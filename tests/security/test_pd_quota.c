@@ -76,17 +76,33 @@ static bool metric_becomes(const char *series, long long want, int ms)
     return kvf_sec_metric(&g_dec, series) == want;
 }
 
+/* Sends @p msg as one frame of @p type on mesh id @p am (eager, header
+ * and no payload for PD_DATA, the frame as payload otherwise); asserts. */
+static void rogue_send_frame(kvf_rogue_t *rogue, uint16_t am, uint16_t type,
+                             const ProtobufCMessage *msg)
+{
+    uint8_t frame[512];
+    size_t len        = 0;
+    const bool is_hdr = (am == KVF_MESH_AM_PD_DATA);
+
+    cr_assert_eq(
+        kvf_frame_pack(frame, sizeof(frame), type, 0, msg, sizeof(frame), &len),
+        KVF_OK);
+    cr_assert_eq(kvf_rogue_send(rogue, am, is_hdr ? frame : NULL,
+                                is_hdr ? len : 0, is_hdr ? NULL : frame,
+                                is_hdr ? 0 : len, false),
+                 KVF_OK);
+}
+
 Test(pd_quota, a_peer_holds_at_most_its_share_of_the_receive_region)
 {
     uint64_t lengths[1] = {CHUNK};
     kvf_slot_t slots[2], got[2];
-    uint8_t frame[512];
     Kvf__PdAlloc alloc;
     kvf_client_t *pc, *dc;
     kvf_rogue_t *rogue;
     uint32_t k, num = 0;
     uint64_t sums[2];
-    size_t len = 0;
 
     /* the rogue asks for 8 x 256 KiB: 4 fit its 1 MiB */
     rogue = kvf_rogue_create(g_dec.data);
@@ -97,12 +113,8 @@ Test(pd_quota, a_peer_holds_at_most_its_share_of_the_receive_region)
         alloc.n_lengths  = 1;
         alloc.lengths    = lengths;
         alloc.final      = true;
-        cr_assert_eq(kvf_frame_pack(frame, sizeof(frame), KVF_MSG_PD_ALLOC, 0,
-                                    &alloc.base, sizeof(frame), &len),
-                     KVF_OK);
-        cr_assert_eq(kvf_rogue_send(rogue, KVF_MESH_AM_PD_CTRL, NULL, 0, frame,
-                                    len, false),
-                     KVF_OK);
+        rogue_send_frame(rogue, KVF_MESH_AM_PD_CTRL, KVF_MSG_PD_ALLOC,
+                         &alloc.base);
     }
     for (k = 0; (k < 200) &&
                 (kvf_rogue_received(rogue, KVF_MESH_AM_PD_CTRL) < ROGUE_REQS);
@@ -150,21 +162,6 @@ Test(pd_quota, a_peer_holds_at_most_its_share_of_the_receive_region)
     cr_assert(kvf_test_proc_alive(&g_dec.proc));
 }
 
-/* Sends one PD_CTRL frame of @p type from the rogue; asserts. */
-static void rogue_send_ctrl(kvf_rogue_t *rogue, uint16_t type,
-                            const ProtobufCMessage *msg)
-{
-    uint8_t frame[512];
-    size_t len = 0;
-
-    cr_assert_eq(
-        kvf_frame_pack(frame, sizeof(frame), type, 0, msg, sizeof(frame), &len),
-        KVF_OK);
-    cr_assert_eq(
-        kvf_rogue_send(rogue, KVF_MESH_AM_PD_CTRL, NULL, 0, frame, len, false),
-        KVF_OK);
-}
-
 /* A rogue that reserved slots claims it wrote them on this host
  * (PD_DATA copied) without ever being passed the receive region: declined,
  * the request aborted, the slots back; the waiting engine gets an error,
@@ -176,8 +173,6 @@ Test(pd_quota, in_place_pd_data_from_a_peer_given_no_region_is_declined)
     Kvf__PdAlloc alloc;
     Kvf__PdDone done;
     Kvf__PdData data;
-    uint8_t hdr[256];
-    size_t len = 0;
     kvf_client_t *dc;
     kvf_slot_t got[1];
     kvf_rogue_t *rogue;
@@ -198,7 +193,7 @@ Test(pd_quota, in_place_pd_data_from_a_peer_given_no_region_is_declined)
     alloc.n_checksums = 1;
     alloc.checksums   = sums;
     alloc.final       = true;
-    rogue_send_ctrl(rogue, KVF_MSG_PD_ALLOC, &alloc.base);
+    rogue_send_frame(rogue, KVF_MESH_AM_PD_CTRL, KVF_MSG_PD_ALLOC, &alloc.base);
     for (k = 0;
          (k < 200) && (kvf_rogue_received(rogue, KVF_MESH_AM_PD_CTRL) < 1);
          k++) {
@@ -215,12 +210,7 @@ Test(pd_quota, in_place_pd_data_from_a_peer_given_no_region_is_declined)
     data.count      = 1;
     data.length     = CHUNK;
     data.copied     = true;
-    cr_assert_eq(kvf_frame_pack(hdr, sizeof(hdr), KVF_MSG_PD_DATA, 0,
-                                &data.base, sizeof(hdr), &len),
-                 KVF_OK);
-    cr_assert_eq(
-        kvf_rogue_send(rogue, KVF_MESH_AM_PD_DATA, hdr, len, NULL, 0, false),
-        KVF_OK);
+    rogue_send_frame(rogue, KVF_MESH_AM_PD_DATA, KVF_MSG_PD_DATA, &data.base);
     kvf__pd_done__init(&done);
     done.request_id  = 2000;
     done.ticket      = 5;
@@ -228,7 +218,7 @@ Test(pd_quota, in_place_pd_data_from_a_peer_given_no_region_is_declined)
     done.n_checksums = 1;
     done.checksums   = sums;
     done.final       = true;
-    rogue_send_ctrl(rogue, KVF_MSG_PD_DONE, &done.base);
+    rogue_send_frame(rogue, KVF_MESH_AM_PD_CTRL, KVF_MSG_PD_DONE, &done.base);
     cr_assert(
         metric_becomes("kvf_agent_pd_region_bytes{state=\"used\"}", 0, 2000));
     cr_assert_eq(kvf_sec_metric(
