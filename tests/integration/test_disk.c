@@ -46,7 +46,8 @@ static void agent_start(void)
     g_http = kvf_test_free_port();
     snprintf(http, sizeof(http), "127.0.0.1:%u", g_http);
     cr_assert_eq(kvf_test_proc_start(&g_agent, argv), 0);
-    cr_assert(kvf_test_proc_wait_log(&g_agent, "engines connect at", 10000),
+    /* the last line of a start: HTTP (the metrics read here) is up */
+    cr_assert(kvf_test_proc_wait_log(&g_agent, ") started; controller", 10000),
               "agent did not start: %s", kvf_test_proc_log(&g_agent));
 }
 
