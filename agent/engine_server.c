@@ -55,6 +55,8 @@ struct kvf_engine_wait {
     bool prefetch;
     uint32_t local; /* LOOKUP: leading chunks held here */
     uint32_t num;
+    uint8_t *landed;  /* RETRIEVE: 1 where the key was fetched for it (after
+                         keys[], in the same allocation) */
     kvf_key_t keys[]; /* the request's keys */
 };
 
@@ -793,10 +795,11 @@ static kvf_engine_wait_t *kvf_engine_wait_create(kvf_engine_conn_t *conn,
     uint32_t n = (uint32_t)(k->len / KVF_KEY_WIRE_SIZE), i;
     kvf_engine_wait_t *wait;
 
-    wait = calloc(1, sizeof(*wait) + (size_t)n * sizeof(kvf_key_t));
+    wait = calloc(1, sizeof(*wait) + (size_t)n * (sizeof(kvf_key_t) + 1));
     if (wait == NULL) {
         return NULL;
     }
+    wait->landed     = (uint8_t *)&wait->keys[n];
     wait->conn       = conn;
     wait->type       = type;
     wait->request_id = request_id;
@@ -1043,10 +1046,14 @@ static kvf_status_t kvf_engine_conn_lookup(kvf_engine_conn_t *conn,
     return KVF_OK;
 }
 
-/* Pins every key held here and answers RETRIEVE; the rest are missing. */
+/* Pins every key held here and answers RETRIEVE; the rest are missing.
+ * Each chunk handed out is hashed again against its checksum, except one
+ * that landed for this request (@p landed, NULL: none): that one was
+ * hashed as it landed. */
 static kvf_status_t kvf_engine_retrieve_reply(kvf_engine_conn_t *conn,
                                               uint64_t request_id,
-                                              const kvf_key_t *keys, uint32_t n)
+                                              const kvf_key_t *keys,
+                                              const uint8_t *landed, uint32_t n)
 {
     kvf_engine_server_t *server = conn->server;
     uint64_t *offsets, *lengths, *sums;
@@ -1070,8 +1077,12 @@ static kvf_status_t kvf_engine_retrieve_reply(kvf_engine_conn_t *conn,
                                       "out of memory");
     }
     for (i = 0; i < n; i++) {
-        if (kvf_store_pin_verified(server->store, conn->owner, &keys[i], &slot,
-                                   &sums[i]) == KVF_OK) {
+        status = ((landed != NULL) && landed[i])
+                     ? kvf_store_pin_landed(server->store, conn->owner,
+                                            &keys[i], &slot, &sums[i])
+                     : kvf_store_pin_verified(server->store, conn->owner,
+                                              &keys[i], &slot, &sums[i]);
+        if (status == KVF_OK) {
             offsets[i] = slot.offset;
             lengths[i] = slot.length;
         } else {
@@ -1105,7 +1116,7 @@ static void kvf_engine_on_fetched(void *arg, uint32_t fetched, uint32_t missed)
     kvf_engine_wait_unlink(wait);
     conn->server->stats.fetched_keys += fetched;
     if (kvf_engine_retrieve_reply(conn, wait->request_id, wait->keys,
-                                  wait->num) != KVF_OK) {
+                                  wait->landed, wait->num) != KVF_OK) {
         free(wait);
         kvf_engine_conn_error(conn, "cannot queue a reply");
         return;
@@ -1132,7 +1143,8 @@ static kvf_status_t kvf_engine_retrieve_fetch(kvf_engine_conn_t *conn,
     }
     for (i = 0; i < wait->num; i++) {
         if (kvf_store_local_prefix(server->store, &wait->keys[i], 1) == 0) {
-            absent[m++] = wait->keys[i];
+            absent[m++]     = wait->keys[i];
+            wait->landed[i] = 1; /* if it lands, its commit hashed it */
         }
     }
     status = KVF_ERR_STATE;
@@ -1146,7 +1158,7 @@ static kvf_status_t kvf_engine_retrieve_fetch(kvf_engine_conn_t *conn,
         kvf_engine_wait_link(wait);
         return KVF_OK;
     }
-    status = kvf_engine_retrieve_reply(conn, wait->request_id, wait->keys,
+    status = kvf_engine_retrieve_reply(conn, wait->request_id, wait->keys, NULL,
                                        wait->num);
     free(wait);
     return status;

@@ -26,11 +26,11 @@
 #include "agent/local.h"
 #include "agent/local_wire.h"
 
+#include "common/chunk.h"
 #include "common/log.h"
 #include "common/time.h"
 
 #include <event2/event.h>
-#include <xxhash.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -43,9 +43,6 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-/* Bytes copied, then hashed, at a time (in L2). */
-#define KVF_LOCAL_COPY_BLOCK (64u << 10)
 
 /* ------------------------------------------------------------- objects */
 
@@ -131,7 +128,6 @@ struct kvf_local {
     struct event *listen_ev;
     kvf_local_conn_t *conns;
     kvf_local_link_t *links;
-    XXH3_state_t *hash; /* the checksum of the copy in flight */
     kvf_local_stats_t stats;
 };
 
@@ -759,6 +755,7 @@ static void kvf_local_copy_one(kvf_local_link_t *link, kvf_store_owner_t *owner,
     kvf_local_t *local = link->local;
     kvf_status_t status;
     kvf_slot_t slot;
+    uint64_t sum;
 
     res->bytes  = 0;
     res->status = (ent->status != KVF_OK) ? KVF_ERR_NOT_FOUND : KVF_ERR_RANGE;
@@ -771,25 +768,15 @@ static void kvf_local_copy_one(kvf_local_link_t *link, kvf_store_owner_t *owner,
     if (res->status != KVF_OK) {
         return;
     }
-    /* copy and hash in cache-sized blocks: the checksum is over the bytes
-     * that landed, read back while still in cache; a chunk changed under
-     * the copy is refused by the commit (and its grant freed) */
-    {
-        uint8_t *dst = (uint8_t *)kvf_store_base(local->store) + slot.offset;
-        const uint8_t *src = link->map + ent->offset;
-        uint64_t off, n;
-
-        (void)XXH3_64bits_reset(local->hash);
-        for (off = 0; off < ent->length; off += n) {
-            n = ent->length - off;
-            n = (n > KVF_LOCAL_COPY_BLOCK) ? KVF_LOCAL_COPY_BLOCK : n;
-            memcpy(dst + off, src + off, n);
-            (void)XXH3_64bits_update(local->hash, dst + off, n);
-        }
-    }
-    status =
-        kvf_store_commit_hashed(local->store, owner, key, slot.offset,
-                                ent->checksum, XXH3_64bits_digest(local->hash));
+    /* copied and hashed in cache-sized blocks (the dispatched XXH3): the
+     * checksum is over the bytes that landed, read back while still in
+     * cache; a chunk changed under the copy is refused by the commit (and
+     * its grant freed) */
+    sum    = kvf_chunk_copy_checksum((uint8_t *)kvf_store_base(local->store) +
+                                         slot.offset,
+                                     link->map + ent->offset, ent->length);
+    status = kvf_store_commit_hashed(local->store, owner, key, slot.offset,
+                                     ent->checksum, sum);
     if ((status == KVF_OK) || (status == KVF_ERR_EXISTS)) {
         local->stats.chunks_copied++;
         local->stats.bytes_copied += ent->length;
@@ -1295,15 +1282,9 @@ kvf_status_t kvf_local_create(const kvf_local_params_t *params,
         (params->timeout_ns > 0) ? params->timeout_ns : 5 * KVF_NSEC_PER_SEC;
     snprintf(local->name, sizeof(local->name), "%s",
              (params->name != NULL) ? params->name : "agent");
-    local->hash = XXH3_createState();
-    if (local->hash == NULL) {
-        free(local);
-        return KVF_ERR_NO_MEMORY;
-    }
     if (kvf_local_boot_id(local->boot_id) != KVF_OK) {
         kvf_warn("%s: no /proc/sys/kernel/random/boot_id: no same-host path",
                  local->name);
-        XXH3_freeState(local->hash);
         free(local);
         return KVF_ERR_UNSUPPORTED;
     }
@@ -1357,6 +1338,5 @@ void kvf_local_destroy(kvf_local_t *local)
     if (local->listen_fd >= 0) {
         close(local->listen_fd);
     }
-    XXH3_freeState(local->hash);
     free(local);
 }

@@ -442,10 +442,9 @@ kvf_status_t kvf_store_verify(kvf_store_t *store, const kvf_key_t *key)
     return KVF_ERR_CHECKSUM;
 }
 
-kvf_status_t kvf_store_pin_verified(kvf_store_t *store,
-                                    kvf_store_owner_t *owner,
-                                    const kvf_key_t *key, kvf_slot_t *slot_p,
-                                    uint64_t *checksum_p)
+kvf_status_t kvf_store_pin_landed(kvf_store_t *store, kvf_store_owner_t *owner,
+                                  const kvf_key_t *key, kvf_slot_t *slot_p,
+                                  uint64_t *checksum_p)
 {
     kvf_pool_entry_t *entry;
     kvf_status_t status;
@@ -455,14 +454,35 @@ kvf_status_t kvf_store_pin_verified(kvf_store_t *store,
     if (status != KVF_OK) {
         return status;
     }
+    entry = kvf_pool_entry_find(store->pool, slot.offset);
+    if (entry == NULL) {
+        kvf_store_release(store, owner, slot.offset);
+        return KVF_ERR_NOT_FOUND;
+    }
+    *slot_p     = slot;
+    *checksum_p = kvf_pool_entry_checksum(entry);
+    return KVF_OK;
+}
+
+kvf_status_t kvf_store_pin_verified(kvf_store_t *store,
+                                    kvf_store_owner_t *owner,
+                                    const kvf_key_t *key, kvf_slot_t *slot_p,
+                                    uint64_t *checksum_p)
+{
+    kvf_status_t status;
+    kvf_slot_t slot;
+    uint64_t sum;
+
+    status = kvf_store_pin_landed(store, owner, key, &slot, &sum);
+    if (status != KVF_OK) {
+        return status;
+    }
     /* a retrieve verifies chunk after chunk: the tier's queue goes on */
     kvf_disk_poll(store->disk);
-    entry = kvf_pool_entry_find(store->pool, slot.offset);
-    if ((entry != NULL) &&
-        (kvf_chunk_checksum(kvf_pool_ptr(store->pool, slot.offset),
-                            slot.length) == kvf_pool_entry_checksum(entry))) {
+    if (kvf_chunk_checksum(kvf_pool_ptr(store->pool, slot.offset),
+                           slot.length) == sum) {
         *slot_p     = slot;
-        *checksum_p = kvf_pool_entry_checksum(entry);
+        *checksum_p = sum;
         return KVF_OK;
     }
     kvf_store_release(store, owner, slot.offset);

@@ -148,6 +148,14 @@ kvf_status_t kvf_store_pin_verified(kvf_store_t *store,
                                     const kvf_key_t *key, kvf_slot_t *slot_p,
                                     uint64_t *checksum_p);
 
+/* As kvf_store_pin_verified for a chunk that landed here (fetched from a
+ * peer or copied from a same-host one) while the request it answers
+ * waited: its bytes were hashed as they landed, moments ago, so they are
+ * not hashed again; the committed checksum is written to @p checksum_p. */
+kvf_status_t kvf_store_pin_landed(kvf_store_t *store, kvf_store_owner_t *owner,
+                                  const kvf_key_t *key, kvf_slot_t *slot_p,
+                                  uint64_t *checksum_p);
+
 /* Checks the committed chunk of @p key against its checksum (a peer said
  * what we served it failed); one that fails is dropped and counted as in
  * kvf_store_pin_verified. KVF_OK (intact, or not held); KVF_ERR_CHECKSUM

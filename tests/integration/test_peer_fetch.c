@@ -374,6 +374,39 @@ Test(peer_fetch, damaged_chunk_becomes_a_miss_not_wrong_bytes)
               "%s", body);
 }
 
+/* A chunk fetched for a retrieve is handed to it unhashed (it was hashed
+ * as it landed); every later retrieve of it hashes it again, so bytes
+ * damaged in the requester's pool after that are refused. */
+Test(peer_fetch, landed_chunk_is_verified_again_by_every_later_retrieve)
+{
+    static char body[65536];
+    uint16_t port = (uint16_t)atoi(strrchr(g_agents[1].http, ':') + 1);
+    kvf_client_t *b;
+    kvf_key_t keys[2];
+    kvf_slot_t slots[2];
+    bool missing[2];
+
+    chain(keys, 2);
+    store_on(0, keys, 0, 2);
+    wait_hits(1, keys, 2, 2);
+    cr_assert_eq(retrieve_check(1, keys, 2, missing), 2, "fetched byte-exact");
+    b = connect_to(1);
+    cr_assert_eq(kvf_client_retrieve(b, &keys[1], 1, slots, missing), KVF_OK);
+    cr_assert(!missing[0], "B holds what it fetched");
+    cr_assert_eq(kvf_client_release(b, slots, 1), KVF_OK);
+    cr_assert_eq(kvf_test_agent_pool_flip(&g_agents[1].proc,
+                                          slots[0].offset + CHUNK / 3),
+                 0);
+    cr_assert_eq(kvf_client_retrieve(b, keys, 2, slots, missing), KVF_OK);
+    cr_assert(!missing[0]);
+    cr_assert(missing[1], "the damaged chunk is refused, never handed out");
+    cr_assert_eq(kvf_client_release(b, slots, 1), KVF_OK);
+    kvf_client_disconnect(b);
+    cr_assert_eq(kvf_test_http_get(port, "/metrics", body, sizeof(body)), 200);
+    cr_assert(strstr(body, "kvf_agent_checksum_failures_total 1\n") != NULL,
+              "%s", body);
+}
+
 /* Runs kvfctl against the test controller with @p words; returns its exit
  * status. */
 static int kvfctl(const char *const *words, int n, char *out, size_t len)
