@@ -33,6 +33,8 @@
 #include <event2/event.h>
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -92,6 +94,9 @@ typedef struct kvf_local_link {
     uint64_t map_len;
     uint8_t *region; /* the holder's PD receive region, writable; or NULL */
     uint64_t region_len;
+    pthread_t populate; /* maps both page by page, off the event loop */
+    bool has_populate;
+    atomic_bool populate_stop;
     uint64_t retry_ns;
     kvf_local_req_t *reqs;
 } kvf_local_link_t;
@@ -674,6 +679,63 @@ static void kvf_local_req_finish(kvf_local_req_t *req, kvf_status_t status)
     free(req);
 }
 
+/* Fills the page tables of [p, p + len) slice by slice, until told to
+ * stop; on a kernel without MADV_POPULATE_* (before 5.14) pages fault in
+ * on first touch instead. */
+static void kvf_local_populate_range(kvf_local_link_t *link, uint8_t *p,
+                                     uint64_t len, int advice)
+{
+    uint64_t off, n;
+
+    for (off = 0; off < len; off += n) {
+        if (atomic_load_explicit(&link->populate_stop, memory_order_relaxed)) {
+            return;
+        }
+        n = (len - off < KVF_LOCAL_POPULATE_SLICE) ? len - off
+                                                   : KVF_LOCAL_POPULATE_SLICE;
+        if ((madvise(p + off, n, advice) != 0) && (errno == EINVAL)) {
+            return;
+        }
+    }
+}
+
+/* The populate thread: a first touch of each 4 KiB page inside the copies
+ * costs about as much as the copy, and mapping a whole pool (hundreds of
+ * GiB on a large host) at once would stall the event loop for seconds;
+ * copies start at once and fault in what this has not reached yet. */
+static void *kvf_local_populate_main(void *arg)
+{
+    kvf_local_link_t *link = arg;
+
+    if (link->region != NULL) {
+        kvf_local_populate_range(link, link->region, link->region_len,
+                                 MADV_POPULATE_WRITE);
+    }
+    kvf_local_populate_range(link, link->map, link->map_len,
+                             MADV_POPULATE_READ);
+    return NULL;
+}
+
+static void kvf_local_populate_start(kvf_local_link_t *link)
+{
+    atomic_store(&link->populate_stop, false);
+    link->has_populate = pthread_create(&link->populate, NULL,
+                                        kvf_local_populate_main, link) == 0;
+    if (!link->has_populate) {
+        kvf_debug("%s: no populate thread; pages fault in as copied",
+                  link->local->name);
+    }
+}
+
+static void kvf_local_populate_stop(kvf_local_link_t *link)
+{
+    if (link->has_populate) {
+        atomic_store(&link->populate_stop, true);
+        pthread_join(link->populate, NULL); /* at most one slice */
+        link->has_populate = false;
+    }
+}
+
 /* The link is unusable: its fetches fail (@p status: KVF_ERR_UNSUPPORTED
  * before the pool was mapped, so they go over UCX; a miss after). */
 static void kvf_local_link_down(kvf_local_link_t *link, kvf_status_t status)
@@ -686,6 +748,7 @@ static void kvf_local_link_down(kvf_local_link_t *link, kvf_status_t status)
         close(link->fd);
         link->fd = -1;
     }
+    kvf_local_populate_stop(link);
     if (link->map != NULL) {
         munmap(link->map, link->map_len);
         link->map = NULL;
@@ -911,8 +974,7 @@ static uint8_t *kvf_local_map_region(kvf_local_link_t *link, int fd,
     if ((acc >= 0) && ((acc & O_ACCMODE) == O_RDWR) && (seals >= 0) &&
         ((seals & F_SEAL_SHRINK) != 0) && (fstat(fd, &st) == 0) &&
         ((uint64_t)st.st_size >= len)) {
-        map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
-                   fd, 0);
+        map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     }
     close(fd);
     if (map == MAP_FAILED) {
@@ -949,9 +1011,8 @@ static void kvf_local_on_ready(kvf_local_link_t *link,
         kvf_local_link_down(link, KVF_ERR_UNSUPPORTED);
         return;
     }
-    /* populated at once: a first touch per 4 KiB page during the copies
-     * cost as much as the copies */
-    map = mmap(NULL, in->h.ticket, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+    /* populated by a thread of its own (kvf_local_populate_main) */
+    map = mmap(NULL, in->h.ticket, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (map == MAP_FAILED) {
         if (fds[1] >= 0) {
@@ -973,6 +1034,7 @@ static void kvf_local_on_ready(kvf_local_link_t *link,
             close(fds[1]);
         }
     }
+    kvf_local_populate_start(link);
     link->state = KVF_LOCAL_LINK_READY;
     local->stats.links_ok++;
     kvf_info("%s: same-host path to node %" PRIu32 " (%s): its pool mapped "

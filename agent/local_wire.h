@@ -21,6 +21,9 @@
 #define KVF_LOCAL_BOOT_ID_LEN 40u
 #define KVF_LOCAL_RETRY_NS    (10 * KVF_NSEC_PER_SEC) /* after "not local" */
 #define KVF_LOCAL_MSG_MAX     2048u
+/* page tables filled per madvise by a link's populate thread (a stop
+ * waits for at most one: a few ms) */
+#define KVF_LOCAL_POPULATE_SLICE (64ull << 20)
 
 typedef enum {
     KVF_LOCAL_MSG_HELLO = 1,
