@@ -1450,9 +1450,13 @@ static void kvf_engine_on_pd_waited(void *arg, kvf_status_t status,
         status = kvf_engine_claim_copy(conn, wait->pd_request, slots, checksums,
                                        num, offsets, &bad);
         if (status == KVF_ERR_CHECKSUM) {
+            /* nothing of it can be trusted any more: its region space goes
+             * back now, not when the engine releases it (it may not) */
+            (void)kvf_pd_request_release(conn->server->pd, conn,
+                                         wait->pd_request);
             snprintf(why, sizeof(why),
                      "chunk %u of PD request %llu changed in the receive "
-                     "region after it was verified",
+                     "region after it was verified; the request is released",
                      bad, (unsigned long long)wait->pd_request);
             kvf_warn("%s", why);
             message = why;

@@ -1068,6 +1068,11 @@ Test(pd, region_changed_after_verification_fails_the_claim)
                      "changed in the receive region") != NULL,
               "%s", kvf_client_last_error(dc));
     cr_assert_eq(metric(&g_d, "kvf_agent_pd_claim_checksum_failures_total"), 1);
+    /* released at once: its region space is free, whatever the engine does */
+    cr_assert_eq(metric(&g_d, "kvf_agent_pd_requests"), 0);
+    cr_assert_eq(metric(&g_d, "kvf_agent_pd_region_bytes{state=\"used\"}"), 0);
+    cr_assert_eq(kvf_pd_release(dc, 7), KVF_ERR_NOT_FOUND, "%s",
+                 kvf_client_last_error(dc));
     kvf_client_disconnect(pc);
     kvf_client_disconnect(dc);
 }
