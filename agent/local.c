@@ -183,8 +183,8 @@ static bool kvf_local_same_uid(int fd)
            (cred.uid == geteuid());
 }
 
-static kvf_status_t kvf_local_send_fds(int fd, const void *buf, size_t len,
-                                       const int *fds, unsigned nfds)
+kvf_status_t kvf_local_send_fds(int fd, const void *buf, size_t len,
+                                const int *fds, unsigned nfds)
 {
     union {
         char buf[CMSG_SPACE(2 * sizeof(int))];

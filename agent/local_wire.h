@@ -11,6 +11,9 @@
 
 #include "common/auth.h"
 
+#include <kvfabric/status.h>
+
+#include <stddef.h>
 #include <stdint.h>
 
 #define KVF_LOCAL_MAGIC       0x314c564bu /* "KVL1" */
@@ -86,5 +89,10 @@ typedef struct kvf_local_lease_ent {
     int32_t status;
     uint32_t pad;
 } kvf_local_lease_ent_t;
+
+/* Sends one message with @p nfds (at most 2) descriptors of @p fds
+ * (SCM_RIGHTS), without blocking. KVF_ERR_IO. */
+kvf_status_t kvf_local_send_fds(int fd, const void *buf, size_t len,
+                                const int *fds, unsigned nfds);
 
 #endif /* KVF_AGENT_LOCAL_WIRE_H */
