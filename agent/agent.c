@@ -372,6 +372,7 @@ static kvf_status_t kvf_agent_store_start(kvf_agent_t *agent)
     memset(&sparams, 0, sizeof(sparams));
     sparams.pool             = &pparams;
     sparams.grant_timeout_ns = config->grant_timeout;
+    sparams.copy_threads     = (unsigned)config->copy_threads;
     sparams.admit_cb         = kvf_agent_on_admit;
     sparams.evict_cb         = kvf_agent_on_evict;
     sparams.demote_cb        = kvf_agent_on_demote;

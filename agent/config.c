@@ -57,6 +57,10 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
                     "256M", 64ull << 10, 1ull << 40,
                     "each engine's writable staging area (allocations and "
                     "PD chunks it holds); at least max_chunk"),
+    KVF_AGENT_FIELD("copy_threads", KVF_CONFIG_UINT, copy_threads, "2", 0, 64,
+                    "threads that copy chunks beside the event loop (an "
+                    "engine's commit, same-host fetches, PD claims); 0: "
+                    "the loop copies alone"),
     KVF_AGENT_FIELD("grant_timeout", KVF_CONFIG_DURATION, grant_timeout, "30s",
                     1000000ull, 3600000000000ull,
                     "an allocation not committed this long is taken back"),

@@ -726,14 +726,77 @@ static kvf_status_t kvf_engine_conn_alloc(kvf_engine_conn_t *conn,
     return status;
 }
 
+/* One chunk of a COMMIT: its staging block and the grant it lands in. */
+typedef struct kvf_engine_commit_item {
+    kvf_pool_entry_t *staging; /* NULL: no such grant (KVF_ERR_RANGE) */
+    uint64_t grant;
+    uint32_t job; /* its copy in the batch */
+} kvf_engine_commit_item_t;
+
+static int kvf_engine_grant_cmp(const void *a, const void *b)
+{
+    const kvf_engine_commit_item_t *x = *(kvf_engine_commit_item_t *const *)a;
+    const kvf_engine_commit_item_t *y = *(kvf_engine_commit_item_t *const *)b;
+
+    return (x->grant > y->grant) - (x->grant < y->grant);
+}
+
+/* Finds each chunk's staging block and grant and queues its copy; a
+ * grant named twice in the batch is KVF_ERR_RANGE the second time (its
+ * bytes land once). Returns the copies queued. */
+static size_t kvf_engine_commit_plan(kvf_engine_conn_t *conn,
+                                     const Kvf__EngineCommit *req,
+                                     kvf_engine_commit_item_t *items,
+                                     kvf_engine_commit_item_t **order,
+                                     kvf_copy_job_t *jobs)
+{
+    kvf_store_t *store = conn->server->store;
+    size_t n = req->n_offsets, i, m = 0, njobs = 0;
+
+    for (i = 0; i < n; i++) {
+        items[i].staging =
+            kvf_engine_staging_find(conn, req->offsets[i], &items[i].grant);
+        if (items[i].staging != NULL) {
+            order[m++] = &items[i];
+        }
+    }
+    qsort(order, m, sizeof(*order), kvf_engine_grant_cmp);
+    for (i = 1; i < m; i++) {
+        if (order[i]->grant == order[i - 1]->grant) {
+            order[i]->staging = NULL;
+        }
+    }
+    for (i = 0; i < n; i++) {
+        uint64_t len;
+        uint8_t *dst;
+
+        if (items[i].staging == NULL) {
+            continue;
+        }
+        dst = kvf_store_grant_ptr(store, conn->owner, items[i].grant, &len);
+        if (dst == NULL) {
+            items[i].staging = NULL;
+            continue;
+        }
+        items[i].job      = (uint32_t)njobs;
+        jobs[njobs].dst   = dst;
+        jobs[njobs].src   = kvf_engine_staging_ptr(conn, items[i].staging);
+        jobs[njobs].len   = len;
+        jobs[njobs++].sum = 0;
+    }
+    return njobs;
+}
+
 static kvf_status_t kvf_engine_conn_commit(kvf_engine_conn_t *conn,
                                            const Kvf__EngineCommit *req)
 {
     kvf_engine_server_t *server = conn->server;
     Kvf__EngineCommitReply reply;
     kvf_status_t status, first = KVF_OK;
+    kvf_engine_commit_item_t *items, **order;
+    kvf_copy_job_t *jobs;
     int32_t *results;
-    size_t n, i;
+    size_t n, i, njobs;
     kvf_key_t key;
 
     if (!kvf_engine_keys_ok(&req->keys) ||
@@ -745,28 +808,32 @@ static kvf_status_t kvf_engine_conn_commit(kvf_engine_conn_t *conn,
     }
     n       = req->n_offsets;
     results = malloc(n * sizeof(*results));
-    if (results == NULL) {
+    items   = malloc(n * sizeof(*items));
+    order   = malloc(n * sizeof(*order));
+    jobs    = malloc(n * sizeof(*jobs));
+    if ((results == NULL) || (items == NULL) || (order == NULL) ||
+        (jobs == NULL)) {
+        free(results);
+        free(items);
+        free(order);
+        free(jobs);
         return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_NO_MEMORY,
                                       "out of memory");
     }
+    /* the bytes are copied from the engine's staging blocks into the
+     * grants, checksummed as they land (on the copier's threads too):
+     * committed bytes are the agent's alone from here on */
+    njobs = kvf_engine_commit_plan(conn, req, items, order, jobs);
+    kvf_copier_run(kvf_store_copier(server->store), jobs, njobs);
     for (i = 0; i < n; i++) {
-        kvf_pool_entry_t *entry;
-        uint64_t grant;
-
         kvf_key_unpack(req->keys.data + i * KVF_KEY_WIRE_SIZE, &key);
-        /* the bytes are copied from the engine's staging block into the
-         * grant, checksummed as they land: committed bytes are the agent's
-         * alone from here on */
-        entry = kvf_engine_staging_find(conn, req->offsets[i], &grant);
-        if (entry == NULL) {
+        if (items[i].staging == NULL) {
             status = KVF_ERR_RANGE;
         } else {
-            status = kvf_store_commit_copy(
-                server->store, conn->owner, &key, grant,
-                kvf_engine_staging_ptr(conn, entry), req->checksums[i]);
-            if (status != KVF_ERR_RANGE) {
-                kvf_engine_staging_put(conn, entry); /* the grant is gone */
-            }
+            status = kvf_store_commit_hashed(server->store, conn->owner, &key,
+                                             items[i].grant, req->checksums[i],
+                                             jobs[items[i].job].sum);
+            kvf_engine_staging_put(conn, items[i].staging); /* grant gone */
         }
         results[i] = status;
         if ((status != KVF_OK) && (status != KVF_ERR_EXISTS) &&
@@ -784,6 +851,9 @@ static kvf_status_t kvf_engine_conn_commit(kvf_engine_conn_t *conn,
     status =
         kvf_engine_conn_send(conn, KVF_MSG_ENGINE_COMMIT_REPLY, &reply.base);
     free(results);
+    free(items);
+    free(order);
+    free(jobs);
     return status;
 }
 
@@ -1379,12 +1449,18 @@ kvf_engine_claim_copy(kvf_engine_conn_t *conn, uint64_t pd_request,
     kvf_engine_claim_t *claim;
     uint64_t region_at, region_len;
     kvf_status_t status = KVF_OK;
-    uint32_t i;
+    kvf_copy_job_t *jobs;
+    uint32_t i, k, *index;
 
     region_len = kvf_store_reserve(store, &region_at);
     kvf_engine_claim_drop(conn, pd_request); /* waited again: a new copy */
     claim = calloc(1, sizeof(*claim) + (size_t)num * sizeof(claim->entries[0]));
-    if (claim == NULL) {
+    jobs  = malloc(((size_t)num + 1) * sizeof(*jobs));
+    index = malloc(((size_t)num + 1) * sizeof(*index));
+    if ((claim == NULL) || (jobs == NULL) || (index == NULL)) {
+        free(claim);
+        free(jobs);
+        free(index);
         return KVF_ERR_NO_MEMORY;
     }
     claim->pd_request = pd_request;
@@ -1404,18 +1480,28 @@ kvf_engine_claim_copy(kvf_engine_conn_t *conn, uint64_t pd_request,
             conn->server->stats.staging_full++;
             break;
         }
-        claim->entries[claim->num++] = entry;
-        if (kvf_chunk_copy_checksum(kvf_engine_staging_ptr(conn, entry),
-                                    (uint8_t *)kvf_store_base(store) +
-                                        slot->offset,
-                                    slot->length) != checksums[i]) {
-            conn->server->stats.claim_checksum_failures++;
-            *bad_p = i;
-            status = KVF_ERR_CHECKSUM;
-            break;
-        }
+        claim->entries[claim->num] = entry;
+        jobs[claim->num].dst       = kvf_engine_staging_ptr(conn, entry);
+        jobs[claim->num].src = (uint8_t *)kvf_store_base(store) + slot->offset;
+        jobs[claim->num].len = slot->length;
+        index[claim->num++]  = i;
         offsets[i] = kvf_engine_staging_at(conn) + kvf_pool_entry_offset(entry);
     }
+    if (status == KVF_OK) {
+        /* on the copier's threads too; each copy checked against what the
+         * push was verified with */
+        kvf_copier_run(kvf_store_copier(store), jobs, claim->num);
+        for (k = 0; k < claim->num; k++) {
+            if (jobs[k].sum != checksums[index[k]]) {
+                conn->server->stats.claim_checksum_failures++;
+                *bad_p = index[k];
+                status = KVF_ERR_CHECKSUM;
+                break;
+            }
+        }
+    }
+    free(jobs);
+    free(index);
     if (status != KVF_OK) {
         kvf_engine_claim_free(conn, claim);
         return status;

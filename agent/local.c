@@ -26,7 +26,6 @@
 #include "agent/local.h"
 #include "agent/local_wire.h"
 
-#include "common/chunk.h"
 #include "common/log.h"
 #include "common/time.h"
 
@@ -809,36 +808,48 @@ static void kvf_local_req_start(kvf_local_req_t *req)
     }
 }
 
-/* Copies one leased chunk into a grant of ours and commits it. */
-static void kvf_local_copy_one(kvf_local_link_t *link, kvf_store_owner_t *owner,
-                               const kvf_key_t *key,
-                               const kvf_local_lease_ent_t *ent,
-                               kvf_local_result_t *res)
+/* Checks one leased chunk and takes a grant of ours for it; its copy is
+ * queued in @p job. false: a miss, said in @p res. */
+static bool kvf_local_copy_plan(kvf_local_link_t *link,
+                                kvf_store_owner_t *owner,
+                                const kvf_local_lease_ent_t *ent,
+                                kvf_slot_t *slot, kvf_copy_job_t *job,
+                                kvf_local_result_t *res)
 {
     kvf_local_t *local = link->local;
-    kvf_status_t status;
-    kvf_slot_t slot;
-    uint64_t sum;
 
     res->bytes  = 0;
     res->status = (ent->status != KVF_OK) ? KVF_ERR_NOT_FOUND : KVF_ERR_RANGE;
     if ((ent->status != KVF_OK) || (ent->length == 0) ||
         (ent->offset > link->map_len) ||
         (ent->length > link->map_len - ent->offset)) {
-        return;
+        return false;
     }
-    res->status = kvf_store_alloc(local->store, owner, ent->length, &slot);
+    res->status = kvf_store_alloc(local->store, owner, ent->length, slot);
     if (res->status != KVF_OK) {
-        return;
+        return false;
     }
-    /* copied and hashed in cache-sized blocks (the dispatched XXH3): the
-     * checksum is over the bytes that landed, read back while still in
-     * cache; a chunk changed under the copy is refused by the commit (and
-     * its grant freed) */
-    sum    = kvf_chunk_copy_checksum((uint8_t *)kvf_store_base(local->store) +
-                                         slot.offset,
-                                     link->map + ent->offset, ent->length);
-    status = kvf_store_commit_hashed(local->store, owner, key, slot.offset,
+    job->dst = (uint8_t *)kvf_store_base(local->store) + slot->offset;
+    job->src = link->map + ent->offset;
+    job->len = ent->length;
+    job->sum = 0;
+    return true;
+}
+
+/* Commits one copied chunk: its checksum is over the bytes that landed
+ * (agent/copier.h), so a chunk changed under the copy is refused (and its
+ * grant freed). */
+static void kvf_local_copy_commit(kvf_local_link_t *link,
+                                  kvf_store_owner_t *owner,
+                                  const kvf_key_t *key,
+                                  const kvf_local_lease_ent_t *ent,
+                                  const kvf_slot_t *slot, uint64_t sum,
+                                  kvf_local_result_t *res)
+{
+    kvf_local_t *local = link->local;
+    kvf_status_t status;
+
+    status = kvf_store_commit_hashed(local->store, owner, key, slot->offset,
                                      ent->checksum, sum);
     if ((status == KVF_OK) || (status == KVF_ERR_EXISTS)) {
         local->stats.chunks_copied++;
@@ -856,7 +867,34 @@ static void kvf_local_copy_one(kvf_local_link_t *link, kvf_store_owner_t *owner,
                  " failed its checksum; refused",
                  local->name, link->holder_id);
     } else {
-        kvf_store_release(local->store, owner, slot.offset);
+        kvf_store_release(local->store, owner, slot->offset);
+    }
+}
+
+/* Copies the leased chunks into grants of ours (on the copier's threads
+ * too) and commits them. */
+static void kvf_local_copy_lease(kvf_local_link_t *link, kvf_local_req_t *req,
+                                 const kvf_local_lease_ent_t *ent,
+                                 uint32_t first, uint32_t count)
+{
+    kvf_copy_job_t jobs[KVF_LOCAL_LEASE_KEYS];
+    kvf_slot_t slots[KVF_LOCAL_LEASE_KEYS];
+    bool queued[KVF_LOCAL_LEASE_KEYS];
+    uint32_t i, n = 0;
+
+    for (i = 0; i < count; i++) {
+        queued[i] = kvf_local_copy_plan(link, req->owner, &ent[i], &slots[n],
+                                        &jobs[n], &req->res[first + i]);
+        n += queued[i];
+    }
+    kvf_copier_run(kvf_store_copier(link->local->store), jobs, n);
+    for (i = 0, n = 0; i < count; i++) {
+        if (queued[i]) {
+            kvf_local_copy_commit(link, req->owner, &req->keys[first + i],
+                                  &ent[i], &slots[n], jobs[n].sum,
+                                  &req->res[first + i]);
+            n++;
+        }
     }
 }
 
@@ -887,10 +925,7 @@ static void kvf_local_on_lease_reply(kvf_local_link_t *link,
         return;
     }
     if (req != NULL) {
-        for (i = 0; i < in->count; i++) {
-            kvf_local_copy_one(link, req->owner, &req->keys[in->first + i],
-                               &ent[i], &req->res[in->first + i]);
-        }
+        kvf_local_copy_lease(link, req, ent, in->first, in->count);
         req->answered += in->count;
     }
     /* copied (or late): the holder may let them go */

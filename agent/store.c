@@ -64,6 +64,7 @@ struct kvf_store_owner {
 
 struct kvf_store {
     kvf_pool_t *pool;
+    kvf_copier_t *copier; /* NULL: copies on the loop alone */
     kvf_store_key_cb_t admit_cb;
     kvf_store_key_cb_t evict_cb;
     kvf_store_key_cb_t demote_cb; /* NULL: evict_cb */
@@ -351,19 +352,16 @@ kvf_status_t kvf_store_commit_hashed(kvf_store_t *store,
     return kvf_store_commit_hold(store, owner, hold, key, checksum, actual);
 }
 
-kvf_status_t kvf_store_commit_copy(kvf_store_t *store, kvf_store_owner_t *owner,
-                                   const kvf_key_t *key, uint64_t offset,
-                                   const void *src, uint64_t checksum)
+uint8_t *kvf_store_grant_ptr(kvf_store_t *store, kvf_store_owner_t *owner,
+                             uint64_t offset, uint64_t *len_p)
 {
     kvf_store_hold_t *hold = kvf_store_grant_find(owner, offset);
 
     if (hold == NULL) {
-        return KVF_ERR_RANGE;
+        return NULL;
     }
-    return kvf_store_commit_hold(
-        store, owner, hold, key, checksum,
-        kvf_chunk_copy_checksum(kvf_pool_ptr(store->pool, offset), src,
-                                kvf_pool_entry_length(hold->entry)));
+    *len_p = kvf_pool_entry_length(hold->entry);
+    return kvf_pool_ptr(store->pool, offset);
 }
 
 kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
@@ -1055,7 +1053,13 @@ kvf_status_t kvf_store_create(const kvf_store_params_t *params,
     store->max_chunk = (pool_params.field_mask & KVF_POOL_FIELD_MAX_CHUNK)
                            ? pool_params.max_chunk
                            : (4ull << 20);
-    *store_p         = store;
+    if ((params->copy_threads > 0) &&
+        (kvf_copier_create(params->copy_threads, &store->copier) != KVF_OK)) {
+        kvf_pool_destroy(store->pool);
+        free(store);
+        return KVF_ERR_IO;
+    }
+    *store_p = store;
     return KVF_OK;
 }
 
@@ -1068,8 +1072,14 @@ void kvf_store_destroy(kvf_store_t *store)
         kvf_warn("store destroyed with %llu owners still open",
                  (unsigned long long)store->owners);
     }
+    kvf_copier_destroy(store->copier);
     kvf_pool_destroy(store->pool);
     free(store);
+}
+
+kvf_copier_t *kvf_store_copier(const kvf_store_t *store)
+{
+    return store->copier;
 }
 
 void kvf_store_get_stats(const kvf_store_t *store, kvf_store_stats_t *stats_p)

@@ -15,6 +15,7 @@
 #ifndef KVF_AGENT_STORE_H
 #define KVF_AGENT_STORE_H
 
+#include "agent/copier.h"
 #include "agent/disk.h"
 #include "agent/pool.h"
 
@@ -46,6 +47,8 @@ typedef struct kvf_store_params {
     void *cb_arg;
     uint64_t grant_timeout_ns; /* grants not committed by then are taken
                                   back; 0: only when their owner goes */
+    unsigned copy_threads;     /* the copier's workers (kvf_store_copier);
+                                  0: copies run on the caller alone */
 } kvf_store_params_t;
 
 typedef struct kvf_store_stats {
@@ -125,12 +128,15 @@ kvf_status_t kvf_store_commit_hashed(kvf_store_t *store,
                                      const kvf_key_t *key, uint64_t offset,
                                      uint64_t checksum, uint64_t actual);
 
-/* As kvf_store_commit, the bytes copied from @p src (an engine's staging
- * area) into the grant and checksummed as they land, in one pass: the
- * checksum is of the committed bytes, whatever the source does meanwhile. */
-kvf_status_t kvf_store_commit_copy(kvf_store_t *store, kvf_store_owner_t *owner,
-                                   const kvf_key_t *key, uint64_t offset,
-                                   const void *src, uint64_t checksum);
+/* The copier of bulk copies into and out of the pool (agent/copier.h);
+ * NULL: the caller copies alone (kvf_copier_run takes NULL). */
+kvf_copier_t *kvf_store_copier(const kvf_store_t *store);
+
+/* The bytes of the owner's grant at @p offset, @p len_p of them, for a
+ * caller that fills it and hashes what landed (agent/copier.h) before
+ * kvf_store_commit_hashed; NULL: not a grant of this owner. */
+uint8_t *kvf_store_grant_ptr(kvf_store_t *store, kvf_store_owner_t *owner,
+                             uint64_t offset, uint64_t *len_p);
 
 /* Pins the local chunk of @p key for @p owner. KVF_ERR_NOT_FOUND. */
 kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
