@@ -105,6 +105,7 @@ int kvf_bench_p2p_main(int argc, char **argv)
     kvf_slot_t *slots = NULL;
     uint64_t *sums = NULL, *lat = NULL, total_ns = 0, bytes = 0;
     uint64_t wall0 = 0, wall1 = 0, verify_ns = 0, tv = 0;
+    uint64_t commit_ns = 0, hash_ns = 0; /* storing on A */
     uint64_t cpu0[2] = {0, 0}, cpu_ns[2] = {0, 0};
     uint8_t *expect  = NULL;
     uint32_t *tokens = NULL;
@@ -162,14 +163,18 @@ int kvf_bench_p2p_main(int argc, char **argv)
             uint8_t *p = (uint8_t *)kvf_client_pool_base(a) + slots[k].offset;
 
             kvf_bench_p2p_fill(&keys[i + k], p, b.o.chunk_size);
+            tv      = kvf_time_now_ns();
             sums[k] = kvf_chunk_checksum(p, b.o.chunk_size);
+            hash_ns += kvf_time_now_ns() - tv;
         }
+        tv = kvf_time_now_ns();
         if (kvf_client_commit(a, keys + i, slots, sums, (uint32_t)nb) !=
             KVF_OK) {
             fprintf(stderr, "kvf-bench p2p: commit on A: %s\n",
                     kvf_client_last_error(a));
             goto out;
         }
+        commit_ns += kvf_time_now_ns() - tv;
     }
     /* one chunk outside the measured set goes first: connection set-up
      * (UCX endpoint and handshake; the same-host link maps the holder's
@@ -301,7 +306,8 @@ int kvf_bench_p2p_main(int argc, char **argv)
            ",\"perftest_am_bw_sleep_GBps\":%.2f,\"pct_of_perftest_sleep\":%.0f"
            ",\"holder_cpu_us_per_chunk\":%.1f"
            ",\"requester_cpu_us_per_chunk\":%.1f"
-           ",\"memcpy_GBps\":%.2f,\"pct_of_memcpy\":%.0f%s}\n",
+           ",\"memcpy_GBps\":%.2f,\"pct_of_memcpy\":%.0f"
+           ",\"commit_GBps\":%.2f,\"hash_GBps\":%.2f%s}\n",
            b.o.prefetch ? "prefetch" : "retrieve", b.o.transport,
            b.o.chunk_size, b.o.chunks, b.o.batch, gbps,
            (double)kvf_bench_percentile(lat, nb, 50) / 1000.0,
@@ -311,7 +317,14 @@ int kvf_bench_p2p_main(int argc, char **argv)
            (ceiling_sleep > 0) ? 100.0 * gbps / ceiling_sleep : 0.0,
            (double)cpu_ns[0] / 1000.0 / (double)b.o.chunks,
            (double)cpu_ns[1] / 1000.0 / (double)b.o.chunks, mc,
-           (mc > 0) ? 100.0 * gbps / mc : 0.0, peers);
+           (mc > 0) ? 100.0 * gbps / mc : 0.0,
+           (commit_ns == 0)
+               ? 0.0
+               : (double)(b.o.chunks * b.o.chunk_size) / (double)commit_ns,
+           (hash_ns == 0)
+               ? 0.0
+               : (double)(b.o.chunks * b.o.chunk_size) / (double)hash_ns,
+           peers);
     rc = verified ? 0 : 3;
 
 out:
