@@ -30,9 +30,11 @@ struct kvf_copier {
     pthread_t threads[];
 };
 
-/* Claims and does jobs until none is left. */
+/* Claims and does jobs until none is left; @p between (the caller's)
+ * after each. */
 static void kvf_copier_drain(kvf_copier_t *copier, kvf_copy_job_t *jobs,
-                             size_t num)
+                             size_t num, kvf_copier_between_cb_t between,
+                             void *arg)
 {
     size_t i;
 
@@ -40,6 +42,9 @@ static void kvf_copier_drain(kvf_copier_t *copier, kvf_copy_job_t *jobs,
                                           memory_order_relaxed)) < num) {
         jobs[i].sum =
             kvf_chunk_copy_checksum(jobs[i].dst, jobs[i].src, jobs[i].len);
+        if (between != NULL) {
+            between(arg);
+        }
     }
 }
 
@@ -63,7 +68,7 @@ static void *kvf_copier_main(void *arg)
         num  = copier->num;
         copier->busy++;
         pthread_mutex_unlock(&copier->lock);
-        kvf_copier_drain(copier, jobs, num);
+        kvf_copier_drain(copier, jobs, num, NULL, NULL);
         pthread_mutex_lock(&copier->lock);
         if (--copier->busy == 0) {
             pthread_cond_signal(&copier->done);
@@ -119,7 +124,8 @@ void kvf_copier_destroy(kvf_copier_t *copier)
     free(copier);
 }
 
-void kvf_copier_run(kvf_copier_t *copier, kvf_copy_job_t *jobs, size_t n)
+void kvf_copier_run(kvf_copier_t *copier, kvf_copy_job_t *jobs, size_t n,
+                    kvf_copier_between_cb_t between, void *arg)
 {
     size_t i, bytes = 0;
 
@@ -131,6 +137,9 @@ void kvf_copier_run(kvf_copier_t *copier, kvf_copy_job_t *jobs, size_t n)
         for (i = 0; i < n; i++) {
             jobs[i].sum =
                 kvf_chunk_copy_checksum(jobs[i].dst, jobs[i].src, jobs[i].len);
+            if (between != NULL) {
+                between(arg);
+            }
         }
         return;
     }
@@ -141,7 +150,7 @@ void kvf_copier_run(kvf_copier_t *copier, kvf_copy_job_t *jobs, size_t n)
     copier->generation++;
     pthread_cond_broadcast(&copier->work);
     pthread_mutex_unlock(&copier->lock);
-    kvf_copier_drain(copier, jobs, n);
+    kvf_copier_drain(copier, jobs, n, between, arg);
     /* every job is claimed; wait for the workers still inside the batch
      * (a worker that wakes after this finds it exhausted at once) */
     pthread_mutex_lock(&copier->lock);

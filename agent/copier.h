@@ -44,9 +44,15 @@ kvf_status_t kvf_copier_create(unsigned workers, kvf_copier_t **copier_p);
 /* Stops and joins the workers. NULL is a no-op. */
 void kvf_copier_destroy(kvf_copier_t *copier);
 
+/* Run by the calling thread after each chunk it copied (the disk tier's
+ * poll: its queue goes on while the loop copies). */
+typedef void (*kvf_copier_between_cb_t)(void *arg);
+
 /* Copies and checksums @p jobs[0, n); returns when all are done. A NULL
- * @p copier copies on the calling thread. */
-void kvf_copier_run(kvf_copier_t *copier, kvf_copy_job_t *jobs, size_t n);
+ * @p copier copies on the calling thread. @p between (may be NULL) runs on
+ * the calling thread between its chunks. */
+void kvf_copier_run(kvf_copier_t *copier, kvf_copy_job_t *jobs, size_t n,
+                    kvf_copier_between_cb_t between, void *arg);
 
 /* Threads a copy uses at most (the caller included). */
 unsigned kvf_copier_threads(const kvf_copier_t *copier);

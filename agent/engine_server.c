@@ -824,7 +824,7 @@ static kvf_status_t kvf_engine_conn_commit(kvf_engine_conn_t *conn,
      * grants, checksummed as they land (on the copier's threads too):
      * committed bytes are the agent's alone from here on */
     njobs = kvf_engine_commit_plan(conn, req, items, order, jobs);
-    kvf_copier_run(kvf_store_copier(server->store), jobs, njobs);
+    kvf_store_copy(server->store, jobs, njobs);
     for (i = 0; i < n; i++) {
         kvf_key_unpack(req->keys.data + i * KVF_KEY_WIRE_SIZE, &key);
         if (items[i].staging == NULL) {
@@ -1490,7 +1490,7 @@ kvf_engine_claim_copy(kvf_engine_conn_t *conn, uint64_t pd_request,
     if (status == KVF_OK) {
         /* on the copier's threads too; each copy checked against what the
          * push was verified with */
-        kvf_copier_run(kvf_store_copier(store), jobs, claim->num);
+        kvf_store_copy(store, jobs, claim->num);
         for (k = 0; k < claim->num; k++) {
             if (jobs[k].sum != checksums[index[k]]) {
                 conn->server->stats.claim_checksum_failures++;

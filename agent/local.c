@@ -887,7 +887,7 @@ static void kvf_local_copy_lease(kvf_local_link_t *link, kvf_local_req_t *req,
                                         &jobs[n], &req->res[first + i]);
         n += queued[i];
     }
-    kvf_copier_run(kvf_store_copier(link->local->store), jobs, n);
+    kvf_store_copy(link->local->store, jobs, n);
     for (i = 0, n = 0; i < count; i++) {
         if (queued[i]) {
             kvf_local_copy_commit(link, req->owner, &req->keys[first + i],

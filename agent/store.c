@@ -1077,9 +1077,18 @@ void kvf_store_destroy(kvf_store_t *store)
     free(store);
 }
 
-kvf_copier_t *kvf_store_copier(const kvf_store_t *store)
+static void kvf_store_copy_between(void *arg)
 {
-    return store->copier;
+    kvf_store_t *store = arg;
+
+    kvf_disk_poll(store->disk);
+}
+
+void kvf_store_copy(kvf_store_t *store, kvf_copy_job_t *jobs, size_t n)
+{
+    kvf_copier_run(store->copier, jobs, n,
+                   (store->disk != NULL) ? kvf_store_copy_between : NULL,
+                   store);
 }
 
 void kvf_store_get_stats(const kvf_store_t *store, kvf_store_stats_t *stats_p)

@@ -47,7 +47,7 @@ typedef struct kvf_store_params {
     void *cb_arg;
     uint64_t grant_timeout_ns; /* grants not committed by then are taken
                                   back; 0: only when their owner goes */
-    unsigned copy_threads;     /* the copier's workers (kvf_store_copier);
+    unsigned copy_threads;     /* the copier's workers (kvf_store_copy);
                                   0: copies run on the caller alone */
 } kvf_store_params_t;
 
@@ -128,9 +128,10 @@ kvf_status_t kvf_store_commit_hashed(kvf_store_t *store,
                                      const kvf_key_t *key, uint64_t offset,
                                      uint64_t checksum, uint64_t actual);
 
-/* The copier of bulk copies into and out of the pool (agent/copier.h);
- * NULL: the caller copies alone (kvf_copier_run takes NULL). */
-kvf_copier_t *kvf_store_copier(const kvf_store_t *store);
+/* Copies and checksums @p jobs[0, n) on the store's copier
+ * (agent/copier.h; the caller alone with copy_threads 0), the disk tier's
+ * queue going on between the caller's chunks. */
+void kvf_store_copy(kvf_store_t *store, kvf_copy_job_t *jobs, size_t n);
 
 /* The bytes of the owner's grant at @p offset, @p len_p of them, for a
  * caller that fills it and hashes what landed (agent/copier.h) before

@@ -19,6 +19,12 @@
 #define MAXLEN (256u << 10)
 
 static uint8_t *g_src, *g_dst;
+static size_t g_between; /* chunks the caller copied */
+
+static void count_between(void *arg)
+{
+    (*(size_t *)arg)++;
+}
 
 static void copier_setup(void)
 {
@@ -46,6 +52,7 @@ TestSuite(copier, .init = copier_setup, .fini = copier_teardown, .timeout = 60);
 static void batch_check(kvf_copier_t *copier, uint32_t n, uint32_t round)
 {
     kvf_copy_job_t jobs[JOBS];
+    size_t before;
     uint32_t i;
 
     memset(g_dst, 0, (size_t)n * MAXLEN);
@@ -56,7 +63,15 @@ static void batch_check(kvf_copier_t *copier, uint32_t n, uint32_t round)
             1 + ((size_t)(i * 7919u + round * 104729u) % (MAXLEN - 8));
         jobs[i].sum = 0;
     }
-    kvf_copier_run(copier, jobs, n);
+    before = g_between;
+    kvf_copier_run(copier, jobs, n, count_between, &g_between);
+    /* the caller's callback ran after each chunk it copied itself: all of
+     * them when it copies alone */
+    if (kvf_copier_threads(copier) == 1) {
+        cr_assert_eq(g_between - before, n);
+    } else {
+        cr_assert_leq(g_between - before, n);
+    }
     for (i = 0; i < n; i++) {
         cr_assert(memcmp(jobs[i].dst, jobs[i].src, jobs[i].len) == 0,
                   "job %u of %u (round %u) differs", i, n, round);
