@@ -738,12 +738,16 @@ static int kvf_engine_grant_cmp(const void *a, const void *b)
     const kvf_engine_commit_item_t *x = *(kvf_engine_commit_item_t *const *)a;
     const kvf_engine_commit_item_t *y = *(kvf_engine_commit_item_t *const *)b;
 
-    return (x->grant > y->grant) - (x->grant < y->grant);
+    /* ties in the request's order: the first naming a grant gets it */
+    return (x->grant != y->grant)
+               ? (x->grant > y->grant) - (x->grant < y->grant)
+               : (x > y) - (x < y);
 }
 
 /* Finds each chunk's staging block and grant and queues its copy; a
- * grant named twice in the batch is KVF_ERR_RANGE the second time (its
- * bytes land once). Returns the copies queued. */
+ * grant named twice in the batch is KVF_ERR_RANGE after its first (its
+ * bytes land once, as when each chunk was committed in turn). Returns the
+ * copies queued. */
 static size_t kvf_engine_commit_plan(kvf_engine_conn_t *conn,
                                      const Kvf__EngineCommit *req,
                                      kvf_engine_commit_item_t *items,
@@ -1450,17 +1454,17 @@ kvf_engine_claim_copy(kvf_engine_conn_t *conn, uint64_t pd_request,
     uint64_t region_at, region_len;
     kvf_status_t status = KVF_OK;
     kvf_copy_job_t *jobs;
-    uint32_t i, k, *index;
+    uint32_t i, k, *which; /* which[k]: the chunk of jobs[k] */
 
     region_len = kvf_store_reserve(store, &region_at);
     kvf_engine_claim_drop(conn, pd_request); /* waited again: a new copy */
     claim = calloc(1, sizeof(*claim) + (size_t)num * sizeof(claim->entries[0]));
     jobs  = malloc(((size_t)num + 1) * sizeof(*jobs));
-    index = malloc(((size_t)num + 1) * sizeof(*index));
-    if ((claim == NULL) || (jobs == NULL) || (index == NULL)) {
+    which = malloc(((size_t)num + 1) * sizeof(*which));
+    if ((claim == NULL) || (jobs == NULL) || (which == NULL)) {
         free(claim);
         free(jobs);
-        free(index);
+        free(which);
         return KVF_ERR_NO_MEMORY;
     }
     claim->pd_request = pd_request;
@@ -1484,7 +1488,7 @@ kvf_engine_claim_copy(kvf_engine_conn_t *conn, uint64_t pd_request,
         jobs[claim->num].dst       = kvf_engine_staging_ptr(conn, entry);
         jobs[claim->num].src = (uint8_t *)kvf_store_base(store) + slot->offset;
         jobs[claim->num].len = slot->length;
-        index[claim->num++]  = i;
+        which[claim->num++]  = i;
         offsets[i] = kvf_engine_staging_at(conn) + kvf_pool_entry_offset(entry);
     }
     if (status == KVF_OK) {
@@ -1492,16 +1496,16 @@ kvf_engine_claim_copy(kvf_engine_conn_t *conn, uint64_t pd_request,
          * push was verified with */
         kvf_store_copy(store, jobs, claim->num);
         for (k = 0; k < claim->num; k++) {
-            if (jobs[k].sum != checksums[index[k]]) {
+            if (jobs[k].sum != checksums[which[k]]) {
                 conn->server->stats.claim_checksum_failures++;
-                *bad_p = index[k];
+                *bad_p = which[k];
                 status = KVF_ERR_CHECKSUM;
                 break;
             }
         }
     }
     free(jobs);
-    free(index);
+    free(which);
     if (status != KVF_OK) {
         kvf_engine_claim_free(conn, claim);
         return status;

@@ -218,6 +218,53 @@ Test(client, offsets_outside_grants_are_refused)
     kvf_client_disconnect(b);
 }
 
+/* One batch big enough for the agent's copy threads, one grant named
+ * twice: the first key naming it gets it, the second is KVF_ERR_RANGE, and
+ * every other chunk lands byte for byte. */
+Test(client, a_grant_named_twice_in_one_commit_lands_once)
+{
+    uint8_t *base, *expect = malloc(CHUNK);
+    kvf_slot_t slots[8], named[8], got[8];
+    kvf_key_t keys[8];
+    uint64_t sums[8];
+    bool missing[8];
+    uint32_t i;
+
+    agent_start("64M");
+    {
+        kvf_client_t *c = connect_client();
+
+        base = kvf_client_pool_base(c);
+        make_keys(keys, 8, 11);
+        cr_assert_eq(kvf_client_alloc(c, CHUNK, 8, slots), KVF_OK);
+        for (i = 0; i < 8; i++) {
+            fill(base + slots[i].offset, CHUNK, (uint32_t)keys[i].lo);
+            named[i] = slots[i];
+        }
+        named[5] = slots[2]; /* keys 2 and 5 name one grant */
+        for (i = 0; i < 8; i++) {
+            sums[i] = kvf_chunk_checksum(base + named[i].offset, CHUNK);
+        }
+        cr_assert_eq(kvf_client_commit(c, keys, named, sums, 8), KVF_ERR_RANGE);
+        cr_assert_eq(kvf_client_release(c, &slots[5], 1), KVF_OK,
+                     "the grant nobody committed is still ours");
+        cr_assert_eq(kvf_client_retrieve(c, keys, 8, got, missing), KVF_OK);
+        for (i = 0; i < 8; i++) {
+            if (i == 5) {
+                cr_assert(missing[i], "the second naming of a grant");
+                continue;
+            }
+            cr_assert(!missing[i], "chunk %u", i);
+            fill(expect, CHUNK, (uint32_t)keys[i].lo);
+            cr_assert(memcmp(base + got[i].offset, expect, CHUNK) == 0,
+                      "chunk %u differs", i);
+            cr_assert_eq(kvf_client_release(c, &got[i], 1), KVF_OK);
+        }
+        kvf_client_disconnect(c);
+    }
+    free(expect);
+}
+
 Test(client, oversized_and_empty_requests)
 {
     kvf_client_t *c;
