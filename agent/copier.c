@@ -11,6 +11,8 @@
 #include "common/chunk.h"
 #include "common/log.h"
 
+#include <kvfabric/keys.h>
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -30,6 +32,13 @@ struct kvf_copier {
     pthread_t threads[];
 };
 
+static void kvf_copier_do(kvf_copy_job_t *job)
+{
+    job->sum = (job->dst != NULL)
+                   ? kvf_chunk_copy_checksum(job->dst, job->src, job->len)
+                   : kvf_chunk_checksum(job->src, job->len);
+}
+
 /* Claims and does jobs until none is left; @p between (the caller's)
  * after each. */
 static void kvf_copier_drain(kvf_copier_t *copier, kvf_copy_job_t *jobs,
@@ -40,8 +49,7 @@ static void kvf_copier_drain(kvf_copier_t *copier, kvf_copy_job_t *jobs,
 
     while ((i = atomic_fetch_add_explicit(&copier->next, 1,
                                           memory_order_relaxed)) < num) {
-        jobs[i].sum =
-            kvf_chunk_copy_checksum(jobs[i].dst, jobs[i].src, jobs[i].len);
+        kvf_copier_do(&jobs[i]);
         if (between != NULL) {
             between(arg);
         }
@@ -135,8 +143,7 @@ void kvf_copier_run(kvf_copier_t *copier, kvf_copy_job_t *jobs, size_t n,
     if ((copier == NULL) || (copier->nthreads == 0) || (n < 2) ||
         (bytes < KVF_COPIER_MIN_BATCH)) {
         for (i = 0; i < n; i++) {
-            jobs[i].sum =
-                kvf_chunk_copy_checksum(jobs[i].dst, jobs[i].src, jobs[i].len);
+            kvf_copier_do(&jobs[i]);
             if (between != NULL) {
                 between(arg);
             }

@@ -25,7 +25,8 @@
 typedef struct kvf_copier kvf_copier_t;
 
 /* One chunk: @p len bytes from @p src to @p dst; @p sum is set to the
- * checksum of what landed (kvf_chunk_copy_checksum). */
+ * checksum of what landed (kvf_chunk_copy_checksum). With @p dst NULL the
+ * chunk is only checksummed where it is (a verification). */
 typedef struct kvf_copy_job {
     void *dst;
     const void *src;

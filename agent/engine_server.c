@@ -1123,7 +1123,7 @@ static kvf_status_t kvf_engine_conn_lookup(kvf_engine_conn_t *conn,
 /* Pins every key held here and answers RETRIEVE; the rest are missing.
  * Each chunk handed out is hashed again against its checksum, except one
  * that landed for this request (@p landed, NULL: none): that one was
- * hashed as it landed. */
+ * hashed as it landed (kvf_store_pin_checked). */
 static kvf_status_t kvf_engine_retrieve_reply(kvf_engine_conn_t *conn,
                                               uint64_t request_id,
                                               const kvf_key_t *keys,
@@ -1131,34 +1131,35 @@ static kvf_status_t kvf_engine_retrieve_reply(kvf_engine_conn_t *conn,
 {
     kvf_engine_server_t *server = conn->server;
     uint64_t *offsets, *lengths, *sums;
+    kvf_status_t status, *results;
     Kvf__EngineSlots reply;
-    kvf_status_t status;
+    kvf_slot_t *slots;
     uint8_t *missing;
-    kvf_slot_t slot;
     uint32_t i;
 
     offsets = calloc(n, sizeof(*offsets));
     lengths = calloc(n, sizeof(*lengths));
     sums    = calloc(n, sizeof(*sums));
     missing = calloc(n, 1);
+    slots   = calloc(n, sizeof(*slots));
+    results = calloc(n, sizeof(*results));
     if ((offsets == NULL) || (lengths == NULL) || (sums == NULL) ||
-        (missing == NULL)) {
+        (missing == NULL) || (slots == NULL) || (results == NULL)) {
         free(offsets);
         free(lengths);
         free(sums);
         free(missing);
+        free(slots);
+        free(results);
         return kvf_engine_conn_status(conn, request_id, KVF_ERR_NO_MEMORY,
                                       "out of memory");
     }
+    kvf_store_pin_checked(server->store, conn->owner, keys, landed, n, slots,
+                          sums, results);
     for (i = 0; i < n; i++) {
-        status = ((landed != NULL) && landed[i])
-                     ? kvf_store_pin_landed(server->store, conn->owner,
-                                            &keys[i], &slot, &sums[i])
-                     : kvf_store_pin_verified(server->store, conn->owner,
-                                              &keys[i], &slot, &sums[i]);
-        if (status == KVF_OK) {
-            offsets[i] = slot.offset;
-            lengths[i] = slot.length;
+        if (results[i] == KVF_OK) {
+            offsets[i] = slots[i].offset;
+            lengths[i] = slots[i].length;
         } else {
             missing[i] = 1; /* the engine recomputes exactly this chunk */
         }
@@ -1179,6 +1180,8 @@ static kvf_status_t kvf_engine_retrieve_reply(kvf_engine_conn_t *conn,
     free(lengths);
     free(sums);
     free(missing);
+    free(slots);
+    free(results);
     return status;
 }
 

@@ -440,54 +440,78 @@ kvf_status_t kvf_store_verify(kvf_store_t *store, const kvf_key_t *key)
     return KVF_ERR_CHECKSUM;
 }
 
-kvf_status_t kvf_store_pin_landed(kvf_store_t *store, kvf_store_owner_t *owner,
-                                  const kvf_key_t *key, kvf_slot_t *slot_p,
-                                  uint64_t *checksum_p)
+/* Pins @p key; its slot and committed checksum. */
+static kvf_status_t kvf_store_pin_sum(kvf_store_t *store,
+                                      kvf_store_owner_t *owner,
+                                      const kvf_key_t *key, kvf_slot_t *slot_p,
+                                      uint64_t *checksum_p)
 {
     kvf_pool_entry_t *entry;
     kvf_status_t status;
-    kvf_slot_t slot;
 
-    status = kvf_store_pin(store, owner, key, &slot);
+    status = kvf_store_pin(store, owner, key, slot_p);
     if (status != KVF_OK) {
         return status;
     }
-    entry = kvf_pool_entry_find(store->pool, slot.offset);
+    entry = kvf_pool_entry_find(store->pool, slot_p->offset);
     if (entry == NULL) {
-        kvf_store_release(store, owner, slot.offset);
+        kvf_store_release(store, owner, slot_p->offset);
         return KVF_ERR_NOT_FOUND;
     }
-    *slot_p     = slot;
     *checksum_p = kvf_pool_entry_checksum(entry);
     return KVF_OK;
 }
 
-kvf_status_t kvf_store_pin_verified(kvf_store_t *store,
-                                    kvf_store_owner_t *owner,
-                                    const kvf_key_t *key, kvf_slot_t *slot_p,
-                                    uint64_t *checksum_p)
+void kvf_store_pin_checked(kvf_store_t *store, kvf_store_owner_t *owner,
+                           const kvf_key_t *keys, const uint8_t *landed,
+                           uint32_t n, kvf_slot_t *slots, uint64_t *sums,
+                           kvf_status_t *results)
 {
-    kvf_status_t status;
-    kvf_slot_t slot;
-    uint64_t sum;
+    kvf_copy_job_t *jobs = malloc(((size_t)n + 1) * sizeof(*jobs));
+    uint32_t *which      = malloc(((size_t)n + 1) * sizeof(*which));
+    uint32_t i, j, m = 0;
 
-    status = kvf_store_pin_landed(store, owner, key, &slot, &sum);
-    if (status != KVF_OK) {
-        return status;
+    for (i = 0; i < n; i++) {
+        results[i] =
+            kvf_store_pin_sum(store, owner, &keys[i], &slots[i], &sums[i]);
+        if ((results[i] != KVF_OK) || ((landed != NULL) && landed[i])) {
+            continue;
+        }
+        if ((jobs == NULL) || (which == NULL)) {
+            /* no room to batch: verified here, one by one */
+            if (kvf_chunk_checksum(kvf_pool_ptr(store->pool, slots[i].offset),
+                                   slots[i].length) != sums[i]) {
+                results[i] = KVF_ERR_CHECKSUM;
+            }
+            continue;
+        }
+        jobs[m].dst = NULL; /* hashed where it is */
+        jobs[m].src = kvf_pool_ptr(store->pool, slots[i].offset);
+        jobs[m].len = slots[i].length;
+        which[m++]  = i;
     }
-    /* a retrieve verifies chunk after chunk: the tier's queue goes on */
-    kvf_disk_poll(store->disk);
-    if (kvf_chunk_checksum(kvf_pool_ptr(store->pool, slot.offset),
-                           slot.length) == sum) {
-        *slot_p     = slot;
-        *checksum_p = sum;
-        return KVF_OK;
+    kvf_store_copy(store, jobs, m);
+    for (j = 0; j < m; j++) {
+        if (jobs[j].sum != sums[which[j]]) {
+            results[which[j]] = KVF_ERR_CHECKSUM;
+        }
     }
-    kvf_store_release(store, owner, slot.offset);
+    for (i = 0; i < n; i++) {
+        if (results[i] == KVF_ERR_CHECKSUM) {
+            kvf_store_release(store, owner, slots[i].offset);
+        }
+    }
     /* unreferenced now unless another engine pins it: then the next
-     * retrieve finds it damaged again and drops it */
-    kvf_store_drop_damaged(store, key, slot.offset);
-    return KVF_ERR_CHECKSUM;
+     * retrieve finds it damaged again and drops it; a key asked twice is
+     * dropped (and counted) once */
+    for (i = 0; i < n; i++) {
+        if ((results[i] == KVF_ERR_CHECKSUM) &&
+            (kvf_pool_lookup(store->pool, &keys[i]) != NULL)) {
+            kvf_store_drop_damaged(store, &keys[i], slots[i].offset);
+        }
+    }
+    free(jobs);
+    free(which);
 }
 
 kvf_status_t kvf_store_release(kvf_store_t *store, kvf_store_owner_t *owner,

@@ -143,29 +143,26 @@ uint8_t *kvf_store_grant_ptr(kvf_store_t *store, kvf_store_owner_t *owner,
 kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
                            const kvf_key_t *key, kvf_slot_t *slot_p);
 
-/* As kvf_store_pin, then checks the chunk's bytes against the checksum
- * they were committed with (written to @p checksum_p): every byte an
- * engine reads was verified (engines map the pool read-only since #16.4;
- * this is defence in depth against the agent's own bugs and bad memory). A
- * chunk that fails is unpinned, dropped here (announced evicted, so the
- * registry forgets it), counted in checksum_failures, and KVF_ERR_CHECKSUM
- * returned: a miss, never wrong bytes. */
-kvf_status_t kvf_store_pin_verified(kvf_store_t *store,
-                                    kvf_store_owner_t *owner,
-                                    const kvf_key_t *key, kvf_slot_t *slot_p,
-                                    uint64_t *checksum_p);
-
-/* As kvf_store_pin_verified for a chunk that landed here (fetched from a
- * peer or copied from a same-host one) while the request it answers
- * waited: its bytes were hashed as they landed, moments ago, so they are
- * not hashed again; the committed checksum is written to @p checksum_p. */
-kvf_status_t kvf_store_pin_landed(kvf_store_t *store, kvf_store_owner_t *owner,
-                                  const kvf_key_t *key, kvf_slot_t *slot_p,
-                                  uint64_t *checksum_p);
+/* Pins the local chunk of each of @p keys[0, n) for @p owner and checks
+ * its bytes against the checksum they were committed with (on the
+ * copier's threads too), so every byte an engine reads was verified
+ * (engines map the pool read-only since #16.4; this is defence in depth
+ * against the agent's own bugs and bad memory). A key with @p landed[i]
+ * set (@p landed NULL: none) landed here while the request it answers
+ * waited (fetched from a peer, copied from a same-host one): hashed as it
+ * landed, moments ago, it is not hashed again. Per key, @p results[i]:
+ * KVF_OK with @p slots[i] and @p sums[i] (the committed checksum),
+ * KVF_ERR_NOT_FOUND, or KVF_ERR_CHECKSUM: the chunk is unpinned, dropped
+ * here (announced evicted, so the registry forgets it) and counted in
+ * checksum_failures: a miss, never wrong bytes. */
+void kvf_store_pin_checked(kvf_store_t *store, kvf_store_owner_t *owner,
+                           const kvf_key_t *keys, const uint8_t *landed,
+                           uint32_t n, kvf_slot_t *slots, uint64_t *sums,
+                           kvf_status_t *results);
 
 /* Checks the committed chunk of @p key against its checksum (a peer said
  * what we served it failed); one that fails is dropped and counted as in
- * kvf_store_pin_verified. KVF_OK (intact, or not held); KVF_ERR_CHECKSUM
+ * kvf_store_pin_checked. KVF_OK (intact, or not held); KVF_ERR_CHECKSUM
  * (dropped, or damaged and still referenced: the next check drops it). */
 kvf_status_t kvf_store_verify(kvf_store_t *store, const kvf_key_t *key);
 

@@ -107,6 +107,59 @@ Test(local_verify, a_chunk_changed_after_commit_is_a_miss_and_dropped)
     kvf_client_disconnect(writer);
 }
 
+/* A retrieve big enough for the agent's copy threads to verify it: two
+ * damaged chunks among 16, one of them asked twice; both are misses (each
+ * counted once), every other chunk is served intact. */
+Test(local_verify, damaged_chunks_in_a_large_retrieve_are_misses_counted_once)
+{
+    kvf_key_t keys[17];
+    kvf_client_t *writer = connect_to(), *reader;
+    kvf_slot_t slots[17];
+    uint64_t sums[16];
+    bool missing[17];
+    long long before;
+    uint32_t k;
+
+    for (k = 0; k < 16; k++) {
+        keys[k] = (kvf_key_t){.ns = 1, .hi = 0xb16, .lo = 0x100 + k};
+    }
+    keys[16] = keys[3]; /* asked twice */
+    before   = kvf_sec_metric(&g_c.a, "kvf_agent_checksum_failures_total");
+    cr_assert_geq(before, 0);
+    cr_assert_eq(kvf_client_alloc(writer, CHUNK, 16, slots), KVF_OK);
+    for (k = 0; k < 16; k++) {
+        uint8_t *p = (uint8_t *)kvf_client_pool_base(writer) + slots[k].offset;
+
+        memset(p, 0x40 + (int)k, CHUNK);
+        sums[k] = kvf_chunk_checksum(p, CHUNK);
+    }
+    cr_assert_eq(kvf_client_commit(writer, keys, slots, sums, 16), KVF_OK);
+    cr_assert_eq(kvf_test_agent_pool_flip(&g_c.a.proc,
+                                          pool_offset(writer, &keys[3]) + 7),
+                 0);
+    cr_assert_eq(kvf_test_agent_pool_flip(
+                     &g_c.a.proc, pool_offset(writer, &keys[11]) + CHUNK - 1),
+                 0);
+
+    reader = connect_to();
+    cr_assert_eq(kvf_client_retrieve(reader, keys, 17, slots, missing), KVF_OK);
+    for (k = 0; k < 17; k++) {
+        if ((k == 3) || (k == 11) || (k == 16)) {
+            cr_assert(missing[k], "damaged chunk %u reached an engine", k);
+            continue;
+        }
+        cr_assert(!missing[k], "intact chunk %u not served", k);
+        cr_assert_eq(((const uint8_t *)kvf_client_pool_base(reader) +
+                      slots[k].offset)[CHUNK / 2],
+                     0x40 + k);
+        cr_assert_eq(kvf_client_release(reader, &slots[k], 1), KVF_OK);
+    }
+    cr_assert_eq(kvf_sec_metric(&g_c.a, "kvf_agent_checksum_failures_total"),
+                 before + 2);
+    kvf_client_disconnect(reader);
+    kvf_client_disconnect(writer);
+}
+
 Test(local_verify, a_peer_that_fetched_a_damaged_chunk_makes_its_holder_drop_it)
 {
     kvf_key_t key        = {.ns = 1, .hi = 0x5ec, .lo = 0xbadbad};
