@@ -32,10 +32,10 @@
 #include <event2/event.h>
 
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
