@@ -679,12 +679,16 @@ static void kvf_local_req_finish(kvf_local_req_t *req, kvf_status_t status)
 }
 
 /* Fills the page tables of [p, p + len) slice by slice, until told to
- * stop; on a kernel without MADV_POPULATE_* (before 5.14) pages fault in
- * on first touch instead. */
+ * stop, for the pages its owner already has (mincore): a peer whose pool
+ * is not prefaulted (pool_prefault false) keeps it sparse, its pages
+ * fault in here as they are copied. On a kernel without MADV_POPULATE_*
+ * (before 5.14) every page faults in on first touch. */
 static void kvf_local_populate_range(kvf_local_link_t *link, uint8_t *p,
-                                     uint64_t len, int advice)
+                                     uint64_t len, int advice,
+                                     unsigned char *vec)
 {
-    uint64_t off, n;
+    const uint64_t page = 4096;
+    uint64_t off, n, i, run;
 
     for (off = 0; off < len; off += n) {
         if (atomic_load_explicit(&link->populate_stop, memory_order_relaxed)) {
@@ -692,8 +696,23 @@ static void kvf_local_populate_range(kvf_local_link_t *link, uint8_t *p,
         }
         n = (len - off < KVF_LOCAL_POPULATE_SLICE) ? len - off
                                                    : KVF_LOCAL_POPULATE_SLICE;
-        if ((madvise(p + off, n, advice) != 0) && (errno == EINVAL)) {
+        if (mincore(p + off, n, vec) != 0) {
             return;
+        }
+        for (i = 0; i * page < n; i += run) {
+            for (run = 0; ((i + run) * page < n) && (vec[i + run] & 1); run++) {
+            }
+            if (run == 0) {
+                run = 1; /* not there: left to fault in when copied */
+                continue;
+            }
+            if ((madvise(p + off + i * page,
+                         (run * page < n - i * page) ? run * page
+                                                     : n - i * page,
+                         advice) != 0) &&
+                (errno == EINVAL)) {
+                return;
+            }
         }
     }
 }
@@ -705,13 +724,18 @@ static void kvf_local_populate_range(kvf_local_link_t *link, uint8_t *p,
 static void *kvf_local_populate_main(void *arg)
 {
     kvf_local_link_t *link = arg;
+    unsigned char *vec     = malloc(KVF_LOCAL_POPULATE_SLICE / 4096);
 
+    if (vec == NULL) {
+        return NULL;
+    }
     if (link->region != NULL) {
         kvf_local_populate_range(link, link->region, link->region_len,
-                                 MADV_POPULATE_WRITE);
+                                 MADV_POPULATE_WRITE, vec);
     }
-    kvf_local_populate_range(link, link->map, link->map_len,
-                             MADV_POPULATE_READ);
+    kvf_local_populate_range(link, link->map, link->map_len, MADV_POPULATE_READ,
+                             vec);
+    free(vec);
     return NULL;
 }
 

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -340,6 +341,37 @@ Test(local, a_pool_the_holder_passed_writable_is_refused)
     g_holder.region_bytes = REGION;
     cr_assert_not(link_settles(), "only a read-only pool is mapped");
     cr_assert_eq(region_of_holder(&base, &len), KVF_ERR_UNSUPPORTED);
+}
+
+/* A holder whose pool is not prefaulted keeps it sparse: the requester's
+ * populate thread maps only the pages the holder has. */
+Test(local, a_sparse_pool_stays_sparse)
+{
+    const uint64_t big = 512ull << 20;
+    int fd             = memfd("sparse-pool", big, true);
+    uint8_t *p =
+        mmap(NULL, 1u << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    uint64_t deadline;
+    struct stat st;
+
+    cr_assert_neq(p, MAP_FAILED);
+    memset(p, 0x11, 1u << 20); /* the holder has its first MiB */
+    munmap(p, 1u << 20);
+    close(g_holder.pool_fd);
+    g_holder.pool_fd    = reopen(fd, O_RDONLY);
+    g_holder.pool_bytes = big;
+    cr_assert(link_settles());
+    /* the populate thread had time to reach the end of the pool */
+    deadline = kvf_time_now_ms() + 500;
+    while (kvf_time_now_ms() < deadline) {
+        event_base_loop(g_base, EVLOOP_NONBLOCK);
+        usleep(10000);
+    }
+    cr_assert_eq(fstat(fd, &st), 0);
+    cr_assert_lt((uint64_t)st.st_blocks * 512, 8ull << 20,
+                 "the requester allocated %llu bytes of the holder's pool",
+                 (unsigned long long)st.st_blocks * 512);
+    close(fd);
 }
 
 Test(local, a_pool_smaller_than_it_says_is_refused)
