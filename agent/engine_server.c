@@ -1144,7 +1144,9 @@ static kvf_status_t kvf_engine_retrieve_reply(kvf_engine_conn_t *conn,
     slots   = calloc(n, sizeof(*slots));
     results = calloc(n, sizeof(*results));
     if ((offsets == NULL) || (lengths == NULL) || (sums == NULL) ||
-        (missing == NULL) || (slots == NULL) || (results == NULL)) {
+        (missing == NULL) || (slots == NULL) || (results == NULL) ||
+        (kvf_store_pin_checked(server->store, conn->owner, keys, landed, n,
+                               slots, sums, results) != KVF_OK)) {
         free(offsets);
         free(lengths);
         free(sums);
@@ -1154,8 +1156,6 @@ static kvf_status_t kvf_engine_retrieve_reply(kvf_engine_conn_t *conn,
         return kvf_engine_conn_status(conn, request_id, KVF_ERR_NO_MEMORY,
                                       "out of memory");
     }
-    kvf_store_pin_checked(server->store, conn->owner, keys, landed, n, slots,
-                          sums, results);
     for (i = 0; i < n; i++) {
         if (results[i] == KVF_OK) {
             offsets[i] = slots[i].offset;

@@ -462,42 +462,31 @@ static kvf_status_t kvf_store_pin_sum(kvf_store_t *store,
     return KVF_OK;
 }
 
-void kvf_store_pin_checked(kvf_store_t *store, kvf_store_owner_t *owner,
-                           const kvf_key_t *keys, const uint8_t *landed,
-                           uint32_t n, kvf_slot_t *slots, uint64_t *sums,
-                           kvf_status_t *results)
+kvf_status_t kvf_store_pin_checked(kvf_store_t *store,
+                                   kvf_store_owner_t *owner,
+                                   const kvf_key_t *keys, const uint8_t *landed,
+                                   uint32_t n, kvf_slot_t *slots,
+                                   uint64_t *sums, kvf_status_t *results)
 {
-    kvf_copy_job_t *jobs = malloc(((size_t)n + 1) * sizeof(*jobs));
-    uint32_t *which      = malloc(((size_t)n + 1) * sizeof(*which));
-    uint32_t i, j, m = 0;
+    kvf_copy_job_t *jobs = calloc((size_t)n + 1, sizeof(*jobs));
+    uint32_t i;
 
+    if (jobs == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    /* job i hashes key i where it lies; an empty job checks nothing */
     for (i = 0; i < n; i++) {
         results[i] =
             kvf_store_pin_sum(store, owner, &keys[i], &slots[i], &sums[i]);
-        if ((results[i] != KVF_OK) || ((landed != NULL) && landed[i])) {
-            continue;
-        }
-        if ((jobs == NULL) || (which == NULL)) {
-            /* no room to batch: verified here, one by one */
-            if (kvf_chunk_checksum(kvf_pool_ptr(store->pool, slots[i].offset),
-                                   slots[i].length) != sums[i]) {
-                results[i] = KVF_ERR_CHECKSUM;
-            }
-            continue;
-        }
-        jobs[m].dst = NULL; /* hashed where it is */
-        jobs[m].src = kvf_pool_ptr(store->pool, slots[i].offset);
-        jobs[m].len = slots[i].length;
-        which[m++]  = i;
-    }
-    kvf_store_copy(store, jobs, m);
-    for (j = 0; j < m; j++) {
-        if (jobs[j].sum != sums[which[j]]) {
-            results[which[j]] = KVF_ERR_CHECKSUM;
+        if ((results[i] == KVF_OK) && ((landed == NULL) || !landed[i])) {
+            jobs[i].src = kvf_pool_ptr(store->pool, slots[i].offset);
+            jobs[i].len = slots[i].length;
         }
     }
+    kvf_store_copy(store, jobs, n);
     for (i = 0; i < n; i++) {
-        if (results[i] == KVF_ERR_CHECKSUM) {
+        if ((jobs[i].len != 0) && (jobs[i].sum != sums[i])) {
+            results[i] = KVF_ERR_CHECKSUM;
             kvf_store_release(store, owner, slots[i].offset);
         }
     }
@@ -511,7 +500,7 @@ void kvf_store_pin_checked(kvf_store_t *store, kvf_store_owner_t *owner,
         }
     }
     free(jobs);
-    free(which);
+    return KVF_OK;
 }
 
 kvf_status_t kvf_store_release(kvf_store_t *store, kvf_store_owner_t *owner,

@@ -154,11 +154,13 @@ kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
  * KVF_OK with @p slots[i] and @p sums[i] (the committed checksum),
  * KVF_ERR_NOT_FOUND, or KVF_ERR_CHECKSUM: the chunk is unpinned, dropped
  * here (announced evicted, so the registry forgets it) and counted in
- * checksum_failures: a miss, never wrong bytes. */
-void kvf_store_pin_checked(kvf_store_t *store, kvf_store_owner_t *owner,
-                           const kvf_key_t *keys, const uint8_t *landed,
-                           uint32_t n, kvf_slot_t *slots, uint64_t *sums,
-                           kvf_status_t *results);
+ * checksum_failures: a miss, never wrong bytes. KVF_ERR_NO_MEMORY: nothing
+ * was pinned. */
+kvf_status_t kvf_store_pin_checked(kvf_store_t *store,
+                                   kvf_store_owner_t *owner,
+                                   const kvf_key_t *keys, const uint8_t *landed,
+                                   uint32_t n, kvf_slot_t *slots,
+                                   uint64_t *sums, kvf_status_t *results);
 
 /* Checks the committed chunk of @p key against its checksum (a peer said
  * what we served it failed); one that fails is dropped and counted as in
