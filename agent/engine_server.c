@@ -308,13 +308,21 @@ static kvf_pool_entry_t *kvf_engine_staging_find(kvf_engine_conn_t *conn,
     return entry;
 }
 
-/* Gives back the staging block of an allocation (committed or released). */
-static void kvf_engine_staging_put(kvf_engine_conn_t *conn,
-                                   kvf_pool_entry_t *entry)
+/* Forgets the grant of a staging block: kvf_engine_staging_find no
+ * longer finds it. */
+static void kvf_engine_staging_unmap(kvf_engine_conn_t *conn,
+                                     kvf_pool_entry_t *entry)
 {
     uint64_t off = kvf_pool_entry_offset(entry);
 
     conn->staging_grant[off >> conn->server->staging_shift] = UINT64_MAX;
+}
+
+/* Gives back the staging block of an allocation (committed or released). */
+static void kvf_engine_staging_put(kvf_engine_conn_t *conn,
+                                   kvf_pool_entry_t *entry)
+{
+    kvf_engine_staging_unmap(conn, entry);
     kvf_pool_free(conn->staging, entry);
 }
 
@@ -733,17 +741,6 @@ typedef struct kvf_engine_commit_item {
     uint32_t job; /* its copy in the batch */
 } kvf_engine_commit_item_t;
 
-static int kvf_engine_grant_cmp(const void *a, const void *b)
-{
-    const kvf_engine_commit_item_t *x = *(kvf_engine_commit_item_t *const *)a;
-    const kvf_engine_commit_item_t *y = *(kvf_engine_commit_item_t *const *)b;
-
-    /* ties in the request's order: the first naming a grant gets it */
-    return (x->grant != y->grant)
-               ? (x->grant > y->grant) - (x->grant < y->grant)
-               : (x > y) - (x < y);
-}
-
 /* Finds each chunk's staging block and grant and queues its copy; a
  * grant named twice in the batch is KVF_ERR_RANGE after its first (its
  * bytes land once, as when each chunk was committed in turn). Returns the
@@ -751,29 +748,17 @@ static int kvf_engine_grant_cmp(const void *a, const void *b)
 static size_t kvf_engine_commit_plan(kvf_engine_conn_t *conn,
                                      const Kvf__EngineCommit *req,
                                      kvf_engine_commit_item_t *items,
-                                     kvf_engine_commit_item_t **order,
                                      kvf_copy_job_t *jobs)
 {
     kvf_store_t *store = conn->server->store;
-    size_t n = req->n_offsets, i, m = 0, njobs = 0;
+    size_t n = req->n_offsets, i, njobs = 0;
 
-    for (i = 0; i < n; i++) {
-        items[i].staging =
-            kvf_engine_staging_find(conn, req->offsets[i], &items[i].grant);
-        if (items[i].staging != NULL) {
-            order[m++] = &items[i];
-        }
-    }
-    qsort(order, m, sizeof(*order), kvf_engine_grant_cmp);
-    for (i = 1; i < m; i++) {
-        if (order[i]->grant == order[i - 1]->grant) {
-            order[i]->staging = NULL;
-        }
-    }
     for (i = 0; i < n; i++) {
         uint64_t len;
         uint8_t *dst;
 
+        items[i].staging =
+            kvf_engine_staging_find(conn, req->offsets[i], &items[i].grant);
         if (items[i].staging == NULL) {
             continue;
         }
@@ -782,6 +767,8 @@ static size_t kvf_engine_commit_plan(kvf_engine_conn_t *conn,
             items[i].staging = NULL;
             continue;
         }
+        /* taken: named again in this batch, it is no longer found */
+        kvf_engine_staging_unmap(conn, items[i].staging);
         items[i].job      = (uint32_t)njobs;
         jobs[njobs].dst   = dst;
         jobs[njobs].src   = kvf_engine_staging_ptr(conn, items[i].staging);
@@ -797,7 +784,7 @@ static kvf_status_t kvf_engine_conn_commit(kvf_engine_conn_t *conn,
     kvf_engine_server_t *server = conn->server;
     Kvf__EngineCommitReply reply;
     kvf_status_t status, first = KVF_OK;
-    kvf_engine_commit_item_t *items, **order;
+    kvf_engine_commit_item_t *items;
     kvf_copy_job_t *jobs;
     int32_t *results;
     size_t n, i, njobs;
@@ -813,13 +800,10 @@ static kvf_status_t kvf_engine_conn_commit(kvf_engine_conn_t *conn,
     n       = req->n_offsets;
     results = malloc(n * sizeof(*results));
     items   = malloc(n * sizeof(*items));
-    order   = malloc(n * sizeof(*order));
     jobs    = malloc(n * sizeof(*jobs));
-    if ((results == NULL) || (items == NULL) || (order == NULL) ||
-        (jobs == NULL)) {
+    if ((results == NULL) || (items == NULL) || (jobs == NULL)) {
         free(results);
         free(items);
-        free(order);
         free(jobs);
         return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_NO_MEMORY,
                                       "out of memory");
@@ -827,7 +811,7 @@ static kvf_status_t kvf_engine_conn_commit(kvf_engine_conn_t *conn,
     /* the bytes are copied from the engine's staging blocks into the
      * grants, checksummed as they land (on the copier's threads too):
      * committed bytes are the agent's alone from here on */
-    njobs = kvf_engine_commit_plan(conn, req, items, order, jobs);
+    njobs = kvf_engine_commit_plan(conn, req, items, jobs);
     kvf_store_copy(server->store, jobs, njobs);
     for (i = 0; i < n; i++) {
         kvf_key_unpack(req->keys.data + i * KVF_KEY_WIRE_SIZE, &key);
@@ -856,7 +840,6 @@ static kvf_status_t kvf_engine_conn_commit(kvf_engine_conn_t *conn,
         kvf_engine_conn_send(conn, KVF_MSG_ENGINE_COMMIT_REPLY, &reply.base);
     free(results);
     free(items);
-    free(order);
     free(jobs);
     return status;
 }

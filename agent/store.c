@@ -462,8 +462,7 @@ static kvf_status_t kvf_store_pin_sum(kvf_store_t *store,
     return KVF_OK;
 }
 
-kvf_status_t kvf_store_pin_checked(kvf_store_t *store,
-                                   kvf_store_owner_t *owner,
+kvf_status_t kvf_store_pin_checked(kvf_store_t *store, kvf_store_owner_t *owner,
                                    const kvf_key_t *keys, const uint8_t *landed,
                                    uint32_t n, kvf_slot_t *slots,
                                    uint64_t *sums, kvf_status_t *results)

@@ -156,8 +156,7 @@ kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
  * here (announced evicted, so the registry forgets it) and counted in
  * checksum_failures: a miss, never wrong bytes. KVF_ERR_NO_MEMORY: nothing
  * was pinned. */
-kvf_status_t kvf_store_pin_checked(kvf_store_t *store,
-                                   kvf_store_owner_t *owner,
+kvf_status_t kvf_store_pin_checked(kvf_store_t *store, kvf_store_owner_t *owner,
                                    const kvf_key_t *keys, const uint8_t *landed,
                                    uint32_t n, kvf_slot_t *slots,
                                    uint64_t *sums, kvf_status_t *results);
