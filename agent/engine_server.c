@@ -310,8 +310,8 @@ static kvf_pool_entry_t *kvf_engine_staging_find(kvf_engine_conn_t *conn,
 
 /* Forgets the grant of a staging block: kvf_engine_staging_find no
  * longer finds it. */
-static void kvf_engine_staging_unmap(kvf_engine_conn_t *conn,
-                                     kvf_pool_entry_t *entry)
+static void kvf_engine_staging_forget(kvf_engine_conn_t *conn,
+                                      kvf_pool_entry_t *entry)
 {
     uint64_t off = kvf_pool_entry_offset(entry);
 
@@ -322,7 +322,7 @@ static void kvf_engine_staging_unmap(kvf_engine_conn_t *conn,
 static void kvf_engine_staging_put(kvf_engine_conn_t *conn,
                                    kvf_pool_entry_t *entry)
 {
-    kvf_engine_staging_unmap(conn, entry);
+    kvf_engine_staging_forget(conn, entry);
     kvf_pool_free(conn->staging, entry);
 }
 
@@ -768,7 +768,7 @@ static size_t kvf_engine_commit_plan(kvf_engine_conn_t *conn,
             continue;
         }
         /* taken: named again in this batch, it is no longer found */
-        kvf_engine_staging_unmap(conn, items[i].staging);
+        kvf_engine_staging_forget(conn, items[i].staging);
         items[i].job      = (uint32_t)njobs;
         jobs[njobs].dst   = dst;
         jobs[njobs].src   = kvf_engine_staging_ptr(conn, items[i].staging);
