@@ -103,6 +103,16 @@ static void kvf_agent_metrics_pd(kvf_agent_http_t *http, struct evbuffer *body)
     kvf_prom_metric(
         body, "kvf_agent_pd_received_pushes_total", KVF_PROM_COUNTER,
         "pushes received and verified (decoder side)", ps.batches_received);
+    kvf_prom_metric(body, "kvf_agent_pd_implied_done_total", KVF_PROM_COUNTER,
+                    "received pushes completed when their last chunk landed, "
+                    "without PD_DONE",
+                    ps.implied_done);
+    kvf_prom_metric_by(body, "kvf_agent_pd_acks_total", KVF_PROM_COUNTER,
+                       "received pushes acknowledged, and the PD_DONE_REPLY "
+                       "messages that carried them (acks to one sender "
+                       "coalesced)",
+                       "kind", 2, (const char *const[]){"push", "message"},
+                       (const uint64_t[]){ps.acks, ps.ack_messages});
     kvf_prom_metric(body, "kvf_agent_pd_requests_ready_total", KVF_PROM_COUNTER,
                     "PD requests received complete", ps.requests_ready);
     kvf_prom_metric(body, "kvf_agent_pd_queue_depth", KVF_PROM_GAUGE,

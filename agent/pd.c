@@ -58,6 +58,13 @@ static void kvf_pd_on_tick(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+static void kvf_pd_on_acks(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    kvf_pd_acks_flush(arg);
+}
+
 void kvf_pd_cancel(kvf_pd_t *pd, void *engine)
 {
     kvf_pd_open_t **pp, *open;
@@ -231,7 +238,8 @@ kvf_status_t kvf_pd_create(const kvf_pd_params_t *params, kvf_pd_t **pd_p)
     snprintf(pd->name, sizeof(pd->name), "%s",
              (params->name != NULL) ? params->name : "agent");
     pd->tick_ev = evtimer_new(params->base, kvf_pd_on_tick, pd);
-    if (pd->tick_ev == NULL) {
+    pd->ack_ev  = event_new(params->base, -1, 0, kvf_pd_on_acks, pd);
+    if ((pd->tick_ev == NULL) || (pd->ack_ev == NULL)) {
         goto err;
     }
     if (params->region_size > 0) {
@@ -298,6 +306,10 @@ void kvf_pd_destroy(kvf_pd_t *pd)
     if (pd->tick_ev != NULL) {
         event_free(pd->tick_ev);
     }
+    if (pd->ack_ev != NULL) {
+        event_free(pd->ack_ev);
+    }
+    free(pd->acks); /* their endpoints went with the worker */
     kvf_pd_region_destroy(pd->region);
     free(pd->bounce);
     kh_destroy_inplace(kvf_pd_reqs, &pd->reqs_by_id);

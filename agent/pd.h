@@ -101,6 +101,10 @@ typedef struct kvf_pd_stats {
     uint64_t copied_pushes;  /* sent by memcpy into a same-host decoder */
     uint64_t copied_bytes;
     uint64_t copied_batches; /* received that way (verified or not) */
+    uint64_t implied_done;   /* received pushes completed by their last
+                                chunk, without PD_DONE */
+    uint64_t acks;           /* received pushes acknowledged (status 0) */
+    uint64_t ack_messages;   /* PD_DONE_REPLYs that carried those acks */
 } kvf_pd_stats_t;
 
 /* Registers the PD active-message handlers on the worker. */

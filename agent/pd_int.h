@@ -59,6 +59,8 @@ struct kvf_pd_batch {
     kvf_ucx_iov_t *iov;   /* per chunk: its slot, for messages of several */
     bool is_bad;          /* a chunk failed its checksum as it landed */
     uint32_t bad;         /* which one */
+    bool is_implied;      /* no PD_DONE: complete when the last chunk lands
+                             (PdAllocReply.done_implied) */
 };
 
 typedef enum {
@@ -132,6 +134,7 @@ typedef struct kvf_pd_push {
     kvf_pd_push_state_t state;
     kvf_status_t status;
     bool is_final;
+    bool is_implied; /* the decoder completes the batch without PD_DONE */
     uint64_t bytes;
     uint64_t *offsets;
     uint64_t *lengths;
@@ -154,6 +157,17 @@ typedef struct kvf_pd_open {
     void *engine;
     char address[64];
 } kvf_pd_open_t;
+
+/* A push acknowledged (status 0) but not yet told its sender: acks to one
+ * endpoint within one pass of the loop go in one PD_DONE_REPLY. */
+typedef struct kvf_pd_ack {
+    kvf_ucx_ep_t *ep; /* held */
+    uint64_t request_id;
+    uint64_t ticket;
+} kvf_pd_ack_t;
+
+/* Pushes a PD_DONE_REPLY acknowledges at most (PdDoneReply.more + 1). */
+#define KVF_PD_ACKS_MAX 256u
 
 /* Requests by id (UCX's khash): PD_ALLOC, PD_DATA and PD_DONE find theirs
  * in O(1), whatever a flood of requests a peer opened. */
@@ -198,7 +212,11 @@ struct kvf_pd {
     kvf_pd_push_t *pushes;
     kvf_pd_open_t *opens;
     struct event *tick_ev;
-    uint64_t tick_at_ns; /* when tick_ev fires (0: not armed) */
+    uint64_t tick_at_ns;  /* when tick_ev fires (0: not armed) */
+    struct event *ack_ev; /* made active by the first ack of a pass */
+    kvf_pd_ack_t *acks;   /* acks not sent yet, in completion order */
+    size_t num_acks;
+    size_t acks_cap;
     kvf_pd_stats_t stats;
     bool is_draining; /* new requests refused; open ones complete */
 };
@@ -241,6 +259,8 @@ void kvf_pd_queue_pump(kvf_pd_t *pd);
 void kvf_pd_req_unlink(kvf_pd_t *pd, kvf_pd_req_t *req);
 void kvf_pd_req_abort(kvf_pd_t *pd, kvf_pd_req_t *req, kvf_status_t reason,
                       bool tell_sender, const char *why);
+/* Sends the acks queued this pass, one PD_DONE_REPLY per endpoint. */
+void kvf_pd_acks_flush(kvf_pd_t *pd);
 void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAlloc *m);
 void kvf_pd_on_done(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdDone *m);
 void kvf_pd_on_abort(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAbort *m);

@@ -145,7 +145,8 @@ static void kvf_pd_reply_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
         reply.offsets   = batch->offsets;
         /* several chunks a PD_DATA, scattered over their slots (a GPU
          * region takes one chunk a message, through its registration) */
-        reply.multi = !pd->region_is_device;
+        reply.multi        = !pd->region_is_device;
+        reply.done_implied = batch->is_implied;
     }
     if (kvf_pd_send(pd, ep, KVF_MSG_PD_ALLOC_REPLY, &reply.base, NULL) !=
         KVF_OK) {
@@ -175,6 +176,81 @@ static void kvf_pd_reply_done(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
         kvf_debug("%s: cannot answer PD_DONE of request %llu", pd->name,
                   (unsigned long long)request_id);
     }
+}
+
+/* Acknowledges a verified push: at once to a sender that sends PD_DONE,
+ * else queued, so that every ack to one endpoint in this pass of the loop
+ * goes in one PD_DONE_REPLY (kvf_pd_acks_flush). */
+static void kvf_pd_ack(kvf_pd_t *pd, const kvf_pd_batch_t *batch)
+{
+    const kvf_pd_req_t *req = batch->req;
+    kvf_pd_ack_t *grown;
+    size_t cap;
+
+    pd->stats.acks++;
+    if (batch->is_implied && (pd->num_acks == pd->acks_cap)) {
+        cap   = (pd->acks_cap == 0) ? 16 : 2 * pd->acks_cap;
+        grown = realloc(pd->acks, cap * sizeof(*grown));
+        if (grown != NULL) {
+            pd->acks     = grown;
+            pd->acks_cap = cap;
+        }
+    }
+    if (!batch->is_implied || (pd->num_acks == pd->acks_cap)) {
+        pd->stats.ack_messages++;
+        kvf_pd_reply_done(pd, req->src, req->id, batch->ticket, KVF_OK, "");
+        return;
+    }
+    if (pd->num_acks == 0) {
+        event_active(pd->ack_ev, EV_TIMEOUT, 0);
+    }
+    kvf_ucx_ep_hold(req->src);
+    pd->acks[pd->num_acks].ep         = req->src;
+    pd->acks[pd->num_acks].request_id = req->id;
+    pd->acks[pd->num_acks].ticket     = batch->ticket;
+    pd->num_acks++;
+}
+
+void kvf_pd_acks_flush(kvf_pd_t *pd)
+{
+    Kvf__PdAck items[KVF_PD_ACKS_MAX - 1], *more[KVF_PD_ACKS_MAX - 1];
+    kvf_ucx_ep_t *ep;
+    Kvf__PdDoneReply reply;
+    size_t i, j;
+
+    for (i = 0; i < pd->num_acks; i++) {
+        ep = pd->acks[i].ep;
+        if (ep == NULL) {
+            continue; /* sent with an earlier one */
+        }
+        kvf__pd_done_reply__init(&reply);
+        reply.request_id = pd->acks[i].request_id;
+        reply.ticket     = pd->acks[i].ticket;
+        reply.more       = more;
+        for (j = i + 1;
+             (j < pd->num_acks) && (reply.n_more < KVF_PD_ACKS_MAX - 1); j++) {
+            if (pd->acks[j].ep != ep) {
+                continue;
+            }
+            kvf__pd_ack__init(&items[reply.n_more]);
+            items[reply.n_more].request_id = pd->acks[j].request_id;
+            items[reply.n_more].ticket     = pd->acks[j].ticket;
+            more[reply.n_more]             = &items[reply.n_more];
+            reply.n_more++;
+            pd->acks[j].ep = NULL;
+            kvf_ucx_ep_put(ep);
+        }
+        if (!kvf_ucx_ep_is_failed(ep)) {
+            pd->stats.ack_messages++;
+            if (kvf_pd_send(pd, ep, KVF_MSG_PD_DONE_REPLY, &reply.base, NULL) !=
+                KVF_OK) {
+                kvf_debug("%s: cannot acknowledge %zu pushes", pd->name,
+                          reply.n_more + 1);
+            }
+        }
+        kvf_ucx_ep_put(ep);
+    }
+    pd->num_acks = 0;
 }
 
 /* The batch no longer belongs to a live request: free it now, or when its
@@ -538,12 +614,14 @@ void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAlloc *m)
         memcpy(batch->checksums, m->checksums,
                m->n_checksums * sizeof(uint64_t));
     }
-    batch->num      = (uint32_t)m->n_lengths;
-    batch->id       = ++pd->next_batch;
-    batch->ticket   = m->ticket;
-    batch->is_final = m->final;
-    batch->req      = req;
-    req->batch      = batch;
+    /* no PD_DONE: the checksums the batch is verified against are here */
+    batch->is_implied = m->done_implied && (m->n_checksums > 0);
+    batch->num        = (uint32_t)m->n_lengths;
+    batch->id         = ++pd->next_batch;
+    batch->ticket     = m->ticket;
+    batch->is_final   = m->final;
+    batch->req        = req;
+    req->batch        = batch;
     if (req->quota_key == 0) {
         req->quota_key = (uintptr_t)ep;
     }
@@ -617,7 +695,8 @@ static kvf_status_t kvf_pd_batch_verify(kvf_pd_t *pd, kvf_pd_batch_t *batch,
     return KVF_OK;
 }
 
-/* PD_DONE arrived and every receive finished: verify, keep, acknowledge. */
+/* PD_DONE arrived (or, done implied, every chunk landed or one failed)
+ * and every receive finished: verify, keep, acknowledge. */
 static void kvf_pd_batch_try_complete(kvf_pd_t *pd, kvf_pd_batch_t *batch)
 {
     char message[KVF_PD_MESSAGE_SIZE];
@@ -626,7 +705,15 @@ static void kvf_pd_batch_try_complete(kvf_pd_t *pd, kvf_pd_batch_t *batch)
     kvf_status_t status;
     uint32_t i, bad = 0, cap;
 
-    if (!batch->is_done || (batch->inflight > 0)) {
+    if (batch->inflight > 0) {
+        return;
+    }
+    if (batch->is_implied && !batch->is_done &&
+        ((batch->landed == batch->num) || batch->is_failed)) {
+        batch->is_done = true; /* what PD_DONE would have said */
+        pd->stats.implied_done++;
+    }
+    if (!batch->is_done) {
         return;
     }
     status = KVF_ERR_TRANSPORT;
@@ -690,7 +777,7 @@ static void kvf_pd_batch_try_complete(kvf_pd_t *pd, kvf_pd_batch_t *batch)
     req->batch         = NULL;
     kvf_pd_req_touch(pd, req);
     pd->stats.batches_received++;
-    kvf_pd_reply_done(pd, req->src, req->id, batch->ticket, KVF_OK, "");
+    kvf_pd_ack(pd, batch);
     if (batch->is_final) {
         req->state = KVF_PD_REQ_READY;
         kvf_ucx_ep_put(req->src);
@@ -721,6 +808,11 @@ void kvf_pd_on_done(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdDone *m)
         batch->is_done) {
         kvf_pd_reply_done(pd, ep, m->request_id, m->ticket, KVF_ERR_NOT_FOUND,
                           "no such push in progress at the decoder");
+        return;
+    }
+    if (batch->is_implied) {
+        /* the sender asked for none; the push goes on without it */
+        kvf_mesh_drop(pd->mesh, KVF_MESH_DROP_UNEXPECTED);
         return;
     }
     if (m->n_checksums != batch->num) {
@@ -863,6 +955,7 @@ kvf_status_t kvf_pd_on_data(void *arg, const void *header, size_t header_len,
     }
     if (status != KVF_OK) {
         batch->is_failed = true;
+        kvf_pd_batch_try_complete(pd, batch); /* done implied: fails now */
         goto out;
     }
     for (k = 0; k < count; k++) {

@@ -249,7 +249,11 @@ static void kvf_pd_on_data_sent(kvf_status_t status, void *arg)
                            push->decoder, kvf_strerror(status));
     } else if ((++push->sent == push->msgs) &&
                (push->state == KVF_PD_PUSH_DATA)) {
-        kvf_pd_push_send_done(push);
+        if (push->is_implied) {
+            push->state = KVF_PD_PUSH_DONE; /* the decoder acks unasked */
+        } else {
+            kvf_pd_push_send_done(push);
+        }
     }
     kvf_pd_push_maybe_complete(push);
 }
@@ -459,9 +463,38 @@ void kvf_pd_on_alloc_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
         kvf_pd_push_maybe_complete(push);
         return;
     }
-    push->batch = m->batch;
+    push->batch      = m->batch;
+    push->is_implied = m->done_implied;
     if (!kvf_pd_push_copy(push, m)) {
         kvf_pd_push_send_data(push, m->multi);
+    }
+    kvf_pd_push_maybe_complete(push);
+}
+
+/* The decoder's answer for push @p ticket, which counts only from the
+ * endpoint the push went to. */
+static void kvf_pd_on_ack(kvf_pd_t *pd, kvf_ucx_ep_t *ep, uint64_t request_id,
+                          uint64_t ticket, kvf_status_t status,
+                          const char *message)
+{
+    kvf_pd_push_t *push = kvf_pd_push_find(pd, ticket);
+
+    if ((push == NULL) || (push->ep != ep)) {
+        kvf_mesh_drop(pd->mesh, KVF_MESH_DROP_UNEXPECTED);
+        return;
+    }
+    if ((push->state == KVF_PD_PUSH_FINISHED) ||
+        (push->request_id != request_id)) {
+        return;
+    }
+    if (status != KVF_OK) {
+        kvf_pd_push_finish(push, status, "decoder %s: %s", push->decoder,
+                           (message != NULL) ? message : "");
+    } else if ((push->state == KVF_PD_PUSH_DONE) ||
+               (push->is_implied && (push->state == KVF_PD_PUSH_DATA))) {
+        /* the decoder verified every byte: delivered (done implied, its
+         * ack may overtake our last send's completion) */
+        kvf_pd_push_finish(push, KVF_OK, "%s", "");
     }
     kvf_pd_push_maybe_complete(push);
 }
@@ -469,25 +502,17 @@ void kvf_pd_on_alloc_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
 void kvf_pd_on_done_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
                           const Kvf__PdDoneReply *m)
 {
-    kvf_pd_push_t *push = kvf_pd_push_find(pd, m->ticket);
+    size_t i;
 
-    if ((push == NULL) || (push->ep != ep)) {
-        kvf_mesh_drop(pd->mesh, KVF_MESH_DROP_UNEXPECTED);
-        return;
+    kvf_pd_on_ack(pd, ep, m->request_id, m->ticket, (kvf_status_t)m->status,
+                  m->message);
+    if ((m->status != KVF_OK) || (m->n_more >= KVF_PD_ACKS_MAX)) {
+        return; /* only successes coalesce, KVF_PD_ACKS_MAX at most */
     }
-    if ((push->state == KVF_PD_PUSH_FINISHED) ||
-        (push->request_id != m->request_id)) {
-        return;
+    for (i = 0; i < m->n_more; i++) {
+        kvf_pd_on_ack(pd, ep, m->more[i]->request_id, m->more[i]->ticket,
+                      KVF_OK, "");
     }
-    if (m->status != KVF_OK) {
-        kvf_pd_push_finish(push, (kvf_status_t)m->status, "decoder %s: %s",
-                           push->decoder,
-                           (m->message != NULL) ? m->message : "");
-    } else if (push->state == KVF_PD_PUSH_DONE) {
-        /* the decoder verified every byte: delivered */
-        kvf_pd_push_finish(push, KVF_OK, "%s", "");
-    }
-    kvf_pd_push_maybe_complete(push);
 }
 
 static void kvf_pd_push_send_alloc(kvf_pd_push_t *push);
@@ -542,13 +567,14 @@ static void kvf_pd_push_send_alloc(kvf_pd_push_t *push)
         return;
     }
     kvf__pd_alloc__init(&m);
-    m.request_id  = push->request_id;
-    m.ticket      = push->ticket;
-    m.n_lengths   = push->num;
-    m.lengths     = push->lengths;
-    m.n_checksums = push->num;
-    m.checksums   = push->checksums;
-    m.final       = push->is_final;
+    m.request_id   = push->request_id;
+    m.ticket       = push->ticket;
+    m.n_lengths    = push->num;
+    m.lengths      = push->lengths;
+    m.n_checksums  = push->num;
+    m.checksums    = push->checksums;
+    m.final        = push->is_final;
+    m.done_implied = true; /* the checksums are here: PD_DONE adds nothing */
     kvf_pd_push_send_msg(push, KVF_PD_PUSH_ALLOC, KVF_MSG_PD_ALLOC, &m.base);
 }
 

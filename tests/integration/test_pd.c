@@ -268,6 +268,9 @@ Test(pd, push_then_wait_delivers_every_byte)
     dc = connect_to(&g_d);
     cr_assert_eq(push(pc, 1, 0, 4, true), KVF_OK, "%s",
                  kvf_client_last_error(pc));
+    /* agents of one version: the last chunk ends the push, no PD_DONE */
+    cr_assert_eq(metric(&g_d, "kvf_agent_pd_implied_done_total"), 1);
+    cr_assert_eq(metric(&g_d, "kvf_agent_pd_acks_total{kind=\"push\"}"), 1);
     wait_and_check(dc, 1, 4);
     /* the same engine may ask again; another engine may not */
     cr_assert_eq(kvf_pd_wait(dc, 1, 1000000000ull, &slot, 1, &num),
@@ -343,6 +346,9 @@ Test(pd, streaming_pushes_interleave_across_requests)
                  kvf_client_last_error(pc));
     wait_and_check(dc, 11, 5);
     wait_and_check(dc, 10, 5);
+    cr_assert_eq(metric(&g_d, "kvf_agent_pd_implied_done_total"), 6);
+    cr_assert_eq(metric(&g_d, "kvf_agent_pd_acks_total{kind=\"push\"}"), 6);
+    cr_assert_leq(metric(&g_d, "kvf_agent_pd_acks_total{kind=\"message\"}"), 6);
     cr_assert_eq(kvf_pd_release(dc, 10), KVF_OK);
     cr_assert_eq(kvf_pd_release(dc, 11), KVF_OK);
     cr_assert(metric_becomes(&g_d, REGION_USED, 0, 2000));

@@ -27,12 +27,21 @@ struct kvf_rogue {
     kvf_ucx_worker_t *worker;
     kvf_ucx_ep_t *ep;
     unsigned received[KVF_UCX_AM_ID_MAX];
+    struct kvf_rogue_msg {
+        uint16_t id;
+        unsigned nth;
+        void *data;
+        size_t len;
+    } * msgs; /* eager payloads received, for kvf_rogue_message */
+    unsigned num_msgs;
     bool is_holding;
     kvf_ucx_am_msg_t *held;
     unsigned num_held;
 };
 
 #define KVF_ROGUE_HELD_MAX 8192u
+#define KVF_ROGUE_MSGS_MAX 4096u
+#define KVF_ROGUE_MSG_MAX  (64u << 10)
 
 static kvf_rogue_t *g_kvf_rogue; /* the one rogue, for its handlers */
 
@@ -42,7 +51,19 @@ static kvf_status_t kvf_rogue_on_am(void *arg, const void *header,
 {
     unsigned *count    = arg;
     kvf_rogue_t *rogue = g_kvf_rogue;
+    struct kvf_rogue_msg *m;
 
+    if (!msg->is_rndv && (msg->length > 0) &&
+        (msg->length <= KVF_ROGUE_MSG_MAX) &&
+        (rogue->num_msgs < KVF_ROGUE_MSGS_MAX)) {
+        m       = &rogue->msgs[rogue->num_msgs++];
+        m->id   = (uint16_t)(count - rogue->received);
+        m->nth  = *count;
+        m->len  = msg->length;
+        m->data = malloc(msg->length);
+        cr_assert_not_null(m->data);
+        memcpy(m->data, msg->data, msg->length);
+    }
     (*count)++;
     if (msg->is_rndv && rogue->is_holding &&
         (rogue->num_held < KVF_ROGUE_HELD_MAX)) {
@@ -77,6 +98,8 @@ kvf_rogue_t *kvf_rogue_create(const char *address)
 
     cr_assert_not_null(rogue);
     g_kvf_rogue = rogue;
+    rogue->msgs = calloc(KVF_ROGUE_MSGS_MAX, sizeof(*rogue->msgs));
+    cr_assert_not_null(rogue->msgs);
     rogue->base = event_base_new();
     cr_assert_not_null(rogue->base);
     cr_assert_eq(kvf_ucx_ctx_create(&cp, &rogue->ctx), KVF_OK);
@@ -103,6 +126,10 @@ void kvf_rogue_destroy(kvf_rogue_t *rogue)
         kvf_ucx_am_msg_release(&rogue->held[i]);
     }
     free(rogue->held);
+    for (i = 0; i < rogue->num_msgs; i++) {
+        free(rogue->msgs[i].data);
+    }
+    free(rogue->msgs);
     kvf_ucx_ep_put(rogue->ep);
     kvf_ucx_worker_destroy(rogue->worker);
     kvf_ucx_ctx_destroy(rogue->ctx);
@@ -160,6 +187,20 @@ kvf_status_t kvf_rogue_send(kvf_rogue_t *rogue, uint16_t id, const void *header,
 unsigned kvf_rogue_received(const kvf_rogue_t *rogue, uint16_t id)
 {
     return (id < KVF_UCX_AM_ID_MAX) ? rogue->received[id] : 0;
+}
+
+const void *kvf_rogue_message(const kvf_rogue_t *rogue, uint16_t id,
+                              unsigned nth, size_t *len_p)
+{
+    unsigned i;
+
+    for (i = 0; i < rogue->num_msgs; i++) {
+        if ((rogue->msgs[i].id == id) && (rogue->msgs[i].nth == nth)) {
+            *len_p = rogue->msgs[i].len;
+            return rogue->msgs[i].data;
+        }
+    }
+    return NULL;
 }
 
 void kvf_rogue_progress(kvf_rogue_t *rogue, int ms)

@@ -47,6 +47,12 @@ void kvf_rogue_hold_rndv(kvf_rogue_t *rogue);
 /* Messages the rogue received with id @p id (1..63) so far. */
 unsigned kvf_rogue_received(const kvf_rogue_t *rogue, uint16_t id);
 
+/* The eager payload of the @p nth (0-based) message received on @p id,
+ * its length in *len_p; NULL when there is none (rendezvous payloads and
+ * ones over 64 KiB are not kept). */
+const void *kvf_rogue_message(const kvf_rogue_t *rogue, uint16_t id,
+                              unsigned nth, size_t *len_p);
+
 /* Progresses the rogue's worker for @p ms milliseconds. */
 void kvf_rogue_progress(kvf_rogue_t *rogue, int ms);
 
