@@ -86,8 +86,10 @@ static void kvf_bench_pd_start(kvf_bench_pd_t *b)
 {
     static const char *const names[2] = {"bench-prefill", "bench-decode"};
     uint64_t chunk_pow2               = kvf_bench_chunk_class(b->o.chunk_size);
-    uint64_t request_bytes =
-        chunk_pow2 * b->o.chunks_per_request * b->o.inflight;
+    /* a piece takes a pool slot of its class, 64 KiB (the pool's smallest
+     * class) at least */
+    uint64_t piece = kvf_bench_chunk_class(b->o.chunk_size / b->o.layers);
+    uint64_t request_bytes;
     char region[32];
     const char *const prefill[] = {"--role", "prefill", "--pd-push-timeout",
                                    "60s", NULL};
@@ -96,6 +98,11 @@ static void kvf_bench_pd_start(kvf_bench_pd_t *b)
          "60s",    NULL};
     const char *const *const extra[2] = {prefill, decode};
 
+    if (piece < (64u << 10)) {
+        piece = 64u << 10;
+    }
+    request_bytes =
+        piece * b->o.layers * b->o.chunks_per_request * b->o.inflight;
     /* the prefill pool holds the chunks of the requests in flight; the
      * region twice that */
     snprintf(region, sizeof(region), "%" PRIu64, 2 * request_bytes);
