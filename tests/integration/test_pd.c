@@ -424,6 +424,48 @@ Test(pd, full_region_queues_fifo_and_releases_wake_pushes)
     kvf_client_disconnect(dc);
 }
 
+/* Several prefill engines push at once: the decoder's acks to their agent
+ * that complete in one pass share a PD_DONE_REPLY (PdDoneReply.more), and
+ * the prefill agent completes every push they name, once. */
+Test(pd, concurrent_pushes_share_acks_and_each_completes)
+{
+    enum {
+        THREADS = 6,
+        ROUNDS  = 4
+    };
+    pusher_t ps[THREADS];
+    kvf_client_t *dc;
+    pthread_t th[THREADS];
+    long long acks, msgs;
+    int i, r;
+
+    start_pair(NULL);
+    dc = connect_to(&g_d);
+    for (r = 0; r < ROUNDS; r++) {
+        for (i = 0; i < THREADS; i++) {
+            memset(&ps[i], 0, sizeof(ps[i]));
+            ps[i].req = 600 + (uint64_t)(r * THREADS + i);
+            ps[i].n   = 1;
+            cr_assert_eq(pthread_create(&th[i], NULL, push_thread, &ps[i]), 0);
+        }
+        for (i = 0; i < THREADS; i++) {
+            pthread_join(th[i], NULL);
+            cr_assert_eq(ps[i].status, KVF_OK, "push %d: %s", i, ps[i].error);
+        }
+        for (i = 0; i < THREADS; i++) {
+            wait_and_check(dc, ps[i].req, 1);
+            cr_assert_eq(kvf_pd_release(dc, ps[i].req), KVF_OK);
+        }
+    }
+    acks = metric(&g_d, "kvf_agent_pd_acks_total{kind=\"push\"}");
+    msgs = metric(&g_d, "kvf_agent_pd_acks_total{kind=\"message\"}");
+    cr_assert_eq(acks, THREADS * ROUNDS);
+    cr_assert((msgs >= 1) && (msgs <= acks), "%lld ack messages", msgs);
+    cr_log_info("%lld pushes acknowledged in %lld PD_DONE_REPLYs", acks, msgs);
+    cr_assert(metric_becomes(&g_d, REGION_USED, 0, 2000));
+    kvf_client_disconnect(dc);
+}
+
 /* A prefill engine pushes request @p req (@p n chunks, final) and
  * blocks in the push; run in a child the test kills. */
 static void push_in_child(uint64_t req, uint32_t n)
