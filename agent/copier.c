@@ -10,6 +10,7 @@
 
 #include "common/chunk.h"
 #include "common/log.h"
+#include "common/thread.h"
 
 #include <kvfabric/keys.h>
 
@@ -100,8 +101,8 @@ kvf_status_t kvf_copier_create(unsigned workers, kvf_copier_t **copier_p)
     pthread_cond_init(&copier->done, NULL);
     atomic_init(&copier->next, 0);
     for (i = 0; i < workers; i++) {
-        if (pthread_create(&copier->threads[i], NULL, kvf_copier_main,
-                           copier) != 0) {
+        if (kvf_thread_start(&copier->threads[i], "kvf-copier", kvf_copier_main,
+                             copier) != 0) {
             kvf_error("copier: cannot start worker %u of %u", i + 1, workers);
             kvf_copier_destroy(copier);
             return KVF_ERR_IO;

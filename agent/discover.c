@@ -5,6 +5,7 @@
 #include "common/config.h"
 #include "common/etcd.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/time.h"
 
 #include <event2/event.h>
@@ -226,7 +227,8 @@ kvf_status_t kvf_discover_create(struct event_base *base, const char *urls,
     if ((disc->ready_ev == NULL) || (event_add(disc->ready_ev, NULL) != 0)) {
         goto err_destroy;
     }
-    if (pthread_create(&disc->thread, NULL, kvf_discover_thread, disc) != 0) {
+    if (kvf_thread_start(&disc->thread, "kvf-discover", kvf_discover_thread,
+                         disc) != 0) {
         status = KVF_ERR_IO;
         goto err_destroy;
     }

@@ -27,6 +27,7 @@
 #include "agent/local_wire.h"
 
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/time.h"
 
 #include <event2/event.h>
@@ -742,8 +743,8 @@ static void *kvf_local_populate_main(void *arg)
 static void kvf_local_populate_start(kvf_local_link_t *link)
 {
     atomic_store(&link->populate_stop, false);
-    link->has_populate = pthread_create(&link->populate, NULL,
-                                        kvf_local_populate_main, link) == 0;
+    link->has_populate = kvf_thread_start(&link->populate, "kvf-populate",
+                                          kvf_local_populate_main, link) == 0;
     if (!link->has_populate) {
         kvf_debug("%s: no populate thread; pages fault in as copied",
                   link->local->name);

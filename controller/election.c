@@ -4,6 +4,7 @@
 
 #include "controller/etcd.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/time.h"
 
 #include <event2/event.h>
@@ -384,7 +385,8 @@ kvf_status_t kvf_election_start(kvf_election_t *el, struct event_base *base,
     if ((el->lost_ev == NULL) || (event_add(el->lost_ev, NULL) != 0)) {
         return KVF_ERR_NO_MEMORY;
     }
-    if (pthread_create(&el->thread, NULL, kvf_election_thread, el) != 0) {
+    if (kvf_thread_start(&el->thread, "kvf-election", kvf_election_thread,
+                         el) != 0) {
         return KVF_ERR_IO;
     }
     el->thread_started = true;

@@ -9,7 +9,10 @@
 
 #include <criterion/criterion.h>
 
+#include <dirent.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -258,4 +261,82 @@ Test(agent_process, controller_listens_on_ipv6_loopback)
               "log: %s", kvf_test_proc_log(&proc));
     cr_assert_eq(kvf_test_proc_stop(&proc, 10000), 0, "%s",
                  kvf_test_proc_log(&proc));
+}
+
+/* The blocked-signal mask of thread @p tid of @p pid (SigBlk), and its
+ * name; false when the thread is gone. */
+static bool thread_sigblk(pid_t pid, const char *tid, char *name, size_t len,
+                          unsigned long long *blk)
+{
+    char path[384], line[256];
+    bool found = false;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/task/%s/comm", (int)pid, tid);
+    f = fopen(path, "r");
+    if ((f == NULL) || (fgets(name, (int)len, f) == NULL)) {
+        if (f != NULL) {
+            fclose(f);
+        }
+        return false;
+    }
+    fclose(f);
+    name[strcspn(name, "\n")] = '\0';
+    snprintf(path, sizeof(path), "/proc/%d/task/%s/status", (int)pid, tid);
+    f = fopen(path, "r");
+    while ((f != NULL) && (fgets(line, sizeof(line), f) != NULL)) {
+        if (sscanf(line, "SigBlk: %llx", blk) == 1) {
+            found = true;
+        }
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    return found;
+}
+
+/* The agent's own threads (here its copier workers) block SIGTERM, so the
+ * signal reaches the loop thread's handler, which still stops it cleanly;
+ * the loop thread itself does not block it. */
+Test(agent_process, worker_threads_leave_signals_to_the_loop)
+{
+    uint16_t http = kvf_test_free_port();
+    char http_arg[64], sock[128], dir[64], name[64];
+    const char *argv[] = {
+        agent_bin(),   "--controller",   "127.0.0.1:1", "--listen",
+        "127.0.0.1:0", "--name",         "it-signals",  "--http",
+        http_arg,      "--socket",       sock,          "--pool-size",
+        "64M",         "--copy-threads", "3",           NULL};
+    const unsigned long long sigterm = 1ull << (SIGTERM - 1);
+    unsigned long long blk;
+    kvf_test_proc_t proc;
+    struct dirent *d;
+    int copiers = 0;
+    DIR *tasks;
+
+    snprintf(http_arg, sizeof(http_arg), "127.0.0.1:%u", http);
+    snprintf(sock, sizeof(sock), "/tmp/kvf-it-sig-%d.sock", (int)getpid());
+    cr_assert_eq(kvf_test_proc_start(&proc, argv), 0);
+    cr_assert(kvf_test_proc_wait_log(&proc, "http listening", 10000), "log: %s",
+              kvf_test_proc_log(&proc));
+    snprintf(dir, sizeof(dir), "/proc/%d/task", (int)proc.pid);
+    tasks = opendir(dir);
+    cr_assert_not_null(tasks);
+    while ((d = readdir(tasks)) != NULL) {
+        if ((d->d_name[0] == '.') ||
+            !thread_sigblk(proc.pid, d->d_name, name, sizeof(name), &blk)) {
+            continue;
+        }
+        if (atoi(d->d_name) == (int)proc.pid) {
+            cr_assert_eq(blk & sigterm, 0, "the loop thread blocks SIGTERM");
+        } else if (strcmp(name, "kvf-copier") == 0) {
+            cr_assert_neq(blk & sigterm, 0, "copier %s takes SIGTERM",
+                          d->d_name);
+            copiers++;
+        }
+    }
+    closedir(tasks);
+    cr_assert_eq(copiers, 3, "%d threads named kvf-copier", copiers);
+    cr_assert_eq(kvf_test_proc_stop(&proc, 10000), 0,
+                 "SIGTERM exits 0; log: %s", kvf_test_proc_log(&proc));
 }
