@@ -364,6 +364,48 @@ uint8_t *kvf_store_grant_ptr(kvf_store_t *store, kvf_store_owner_t *owner,
     return kvf_pool_ptr(store->pool, offset);
 }
 
+/* Where @p key is in the list of damaged chunks still referenced, or -1. */
+static int kvf_store_damaged_find(const kvf_store_t *store,
+                                  const kvf_key_t *key)
+{
+    unsigned i;
+
+    for (i = 0; i < store->num_damaged; i++) {
+        if (kvf_key_equal(&store->damaged[i], key)) {
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+/* Puts back a reference to @p entry; a damaged chunk goes with the last
+ * one (the registry is told it was evicted). */
+static void kvf_store_entry_put(kvf_store_t *store, kvf_pool_entry_t *entry)
+{
+    kvf_status_t status;
+    kvf_key_t key;
+    int i;
+
+    if (store->num_damaged == 0) {
+        kvf_pool_entry_put(store->pool, entry);
+        return;
+    }
+    key = *kvf_pool_entry_key(entry);
+    kvf_pool_entry_put(store->pool, entry);
+    i = kvf_store_damaged_find(store, &key);
+    if (i < 0) {
+        return;
+    }
+    status = kvf_pool_remove(store->pool, &key);
+    if (status == KVF_ERR_BUSY) {
+        return; /* still held: the last put drops it */
+    }
+    if ((status == KVF_OK) && (store->evict_cb != NULL)) {
+        store->evict_cb(store->cb_arg, &key); /* the registry forgets */
+    }
+    store->damaged[i] = store->damaged[--store->num_damaged];
+}
+
 kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
                            const kvf_key_t *key, kvf_slot_t *slot_p)
 {
@@ -371,7 +413,10 @@ kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
     kvf_store_hold_t hold   = {0}, *held;
     uint64_t offset;
 
-    if (entry == NULL) {
+    /* a chunk found damaged and not gone yet (another engine or a peer
+     * send holds it) is a miss, not checked and counted again */
+    if ((entry == NULL) || ((store->num_damaged > 0) &&
+                            (kvf_store_damaged_find(store, key) >= 0))) {
         store->misses++;
         return KVF_ERR_NOT_FOUND;
     }
@@ -400,8 +445,10 @@ static void kvf_store_drop_damaged(kvf_store_t *store, const kvf_key_t *key,
                                    uint64_t offset)
 {
     kvf_status_t status;
-    unsigned i;
 
+    if (kvf_store_damaged_find(store, key) >= 0) {
+        return; /* found before, counted then; goes with its last holder */
+    }
     store->checksum_failures++;
     kvf_warn("store: chunk at offset %" PRIu64 " changed since its commit; "
              "dropped",
@@ -411,14 +458,9 @@ static void kvf_store_drop_damaged(kvf_store_t *store, const kvf_key_t *key,
         store->evict_cb(store->cb_arg, key);
     } else if ((status == KVF_ERR_BUSY) &&
                (store->num_damaged < KVF_STORE_DAMAGED_MAX)) {
-        /* a send to a peer still holds it: dropped when it is put back */
-        for (i = 0; (i < store->num_damaged) &&
-                    !kvf_key_equal(&store->damaged[i], key);
-             i++) {
-        }
-        if (i == store->num_damaged) {
-            store->damaged[store->num_damaged++] = *key;
-        }
+        /* an engine's pin or a send to a peer still holds it: dropped
+         * when the last of them puts it back */
+        store->damaged[store->num_damaged++] = *key;
     }
 }
 
@@ -429,6 +471,9 @@ kvf_status_t kvf_store_verify(kvf_store_t *store, const kvf_key_t *key)
 
     if (entry == NULL) {
         return KVF_OK;
+    }
+    if ((store->num_damaged > 0) && (kvf_store_damaged_find(store, key) >= 0)) {
+        return KVF_ERR_CHECKSUM; /* known, and going */
     }
     offset = kvf_pool_entry_offset(entry);
     if (kvf_chunk_checksum(kvf_pool_ptr(store->pool, offset),
@@ -489,9 +534,9 @@ kvf_status_t kvf_store_pin_checked(kvf_store_t *store, kvf_store_owner_t *owner,
             kvf_store_release(store, owner, slots[i].offset);
         }
     }
-    /* unreferenced now unless another engine pins it: then the next
-     * retrieve finds it damaged again and drops it; a key asked twice is
-     * dropped (and counted) once */
+    /* dropped now, or with the last engine or send that holds it (a
+     * later retrieve finds it missing meanwhile); counted once, however
+     * often it was asked */
     for (i = 0; i < n; i++) {
         if ((results[i] == KVF_ERR_CHECKSUM) &&
             (kvf_pool_lookup(store->pool, &keys[i]) != NULL)) {
@@ -506,6 +551,7 @@ kvf_status_t kvf_store_release(kvf_store_t *store, kvf_store_owner_t *owner,
                                uint64_t offset)
 {
     kvf_store_hold_t *hold = kvf_store_hold_find(owner, offset);
+    kvf_pool_entry_t *entry;
 
     if (hold == NULL) {
         return KVF_ERR_RANGE;
@@ -516,10 +562,11 @@ kvf_status_t kvf_store_release(kvf_store_t *store, kvf_store_owner_t *owner,
         owner->grants--;
         return KVF_OK;
     }
-    kvf_pool_entry_put(store->pool, hold->entry);
+    entry = hold->entry;
     if (--hold->pins == 0) {
         kvf_store_hold_delete(owner, hold);
     }
+    kvf_store_entry_put(store, entry);
     return KVF_OK;
 }
 
@@ -528,8 +575,9 @@ kvf_status_t kvf_store_hold_chunk(kvf_store_t *store, const kvf_key_t *key,
 {
     kvf_pool_entry_t *entry = kvf_pool_lookup(store->pool, key);
 
-    if (entry == NULL) {
-        return KVF_ERR_NOT_FOUND;
+    if ((entry == NULL) || ((store->num_damaged > 0) &&
+                            (kvf_store_damaged_find(store, key) >= 0))) {
+        return KVF_ERR_NOT_FOUND; /* known damaged: never served */
     }
     kvf_pool_entry_hold(store->pool, entry);
     *entry_p = entry;
@@ -538,30 +586,7 @@ kvf_status_t kvf_store_hold_chunk(kvf_store_t *store, const kvf_key_t *key,
 
 void kvf_store_put_chunk(kvf_store_t *store, kvf_pool_entry_t *entry)
 {
-    kvf_status_t status;
-    kvf_key_t key;
-    unsigned i;
-
-    if (store->num_damaged == 0) {
-        kvf_pool_entry_put(store->pool, entry);
-        return;
-    }
-    key = *kvf_pool_entry_key(entry);
-    kvf_pool_entry_put(store->pool, entry);
-    for (i = 0; i < store->num_damaged; i++) {
-        if (!kvf_key_equal(&store->damaged[i], &key)) {
-            continue;
-        }
-        status = kvf_pool_remove(store->pool, &key);
-        if (status == KVF_ERR_BUSY) {
-            return; /* still held: the last put drops it */
-        }
-        if ((status == KVF_OK) && (store->evict_cb != NULL)) {
-            store->evict_cb(store->cb_arg, &key); /* the registry forgets */
-        }
-        store->damaged[i] = store->damaged[--store->num_damaged];
-        return;
-    }
+    kvf_store_entry_put(store, entry);
 }
 
 uint32_t kvf_store_local_prefix(kvf_store_t *store, const kvf_key_t *keys,

@@ -139,7 +139,8 @@ void kvf_store_copy(kvf_store_t *store, kvf_copy_job_t *jobs, size_t n);
 uint8_t *kvf_store_grant_ptr(kvf_store_t *store, kvf_store_owner_t *owner,
                              uint64_t offset, uint64_t *len_p);
 
-/* Pins the local chunk of @p key for @p owner. KVF_ERR_NOT_FOUND. */
+/* Pins the local chunk of @p key for @p owner. KVF_ERR_NOT_FOUND, also
+ * for a chunk found damaged that goes once its last holder lets go. */
 kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
                            const kvf_key_t *key, kvf_slot_t *slot_p);
 
@@ -153,9 +154,11 @@ kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
  * landed, moments ago, it is not hashed again. Per key, @p results[i]:
  * KVF_OK with @p slots[i] and @p sums[i] (the committed checksum),
  * KVF_ERR_NOT_FOUND, or KVF_ERR_CHECKSUM: the chunk is unpinned, dropped
- * here (announced evicted, so the registry forgets it) and counted in
- * checksum_failures: a miss, never wrong bytes. KVF_ERR_NO_MEMORY: nothing
- * was pinned. */
+ * (announced evicted, so the registry forgets it) now or, while another
+ * engine pins it or a peer send holds it, when the last of them lets go,
+ * and counted in checksum_failures once, however often it is asked
+ * meanwhile (then it is KVF_ERR_NOT_FOUND): a miss, never wrong bytes.
+ * KVF_ERR_NO_MEMORY: nothing was pinned. */
 kvf_status_t kvf_store_pin_checked(kvf_store_t *store, kvf_store_owner_t *owner,
                                    const kvf_key_t *keys, const uint8_t *landed,
                                    uint32_t n, kvf_slot_t *slots,
@@ -164,7 +167,8 @@ kvf_status_t kvf_store_pin_checked(kvf_store_t *store, kvf_store_owner_t *owner,
 /* Checks the committed chunk of @p key against its checksum (a peer said
  * what we served it failed); one that fails is dropped and counted as in
  * kvf_store_pin_checked. KVF_OK (intact, or not held); KVF_ERR_CHECKSUM
- * (dropped, or damaged and still referenced: the next check drops it). */
+ * (dropped, or damaged and still referenced: dropped with its last
+ * reference). */
 kvf_status_t kvf_store_verify(kvf_store_t *store, const kvf_key_t *key);
 
 /* Drops one pin, or gives back an uncommitted grant, at @p offset.

@@ -265,3 +265,53 @@ Test(store, damaged_while_held_is_dropped_when_put_back)
     cr_assert_eq(g_evicts, 1);
     cr_assert_eq(kvf_store_local_prefix(g_store, &k, 1), 0);
 }
+
+/* A damaged chunk another engine pins cannot go at once: it is counted
+ * once however often it is asked (twice in one retrieve, again later),
+ * a miss meanwhile, and goes (announced evicted) when that engine lets
+ * go of it. */
+Test(store, damaged_while_pinned_is_counted_once_and_goes_with_the_pin)
+{
+    kvf_key_t k = key_of(6), twice[2] = {key_of(6), key_of(6)};
+    kvf_store_owner_t *a, *b, *c;
+    kvf_status_t results[2];
+    kvf_store_stats_t st;
+    kvf_slot_t slot, slots[2];
+    uint64_t sums[2];
+
+    cr_assert_eq(kvf_store_owner_create(g_store, &a), KVF_OK);
+    cr_assert_eq(kvf_store_owner_create(g_store, &b), KVF_OK);
+    cr_assert_eq(kvf_store_owner_create(g_store, &c), KVF_OK);
+    put_chunk(a, 6, &slot);
+    cr_assert_eq(kvf_store_pin(g_store, a, &k, &slot), KVF_OK);
+    ((uint8_t *)kvf_store_base(g_store))[slot.offset + 100] ^= 0x01;
+
+    cr_assert_eq(
+        kvf_store_pin_checked(g_store, b, twice, NULL, 2, slots, sums, results),
+        KVF_OK);
+    cr_assert_eq(results[0], KVF_ERR_CHECKSUM);
+    cr_assert_eq(results[1], KVF_ERR_CHECKSUM);
+    kvf_store_get_stats(g_store, &st);
+    cr_assert_eq(st.checksum_failures, 1);
+    cr_assert_eq(g_evicts, 0, "pinned by a: cannot go yet");
+
+    /* asked again while a still pins it: a miss, not counted again */
+    cr_assert_eq(
+        kvf_store_pin_checked(g_store, c, &k, NULL, 1, slots, sums, results),
+        KVF_OK);
+    cr_assert_eq(results[0], KVF_ERR_NOT_FOUND);
+    cr_assert_eq(kvf_store_verify(g_store, &k), KVF_ERR_CHECKSUM);
+    kvf_store_get_stats(g_store, &st);
+    cr_assert_eq(st.checksum_failures, 1);
+    cr_assert_eq(g_evicts, 0);
+
+    /* a's pin was its last reference */
+    cr_assert_eq(kvf_store_release(g_store, a, slot.offset), KVF_OK);
+    cr_assert_eq(g_evicts, 1);
+    cr_assert_eq(kvf_store_local_prefix(g_store, &k, 1), 0);
+    kvf_store_get_stats(g_store, &st);
+    cr_assert_eq(st.checksum_failures, 1);
+    kvf_store_owner_destroy(g_store, c);
+    kvf_store_owner_destroy(g_store, b);
+    kvf_store_owner_destroy(g_store, a);
+}
