@@ -28,7 +28,7 @@ from kvfabric.testing.vllm_engine import VllmEngine, kv_config, tiny_llama_dir
 C = 128          # chunk_size = block_size: every full block is a chunk
 BLOCK = 128
 # bytes of one chunk of the tiny Llama: 2 layers x K,V x 2 heads x C x 64
-# x bf16
+# x 2 bytes (float16)
 CHUNK_BYTES = 2 * 2 * 2 * C * 64 * 2
 
 

