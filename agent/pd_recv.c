@@ -178,25 +178,35 @@ static void kvf_pd_reply_done(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
     }
 }
 
-/* Acknowledges a verified push: at once to a sender that sends PD_DONE,
- * else queued, so that every ack to one endpoint in this pass of the loop
- * goes in one PD_DONE_REPLY (kvf_pd_acks_flush). */
+/* Room for one more queued ack; false when out of memory. */
+static bool kvf_pd_acks_reserve(kvf_pd_t *pd)
+{
+    size_t cap = (pd->acks_cap == 0) ? 16 : 2 * pd->acks_cap;
+    kvf_pd_ack_t *grown;
+
+    if (pd->num_acks < pd->acks_cap) {
+        return true;
+    }
+    grown = realloc(pd->acks, cap * sizeof(*grown));
+    if (grown == NULL) {
+        return false;
+    }
+    pd->acks     = grown;
+    pd->acks_cap = cap;
+    return true;
+}
+
+/* Acknowledges a verified push: queued when its sender takes coalesced
+ * acks, so that every ack to one endpoint in this pass of the loop goes
+ * in one PD_DONE_REPLY (kvf_pd_acks_flush); at once otherwise (a sender
+ * that sends PD_DONE, or no memory for the queue). */
 static void kvf_pd_ack(kvf_pd_t *pd, const kvf_pd_batch_t *batch)
 {
     const kvf_pd_req_t *req = batch->req;
-    kvf_pd_ack_t *grown;
-    size_t cap;
+    kvf_pd_ack_t *ack;
 
     pd->stats.acks++;
-    if (batch->is_implied && (pd->num_acks == pd->acks_cap)) {
-        cap   = (pd->acks_cap == 0) ? 16 : 2 * pd->acks_cap;
-        grown = realloc(pd->acks, cap * sizeof(*grown));
-        if (grown != NULL) {
-            pd->acks     = grown;
-            pd->acks_cap = cap;
-        }
-    }
-    if (!batch->is_implied || (pd->num_acks == pd->acks_cap)) {
+    if (!batch->is_implied || !kvf_pd_acks_reserve(pd)) {
         pd->stats.ack_messages++;
         kvf_pd_reply_done(pd, req->src, req->id, batch->ticket, KVF_OK, "");
         return;
@@ -205,47 +215,50 @@ static void kvf_pd_ack(kvf_pd_t *pd, const kvf_pd_batch_t *batch)
         event_active(pd->ack_ev, EV_TIMEOUT, 0);
     }
     kvf_ucx_ep_hold(req->src);
-    pd->acks[pd->num_acks].ep         = req->src;
-    pd->acks[pd->num_acks].request_id = req->id;
-    pd->acks[pd->num_acks].ticket     = batch->ticket;
-    pd->num_acks++;
+    ack             = &pd->acks[pd->num_acks++];
+    ack->ep         = req->src;
+    ack->request_id = req->id;
+    ack->ticket     = batch->ticket;
+}
+
+static int kvf_pd_ack_cmp(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)((const kvf_pd_ack_t *)a)->ep;
+    uintptr_t y = (uintptr_t)((const kvf_pd_ack_t *)b)->ep;
+
+    return (x > y) - (x < y);
 }
 
 void kvf_pd_acks_flush(kvf_pd_t *pd)
 {
     Kvf__PdAck items[KVF_PD_ACKS_MAX - 1], *more[KVF_PD_ACKS_MAX - 1];
-    kvf_ucx_ep_t *ep;
     Kvf__PdDoneReply reply;
-    size_t i, j;
+    kvf_ucx_ep_t *ep;
+    size_t i, n;
 
-    for (i = 0; i < pd->num_acks; i++) {
+    /* by endpoint, then one message per run of at most KVF_PD_ACKS_MAX */
+    qsort(pd->acks, pd->num_acks, sizeof(*pd->acks), kvf_pd_ack_cmp);
+    for (i = 0; i < pd->num_acks; i += n) {
         ep = pd->acks[i].ep;
-        if (ep == NULL) {
-            continue; /* sent with an earlier one */
-        }
         kvf__pd_done_reply__init(&reply);
         reply.request_id = pd->acks[i].request_id;
         reply.ticket     = pd->acks[i].ticket;
         reply.more       = more;
-        for (j = i + 1;
-             (j < pd->num_acks) && (reply.n_more < KVF_PD_ACKS_MAX - 1); j++) {
-            if (pd->acks[j].ep != ep) {
-                continue;
-            }
-            kvf__pd_ack__init(&items[reply.n_more]);
-            items[reply.n_more].request_id = pd->acks[j].request_id;
-            items[reply.n_more].ticket     = pd->acks[j].ticket;
-            more[reply.n_more]             = &items[reply.n_more];
-            reply.n_more++;
-            pd->acks[j].ep = NULL;
-            kvf_ucx_ep_put(ep);
+        for (n = 1; (i + n < pd->num_acks) && (pd->acks[i + n].ep == ep) &&
+                    (n < KVF_PD_ACKS_MAX);
+             n++) {
+            kvf__pd_ack__init(&items[n - 1]);
+            items[n - 1].request_id = pd->acks[i + n].request_id;
+            items[n - 1].ticket     = pd->acks[i + n].ticket;
+            more[n - 1]             = &items[n - 1];
+            kvf_ucx_ep_put(ep); /* the message's first ack holds it on */
         }
+        reply.n_more = n - 1;
         if (!kvf_ucx_ep_is_failed(ep)) {
             pd->stats.ack_messages++;
             if (kvf_pd_send(pd, ep, KVF_MSG_PD_DONE_REPLY, &reply.base, NULL) !=
                 KVF_OK) {
-                kvf_debug("%s: cannot acknowledge %zu pushes", pd->name,
-                          reply.n_more + 1);
+                kvf_debug("%s: cannot acknowledge %zu pushes", pd->name, n);
             }
         }
         kvf_ucx_ep_put(ep);

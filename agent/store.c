@@ -81,8 +81,9 @@ struct kvf_store {
      * promotion of the same key waits for the first */
     kvf_store_promo_read_t *reading;
     uint64_t spilled, promoted, promote_failures;
-    /* found damaged while a transfer to a peer held them: dropped when
-     * that transfer puts them back (kvf_store_put_chunk) */
+    /* found damaged while an engine's pin or a transfer to a peer held
+     * them: misses meanwhile, dropped with the last reference
+     * (kvf_store_put_chunk, which kvf_store_release ends in too) */
     kvf_key_t damaged[KVF_STORE_DAMAGED_MAX];
     unsigned num_damaged;
 };
@@ -378,34 +379,6 @@ static int kvf_store_damaged_find(const kvf_store_t *store,
     return -1;
 }
 
-/* Puts back a reference to @p entry; a damaged chunk goes with the last
- * one (the registry is told it was evicted). */
-static void kvf_store_entry_put(kvf_store_t *store, kvf_pool_entry_t *entry)
-{
-    kvf_status_t status;
-    kvf_key_t key;
-    int i;
-
-    if (store->num_damaged == 0) {
-        kvf_pool_entry_put(store->pool, entry);
-        return;
-    }
-    key = *kvf_pool_entry_key(entry);
-    kvf_pool_entry_put(store->pool, entry);
-    i = kvf_store_damaged_find(store, &key);
-    if (i < 0) {
-        return;
-    }
-    status = kvf_pool_remove(store->pool, &key);
-    if (status == KVF_ERR_BUSY) {
-        return; /* still held: the last put drops it */
-    }
-    if ((status == KVF_OK) && (store->evict_cb != NULL)) {
-        store->evict_cb(store->cb_arg, &key); /* the registry forgets */
-    }
-    store->damaged[i] = store->damaged[--store->num_damaged];
-}
-
 kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
                            const kvf_key_t *key, kvf_slot_t *slot_p)
 {
@@ -415,8 +388,7 @@ kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
 
     /* a chunk found damaged and not gone yet (another engine or a peer
      * send holds it) is a miss, not checked and counted again */
-    if ((entry == NULL) || ((store->num_damaged > 0) &&
-                            (kvf_store_damaged_find(store, key) >= 0))) {
+    if ((entry == NULL) || (kvf_store_damaged_find(store, key) >= 0)) {
         store->misses++;
         return KVF_ERR_NOT_FOUND;
     }
@@ -472,7 +444,7 @@ kvf_status_t kvf_store_verify(kvf_store_t *store, const kvf_key_t *key)
     if (entry == NULL) {
         return KVF_OK;
     }
-    if ((store->num_damaged > 0) && (kvf_store_damaged_find(store, key) >= 0)) {
+    if (kvf_store_damaged_find(store, key) >= 0) {
         return KVF_ERR_CHECKSUM; /* known, and going */
     }
     offset = kvf_pool_entry_offset(entry);
@@ -566,7 +538,7 @@ kvf_status_t kvf_store_release(kvf_store_t *store, kvf_store_owner_t *owner,
     if (--hold->pins == 0) {
         kvf_store_hold_delete(owner, hold);
     }
-    kvf_store_entry_put(store, entry);
+    kvf_store_put_chunk(store, entry);
     return KVF_OK;
 }
 
@@ -575,8 +547,7 @@ kvf_status_t kvf_store_hold_chunk(kvf_store_t *store, const kvf_key_t *key,
 {
     kvf_pool_entry_t *entry = kvf_pool_lookup(store->pool, key);
 
-    if ((entry == NULL) || ((store->num_damaged > 0) &&
-                            (kvf_store_damaged_find(store, key) >= 0))) {
+    if ((entry == NULL) || (kvf_store_damaged_find(store, key) >= 0)) {
         return KVF_ERR_NOT_FOUND; /* known damaged: never served */
     }
     kvf_pool_entry_hold(store->pool, entry);
@@ -584,9 +555,32 @@ kvf_status_t kvf_store_hold_chunk(kvf_store_t *store, const kvf_key_t *key,
     return KVF_OK;
 }
 
+/* A damaged chunk goes with its last reference, an engine's pin or a
+ * peer send (the registry is told it was evicted). */
 void kvf_store_put_chunk(kvf_store_t *store, kvf_pool_entry_t *entry)
 {
-    kvf_store_entry_put(store, entry);
+    kvf_status_t status;
+    kvf_key_t key;
+    int i;
+
+    if (store->num_damaged == 0) {
+        kvf_pool_entry_put(store->pool, entry);
+        return;
+    }
+    key = *kvf_pool_entry_key(entry);
+    kvf_pool_entry_put(store->pool, entry);
+    i = kvf_store_damaged_find(store, &key);
+    if (i < 0) {
+        return;
+    }
+    status = kvf_pool_remove(store->pool, &key);
+    if (status == KVF_ERR_BUSY) {
+        return; /* still held: the last put drops it */
+    }
+    if ((status == KVF_OK) && (store->evict_cb != NULL)) {
+        store->evict_cb(store->cb_arg, &key); /* the registry forgets */
+    }
+    store->damaged[i] = store->damaged[--store->num_damaged];
 }
 
 uint32_t kvf_store_local_prefix(kvf_store_t *store, const kvf_key_t *keys,

@@ -177,7 +177,9 @@ kvf_status_t kvf_store_release(kvf_store_t *store, kvf_store_owner_t *owner,
                                uint64_t offset);
 
 /* Holds the committed chunk of @p key for a transfer to a peer (it cannot
- * be evicted until kvf_store_put_chunk). KVF_ERR_NOT_FOUND. */
+ * be evicted until kvf_store_put_chunk). KVF_ERR_NOT_FOUND, also for a
+ * chunk found damaged. kvf_store_put_chunk drops a damaged chunk with its
+ * last reference. */
 kvf_status_t kvf_store_hold_chunk(kvf_store_t *store, const kvf_key_t *key,
                                   kvf_pool_entry_t **entry_p);
 void kvf_store_put_chunk(kvf_store_t *store, kvf_pool_entry_t *entry);

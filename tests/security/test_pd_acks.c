@@ -75,17 +75,24 @@ static void send_frame(kvf_rogue_t *rogue, uint16_t type,
         KVF_OK);
 }
 
+/* The checksums of chunks 0 .. @p n - 1 of g_bytes[@p slot]. */
+static void sums_of(uint32_t slot, uint32_t n, uint64_t *sums)
+{
+    uint32_t k;
+
+    for (k = 0; k < n; k++) {
+        sums[k] = kvf_chunk_checksum(g_bytes[slot][k], CHUNK);
+    }
+}
+
 /* PD_ALLOC of @p n chunks of request @p req (checksums of g_bytes). */
 static void send_alloc(kvf_rogue_t *rogue, uint64_t req, uint64_t ticket,
                        uint32_t slot, uint32_t n, bool done_implied)
 {
     uint64_t lengths[2] = {CHUNK, CHUNK}, sums[2];
     Kvf__PdAlloc alloc;
-    uint32_t k;
 
-    for (k = 0; k < n; k++) {
-        sums[k] = kvf_chunk_checksum(g_bytes[slot][k], CHUNK);
-    }
+    sums_of(slot, n, sums);
     kvf__pd_alloc__init(&alloc);
     alloc.request_id   = req;
     alloc.ticket       = ticket;
@@ -129,11 +136,8 @@ static void send_done(kvf_rogue_t *rogue, uint64_t req, uint64_t ticket,
 {
     uint64_t sums[2];
     Kvf__PdDone done;
-    uint32_t k;
 
-    for (k = 0; k < n; k++) {
-        sums[k] = kvf_chunk_checksum(g_bytes[slot][k], CHUNK);
-    }
+    sums_of(slot, n, sums);
     kvf__pd_done__init(&done);
     done.request_id  = req;
     done.ticket      = ticket;
