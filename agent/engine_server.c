@@ -63,6 +63,7 @@ struct kvf_engine_wait {
 /* A PD push or wait whose reply comes from agent/pd.c. */
 typedef struct kvf_engine_push {
     struct kvf_engine_push *next;
+    struct kvf_engine_push **pprev; /* what points at it */
     kvf_engine_conn_t *conn;
     uint64_t request_id;
     uint64_t pd_request; /* a wait: the PD request it claims */
@@ -88,6 +89,7 @@ typedef struct kvf_engine_staging_hold {
 struct kvf_engine_conn {
     kvf_engine_server_t *server;
     kvf_engine_push_t *pushes; /* PD requests waiting for agent/pd.c */
+    uint32_t num_pushes;
     kvf_evconn_t *ev;
     LIST_ENTRY(kvf_engine_conn) link; /* in server->conns */
     kvf_store_owner_t *owner;         /* this engine's grants and pins */
@@ -152,16 +154,29 @@ static void kvf_engine_lease_destroy(kvf_engine_lease_t *lease)
     free(lease);
 }
 
+/* Pushes and waits one engine may have waiting for agent/pd.c (an engine
+ * starts pushes without waiting for their replies: kvf_pd_push_start). */
+#define KVF_ENGINE_PUSHES_MAX 4096u
+
+static void kvf_engine_push_link(kvf_engine_conn_t *conn,
+                                 kvf_engine_push_t *push)
+{
+    push->next = conn->pushes;
+    if (conn->pushes != NULL) {
+        conn->pushes->pprev = &push->next;
+    }
+    push->pprev  = &conn->pushes;
+    conn->pushes = push;
+    conn->num_pushes++;
+}
+
 static void kvf_engine_push_unlink(kvf_engine_push_t *push)
 {
-    kvf_engine_push_t **pp;
-
-    for (pp = &push->conn->pushes; *pp != NULL; pp = &(*pp)->next) {
-        if (*pp == push) {
-            *pp = push->next;
-            return;
-        }
+    *push->pprev = push->next;
+    if (push->next != NULL) {
+        push->next->pprev = push->pprev;
     }
+    push->conn->num_pushes--;
 }
 
 static kvf_engine_conn_t *kvf_engine_conn_create(kvf_engine_server_t *server,
@@ -1350,6 +1365,11 @@ static kvf_status_t kvf_engine_conn_pd_push(kvf_engine_conn_t *conn,
                                       KVF_ERR_UNSUPPORTED,
                                       "this agent has no PD service");
     }
+    if (conn->num_pushes >= KVF_ENGINE_PUSHES_MAX) {
+        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_BUSY,
+                                      "this engine has 4096 pushes and waits "
+                                      "in progress");
+    }
     if ((req->n_offsets == 0) || (req->n_offsets > KVF_ENGINE_MAX_BATCH) ||
         (req->n_lengths != req->n_offsets) ||
         (req->n_checksums != req->n_offsets) || (req->decoder == NULL) ||
@@ -1418,8 +1438,7 @@ static kvf_status_t kvf_engine_conn_pd_push(kvf_engine_conn_t *conn,
                   "pins, or its length exceeds it"
                 : kvf_strerror(status));
     }
-    push->next   = conn->pushes;
-    conn->pushes = push;
+    kvf_engine_push_link(conn, push);
     return KVF_OK;
 }
 
@@ -1578,6 +1597,11 @@ static kvf_status_t kvf_engine_conn_pd_wait(kvf_engine_conn_t *conn,
                                       KVF_ERR_UNSUPPORTED,
                                       "this agent has no PD service");
     }
+    if (conn->num_pushes >= KVF_ENGINE_PUSHES_MAX) {
+        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_BUSY,
+                                      "this engine has 4096 pushes and waits "
+                                      "in progress");
+    }
     wait = calloc(1, sizeof(*wait));
     if (wait == NULL) {
         return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_NO_MEMORY,
@@ -1586,8 +1610,7 @@ static kvf_status_t kvf_engine_conn_pd_wait(kvf_engine_conn_t *conn,
     wait->conn       = conn;
     wait->request_id = req->request_id;
     wait->pd_request = req->pd_request;
-    wait->next       = conn->pushes;
-    conn->pushes     = wait;
+    kvf_engine_push_link(conn, wait);
     /* the reply may be written from inside this call */
     kvf_pd_wait_submit(server->pd, conn, req->pd_request,
                        req->timeout_ms * KVF_NSEC_PER_MSEC,

@@ -113,6 +113,14 @@ static void kvf_agent_metrics_pd(kvf_agent_http_t *http, struct evbuffer *body)
                        "coalesced)",
                        "kind", 2, (const char *const[]){"push", "message"},
                        (const uint64_t[]){ps.acks, ps.ack_messages});
+    kvf_prom_metric_by(body, "kvf_agent_pd_pieces_total", KVF_PROM_COUNTER,
+                       "received pushes that arrived while another push of "
+                       "their request was in progress (overlapped), and "
+                       "those verified before an earlier piece and held for "
+                       "it (reordered)",
+                       "kind", 2,
+                       (const char *const[]){"overlapped", "reordered"},
+                       (const uint64_t[]){ps.overlapped, ps.reordered});
     kvf_prom_metric(body, "kvf_agent_pd_requests_ready_total", KVF_PROM_COUNTER,
                     "PD requests received complete", ps.requests_ready);
     kvf_prom_metric(body, "kvf_agent_pd_queue_depth", KVF_PROM_GAUGE,

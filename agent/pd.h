@@ -105,6 +105,10 @@ typedef struct kvf_pd_stats {
                                 chunk, without PD_DONE */
     uint64_t acks;           /* received pushes acknowledged (status 0) */
     uint64_t ack_messages;   /* PD_DONE_REPLYs that carried those acks */
+    uint64_t overlapped;     /* received pushes that arrived while another
+                                of their request was in progress */
+    uint64_t reordered;      /* of those, verified before an earlier piece
+                                and held until it came */
 } kvf_pd_stats_t;
 
 /* Registers the PD active-message handlers on the worker. */

@@ -39,9 +39,12 @@ typedef struct kvf_pd_recv {
  * data, then PD_DONE. The batch outlives every receive into it. */
 struct kvf_pd_batch {
     struct kvf_pd_batch *next_queued; /* pd->queue, while waiting for room */
+    struct kvf_pd_batch *next;        /* req->batches, by piece */
     kvf_pd_req_t *req;                /* NULL once its request went */
     uint64_t id;
     uint64_t ticket; /* the sender's push id */
+    uint32_t piece;  /* its place in the request (PdAlloc.piece, or the
+                        next one for a sender that names none) */
     uint64_t deadline_ns;
     uint32_t num;
     uint32_t landed;   /* chunks received */
@@ -61,7 +64,14 @@ struct kvf_pd_batch {
     uint32_t bad;         /* which one */
     bool is_implied;      /* no PD_DONE: complete when the last chunk lands
                              (PdAllocReply.done_implied) */
+    bool is_verified;     /* acknowledged; waits for the pieces before it */
+    bool is_answered;     /* its sender was told how it ended */
 };
+
+/* Pushes of one request a decoder holds at once (PdAlloc.piece): more are
+ * refused (KVF_ERR_BUSY), and no piece may run further ahead of the
+ * first one missing. */
+#define KVF_PD_PIECES_MAX 64u
 
 typedef enum {
     KVF_PD_REQ_WAITING = 0, /* an engine waits; nothing pushed yet */
@@ -85,8 +95,11 @@ struct kvf_pd_req {
     uint64_t *checksums; /* what each was verified against */
     uint32_t num;
     uint32_t cap;
-    kvf_pd_batch_t *batch; /* the push in progress */
-    kvf_status_t reason;   /* ABORTED: why */
+    kvf_pd_batch_t *batches; /* pushes in progress, by piece */
+    uint32_t num_batches;
+    uint32_t next_piece;  /* the piece whose chunks come next (from 1) */
+    uint32_t final_piece; /* the final push's piece (0: not seen yet) */
+    kvf_status_t reason;  /* ABORTED: why */
     /* the engine waiting, or the one that claimed it */
     kvf_pd_wait_cb_t wait_cb;
     void *wait_arg;
@@ -101,6 +114,9 @@ typedef enum {
     KVF_PD_PUSH_DATA,        /* chunks being sent */
     KVF_PD_PUSH_DONE,        /* PD_DONE sent, waiting for the ack */
     KVF_PD_PUSH_FINISHED,
+    KVF_PD_PUSH_QUEUED, /* waits for an earlier push of its request: its
+                           decoder takes one at a time, or the piece window
+                           (KVF_PD_PIECES_MAX) is full */
 } kvf_pd_push_state_t;
 
 /* PD_DATA of several chunks: chunks up to KVF_PD_MULTI_CHUNK_MAX bytes go
@@ -114,6 +130,7 @@ typedef struct kvf_pd_push {
     kvf_pd_t *pd;
     uint64_t ticket;
     uint64_t request_id;
+    uint32_t piece; /* its place among its request's pushes (PdAlloc) */
     char decoder[KVF_PD_DECODER_MAX];
     char address[64];
     uint32_t decoder_id; /* its node id (0: unknown): the same-host link */
@@ -150,12 +167,15 @@ typedef struct kvf_pd_push {
 } kvf_pd_push_t;
 
 /* A request this agent pushes and has not finished: aborted at its
- * decoder when its engine goes away. */
+ * decoder when its engine goes away; numbers its pushes. */
 typedef struct kvf_pd_open {
     struct kvf_pd_open *next;
     uint64_t request_id;
     void *engine;
-    char address[64];
+    char address[64]; /* "" until its first push found the decoder */
+    uint32_t pieces;  /* pushes submitted (the last piece number) */
+    bool is_pieces;   /* its decoder orders pushes by piece: several may
+                         be in flight (PdAllocReply.pieces) */
 } kvf_pd_open_t;
 
 /* A push acknowledged (status 0) but not yet told its sender: acks to one

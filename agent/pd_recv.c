@@ -66,6 +66,7 @@ static kvf_pd_req_t *kvf_pd_req_create(kvf_pd_t *pd, uint64_t id)
     }
     kh_value(&pd->reqs_by_id, it) = req;
     req->id                       = id;
+    req->next_piece               = 1;
     kvf_pd_req_touch(pd, req);
     req->next = pd->reqs;
     if (pd->reqs != NULL) {
@@ -139,6 +140,7 @@ static void kvf_pd_reply_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
     reply.ticket     = ticket;
     reply.status     = status;
     reply.message    = text;
+    reply.pieces     = true; /* several pushes of a request, by piece */
     if ((status == KVF_OK) && (batch != NULL)) {
         reply.batch     = batch->id;
         reply.n_offsets = batch->num;
@@ -175,6 +177,26 @@ static void kvf_pd_reply_done(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
         KVF_OK) {
         kvf_debug("%s: cannot answer PD_DONE of request %llu", pd->name,
                   (unsigned long long)request_id);
+    }
+}
+
+/* Tells the sender of @p batch how it ended (once): through
+ * PD_ALLOC_REPLY while it waits for room, PD_DONE_REPLY after. */
+static void kvf_pd_batch_answer(kvf_pd_t *pd, kvf_pd_batch_t *batch,
+                                kvf_status_t status, const char *message)
+{
+    const kvf_pd_req_t *req = batch->req;
+
+    if (batch->is_answered) {
+        return;
+    }
+    batch->is_answered = true;
+    if (!batch->is_reserved) {
+        kvf_pd_reply_alloc(pd, req->src, req->id, batch->ticket, status,
+                           message, NULL);
+    } else {
+        kvf_pd_reply_done(pd, req->src, req->id, batch->ticket, status,
+                          message);
     }
 }
 
@@ -279,7 +301,31 @@ static void kvf_pd_batch_drop(kvf_pd_t *pd, kvf_pd_batch_t *batch)
     kvf_pd_batch_free(batch);
 }
 
-/* Frees the verified slots of @p req. */
+/* Drops every push @p req has in progress (their slots go back). */
+static void kvf_pd_req_drop_batches(kvf_pd_t *pd, kvf_pd_req_t *req)
+{
+    kvf_pd_batch_t *batch;
+
+    while ((batch = req->batches) != NULL) {
+        req->batches = batch->next;
+        kvf_pd_batch_drop(pd, batch);
+    }
+    req->num_batches = 0;
+}
+
+/* Is a push of @p req waiting for room (its quiet deadline paused)? */
+static bool kvf_pd_req_is_queued(const kvf_pd_req_t *req)
+{
+    const kvf_pd_batch_t *batch;
+
+    for (batch = req->batches; batch != NULL; batch = batch->next) {
+        if (batch->is_queued) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Region bytes the sender @p key holds in requests. */
 static uint64_t kvf_pd_quota_used(kvf_pd_t *pd, uint64_t key)
 {
@@ -344,10 +390,7 @@ void kvf_pd_req_unlink(kvf_pd_t *pd, kvf_pd_req_t *req)
     if (req->next != NULL) {
         req->next->prev = req->prev;
     }
-    if (req->batch != NULL) {
-        kvf_pd_batch_drop(pd, req->batch);
-        req->batch = NULL;
-    }
+    kvf_pd_req_drop_batches(pd, req);
     kvf_pd_req_free_slots(pd, req);
     kvf_ucx_ep_put(req->src);
     free(req->offsets);
@@ -392,15 +435,16 @@ static void kvf_pd_req_notify(kvf_pd_t *pd, kvf_pd_req_t *req,
 }
 
 /*
- * Aborts @p req: its slots go back, the push in progress is told (unless
- * the sender itself aborted), its waiter learns KVF_ERR_CANCELED, and a
- * tombstone stays (until claim_timeout) so a later wait learns it too.
+ * Aborts @p req: its slots go back, every push in progress not answered
+ * yet is told (unless the sender itself aborted), its waiter learns
+ * KVF_ERR_CANCELED, and a tombstone stays (until claim_timeout) so a later
+ * wait learns it too.
  */
 void kvf_pd_req_abort(kvf_pd_t *pd, kvf_pd_req_t *req, kvf_status_t reason,
                       bool tell_sender, const char *why)
 {
     char message[KVF_PD_MESSAGE_SIZE];
-    kvf_pd_batch_t *batch = req->batch;
+    kvf_pd_batch_t *batch;
 
     /* damaged data is an alarm (bad memory, a bug), not routine */
     if (reason == KVF_ERR_CHECKSUM) {
@@ -411,19 +455,11 @@ void kvf_pd_req_abort(kvf_pd_t *pd, kvf_pd_req_t *req, kvf_status_t reason,
                  (unsigned long long)req->id, why);
     }
     pd->stats.aborts++;
-    if ((batch != NULL) && tell_sender) {
-        if (!batch->is_reserved) {
-            kvf_pd_reply_alloc(pd, req->src, req->id, batch->ticket, reason,
-                               why, NULL);
-        } else {
-            kvf_pd_reply_done(pd, req->src, req->id, batch->ticket, reason,
-                              why);
-        }
+    for (batch = req->batches; tell_sender && (batch != NULL);
+         batch = batch->next) {
+        kvf_pd_batch_answer(pd, batch, reason, why);
     }
-    if (batch != NULL) {
-        kvf_pd_batch_drop(pd, batch);
-        req->batch = NULL;
-    }
+    kvf_pd_req_drop_batches(pd, req);
     kvf_pd_req_free_slots(pd, req);
     kvf_ucx_ep_put(req->src);
     req->src    = NULL;
@@ -458,6 +494,84 @@ void kvf_pd_queue_pump(kvf_pd_t *pd)
         }
         kvf_pd_queue_remove(pd, batch);
         kvf_pd_batch_reserved(pd, batch);
+    }
+}
+
+/* May a push of @p req take place @p piece (0: the next, one push at a
+ * time) now? KVF_OK, or why not in @p message. */
+static kvf_status_t kvf_pd_piece_check(const kvf_pd_req_t *req, uint32_t piece,
+                                       bool is_final, char *message,
+                                       size_t size)
+{
+    const kvf_pd_batch_t *batch;
+
+    if (piece == 0) {
+        if (req->batches == NULL) {
+            return KVF_OK;
+        }
+        snprintf(message, size,
+                 "PD request %llu already has a push in progress",
+                 (unsigned long long)req->id);
+        return KVF_ERR_BUSY;
+    }
+    for (batch = req->batches; batch != NULL; batch = batch->next) {
+        if (batch->piece == piece) {
+            break;
+        }
+        if (is_final && (batch->piece > piece)) {
+            snprintf(message, size,
+                     "final piece %u of PD request %llu after piece %u", piece,
+                     (unsigned long long)req->id, batch->piece);
+            return KVF_ERR_INVALID;
+        }
+    }
+    if ((piece < req->next_piece) || (batch != NULL)) {
+        snprintf(message, size, "piece %u of PD request %llu came already",
+                 piece, (unsigned long long)req->id);
+        return KVF_ERR_EXISTS;
+    }
+    if ((req->final_piece != 0) && (piece > req->final_piece)) {
+        snprintf(message, size,
+                 "piece %u of PD request %llu after its final piece %u", piece,
+                 (unsigned long long)req->id, req->final_piece);
+        return KVF_ERR_INVALID;
+    }
+    if ((piece - req->next_piece >= KVF_PD_PIECES_MAX) ||
+        (req->num_batches >= KVF_PD_PIECES_MAX)) {
+        snprintf(message, size,
+                 "PD request %llu: piece %u is too far ahead (%u pushes in "
+                 "progress, piece %u not arrived; at most %u)",
+                 (unsigned long long)req->id, piece, req->num_batches,
+                 req->next_piece, KVF_PD_PIECES_MAX);
+        return KVF_ERR_BUSY;
+    }
+    return KVF_OK;
+}
+
+/* Links @p batch into @p req's pushes, in piece order. */
+static void kvf_pd_req_link_batch(kvf_pd_req_t *req, kvf_pd_batch_t *batch)
+{
+    kvf_pd_batch_t **pp = &req->batches;
+
+    while ((*pp != NULL) && ((*pp)->piece < batch->piece)) {
+        pp = &(*pp)->next;
+    }
+    batch->next = *pp;
+    *pp         = batch;
+    req->num_batches++;
+}
+
+/* Unlinks @p batch from @p req's pushes. */
+static void kvf_pd_req_unlink_batch(kvf_pd_req_t *req, kvf_pd_batch_t *batch)
+{
+    kvf_pd_batch_t **pp;
+
+    for (pp = &req->batches; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == batch) {
+            *pp = batch->next;
+            req->num_batches--;
+            return;
+        }
     }
 }
 
@@ -550,6 +664,8 @@ void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAlloc *m)
     status = KVF_OK;
     switch (req->state) {
     case KVF_PD_REQ_WAITING:
+        status = kvf_pd_piece_check(req, m->piece, m->final, message,
+                                    sizeof(message));
         break;
     case KVF_PD_REQ_RECEIVING:
         if (req->src != ep) {
@@ -557,11 +673,9 @@ void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAlloc *m)
             snprintf(message, sizeof(message),
                      "PD request %llu is being pushed by another sender",
                      (unsigned long long)m->request_id);
-        } else if (req->batch != NULL) {
-            status = KVF_ERR_BUSY;
-            snprintf(message, sizeof(message),
-                     "PD request %llu already has a push in progress",
-                     (unsigned long long)m->request_id);
+        } else {
+            status = kvf_pd_piece_check(req, m->piece, m->final, message,
+                                        sizeof(message));
         }
         break;
     case KVF_PD_REQ_ABORTED:
@@ -597,7 +711,7 @@ void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAlloc *m)
                  (unsigned long long)kvf_pd_region_size(pd->region));
         kvf_pd_reply_alloc(pd, ep, m->request_id, m->ticket, KVF_ERR_TOO_BIG,
                            message, NULL);
-        kvf_pd_req_abort(pd, req, KVF_ERR_TOO_BIG, false, message);
+        kvf_pd_req_abort(pd, req, KVF_ERR_TOO_BIG, true, message);
         return;
     }
     batch = calloc(1, sizeof(*batch));
@@ -633,19 +747,25 @@ void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAlloc *m)
     batch->id         = ++pd->next_batch;
     batch->ticket     = m->ticket;
     batch->is_final   = m->final;
+    batch->piece      = (m->piece > 0) ? m->piece : req->next_piece;
     batch->req        = req;
-    req->batch        = batch;
     if (req->quota_key == 0) {
         req->quota_key = (uintptr_t)ep;
     }
     if (kvf_pd_quota_charge(pd, req, footprint, true) != KVF_OK) {
-        req->batch = NULL;
         kvf_pd_batch_free(batch);
         kvf_pd_reply_alloc(pd, ep, m->request_id, m->ticket, KVF_ERR_NO_MEMORY,
                            "decoder out of memory", NULL);
         return;
     }
     req->footprint += footprint;
+    if (req->batches != NULL) {
+        pd->stats.overlapped++;
+    }
+    kvf_pd_req_link_batch(req, batch);
+    if (batch->is_final) {
+        req->final_piece = batch->piece;
+    }
     if ((pd->queue == NULL) &&
         (kvf_pd_region_alloc(pd->region, batch->lengths, batch->num,
                              batch->offsets) == KVF_OK)) {
@@ -708,17 +828,81 @@ static kvf_status_t kvf_pd_batch_verify(kvf_pd_t *pd, kvf_pd_batch_t *batch,
     return KVF_OK;
 }
 
+/* Room in @p req's arrays for @p more chunks; false when out of memory. */
+static bool kvf_pd_req_reserve(kvf_pd_req_t *req, uint32_t more)
+{
+    uint64_t *grown_o, *grown_l, *grown_c;
+    uint32_t cap;
+
+    if (req->num + more <= req->cap) {
+        return true;
+    }
+    cap = (req->cap == 0) ? 16 : req->cap;
+    while (cap < req->num + more) {
+        cap *= 2;
+    }
+    grown_o = realloc(req->offsets, cap * sizeof(uint64_t));
+    if (grown_o != NULL) {
+        req->offsets = grown_o;
+    }
+    grown_l = realloc(req->lengths, cap * sizeof(uint64_t));
+    if (grown_l != NULL) {
+        req->lengths = grown_l;
+    }
+    grown_c = realloc(req->checksums, cap * sizeof(uint64_t));
+    if (grown_c != NULL) {
+        req->checksums = grown_c;
+    }
+    if ((grown_o == NULL) || (grown_l == NULL) || (grown_c == NULL)) {
+        return false;
+    }
+    req->cap = cap;
+    return true;
+}
+
+/* Moves the slots of verified pushes that are next in piece order to
+ * @p req (room reserved when they were verified); the final one makes it
+ * ready. */
+static void kvf_pd_req_advance(kvf_pd_t *pd, kvf_pd_req_t *req)
+{
+    kvf_pd_batch_t *batch;
+    uint32_t i;
+
+    while (((batch = req->batches) != NULL) && batch->is_verified &&
+           (batch->piece == req->next_piece)) {
+        for (i = 0; i < batch->num; i++) {
+            req->offsets[req->num + i]   = batch->offsets[i];
+            req->lengths[req->num + i]   = batch->lengths[i];
+            req->checksums[req->num + i] = batch->checksums[i];
+        }
+        req->num += batch->num;
+        req->next_piece++;
+        kvf_pd_req_unlink_batch(req, batch);
+        batch->is_reserved = false; /* the slots are the request's now */
+        if (batch->is_final) {
+            req->state = KVF_PD_REQ_READY;
+            kvf_ucx_ep_put(req->src);
+            req->src = NULL;
+            pd->stats.requests_ready++;
+            kvf_pd_batch_free(batch);
+            kvf_pd_req_notify(pd, req, KVF_OK, "");
+            return;
+        }
+        kvf_pd_batch_free(batch);
+    }
+}
+
 /* PD_DONE arrived (or, done implied, every chunk landed or one failed)
- * and every receive finished: verify, keep, acknowledge. */
+ * and every receive finished: verify, acknowledge, keep in piece order. */
 static void kvf_pd_batch_try_complete(kvf_pd_t *pd, kvf_pd_batch_t *batch)
 {
     char message[KVF_PD_MESSAGE_SIZE];
     kvf_pd_req_t *req = batch->req;
-    uint64_t *grown_o, *grown_l, *grown_c;
+    const kvf_pd_batch_t *b;
     kvf_status_t status;
-    uint32_t i, bad = 0, cap;
+    uint32_t i, bad = 0, held = 0;
 
-    if (batch->inflight > 0) {
+    if ((batch->inflight > 0) || batch->is_verified) {
         return;
     }
     if (batch->is_implied && !batch->is_done &&
@@ -747,58 +931,32 @@ static void kvf_pd_batch_try_complete(kvf_pd_t *pd, kvf_pd_batch_t *batch)
                      batch->num - batch->landed, batch->num,
                      (unsigned long long)req->id, pd->name);
         }
-        kvf_pd_reply_done(pd, req->src, req->id, batch->ticket, status,
-                          message);
-        kvf_pd_req_abort(pd, req, status, false, message);
+        kvf_pd_req_abort(pd, req, status, true, message);
         return;
     }
-    if (req->num + batch->num > req->cap) {
-        cap = (req->cap == 0) ? 16 : req->cap;
-        while (cap < req->num + batch->num) {
-            cap *= 2;
-        }
-        grown_o = realloc(req->offsets, cap * sizeof(uint64_t));
-        if (grown_o != NULL) {
-            req->offsets = grown_o;
-        }
-        grown_l = realloc(req->lengths, cap * sizeof(uint64_t));
-        if (grown_l != NULL) {
-            req->lengths = grown_l;
-        }
-        grown_c = realloc(req->checksums, cap * sizeof(uint64_t));
-        if (grown_c != NULL) {
-            req->checksums = grown_c;
-        }
-        if ((grown_o == NULL) || (grown_l == NULL) || (grown_c == NULL)) {
-            kvf_pd_reply_done(pd, req->src, req->id, batch->ticket,
-                              KVF_ERR_NO_MEMORY, "decoder out of memory");
-            kvf_pd_req_abort(pd, req, KVF_ERR_NO_MEMORY, false,
-                             "decoder out of memory");
-            return;
-        }
-        req->cap = cap;
+    /* room for every verified chunk now, so that keeping them in order
+     * later cannot fail after they were acknowledged */
+    for (b = req->batches; b != NULL; b = b->next) {
+        held += b->is_verified ? b->num : 0;
     }
-    /* the slots move from the batch to the request, in push order */
+    if (!kvf_pd_req_reserve(req, held + batch->num)) {
+        kvf_pd_req_abort(pd, req, KVF_ERR_NO_MEMORY, true,
+                         "decoder out of memory");
+        return;
+    }
     for (i = 0; i < batch->num; i++) {
-        req->offsets[req->num + i]   = batch->offsets[i];
-        req->lengths[req->num + i]   = batch->lengths[i];
-        req->checksums[req->num + i] = batch->checksums[i];
         pd->stats.bytes_received += batch->lengths[i];
     }
-    req->num += batch->num;
-    batch->is_reserved = false;
-    req->batch         = NULL;
+    batch->is_verified = true;
+    batch->is_answered = true;
     kvf_pd_req_touch(pd, req);
     pd->stats.batches_received++;
     kvf_pd_ack(pd, batch);
-    if (batch->is_final) {
-        req->state = KVF_PD_REQ_READY;
-        kvf_ucx_ep_put(req->src);
-        req->src = NULL;
-        pd->stats.requests_ready++;
-        kvf_pd_req_notify(pd, req, KVF_OK, "");
+    if (batch->piece != req->next_piece) {
+        pd->stats.reordered++; /* an earlier piece is still on its way */
+        return;
     }
-    kvf_pd_batch_free(batch);
+    kvf_pd_req_advance(pd, req);
 }
 
 /* The batch @p id of request @p request_id, or NULL. */
@@ -806,11 +964,15 @@ static kvf_pd_batch_t *kvf_pd_batch_find(kvf_pd_t *pd, uint64_t request_id,
                                          uint64_t id)
 {
     kvf_pd_req_t *req = kvf_pd_req_find(pd, request_id);
+    kvf_pd_batch_t *batch;
 
-    if ((req == NULL) || (req->batch == NULL) || (req->batch->id != id)) {
-        return NULL;
+    for (batch = (req != NULL) ? req->batches : NULL; batch != NULL;
+         batch = batch->next) {
+        if (batch->id == id) {
+            return batch;
+        }
     }
-    return req->batch;
+    return NULL;
 }
 
 void kvf_pd_on_done(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdDone *m)
@@ -829,34 +991,41 @@ void kvf_pd_on_done(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdDone *m)
         return;
     }
     if (m->n_checksums != batch->num) {
-        kvf_pd_reply_done(pd, ep, m->request_id, m->ticket, KVF_ERR_INVALID,
-                          "PD_DONE needs one checksum per chunk");
-        kvf_pd_req_abort(pd, batch->req, KVF_ERR_PROTO, false, "bad PD_DONE");
+        kvf_pd_batch_answer(pd, batch, KVF_ERR_INVALID,
+                            "PD_DONE needs one checksum per chunk");
+        kvf_pd_req_abort(pd, batch->req, KVF_ERR_PROTO, true, "bad PD_DONE");
+        return;
+    }
+    if (m->final && !batch->is_final && (batch->next != NULL)) {
+        kvf_pd_batch_answer(pd, batch, KVF_ERR_INVALID,
+                            "PD_DONE says final; a later piece was pushed");
+        kvf_pd_req_abort(pd, batch->req, KVF_ERR_PROTO, true, "bad PD_DONE");
         return;
     }
     if (batch->checksums != NULL) {
         /* PD_ALLOC named them: the chunks are checked against those */
         if (memcmp(batch->checksums, m->checksums,
                    batch->num * sizeof(uint64_t)) != 0) {
-            kvf_pd_reply_done(pd, ep, m->request_id, m->ticket, KVF_ERR_INVALID,
-                              "PD_DONE checksums differ from PD_ALLOC's");
-            kvf_pd_req_abort(pd, batch->req, KVF_ERR_PROTO, false,
+            kvf_pd_batch_answer(pd, batch, KVF_ERR_INVALID,
+                                "PD_DONE checksums differ from PD_ALLOC's");
+            kvf_pd_req_abort(pd, batch->req, KVF_ERR_PROTO, true,
                              "bad PD_DONE");
             return;
         }
     } else {
         batch->checksums = malloc(batch->num * sizeof(uint64_t));
         if (batch->checksums == NULL) {
-            kvf_pd_reply_done(pd, ep, m->request_id, m->ticket,
-                              KVF_ERR_NO_MEMORY, "decoder out of memory");
-            kvf_pd_req_abort(pd, batch->req, KVF_ERR_NO_MEMORY, false,
+            kvf_pd_req_abort(pd, batch->req, KVF_ERR_NO_MEMORY, true,
                              "decoder out of memory");
             return;
         }
         memcpy(batch->checksums, m->checksums, batch->num * sizeof(uint64_t));
     }
-    batch->is_done  = true;
-    batch->is_final = m->final;
+    batch->is_done = true;
+    if (m->final && !batch->is_final) {
+        batch->is_final         = true; /* an old sender may say so here */
+        batch->req->final_piece = batch->piece;
+    }
     kvf_pd_batch_try_complete(pd, batch);
 }
 
@@ -1124,7 +1293,7 @@ static uint64_t kvf_pd_decoder_next(const kvf_pd_t *pd)
             d = req->wait_deadline_ns;
         }
         if ((req->state == KVF_PD_REQ_RECEIVING) &&
-            ((req->batch == NULL) || !req->batch->is_queued) &&
+            !kvf_pd_req_is_queued(req) &&
             (req->touched_ns + pd->push_timeout_ns < d)) {
             d = req->touched_ns + pd->push_timeout_ns;
         }
@@ -1183,7 +1352,7 @@ uint64_t kvf_pd_tick_decoder(kvf_pd_t *pd, uint64_t now)
             }
         }
         if ((req->state == KVF_PD_REQ_RECEIVING) &&
-            ((req->batch == NULL) || !req->batch->is_queued) &&
+            !kvf_pd_req_is_queued(req) &&
             (now >= req->touched_ns + pd->push_timeout_ns)) {
             /* the sender went quiet (died mid-push): take the slots back */
             kvf_pd_req_abort(pd, req, KVF_ERR_TIMEOUT, true,

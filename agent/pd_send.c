@@ -113,11 +113,16 @@ void kvf_pd_send_abort(kvf_pd_t *pd, const char *address, uint64_t request_id,
     kvf_ucx_ep_put(ep);
 }
 
-/* The push failed or succeeded; it completes once nothing is in flight. */
+static void kvf_pd_push_start_queued(kvf_pd_t *pd, uint64_t request_id);
+
+/* The push failed or succeeded; it completes once nothing is in flight.
+ * A failure fails every other push of its request here too (their
+ * chunks would leave a hole in it); a success may let the next one go. */
 void kvf_pd_push_finish(kvf_pd_push_t *push, kvf_status_t status,
                         const char *fmt, ...)
 {
     kvf_pd_t *pd = push->pd;
+    kvf_pd_push_t *p;
     va_list ap;
 
     if (push->state == KVF_PD_PUSH_FINISHED) {
@@ -137,6 +142,7 @@ void kvf_pd_push_finish(kvf_pd_push_t *push, kvf_status_t status,
         if (push->is_final) {
             kvf_pd_open_forget(pd, push->request_id);
         }
+        kvf_pd_push_start_queued(pd, push->request_id);
         return;
     }
     pd->stats.push_failures++;
@@ -146,12 +152,26 @@ void kvf_pd_push_finish(kvf_pd_push_t *push, kvf_status_t status,
     if ((status == KVF_ERR_CLOSED) || (status == KVF_ERR_NOT_FOUND)) {
         kvf_mesh_node_forget(pd->mesh, 0, push->decoder);
     }
-    /* a duplicate must not disturb the request it collided with; any other
-     * failure ends the request at the decoder too */
-    if ((status != KVF_ERR_EXISTS) && (status != KVF_ERR_BUSY)) {
+    /* a duplicate of a request's first push must not disturb the request
+     * it collided with; any other failure ends the request at the decoder
+     * too */
+    if (((status != KVF_ERR_EXISTS) && (status != KVF_ERR_BUSY)) ||
+        (push->piece > 1)) {
         kvf_pd_send_abort(pd, push->address, push->request_id, status);
-        kvf_pd_open_forget(pd, push->request_id);
     }
+    kvf_pd_open_forget(pd, push->request_id); /* a retry starts afresh */
+    for (p = pd->pushes; p != NULL; p = p->next) {
+        if ((p->request_id == push->request_id) &&
+            (p->state != KVF_PD_PUSH_FINISHED)) {
+            p->state  = KVF_PD_PUSH_FINISHED;
+            p->status = status;
+            snprintf(p->message, sizeof(p->message),
+                     "an earlier push of PD request %llu failed: %.180s",
+                     (unsigned long long)p->request_id, push->message);
+            pd->stats.push_failures++;
+        }
+    }
+    kvf_pd_tick_arm(pd, 0); /* the queued ones complete from the loop */
 }
 
 void kvf_pd_push_maybe_complete(kvf_pd_push_t *push)
@@ -468,6 +488,15 @@ void kvf_pd_on_alloc_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
     if (!kvf_pd_push_copy(push, m)) {
         kvf_pd_push_send_data(push, m->multi);
     }
+    if (m->pieces && (push->state != KVF_PD_PUSH_FINISHED)) {
+        /* the decoder orders this request's pushes: the next ones go now */
+        kvf_pd_open_t *open = kvf_pd_open_find(pd, push->request_id, NULL);
+
+        if ((open != NULL) && !open->is_pieces) {
+            open->is_pieces = true;
+            kvf_pd_push_start_queued(pd, push->request_id);
+        }
+    }
     kvf_pd_push_maybe_complete(push);
 }
 
@@ -575,12 +604,14 @@ static void kvf_pd_push_send_alloc(kvf_pd_push_t *push)
     m.checksums    = push->checksums;
     m.final        = push->is_final;
     m.done_implied = true; /* the checksums are here: PD_DONE adds nothing */
+    m.piece        = push->piece;
     kvf_pd_push_send_msg(push, KVF_PD_PUSH_ALLOC, KVF_MSG_PD_ALLOC, &m.base);
 }
 
-/* Starts the push at its decoder's address; remembers the request so an
- * engine that goes away mid-request aborts it at the decoder. */
-static void kvf_pd_push_start(kvf_pd_push_t *push, uint32_t decoder_id,
+/* Starts the push at its decoder's address; its request's open record
+ * learns the address, so an engine that goes away mid-request aborts it
+ * at the decoder. */
+static void kvf_pd_push_begin(kvf_pd_push_t *push, uint32_t decoder_id,
                               const char *address)
 {
     kvf_pd_t *pd = push->pd;
@@ -597,15 +628,8 @@ static void kvf_pd_push_start(kvf_pd_push_t *push, uint32_t decoder_id,
                                &region_len);
     }
     open = kvf_pd_open_find(pd, push->request_id, NULL);
-    if ((open == NULL) && !push->is_final) {
-        open = calloc(1, sizeof(*open));
-        if (open != NULL) {
-            open->request_id = push->request_id;
-            open->engine     = push->engine;
-            snprintf(open->address, sizeof(open->address), "%s", address);
-            open->next = pd->opens;
-            pd->opens  = open;
-        }
+    if ((open != NULL) && (open->address[0] == '\0')) {
+        snprintf(open->address, sizeof(open->address), "%s", address);
     }
     kvf_pd_push_send_alloc(push);
 }
@@ -633,32 +657,114 @@ static void kvf_pd_on_node(void *arg, kvf_status_t status, uint32_t node_id,
         return;
     }
     kvf_mesh_node_store(pd->mesh, node_id, push->decoder, data_address);
-    kvf_pd_push_start(push, node_id, data_address);
+    kvf_pd_push_begin(push, node_id, data_address);
     kvf_pd_push_maybe_complete(push);
 }
 
-/* A push whose request the engine already finished here is a duplicate. */
-static bool kvf_pd_push_is_busy(kvf_pd_t *pd, uint64_t request_id)
+/* May @p push go now? When no other push of its request is on its way,
+ * or its decoder orders them by piece and this one is within the window
+ * of KVF_PD_PIECES_MAX from the first not acknowledged; never before a
+ * queued push of a lower piece. */
+static bool kvf_pd_push_may_start(kvf_pd_t *pd, const kvf_pd_push_t *push)
 {
-    kvf_pd_push_t *p;
+    const kvf_pd_open_t *open;
+    const kvf_pd_push_t *p;
+    uint32_t lowest = push->piece;
+    bool is_active  = false;
 
     for (p = pd->pushes; p != NULL; p = p->next) {
-        if ((p->request_id == request_id) &&
-            (p->state != KVF_PD_PUSH_FINISHED)) {
-            return true;
+        if ((p == push) || (p->request_id != push->request_id) ||
+            (p->state == KVF_PD_PUSH_FINISHED)) {
+            continue;
         }
+        if ((p->state == KVF_PD_PUSH_QUEUED) && (p->piece < push->piece)) {
+            return false;
+        }
+        is_active = is_active || (p->state != KVF_PD_PUSH_QUEUED);
+        lowest    = (p->piece < lowest) ? p->piece : lowest;
     }
-    return false;
+    if (!is_active) {
+        return true;
+    }
+    open = kvf_pd_open_find(pd, push->request_id, NULL);
+    return (open != NULL) && open->is_pieces && (push->piece > 0) &&
+           (push->piece - lowest < KVF_PD_PIECES_MAX);
+}
+
+/* Finds @p push's decoder and starts it (a failure finishes it). */
+static void kvf_pd_push_go(kvf_pd_push_t *push)
+{
+    kvf_pd_t *pd        = push->pd;
+    uint32_t decoder_id = 0;
+    const char *address;
+
+    push->state = KVF_PD_PUSH_RESOLVE;
+    address     = kvf_mesh_node_by_name(pd->mesh, push->decoder, &decoder_id);
+    if (address != NULL) {
+        kvf_pd_push_begin(push, decoder_id, address);
+        return;
+    }
+    if ((pd->ctl == NULL) || !kvf_ctl_client_is_registered(pd->ctl)) {
+        kvf_pd_push_finish(push, KVF_ERR_STATE,
+                           "not registered with the controller: cannot find "
+                           "decoder %s",
+                           push->decoder);
+        kvf_pd_tick_arm(pd, 0); /* completes from the loop, never inside */
+        return;
+    }
+    push->pending_ctl++;
+    kvf_ctl_client_node_find(pd->ctl, push->decoder, kvf_pd_on_node, push);
+}
+
+/* Starts the queued pushes of @p request_id that may go now, in piece
+ * order. */
+static void kvf_pd_push_start_queued(kvf_pd_t *pd, uint64_t request_id)
+{
+    kvf_pd_push_t *p, *first;
+
+    for (;;) {
+        first = NULL;
+        for (p = pd->pushes; p != NULL; p = p->next) {
+            if ((p->request_id == request_id) &&
+                (p->state == KVF_PD_PUSH_QUEUED) &&
+                ((first == NULL) || (p->piece < first->piece))) {
+                first = p;
+            }
+        }
+        if ((first == NULL) || !kvf_pd_push_may_start(pd, first)) {
+            return;
+        }
+        kvf_pd_push_go(first);
+    }
+}
+
+/* The open record of @p push's request, made by its first push unless
+ * that is also its last; NULL when out of memory (or a lone final push). */
+static kvf_pd_open_t *kvf_pd_open_get(kvf_pd_t *pd, const kvf_pd_push_t *push)
+{
+    kvf_pd_open_t *open = kvf_pd_open_find(pd, push->request_id, NULL);
+
+    if ((open != NULL) || push->is_final) {
+        return open;
+    }
+    open = calloc(1, sizeof(*open));
+    if (open != NULL) {
+        open->request_id = push->request_id;
+        open->engine     = push->engine;
+        open->next       = pd->opens;
+        pd->opens        = open;
+    }
+    return open;
 }
 
 kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, const kvf_pd_push_args_t *args)
 {
     const uint32_t num = args->num;
     kvf_pd_push_t *push;
+    kvf_pd_open_t *open;
     kvf_status_t status = KVF_OK;
-    const char *address;
     uint64_t len;
-    uint32_t i, moved = 0, decoder_id = 0;
+    uint32_t i, moved = 0;
 
     if ((num == 0) || (num > KVF_PD_MAX_CHUNKS) || (args->decoder == NULL) ||
         (args->decoder[0] == '\0') ||
@@ -725,32 +831,27 @@ kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, const kvf_pd_push_args_t *args)
     push->start_ns    = kvf_time_now_ns();
     push->deadline_ns = kvf_time_deadline_ns(pd->push_timeout_ns);
     snprintf(push->decoder, sizeof(push->decoder), "%s", args->decoder);
-    push->next = pd->pushes;
+    open = kvf_pd_open_get(pd, push);
+    if ((open == NULL) && !push->is_final) {
+        for (i = 0; i < num; i++) {
+            kvf_store_move(pd->store, push->owner, args->owner,
+                           push->offsets[i], &len);
+        }
+        push->src_put = NULL; /* put below */
+        status        = KVF_ERR_NO_MEMORY;
+        goto err_free;
+    }
+    /* pushes of a request are numbered as they come: the decoder keeps
+     * their chunks in this order whatever order they land in */
+    push->piece = (open != NULL) ? ++open->pieces : 1;
+    push->next  = pd->pushes;
+    pd->pushes  = push;
     kvf_pd_tick_arm(pd, push->deadline_ns);
-    if (kvf_pd_push_is_busy(pd, push->request_id)) {
-        pd->pushes = push;
-        kvf_pd_push_finish(push, KVF_ERR_BUSY,
-                           "PD request %llu already has a push in progress",
-                           (unsigned long long)push->request_id);
-        kvf_pd_tick_arm(pd, 0); /* completes from the loop, never inside */
+    if (!kvf_pd_push_may_start(pd, push)) {
+        push->state = KVF_PD_PUSH_QUEUED; /* goes when an earlier one let it */
         return KVF_OK;
     }
-    pd->pushes = push;
-    address    = kvf_mesh_node_by_name(pd->mesh, push->decoder, &decoder_id);
-    if (address != NULL) {
-        kvf_pd_push_start(push, decoder_id, address);
-        return KVF_OK;
-    }
-    if ((pd->ctl == NULL) || !kvf_ctl_client_is_registered(pd->ctl)) {
-        kvf_pd_push_finish(push, KVF_ERR_STATE,
-                           "not registered with the controller: cannot find "
-                           "decoder %s",
-                           push->decoder);
-        kvf_pd_tick_arm(pd, 0); /* completes from the loop, never inside */
-        return KVF_OK;
-    }
-    push->pending_ctl++;
-    kvf_ctl_client_node_find(pd->ctl, push->decoder, kvf_pd_on_node, push);
+    kvf_pd_push_go(push);
     return KVF_OK;
 
 err_free:

@@ -29,11 +29,26 @@
 #define KVF_CLIENT_MAX_FRAME          (16u << 20)
 /* reconnect backoff: bounded well under a second, so an engine's calls
  * succeed again soon after a restarted agent is up */
+/* PD pushes started (kvf_pd_push_start) and not yet collected. */
+#define KVF_CLIENT_PUSHES_MAX 1024u
+
 #define KVF_CLIENT_BACKOFF_MIN_NS (10ull * KVF_NSEC_PER_MSEC)
 #define KVF_CLIENT_BACKOFF_MAX_NS (250ull * KVF_NSEC_PER_MSEC)
 
+/* A push started without waiting: its reply not read yet, or its failure
+ * not yet collected by kvf_pd_push_wait. */
+typedef struct kvf_client_push {
+    uint64_t id;         /* the ENGINE_PD_PUSH's request id */
+    uint64_t pd_request; /* its PD request */
+    kvf_status_t status; /* KVF_INPROGRESS until its reply */
+    char message[256];
+} kvf_client_push_t;
+
 struct kvf_client {
     kvf_bconn_t *conn; /* NULL: lost; the next call reconnects */
+    kvf_client_push_t *pushes;
+    uint32_t num_pushes;
+    uint32_t pushes_cap;
     uint64_t timeout_ns;
     uint64_t next_request;
     void *pool_base;
@@ -172,6 +187,38 @@ static kvf_status_t kvf_client_map_pool(kvf_client_t *client, int pool_fd,
 }
 
 /* Connects, HELLO (+ AUTH), receives the pool and maps it. */
+/* A reply to a push started without waiting (kvf_bconn_filter_t): its
+ * outcome is kept for kvf_pd_push_wait; true when @p frame was one. */
+static bool kvf_client_push_reply(void *arg, kvf_frame_t *frame)
+{
+    kvf_client_t *client = arg;
+    const Kvf__Status *st;
+    kvf_client_push_t *push;
+    uint32_t i;
+
+    if (frame->type != KVF_MSG_STATUS) {
+        return false;
+    }
+    st = (const Kvf__Status *)frame->msg;
+    for (i = 0; i < client->num_pushes; i++) {
+        push = &client->pushes[i];
+        if ((push->id != st->request_id) || (push->status != KVF_INPROGRESS)) {
+            continue;
+        }
+        if (st->status == KVF_OK) {
+            *push = client->pushes[--client->num_pushes]; /* done with */
+        } else {
+            push->status =
+                (st->status < 0) ? (kvf_status_t)st->status : KVF_ERR_PROTO;
+            snprintf(push->message, sizeof(push->message), "%s",
+                     (st->message != NULL) ? st->message : "");
+        }
+        kvf_frame_release(frame, NULL);
+        return true;
+    }
+    return false;
+}
+
 static kvf_status_t kvf_client_open(kvf_client_t *client, uint64_t deadline)
 {
     const kvf_bconn_params_t cp = {
@@ -241,6 +288,7 @@ static kvf_status_t kvf_client_open(kvf_client_t *client, uint64_t deadline)
     if (staging_fd >= 0) {
         close(staging_fd);
     }
+    kvf_bconn_set_filter(conn, kvf_client_push_reply, client);
     client->conn = conn;
     return KVF_OK;
 
@@ -259,8 +307,22 @@ err_destroy:
  * granted us) and fail the call; the next call reconnects. */
 static kvf_status_t kvf_client_lose(kvf_client_t *client, kvf_status_t status)
 {
+    uint32_t i;
+
     snprintf(client->lost, sizeof(client->lost), "%.250s",
              kvf_bconn_last_error(client->conn));
+    /* pushes whose replies went with the connection: the agent aborts
+     * their requests at the decoder when an engine goes away */
+    for (i = 0; i < client->num_pushes; i++) {
+        if (client->pushes[i].status == KVF_INPROGRESS) {
+            client->pushes[i].status = KVF_ERR_CLOSED;
+            snprintf(client->pushes[i].message,
+                     sizeof(client->pushes[i].message),
+                     "connection to the agent lost before the push ended: "
+                     "%.150s",
+                     client->lost);
+        }
+    }
     kvf_bconn_destroy(client->conn);
     client->conn        = NULL;
     client->retry_at_ns = 0; /* the first attempt at once */
@@ -390,6 +452,7 @@ void kvf_client_disconnect(kvf_client_t *client)
     /* closing the socket makes the agent release this connection's grants */
     kvf_bconn_destroy(client->conn);
     kvf_auth_secret_cleanup(&client->secret);
+    free(client->pushes);
     free(client);
 }
 
@@ -793,13 +856,74 @@ kvf_status_t kvf_client_stats(kvf_client_t *client, kvf_client_stats_t *stats_p)
     return KVF_OK;
 }
 
-kvf_status_t kvf_pd_push(kvf_client_t *client, uint64_t request_id,
-                         const char *decoder, const kvf_slot_t *slots,
-                         const uint64_t *checksums, uint32_t num, bool final)
+/* Pushes of @p pd_request started and not ended (@p failed_p: the first
+ * one that failed, not collected yet; NULL when none). */
+static uint32_t kvf_client_pushes_of(kvf_client_t *client, uint64_t pd_request,
+                                     kvf_client_push_t **failed_p)
 {
-    uint64_t *offsets, *lengths;
-    Kvf__EnginePdPush req;
+    uint32_t i, n = 0;
+
+    *failed_p = NULL;
+    for (i = 0; i < client->num_pushes; i++) {
+        if (client->pushes[i].pd_request != pd_request) {
+            continue;
+        }
+        if (client->pushes[i].status == KVF_INPROGRESS) {
+            n++;
+        } else if (*failed_p == NULL) {
+            *failed_p = &client->pushes[i];
+        }
+    }
+    return n;
+}
+
+/* Forgets every ended push of @p pd_request: its failure was reported. */
+static void kvf_client_pushes_collect(kvf_client_t *client, uint64_t pd_request)
+{
+    uint32_t i;
+
+    for (i = 0; i < client->num_pushes;) {
+        if ((client->pushes[i].pd_request == pd_request) &&
+            (client->pushes[i].status != KVF_INPROGRESS)) {
+            client->pushes[i] = client->pushes[--client->num_pushes];
+            continue;
+        }
+        i++;
+    }
+}
+
+/* Reads one reply of a push started earlier, within @p deadline. */
+static kvf_status_t kvf_client_read_push(kvf_client_t *client,
+                                         uint64_t deadline)
+{
     kvf_frame_t frame;
+    kvf_status_t status;
+
+    status = kvf_bconn_recv(client->conn, deadline, NULL, &frame);
+    if (status == KVF_ERR_CLOSED) {
+        return kvf_client_lose(client, status);
+    }
+    if (status != KVF_OK) {
+        return kvf_client_fail(client, status, "%s",
+                               kvf_bconn_last_error(client->conn));
+    }
+    if (!kvf_client_push_reply(client, &frame)) {
+        kvf_frame_release(&frame, NULL);
+        kvf_client_fail(client, KVF_ERR_PROTO,
+                        "%s sent a reply to no push in progress", client->peer);
+        return kvf_client_lose(client, KVF_ERR_PROTO);
+    }
+    return KVF_OK;
+}
+
+kvf_status_t kvf_pd_push_start(kvf_client_t *client, uint64_t request_id,
+                               const char *decoder, const kvf_slot_t *slots,
+                               const uint64_t *checksums, uint32_t num,
+                               bool final)
+{
+    uint64_t *offsets, *lengths, deadline;
+    kvf_client_push_t *push, *failed;
+    Kvf__EnginePdPush req;
     kvf_status_t status;
     char name[128];
     uint32_t i;
@@ -808,6 +932,54 @@ kvf_status_t kvf_pd_push(kvf_client_t *client, uint64_t request_id,
         (strlen(decoder) >= sizeof(name)) || (slots == NULL) ||
         (checksums == NULL) || (num == 0)) {
         return KVF_ERR_INVALID;
+    }
+    kvf_client_pushes_of(client, request_id, &failed);
+    if (failed != NULL) {
+        status = kvf_client_fail(client, failed->status,
+                                 "an earlier push of PD request %" PRIu64
+                                 " failed: %s",
+                                 request_id, failed->message);
+        kvf_client_pushes_collect(client, request_id);
+        return status;
+    }
+    status = kvf_client_ensure(client);
+    if (status != KVF_OK) {
+        return status;
+    }
+    deadline = kvf_time_deadline_ns(client->timeout_ns);
+    while ((client->num_pushes >= KVF_CLIENT_PUSHES_MAX) &&
+           (client->conn != NULL)) {
+        /* backpressure: the oldest pushes end first */
+        for (i = 0; i < client->num_pushes; i++) {
+            if (client->pushes[i].status == KVF_INPROGRESS) {
+                break;
+            }
+        }
+        if (i == client->num_pushes) {
+            return kvf_client_fail(client, KVF_ERR_BUSY,
+                                   "%u pushes failed and were not collected "
+                                   "(kvf_pd_push_wait)",
+                                   client->num_pushes);
+        }
+        status = kvf_client_read_push(client, deadline);
+        if (status != KVF_OK) {
+            return status;
+        }
+    }
+    status = kvf_client_ensure(client);
+    if (status != KVF_OK) {
+        return status;
+    }
+    if (client->num_pushes == client->pushes_cap) {
+        uint32_t cap = (client->pushes_cap == 0) ? 16 : 2 * client->pushes_cap;
+
+        push = realloc(client->pushes, cap * sizeof(*push));
+        if (push == NULL) {
+            return kvf_client_fail(client, KVF_ERR_NO_MEMORY,
+                                   "no memory for a push");
+        }
+        client->pushes     = push;
+        client->pushes_cap = cap;
     }
     offsets = malloc(num * sizeof(*offsets));
     lengths = malloc(num * sizeof(*lengths));
@@ -833,16 +1005,68 @@ kvf_status_t kvf_pd_push(kvf_client_t *client, uint64_t request_id,
     req.n_checksums = num;
     req.checksums   = (uint64_t *)(uintptr_t)checksums;
     req.final       = final;
-    /* the agent answers by its own push deadline; ours comes after it */
-    status = kvf_client_call_timeout(
-        client, KVF_MSG_ENGINE_PD_PUSH, &req.base, KVF_MSG_STATUS,
-        client->pd_push_timeout_ns + client->timeout_ns, &frame);
+    status = kvf_bconn_send(client->conn, KVF_MSG_ENGINE_PD_PUSH, &req.base,
+                            deadline);
     free(offsets);
     free(lengths);
+    if (status == KVF_ERR_CLOSED) {
+        return kvf_client_lose(client, status);
+    }
+    if (status != KVF_OK) {
+        return kvf_client_fail(client, status, "%s",
+                               kvf_bconn_last_error(client->conn));
+    }
+    push             = &client->pushes[client->num_pushes++];
+    push->id         = req.request_id;
+    push->pd_request = request_id;
+    push->status     = KVF_INPROGRESS;
+    push->message[0] = '\0';
+    return KVF_OK;
+}
+
+kvf_status_t kvf_pd_push_wait(kvf_client_t *client, uint64_t request_id,
+                              uint64_t timeout_ns)
+{
+    kvf_client_push_t *failed;
+    kvf_status_t status = KVF_OK;
+    uint64_t deadline;
+
+    if (client == NULL) {
+        return KVF_ERR_INVALID;
+    }
+    /* the agent answers each push by its own deadline; ours comes after */
+    deadline = kvf_time_deadline_ns(
+        (timeout_ns > 0) ? timeout_ns
+                         : client->pd_push_timeout_ns + client->timeout_ns);
+    while ((kvf_client_pushes_of(client, request_id, &failed) > 0) &&
+           (status == KVF_OK)) {
+        status = (client->conn != NULL) ? kvf_client_read_push(client, deadline)
+                                        : KVF_ERR_CLOSED;
+    }
+    if (status == KVF_ERR_TIMEOUT) {
+        return status; /* still in progress: wait again */
+    }
+    kvf_client_pushes_of(client, request_id, &failed);
+    if (failed != NULL) {
+        status = kvf_client_fail(client, failed->status, "push: %s",
+                                 failed->message);
+    }
+    kvf_client_pushes_collect(client, request_id);
+    return status;
+}
+
+kvf_status_t kvf_pd_push(kvf_client_t *client, uint64_t request_id,
+                         const char *decoder, const kvf_slot_t *slots,
+                         const uint64_t *checksums, uint32_t num, bool final)
+{
+    kvf_status_t status;
+
+    status = kvf_pd_push_start(client, request_id, decoder, slots, checksums,
+                               num, final);
     if (status != KVF_OK) {
         return status;
     }
-    return kvf_client_take_status(client, &frame, "push");
+    return kvf_pd_push_wait(client, request_id, 0);
 }
 
 kvf_status_t kvf_pd_wait(kvf_client_t *client, uint64_t request_id,

@@ -34,6 +34,8 @@ struct kvf_bconn {
     size_t tx_cap;
     char peer[160];
     char error[512];
+    kvf_bconn_filter_t filter; /* frames kvf_bconn_expect passes by */
+    void *filter_arg;
 };
 
 static kvf_status_t kvf_bconn_fail(kvf_bconn_t *conn, kvf_status_t status,
@@ -450,6 +452,13 @@ static kvf_status_t kvf_bconn_fail_status(kvf_bconn_t *conn,
             : kvf_strerror((kvf_status_t)st->status));
 }
 
+void kvf_bconn_set_filter(kvf_bconn_t *conn, kvf_bconn_filter_t filter,
+                          void *arg)
+{
+    conn->filter     = filter;
+    conn->filter_arg = arg;
+}
+
 kvf_status_t kvf_bconn_expect(kvf_bconn_t *conn, uint16_t type,
                               uint64_t deadline, int *fd_p,
                               kvf_frame_t *frame_p)
@@ -458,10 +467,12 @@ kvf_status_t kvf_bconn_expect(kvf_bconn_t *conn, uint16_t type,
     kvf_frame_t frame;
     kvf_status_t status;
 
-    status = kvf_bconn_recv(conn, deadline, fd_p, &frame);
-    if (status != KVF_OK) {
-        return status;
-    }
+    do {
+        status = kvf_bconn_recv(conn, deadline, fd_p, &frame);
+        if (status != KVF_OK) {
+            return status;
+        }
+    } while ((conn->filter != NULL) && conn->filter(conn->filter_arg, &frame));
     if (frame.type == type) {
         *frame_p = frame;
         return KVF_OK;

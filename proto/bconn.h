@@ -24,6 +24,7 @@
 
 #include <kvfabric/status.h>
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -90,9 +91,19 @@ kvf_status_t kvf_bconn_recv(kvf_bconn_t *conn, uint64_t deadline, int *fd_p,
                             kvf_frame_t *frame_p);
 
 /*
+ * A frame kvf_bconn_expect() received, offered first to the filter: true
+ * when the filter took it (and released it), false to go on as without
+ * one. For replies to requests sent earlier without waiting.
+ */
+typedef bool (*kvf_bconn_filter_t)(void *arg, kvf_frame_t *frame);
+
+void kvf_bconn_set_filter(kvf_bconn_t *conn, kvf_bconn_filter_t filter,
+                          void *arg);
+
+/*
  * As kvf_bconn_recv(), for a frame of @p type: a STATUS carrying an error
  * becomes that status (its message in the last error), any other type
- * KVF_ERR_PROTO.
+ * KVF_ERR_PROTO. Frames the filter takes are passed by.
  */
 kvf_status_t kvf_bconn_expect(kvf_bconn_t *conn, uint16_t type,
                               uint64_t deadline, int *fd_p,

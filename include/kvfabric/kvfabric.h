@@ -254,13 +254,14 @@ KVF_API kvf_status_t kvf_client_release(kvf_client_t *client,
  * @param [in] checksums  kvf_chunk_checksum of each chunk's bytes
  * @param [in] num        chunks in this call (1..65536)
  * @param [in] final      the last push of the request
- * @return KVF_OK once the decoder verified every chunk of this call (the
- *         bytes landed, not just left); KVF_ERR_INVALID; KVF_ERR_RANGE (a
+ * @return KVF_OK once the decoder verified every chunk of this call and
+ *         of every push of the request started before it (the bytes
+ *         landed, not just left); KVF_ERR_INVALID; KVF_ERR_RANGE (a
  *         slot is not this connection's); KVF_ERR_NOT_FOUND / KVF_ERR_CLOSED
  *         (no live decoder of that name, or it died); KVF_ERR_TIMEOUT (the
  *         decoder's region stayed full past its pd_alloc_timeout, or the
  *         push ran past pd_push_timeout); KVF_ERR_BUSY (the decoder's queue
- *         is full, or a push of this request is in progress);
+ *         is full, or this sender holds its pd_peer_max_bytes);
  *         KVF_ERR_TOO_BIG (the request is larger than the whole region:
  *         fails at once); KVF_ERR_EXISTS (the id was already delivered);
  *         KVF_ERR_CHECKSUM (bytes arrived damaged). Any failure but
@@ -273,6 +274,50 @@ KVF_API kvf_status_t kvf_pd_push(kvf_client_t *client, uint64_t request_id,
                                  const char *decoder, const kvf_slot_t *slots,
                                  const uint64_t *checksums, uint32_t num,
                                  bool final);
+
+/**
+ * PD mode, prefill side: as kvf_pd_push(), but returns once the push is
+ * sent to the agent, without waiting for the decoder. An engine that
+ * saves layer by layer starts one push per layer group as it is computed;
+ * the pushes of one request travel and land several at a time (up to 64,
+ * where the decoder's agent orders them; one at a time with an older
+ * decoder), and the decoder keeps their chunks in the order of the calls
+ * whatever order they land in. kvf_pd_push_wait() (or a final
+ * kvf_pd_push()) reports how they ended.
+ *
+ * Parameters as kvf_pd_push().
+ * @return KVF_OK (sent); KVF_ERR_INVALID; KVF_ERR_CLOSED (no connection);
+ *         the failure of an earlier push of this request not yet reported
+ *         (reported now: the request is aborted at its decoder); KVF_ERR_BUSY
+ *         (1024 pushes of this connection failed and were never collected)
+ *
+ * thread: one thread per connection at a time. ownership: the slots must
+ * stay unchanged and unreleased until kvf_pd_push_wait() returns for the
+ * request.
+ */
+KVF_API kvf_status_t kvf_pd_push_start(kvf_client_t *client,
+                                       uint64_t request_id, const char *decoder,
+                                       const kvf_slot_t *slots,
+                                       const uint64_t *checksums, uint32_t num,
+                                       bool final);
+
+/**
+ * PD mode, prefill side: waits until every push of @p request_id started
+ * on this connection (kvf_pd_push_start()) ended.
+ *
+ * @param [in] client     the connection
+ * @param [in] request_id the PD request
+ * @param [in] timeout_ns how long to wait (0: the agent's pd_push_timeout
+ *                        plus the connection's timeout)
+ * @return KVF_OK (every one verified by the decoder, or none started);
+ *         KVF_ERR_TIMEOUT (some still on their way: call again); else the
+ *         first failure among them, as kvf_pd_push() reports it (the
+ *         request is then aborted at its decoder)
+ *
+ * thread: one thread per connection at a time.
+ */
+KVF_API kvf_status_t kvf_pd_push_wait(kvf_client_t *client, uint64_t request_id,
+                                      uint64_t timeout_ns);
 
 /**
  * PD mode, decode side: waits until every chunk of @p request_id arrived

@@ -354,6 +354,38 @@ class Client:
             ``length`` may be less than its grant (a partial last chunk).
             The slots stay the caller's: ``release`` or ``commit`` them
             after."""
+            self._pd_push("kvf_pd_push", request_id, decoder, slots,
+                          checksums, final)
+
+        def pd_push_start(self, request_id: int, decoder: str,
+                          slots: Sequence[Slot], checksums: Sequence[int],
+                          final: bool) -> None:
+            """kvf_pd_push_start(): as ``pd_push``, but returns once the
+            push is sent to the agent: pushes of one request (one per layer
+            group, as they are computed) then travel several at a time, and
+            the decoder keeps their chunks in the order of the calls.
+            ``pd_push_wait`` reports how they ended; the slots must stay
+            unchanged and unreleased until it returns."""
+            self._pd_push("kvf_pd_push_start", request_id, decoder, slots,
+                          checksums, final)
+
+        def pd_push_wait(self, request_id: int,
+                         timeout: Optional[float] = None) -> None:
+            """kvf_pd_push_wait(): waits until every push of @p request_id
+            started with ``pd_push_start`` ended; raises the first failure
+            among them (the request is then aborted at its decoder).
+            @p timeout in seconds (None: the agent's push timeout plus the
+            connection's)."""
+            request_id = _pd_request_id(request_id)
+            timeout_ns = 0 if timeout is None else max(int(timeout * 1e9), 1)
+            with self._lock:
+                self._check(_lib.lib.kvf_pd_push_wait(self._handle(),
+                                                      request_id, timeout_ns),
+                            "kvf_pd_push_wait")
+
+        def _pd_push(self, fn: str, request_id: int, decoder: str,
+                     slots: Sequence[Slot], checksums: Sequence[int],
+                     final: bool) -> None:
             request_id = _pd_request_id(request_id)
             if not isinstance(decoder, str) or not decoder:
                 raise TypeError(f"kvfabric: decoder is the decode agent's "
@@ -365,10 +397,10 @@ class Client:
                                  "size")
             sums = (ctypes.c_uint64 * n)(*checksums)
             with self._lock:
-                self._check(_lib.lib.kvf_pd_push(self._handle(), request_id,
-                                                 decoder.encode(),
-                                                 _slots_to_c(slots), sums, n,
-                                                 bool(final)), "kvf_pd_push")
+                self._check(getattr(_lib.lib, fn)(self._handle(), request_id,
+                                                  decoder.encode(),
+                                                  _slots_to_c(slots), sums, n,
+                                                  bool(final)), fn)
 
         def pd_wait(self, request_id: int, timeout: Optional[float] = None,
                     max_chunks: int = 256) -> List[Slot]:

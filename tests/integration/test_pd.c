@@ -176,6 +176,21 @@ static void fill(uint8_t *p, uint64_t req, uint32_t index)
     }
 }
 
+/* Chunks [0, n) of @p req in fresh grants of @p c, and their checksums. */
+static void fill_slots(kvf_client_t *c, uint64_t req, uint32_t n,
+                       kvf_slot_t *slots, uint64_t *sums)
+{
+    uint32_t i;
+
+    cr_assert_eq(kvf_client_alloc(c, CHUNK, n, slots), KVF_OK);
+    for (i = 0; i < n; i++) {
+        uint8_t *p = (uint8_t *)kvf_client_pool_base(c) + slots[i].offset;
+
+        fill(p, req, i);
+        sums[i] = kvf_chunk_checksum(p, CHUNK);
+    }
+}
+
 /* Pushes chunks [first, first+n) of @p req from a prefill connection. */
 static kvf_status_t push(kvf_client_t *c, uint64_t req, uint32_t first,
                          uint32_t n, bool final)
@@ -790,18 +805,12 @@ Test(pd, damaged_chunk_fails_the_push_and_is_never_handed_out)
     kvf_client_t *pc, *dc;
     kvf_slot_t slots[3], got[3];
     uint64_t sums[3];
-    uint32_t i, num = 0;
+    uint32_t num = 0;
 
     start_pair(NULL);
     pc = connect_to(&g_p);
     dc = connect_to(&g_d);
-    cr_assert_eq(kvf_client_alloc(pc, CHUNK, 3, slots), KVF_OK);
-    for (i = 0; i < 3; i++) {
-        uint8_t *p = (uint8_t *)kvf_client_pool_base(pc) + slots[i].offset;
-
-        fill(p, 90, i);
-        sums[i] = kvf_chunk_checksum(p, CHUNK);
-    }
+    fill_slots(pc, 90, 3, slots, sums);
     sums[1] ^= 1; /* chunk 1 is not what its checksum says */
     cr_assert_eq(kvf_pd_push(pc, 90, "it-decode", slots, sums, 3, true),
                  KVF_ERR_CHECKSUM, "%s", kvf_client_last_error(pc));
@@ -826,6 +835,88 @@ Test(pd, damaged_chunk_fails_the_push_and_is_never_handed_out)
         cr_assert(strncmp(strchr(bol, ' ') + 1, "warn ", 5) == 0, "%.*s",
                   (int)(hit - bol), bol);
     }
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
+
+#define PIECES "kvf_agent_pd_pieces_total{kind=\"overlapped\"}"
+
+Test(pd, layer_pushes_of_one_request_overlap_and_keep_their_order)
+{
+    kvf_client_t *pc, *dc;
+    kvf_slot_t slots[12];
+    uint64_t sums[12];
+    uint32_t i;
+
+    start_pair(NULL);
+    pc = connect_to(&g_p);
+    dc = connect_to(&g_d);
+    fill_slots(pc, 20, 12, slots, sums);
+    /* one push per layer group, none waiting for the one before; the last
+     * one synchronous: it returns once every one of them was verified */
+    for (i = 0; i < 11; i++) {
+        cr_assert_eq(kvf_pd_push_start(pc, 20, "it-decode", &slots[i], &sums[i],
+                                       1, false),
+                     KVF_OK, "%s", kvf_client_last_error(pc));
+    }
+    cr_assert_eq(
+        kvf_pd_push(pc, 20, "it-decode", &slots[11], &sums[11], 1, true),
+        KVF_OK, "%s", kvf_client_last_error(pc));
+    cr_assert_eq(kvf_pd_push_wait(pc, 20, 0), KVF_OK); /* nothing left */
+    cr_assert_eq(kvf_client_release(pc, slots, 12), KVF_OK);
+    cr_assert_eq(metric(&g_d, "kvf_agent_pd_received_pushes_total"), 12);
+    /* the decoder held several pushes of the request at once (one at a
+     * time, as before, makes this 0) */
+    cr_assert_geq(metric(&g_d, PIECES), 1, "no push overlapped another");
+    cr_log_info("12 layer pushes: %lld overlapped, %lld reordered",
+                metric(&g_d, PIECES),
+                metric(&g_d, "kvf_agent_pd_pieces_total{kind=\"reordered\"}"));
+    wait_and_check(dc, 20, 12); /* in the order of the calls */
+    cr_assert_eq(kvf_pd_release(dc, 20), KVF_OK);
+    cr_assert(metric_becomes(&g_d, REGION_USED, 0, 2000));
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
+
+Test(pd, a_damaged_layer_push_fails_the_request_and_the_pushes_after_it)
+{
+    kvf_client_t *pc, *dc;
+    kvf_slot_t slots[6], got[6];
+    uint64_t sums[6];
+    uint32_t i, num = 0;
+
+    start_pair(NULL);
+    pc = connect_to(&g_p);
+    dc = connect_to(&g_d);
+    fill_slots(pc, 21, 6, slots, sums);
+    sums[2] ^= 1; /* the third layer group is not what it says */
+    for (i = 0; i < 6; i++) {
+        kvf_status_t st = kvf_pd_push_start(pc, 21, "it-decode", &slots[i],
+                                            &sums[i], 1, i == 5);
+
+        /* a failure already known fails the next start at once */
+        cr_assert((st == KVF_OK) || (st == KVF_ERR_CHECKSUM), "%s",
+                  kvf_client_last_error(pc));
+        if (st != KVF_OK) {
+            break;
+        }
+    }
+    if (i == 6) {
+        cr_assert_eq(kvf_pd_push_wait(pc, 21, 0), KVF_ERR_CHECKSUM, "%s",
+                     kvf_client_last_error(pc));
+    }
+    cr_assert_eq(kvf_pd_push_wait(pc, 21, 0), KVF_OK); /* collected */
+    cr_assert_eq(kvf_client_release(pc, slots, 6), KVF_OK);
+    cr_assert_eq(kvf_pd_wait(dc, 21, 2000000000ull, got, 6, &num),
+                 KVF_ERR_CANCELED, "%s", kvf_client_last_error(dc));
+    cr_assert_eq(num, 0);
+    cr_assert(metric_becomes(&g_d, REGION_USED, 0, 2000));
+    cr_assert_eq(metric(&g_d, "kvf_agent_pd_checksum_failures_total"), 1);
+    /* the connection goes on: another request pushes fine */
+    cr_assert_eq(push(pc, 22, 0, 2, true), KVF_OK, "%s",
+                 kvf_client_last_error(pc));
+    wait_and_check(dc, 22, 2);
+    cr_assert_eq(kvf_pd_release(dc, 22), KVF_OK);
     kvf_client_disconnect(pc);
     kvf_client_disconnect(dc);
 }

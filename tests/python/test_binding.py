@@ -300,6 +300,39 @@ def test_pd_push_wait_release_round_trip(pd_cluster):
         assert e.value.call == "kvf_pd_release"
 
 
+def test_pd_layer_pushes_started_without_waiting(pd_cluster):
+    """Layer groups pushed with pd_push_start (none waits for the one
+    before), collected by pd_push_wait; the decoder hands them out in call
+    order. A failed group (bad checksum) raises from pd_push_wait and the
+    request is gone at the decoder."""
+    dec = pd_cluster.node_name("d")
+    with pd_cluster.client("p") as p, pd_cluster.client("d") as d:
+        slots = p.alloc(PD_CHUNK, 6)
+        sums = []
+        for i, s in enumerate(slots):
+            v = p.slot_view(s)
+            v[:] = _pd_bytes(14, i)
+            sums.append(kvf.chunk_checksum(v))
+        del v
+        for i, s in enumerate(slots):
+            p.pd_push_start(14, dec, [s], [sums[i]], final=(i == 5))
+        p.pd_push_wait(14, timeout=30)
+        _pd_check(d, d.pd_wait(14, timeout=10), 14, [PD_CHUNK] * 6)
+        gc.collect()
+        d.pd_release(14)
+        for i, s in enumerate(slots[:3]):
+            bad = sums[i] ^ (i == 1)
+            p.pd_push_start(15, dec, [s], [bad], final=(i == 2))
+        with pytest.raises(kvf.KvfError) as e:
+            p.pd_push_wait(15, timeout=30)
+        assert e.value.name == "KVF_ERR_CHECKSUM", e.value
+        assert e.value.call == "kvf_pd_push_wait"
+        with pytest.raises(kvf.KvfError) as e:
+            d.pd_wait(15, timeout=5)
+        assert e.value.name == "KVF_ERR_CANCELED"
+        p.release(slots)
+
+
 def test_pd_wait_before_push(pd_cluster):
     """The decoder may wait before the push starts: the wait returns when
     the final push is acknowledged."""

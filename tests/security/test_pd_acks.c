@@ -85,9 +85,11 @@ static void sums_of(uint32_t slot, uint32_t n, uint64_t *sums)
     }
 }
 
-/* PD_ALLOC of @p n chunks of request @p req (checksums of g_bytes). */
-static void send_alloc(kvf_rogue_t *rogue, uint64_t req, uint64_t ticket,
-                       uint32_t slot, uint32_t n, bool done_implied)
+/* PD_ALLOC of @p n chunks of request @p req (checksums of g_bytes[slot]),
+ * its place @p piece among the request's pushes (0: none given). */
+static void send_piece(kvf_rogue_t *rogue, uint64_t req, uint64_t ticket,
+                       uint32_t slot, uint32_t n, bool done_implied, bool final,
+                       uint32_t piece)
 {
     uint64_t lengths[2] = {CHUNK, CHUNK}, sums[2];
     Kvf__PdAlloc alloc;
@@ -100,9 +102,18 @@ static void send_alloc(kvf_rogue_t *rogue, uint64_t req, uint64_t ticket,
     alloc.lengths      = lengths;
     alloc.n_checksums  = n;
     alloc.checksums    = sums;
-    alloc.final        = true;
+    alloc.final        = final;
     alloc.done_implied = done_implied;
+    alloc.piece        = piece;
     send_frame(rogue, KVF_MSG_PD_ALLOC, &alloc.base);
+}
+
+/* The whole of request @p req in one push (as an agent of an older
+ * version sends it). */
+static void send_alloc(kvf_rogue_t *rogue, uint64_t req, uint64_t ticket,
+                       uint32_t slot, uint32_t n, bool done_implied)
+{
+    send_piece(rogue, req, ticket, slot, n, done_implied, true, 0);
 }
 
 static void send_data_as(kvf_rogue_t *rogue, uint64_t req, uint64_t batch,
@@ -395,6 +406,146 @@ Test(pd_acks, done_implied_fails_at_the_last_chunk_and_ignores_pd_done)
     cr_assert_eq(kvf_pd_wait(dc, 3201, 1000000000ull, got, 2, &num),
                  KVF_ERR_CANCELED, "%s", kvf_client_last_error(dc));
     cr_assert_eq(num, 0);
+    kvf_client_disconnect(dc);
+    kvf_rogue_destroy(rogue);
+}
+
+/* The PD_ALLOC_REPLY to @p ticket among the first @p n PD control
+ * messages: its status, its batch in @p batch_p; asserts there is one. */
+static int32_t reply_to(kvf_rogue_t *rogue, unsigned n, uint64_t ticket,
+                        uint64_t *batch_p)
+{
+    const Kvf__PdAllocReply *r;
+    kvf_frame_t frame;
+    int32_t status;
+    unsigned m;
+
+    for (m = 0; m < n; m++) {
+        ctrl_msg(rogue, m, KVF_MSG_PD_ALLOC_REPLY, &frame);
+        r = (const Kvf__PdAllocReply *)frame.msg;
+        if (r->ticket == ticket) {
+            status = r->status;
+            cr_assert(r->pieces, "a decoder of this version orders pieces");
+            if (batch_p != NULL) {
+                *batch_p = r->batch;
+            }
+            kvf_frame_release(&frame, NULL);
+            return status;
+        }
+        kvf_frame_release(&frame, NULL);
+    }
+    cr_assert_fail("no reply to ticket %llu", (unsigned long long)ticket);
+    return 0;
+}
+
+Test(pd_acks, pieces_land_in_any_order_and_reach_the_engine_in_piece_order)
+{
+    uint64_t batch[3];
+    kvf_slot_t got[3];
+    kvf_rogue_t *rogue;
+    kvf_client_t *dc;
+    uint32_t num = 0, k;
+
+    rogue = kvf_rogue_create(g_dec.data);
+    /* three pushes of one request reserved at once, the last final */
+    for (k = 0; k < 3; k++) {
+        fill(k, 0);
+        send_piece(rogue, 3400, 200 + k, k, 1, true, k == 2, k + 1);
+    }
+    cr_assert_eq(wait_ctrl(rogue, 3), 3);
+    for (k = 0; k < 3; k++) {
+        cr_assert_eq(reply_to(rogue, 3, 200 + k, &batch[k]), KVF_OK);
+    }
+    cr_assert_eq(kvf_sec_metric(&g_dec, "kvf_agent_pd_pieces_total{kind=\""
+                                        "overlapped\"}"),
+                 2);
+    /* their data lands last piece first */
+    for (k = 3; k-- > 0;) {
+        send_data(rogue, 3400, batch[k], 0, g_bytes[k][0]);
+        kvf_rogue_progress(rogue, 50);
+    }
+    for (k = 0; (k < 300) && (kvf_sec_metric(&g_dec, "kvf_agent_pd_requests_"
+                                                     "ready_total") < 1);
+         k++) {
+        kvf_rogue_progress(rogue, 10);
+    }
+    cr_assert_eq(kvf_sec_metric(&g_dec, "kvf_agent_pd_pieces_total{kind=\""
+                                        "reordered\"}"),
+                 2, "pieces 3 and 2 wait for piece 1");
+    dc = connect_dec();
+    cr_assert_eq(kvf_pd_wait(dc, 3400, 5000000000ull, got, 3, &num), KVF_OK,
+                 "%s", kvf_client_last_error(dc));
+    cr_assert_eq(num, 3);
+    for (k = 0; k < 3; k++) {
+        cr_assert(
+            memcmp((const uint8_t *)kvf_client_pool_base(dc) + got[k].offset,
+                   g_bytes[k][0], CHUNK) == 0,
+            "chunk %u is not piece %u's", k, k + 1);
+    }
+    cr_assert_eq(kvf_pd_release(dc, 3400), KVF_OK);
+    kvf_client_disconnect(dc);
+    kvf_rogue_destroy(rogue);
+}
+
+Test(pd_acks, bad_pieces_are_refused_and_the_request_goes_on)
+{
+    uint64_t batch[2];
+    kvf_rogue_t *rogue;
+    kvf_client_t *dc;
+    uint32_t k;
+
+    fill(0, 0);
+    fill(1, 0);
+    rogue = kvf_rogue_create(g_dec.data);
+    send_piece(rogue, 3500, 300, 0, 1, true, false, 1);
+    cr_assert_eq(wait_ctrl(rogue, 1), 1);
+    cr_assert_eq(reply_to(rogue, 1, 300, &batch[0]), KVF_OK);
+    /* the same piece again; one far ahead of the first missing; a legacy
+     * second push while one is in progress */
+    send_piece(rogue, 3500, 301, 0, 1, true, false, 1);
+    send_piece(rogue, 3500, 302, 0, 1, true, false, 1 + 64);
+    send_piece(rogue, 3500, 303, 0, 1, true, false, 0);
+    /* the final piece, then one after it and a final one before a later */
+    send_piece(rogue, 3500, 304, 1, 1, true, true, 3);
+    send_piece(rogue, 3500, 305, 0, 1, true, false, 4);
+    send_piece(rogue, 3500, 306, 0, 1, true, true, 2);
+    /* and piece 2 as it should be */
+    send_piece(rogue, 3500, 307, 0, 1, true, false, 2);
+    cr_assert_eq(wait_ctrl(rogue, 8), 8);
+    cr_assert_eq(reply_to(rogue, 8, 301, NULL), KVF_ERR_EXISTS);
+    cr_assert_eq(reply_to(rogue, 8, 302, NULL), KVF_ERR_BUSY);
+    cr_assert_eq(reply_to(rogue, 8, 303, NULL), KVF_ERR_BUSY);
+    cr_assert_eq(reply_to(rogue, 8, 304, &batch[1]), KVF_OK);
+    cr_assert_eq(reply_to(rogue, 8, 305, NULL), KVF_ERR_INVALID);
+    cr_assert_eq(reply_to(rogue, 8, 306, NULL), KVF_ERR_INVALID);
+    /* none of that touched the request: pieces 1 and 3 and the late 2 */
+    {
+        uint64_t b2 = 0;
+
+        cr_assert_eq(reply_to(rogue, 8, 307, &b2), KVF_OK);
+        send_data(rogue, 3500, batch[0], 0, g_bytes[0][0]);
+        send_data(rogue, 3500, batch[1], 0, g_bytes[1][0]);
+        send_data(rogue, 3500, b2, 0, g_bytes[0][0]);
+    }
+    for (k = 0; (k < 300) && (kvf_sec_metric(&g_dec, "kvf_agent_pd_requests_"
+                                                     "ready_total") < 1);
+         k++) {
+        kvf_rogue_progress(rogue, 10);
+    }
+    dc = connect_dec();
+    {
+        kvf_slot_t got[3];
+        uint32_t num = 0;
+
+        cr_assert_eq(kvf_pd_wait(dc, 3500, 5000000000ull, got, 3, &num), KVF_OK,
+                     "%s", kvf_client_last_error(dc));
+        cr_assert_eq(num, 3);
+        cr_assert(
+            memcmp((const uint8_t *)kvf_client_pool_base(dc) + got[2].offset,
+                   g_bytes[1][0], CHUNK) == 0,
+            "the final piece comes last");
+    }
+    cr_assert_eq(kvf_pd_release(dc, 3500), KVF_OK);
     kvf_client_disconnect(dc);
     kvf_rogue_destroy(rogue);
 }

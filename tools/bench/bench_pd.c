@@ -33,6 +33,7 @@ typedef struct kvf_bench_pd_opts {
     uint64_t chunks_per_request;
     uint64_t inflight;
     uint64_t layers;
+    bool serial;
     bool no_perftest;
     bool peers;
 } kvf_bench_pd_opts_t;
@@ -64,7 +65,12 @@ static const kvf_config_field_t kvf_bench_pd_fields[] = {
                        "layer groups: each chunk travels as this many "
                        "pieces of chunk_size / layers bytes, one push per "
                        "group (K pieces, the last push final), as an engine "
-                       "saving layer by layer pushes"),
+                       "saving layer by layer pushes: started without "
+                       "waiting (kvf_pd_push_start), several in flight"),
+    KVF_BENCH_PD_FIELD("serial", KVF_CONFIG_BOOL, serial, "false", 0, 0,
+                       "with --layers: each group's push waits for the "
+                       "decoder's ack before the next starts (kvf_pd_push), "
+                       "as before pushes of one request could overlap"),
     KVF_BENCH_PD_FIELD("no_perftest", KVF_CONFIG_BOOL, no_perftest, "false", 0,
                        0, "skip the ucx_perftest ceiling"),
     KVF_BENCH_PD_FIELD("peers", KVF_CONFIG_BOOL, peers, "false", 0, 0,
@@ -165,8 +171,14 @@ static int kvf_bench_pd_run(kvf_bench_pd_t *b, kvf_client_t *pc,
         }
         t0 = kvf_time_now_ns();
         for (g = 0; g < groups; g++) {
-            if (kvf_pd_push(pc, r + 1, "bench-decode", slots + g * per,
-                            sums + g * per, per, g + 1 == groups) != KVF_OK) {
+            kvf_status_t st = (b->o.serial ? kvf_pd_push : kvf_pd_push_start)(
+                pc, r + 1, "bench-decode", slots + g * per, sums + g * per, per,
+                g + 1 == groups);
+
+            if ((st == KVF_OK) && (g + 1 == groups) && !b->o.serial) {
+                st = kvf_pd_push_wait(pc, r + 1, 0);
+            }
+            if (st != KVF_OK) {
                 fprintf(stderr,
                         "kvf-bench pd: push of request %" PRIu64
                         " group %u: %s\n",
@@ -433,7 +445,7 @@ int kvf_bench_pd_main(int argc, char **argv)
     }
     printf("{\"bench\":\"pd\",\"transport\":\"%s\",\"chunk_size\":%" PRIu64
            ",\"requests\":%" PRIu64 ",\"chunks_per_request\":%" PRIu64
-           ",\"inflight\":%" PRIu64 ",\"layers\":%" PRIu64
+           ",\"inflight\":%" PRIu64 ",\"layers\":%" PRIu64 ",\"serial\":%s"
            ",\"GBps\":%.2f,\"wall_GBps\":%.2f,\"p50_us\":%.0f,\"p99_us\":%.0f"
            ",\"verified\":%s"
            ",\"perftest_am_bw_GBps\":%.2f,\"pct_of_perftest\":%.0f"
@@ -442,7 +454,7 @@ int kvf_bench_pd_main(int argc, char **argv)
            ",\"decode_cpu_us_per_chunk\":%.1f"
            ",\"memcpy_GBps\":%.2f,\"pct_of_memcpy\":%.0f%s}\n",
            b.o.transport, b.o.chunk_size, b.o.requests, b.o.chunks_per_request,
-           b.o.inflight, b.o.layers, gbps,
+           b.o.inflight, b.o.layers, b.o.serial ? "true" : "false", gbps,
            (wall_ns == 0) ? 0.0 : (double)bytes / (double)wall_ns,
            (double)kvf_bench_percentile(lat, b.o.requests, 50) / 1000.0,
            (double)kvf_bench_percentile(lat, b.o.requests, 99) / 1000.0,
