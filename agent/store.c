@@ -583,13 +583,21 @@ void kvf_store_put_chunk(kvf_store_t *store, kvf_pool_entry_t *entry)
     store->damaged[i] = store->damaged[--store->num_damaged];
 }
 
+/* Is @p key in the pool and servable (not found damaged meanwhile)? */
+static bool kvf_store_holds(kvf_store_t *store, const kvf_key_t *key)
+{
+    return (kvf_pool_lookup(store->pool, key) != NULL) &&
+           ((store->num_damaged == 0) ||
+            (kvf_store_damaged_find(store, key) < 0));
+}
+
 uint32_t kvf_store_local_prefix(kvf_store_t *store, const kvf_key_t *keys,
                                 uint32_t num)
 {
     uint32_t i;
 
     for (i = 0; i < num; i++) {
-        if (kvf_pool_lookup(store->pool, &keys[i]) == NULL) {
+        if (!kvf_store_holds(store, &keys[i])) {
             break;
         }
     }
@@ -607,7 +615,7 @@ uint32_t kvf_store_tier_prefix(kvf_store_t *store, const kvf_key_t *keys,
     uint32_t i;
 
     for (i = 0; i < num; i++) {
-        if ((kvf_pool_lookup(store->pool, &keys[i]) == NULL) &&
+        if (!kvf_store_holds(store, &keys[i]) &&
             ((store->disk == NULL) ||
              !kvf_disk_contains(store->disk, &keys[i]))) {
             break;

@@ -1017,6 +1017,9 @@ class KVFabricConnector(KVConnectorBase_V1):
     def wait_for_save(self):
         pending, self._pending = self._pending, []
         client = self._client
+        saves = []
+        # every PD push of the step starts before any is waited for: the
+        # requests of one batch travel to their decoders at once
         for m, slots in pending:
             if self._broken:
                 break
@@ -1028,8 +1031,17 @@ class KVFabricConnector(KVConnectorBase_V1):
                     del v
                 chunks = [kvf.Slot(s.offset, self._chunk_bytes)
                           for s in slots]
-                if m.pd_push_count > 0:
-                    self._pd_push(client, m, chunks, sums)
+                started = (m.pd_push_count > 0 and
+                           self._pd_push_start(client, m, chunks, sums))
+                saves.append((m, slots, chunks, sums, started))
+            except _ERRORS as e:
+                self._agent_failed("commit", e)
+        for m, slots, chunks, sums, started in saves:
+            if self._broken:
+                break
+            try:
+                if started:
+                    self._pd_push_wait(client, m)
                 if m.pd_push_count > 0 and not m.pd_store:
                     client.release(slots)
                     continue
@@ -1042,22 +1054,35 @@ class KVFabricConnector(KVConnectorBase_V1):
                 self._agent_failed("commit", e)
         self._end_step()
 
-    def _pd_push(self, client, m: ReqMeta, chunks, sums) -> None:
-        """Pushes the first m.pd_push_count chunks of this step to the
-        decoder (returns once it verified them). A failure is logged, not
-        raised: the decoder aborts the request and D recomputes."""
+    def _pd_push_start(self, client, m: ReqMeta, chunks, sums) -> bool:
+        """Starts the push of the first m.pd_push_count chunks of this step
+        to the decoder (``_pd_push_wait`` collects it); False when it could
+        not start. A failure is logged, not raised: the decoder aborts the
+        request and D recomputes. The slots stay untouched until the wait."""
         k = m.pd_push_count
         self._pd_sending.add(m.req_id)
         try:
-            client.pd_push(m.pd_request_id,
-                           m.pd_decoder.format(rank=self._rank),
-                           chunks[:k], sums[:k], m.pd_final)
-            self._count("pd_pushes")
-            self._count("pd_pushed_chunks", k)
+            client.pd_push_start(m.pd_request_id,
+                                 m.pd_decoder.format(rank=self._rank),
+                                 chunks[:k], sums[:k], m.pd_final)
+            return True
         except kvf.KvfError as e:
-            log.warning("kvfabric: PD push of %s (request %x) to %r: %s",
-                        m.req_id, m.pd_request_id, m.pd_decoder, e)
-            self._count("pd_push_errors")
+            self._pd_push_failed(m, e)
+            return False
+
+    def _pd_push_wait(self, client, m: ReqMeta) -> None:
+        """Waits until the decoder verified the push (or it failed)."""
+        try:
+            client.pd_push_wait(m.pd_request_id)
+            self._count("pd_pushes")
+            self._count("pd_pushed_chunks", m.pd_push_count)
+        except kvf.KvfError as e:
+            self._pd_push_failed(m, e)
+
+    def _pd_push_failed(self, m: ReqMeta, e: Exception) -> None:
+        log.warning("kvfabric: PD push of %s (request %x) to %r: %s",
+                    m.req_id, m.pd_request_id, m.pd_decoder, e)
+        self._count("pd_push_errors")
 
     def get_finished(self, finished_req_ids):
         """(finished sending, finished receiving): the finished requests

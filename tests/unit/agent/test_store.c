@@ -260,7 +260,8 @@ Test(store, damaged_while_held_is_dropped_when_put_back)
     ((uint8_t *)kvf_store_base(g_store))[slot.offset + 3] ^= 0x10;
     cr_assert_eq(kvf_store_verify(g_store, &k), KVF_ERR_CHECKSUM);
     cr_assert_eq(g_evicts, 0, "held: cannot go yet");
-    cr_assert_eq(kvf_store_local_prefix(g_store, &k, 1), 1);
+    /* but no engine's lookup counts it meanwhile */
+    cr_assert_eq(kvf_store_local_prefix(g_store, &k, 1), 0);
     kvf_store_put_chunk(g_store, entry);
     cr_assert_eq(g_evicts, 1);
     cr_assert_eq(kvf_store_local_prefix(g_store, &k, 1), 0);
@@ -301,6 +302,9 @@ Test(store, damaged_while_pinned_is_counted_once_and_goes_with_the_pin)
         KVF_OK);
     cr_assert_eq(results[0], KVF_ERR_NOT_FOUND);
     cr_assert_eq(kvf_store_verify(g_store, &k), KVF_ERR_CHECKSUM);
+    /* and an engine's lookup does not count it as held */
+    cr_assert_eq(kvf_store_local_prefix(g_store, &k, 1), 0);
+    cr_assert_eq(kvf_store_tier_prefix(g_store, &k, 1), 0);
     kvf_store_get_stats(g_store, &st);
     cr_assert_eq(st.checksum_failures, 1);
     cr_assert_eq(g_evicts, 0);
