@@ -121,6 +121,11 @@ static void kvf_agent_metrics_pd(kvf_agent_http_t *http, struct evbuffer *body)
                        "kind", 2,
                        (const char *const[]){"overlapped", "reordered"},
                        (const uint64_t[]){ps.overlapped, ps.reordered});
+    kvf_prom_metric(body, "kvf_agent_pd_pushes_queued_total", KVF_PROM_COUNTER,
+                    "pushes that waited at this sender for an earlier push "
+                    "of their request (its decoder had not yet said it takes "
+                    "several, or 64 were on their way)",
+                    ps.queued);
     kvf_prom_metric(body, "kvf_agent_pd_requests_ready_total", KVF_PROM_COUNTER,
                     "PD requests received complete", ps.requests_ready);
     kvf_prom_metric(body, "kvf_agent_pd_queue_depth", KVF_PROM_GAUGE,

@@ -219,6 +219,8 @@ kvf_status_t kvf_pd_create(const kvf_pd_params_t *params, kvf_pd_t **pd_p)
         return KVF_ERR_INVALID;
     }
     kh_init_inplace(kvf_pd_reqs, &pd->reqs_by_id);
+    kh_init_inplace(kvf_pd_pushes, &pd->pushes_by_ticket);
+    kh_init_inplace(kvf_pd_nodes, &pd->pieces_nodes);
     kh_init_inplace(kvf_pd_quota, &pd->quota);
     pd->peer_max_bytes   = params->peer_max_bytes;
     pd->mesh             = params->mesh;
@@ -313,6 +315,8 @@ void kvf_pd_destroy(kvf_pd_t *pd)
     kvf_pd_region_destroy(pd->region);
     free(pd->bounce);
     kh_destroy_inplace(kvf_pd_reqs, &pd->reqs_by_id);
+    kh_destroy_inplace(kvf_pd_pushes, &pd->pushes_by_ticket);
+    kh_destroy_inplace(kvf_pd_nodes, &pd->pieces_nodes);
     kh_destroy_inplace(kvf_pd_quota, &pd->quota);
     free(pd->scratch);
     free(pd);

@@ -109,6 +109,8 @@ typedef struct kvf_pd_stats {
                                 of their request was in progress */
     uint64_t reordered;      /* of those, verified before an earlier piece
                                 and held until it came */
+    uint64_t queued;         /* pushes that waited here for an earlier one
+                                of their request (sender side) */
 } kvf_pd_stats_t;
 
 /* Registers the PD active-message handlers on the worker. */

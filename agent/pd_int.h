@@ -196,6 +196,12 @@ KHASH_MAP_INIT_INT64(kvf_pd_reqs, kvf_pd_req_t *)
  * peer_max_bytes. Keyed by the endpoint's address as it was when the
  * request took its first reservation (req->quota_key). */
 KHASH_MAP_INIT_INT64(kvf_pd_quota, uint64_t)
+/* Pushes this agent sends, by ticket: a reply finds its push in O(1). */
+KHASH_MAP_INIT_INT64(kvf_pd_pushes, kvf_pd_push_t *)
+/* Decoders (node ids) that said PdAllocReply.pieces: every push of a new
+ * request to one goes at once, not after the first one's reply. */
+KHASH_SET_INIT_INT(kvf_pd_nodes)
+#define KVF_PD_PIECES_NODES_MAX 4096u
 
 struct kvf_pd {
     struct kvf_transports *transports; /* expect_transports; NULL: none */
@@ -230,6 +236,8 @@ struct kvf_pd {
     kvf_pd_batch_t *queue_tail;
     uint32_t queue_len;
     kvf_pd_push_t *pushes;
+    khash_t(kvf_pd_pushes) pushes_by_ticket;
+    khash_t(kvf_pd_nodes) pieces_nodes;
     kvf_pd_open_t *opens;
     struct event *tick_ev;
     uint64_t tick_at_ns;  /* when tick_ev fires (0: not armed) */

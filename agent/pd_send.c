@@ -54,14 +54,11 @@ kvf_status_t kvf_pd_send(kvf_pd_t *pd, kvf_ucx_ep_t *ep, uint16_t type,
 
 static kvf_pd_push_t *kvf_pd_push_find(kvf_pd_t *pd, uint64_t ticket)
 {
-    kvf_pd_push_t *push;
+    khiter_t it = kh_get(kvf_pd_pushes, &pd->pushes_by_ticket, ticket);
 
-    for (push = pd->pushes; push != NULL; push = push->next) {
-        if (push->ticket == ticket) {
-            return push;
-        }
-    }
-    return NULL;
+    return (it == kh_end(&pd->pushes_by_ticket))
+               ? NULL
+               : kh_value(&pd->pushes_by_ticket, it);
 }
 
 static kvf_pd_open_t *kvf_pd_open_find(kvf_pd_t *pd, uint64_t request_id,
@@ -115,6 +112,42 @@ void kvf_pd_send_abort(kvf_pd_t *pd, const char *address, uint64_t request_id,
 
 static void kvf_pd_push_start_queued(kvf_pd_t *pd, uint64_t request_id);
 
+/* Remembers that decoder @p node_id takes pieces (@p is_pieces), or
+ * forgets it (it went away: what comes back may be older). */
+static void kvf_pd_node_pieces(kvf_pd_t *pd, uint32_t node_id, bool is_pieces)
+{
+    khiter_t it;
+    int ret;
+
+    if (node_id == 0) {
+        return;
+    }
+    if (!is_pieces) {
+        it = kh_get(kvf_pd_nodes, &pd->pieces_nodes, node_id);
+        if (it != kh_end(&pd->pieces_nodes)) {
+            kh_del(kvf_pd_nodes, &pd->pieces_nodes, it);
+        }
+        return;
+    }
+    if (kh_size(&pd->pieces_nodes) >= KVF_PD_PIECES_NODES_MAX) {
+        kh_clear(kvf_pd_nodes, &pd->pieces_nodes); /* relearned at once */
+    }
+    (void)kh_put(kvf_pd_nodes, &pd->pieces_nodes, node_id, &ret);
+}
+
+/* Did the decoder @p push goes to say it takes pieces? */
+static bool kvf_pd_node_takes_pieces(kvf_pd_t *pd, const kvf_pd_push_t *push)
+{
+    uint32_t node_id = 0;
+
+    if ((kh_size(&pd->pieces_nodes) == 0) ||
+        (kvf_mesh_node_by_name(pd->mesh, push->decoder, &node_id) == NULL)) {
+        return false;
+    }
+    return kh_get(kvf_pd_nodes, &pd->pieces_nodes, node_id) !=
+           kh_end(&pd->pieces_nodes);
+}
+
 /* The push failed or succeeded; it completes once nothing is in flight.
  * A failure fails every other push of its request here too (their
  * chunks would leave a hole in it); a success may let the next one go. */
@@ -152,6 +185,11 @@ void kvf_pd_push_finish(kvf_pd_push_t *push, kvf_status_t status,
     if ((status == KVF_ERR_CLOSED) || (status == KVF_ERR_NOT_FOUND)) {
         kvf_mesh_node_forget(pd->mesh, 0, push->decoder);
     }
+    if ((status == KVF_ERR_CLOSED) || (status == KVF_ERR_NOT_FOUND) ||
+        (status == KVF_ERR_BUSY)) {
+        /* gone, or refused a piece: the next request relearns it */
+        kvf_pd_node_pieces(pd, push->decoder_id, false);
+    }
     /* a duplicate of a request's first push must not disturb the request
      * it collided with; any other failure ends the request at the decoder
      * too */
@@ -178,6 +216,7 @@ void kvf_pd_push_maybe_complete(kvf_pd_push_t *push)
 {
     kvf_pd_t *pd = push->pd;
     kvf_pd_push_t **pp;
+    khiter_t it;
     uint64_t len;
     uint32_t i;
 
@@ -190,6 +229,10 @@ void kvf_pd_push_maybe_complete(kvf_pd_push_t *push)
             *pp = push->next;
             break;
         }
+    }
+    it = kh_get(kvf_pd_pushes, &pd->pushes_by_ticket, push->ticket);
+    if (it != kh_end(&pd->pushes_by_ticket)) {
+        kh_del(kvf_pd_pushes, &pd->pushes_by_ticket, it);
     }
     /* the chunks go back to their engine (freed if it is gone) */
     if (push->from != NULL) {
@@ -489,8 +532,11 @@ void kvf_pd_on_alloc_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
         kvf_pd_push_send_data(push, m->multi);
     }
     if (m->pieces && (push->state != KVF_PD_PUSH_FINISHED)) {
-        /* the decoder orders this request's pushes: the next ones go now */
+        /* the decoder orders this request's pushes: the next ones go now,
+         * and those of later requests at once */
         kvf_pd_open_t *open = kvf_pd_open_find(pd, push->request_id, NULL);
+
+        kvf_pd_node_pieces(pd, push->decoder_id, true);
 
         if ((open != NULL) && !open->is_pieces) {
             open->is_pieces = true;
@@ -687,8 +733,9 @@ static bool kvf_pd_push_may_start(kvf_pd_t *pd, const kvf_pd_push_t *push)
         return true;
     }
     open = kvf_pd_open_find(pd, push->request_id, NULL);
-    return (open != NULL) && open->is_pieces && (push->piece > 0) &&
-           (push->piece - lowest < KVF_PD_PIECES_MAX);
+    return (open != NULL) && (push->piece > 0) &&
+           (push->piece - lowest < KVF_PD_PIECES_MAX) &&
+           (open->is_pieces || kvf_pd_node_takes_pieces(pd, push));
 }
 
 /* Finds @p push's decoder and starts it (a failure finishes it). */
@@ -765,6 +812,8 @@ kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, const kvf_pd_push_args_t *args)
     kvf_status_t status = KVF_OK;
     uint64_t len;
     uint32_t i, moved = 0;
+    khiter_t it;
+    int ret;
 
     if ((num == 0) || (num > KVF_PD_MAX_CHUNKS) || (args->decoder == NULL) ||
         (args->decoder[0] == '\0') ||
@@ -811,16 +860,9 @@ kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, const kvf_pd_push_args_t *args)
         }
         push->bytes += push->lengths[moved];
     }
-    if (status != KVF_OK) {
-        for (i = 0; i < moved; i++) {
-            kvf_store_move(pd->store, push->owner, args->owner,
-                           push->offsets[i], &len);
-        }
-        goto err_free;
-    }
-    push->src_put     = args->src_put;
-    push->src_arg     = args->src_arg;
-    push->ticket      = kvf_mesh_random_id(pd->mesh);
+    do { /* random (unguessable), and unique among ours */
+        push->ticket = kvf_mesh_random_id(pd->mesh);
+    } while (kvf_pd_push_find(pd, push->ticket) != NULL);
     push->request_id  = args->request_id;
     push->from        = args->owner;
     push->cb          = args->cb;
@@ -831,16 +873,31 @@ kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, const kvf_pd_push_args_t *args)
     push->start_ns    = kvf_time_now_ns();
     push->deadline_ns = kvf_time_deadline_ns(pd->push_timeout_ns);
     snprintf(push->decoder, sizeof(push->decoder), "%s", args->decoder);
-    open = kvf_pd_open_get(pd, push);
-    if ((open == NULL) && !push->is_final) {
-        for (i = 0; i < num; i++) {
+    open = NULL;
+    if (status == KVF_OK) {
+        open = kvf_pd_open_get(pd, push);
+        status =
+            ((open == NULL) && !push->is_final) ? KVF_ERR_NO_MEMORY : KVF_OK;
+    }
+    if (status == KVF_OK) {
+        it = kh_put(kvf_pd_pushes, &pd->pushes_by_ticket, push->ticket, &ret);
+        if (ret < 0) {
+            if ((open != NULL) && (open->pieces == 0)) {
+                kvf_pd_open_forget(pd, push->request_id); /* made for it */
+            }
+            status = KVF_ERR_NO_MEMORY;
+        }
+    }
+    if (status != KVF_OK) {
+        for (i = 0; i < moved; i++) {
             kvf_store_move(pd->store, push->owner, args->owner,
                            push->offsets[i], &len);
         }
-        push->src_put = NULL; /* put below */
-        status        = KVF_ERR_NO_MEMORY;
         goto err_free;
     }
+    push->src_put                       = args->src_put;
+    push->src_arg                       = args->src_arg;
+    kh_value(&pd->pushes_by_ticket, it) = push;
     /* pushes of a request are numbered as they come: the decoder keeps
      * their chunks in this order whatever order they land in */
     push->piece = (open != NULL) ? ++open->pieces : 1;
@@ -849,6 +906,7 @@ kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, const kvf_pd_push_args_t *args)
     kvf_pd_tick_arm(pd, push->deadline_ns);
     if (!kvf_pd_push_may_start(pd, push)) {
         push->state = KVF_PD_PUSH_QUEUED; /* goes when an earlier one let it */
+        pd->stats.queued++;
         return KVF_OK;
     }
     kvf_pd_push_go(push);

@@ -846,6 +846,7 @@ Test(pd, layer_pushes_of_one_request_overlap_and_keep_their_order)
     kvf_client_t *pc, *dc;
     kvf_slot_t slots[12];
     uint64_t sums[12];
+    long long queued;
     uint32_t i;
 
     start_pair(NULL);
@@ -873,6 +874,22 @@ Test(pd, layer_pushes_of_one_request_overlap_and_keep_their_order)
                 metric(&g_d, "kvf_agent_pd_pieces_total{kind=\"reordered\"}"));
     wait_and_check(dc, 20, 12); /* in the order of the calls */
     cr_assert_eq(kvf_pd_release(dc, 20), KVF_OK);
+    /* the first request's later pushes waited for its first one's reply;
+     * the decoder is known now: the next request's go at once */
+    queued = metric(&g_p, "kvf_agent_pd_pushes_queued_total");
+    cr_assert_geq(queued, 1);
+    fill_slots(pc, 23, 4, slots, sums);
+    for (i = 0; i < 4; i++) {
+        cr_assert_eq(kvf_pd_push_start(pc, 23, "it-decode", &slots[i], &sums[i],
+                                       1, i == 3),
+                     KVF_OK, "%s", kvf_client_last_error(pc));
+    }
+    cr_assert_eq(kvf_pd_push_wait(pc, 23, 0), KVF_OK, "%s",
+                 kvf_client_last_error(pc));
+    cr_assert_eq(kvf_client_release(pc, slots, 4), KVF_OK);
+    cr_assert_eq(metric(&g_p, "kvf_agent_pd_pushes_queued_total"), queued);
+    wait_and_check(dc, 23, 4);
+    cr_assert_eq(kvf_pd_release(dc, 23), KVF_OK);
     cr_assert(metric_becomes(&g_d, REGION_USED, 0, 2000));
     kvf_client_disconnect(pc);
     kvf_client_disconnect(dc);

@@ -444,6 +444,7 @@ Test(pd_acks, pieces_land_in_any_order_and_reach_the_engine_in_piece_order)
     kvf_slot_t got[3];
     kvf_rogue_t *rogue;
     kvf_client_t *dc;
+    long long acks;
     uint32_t num = 0, k;
 
     rogue = kvf_rogue_create(g_dec.data);
@@ -459,10 +460,20 @@ Test(pd_acks, pieces_land_in_any_order_and_reach_the_engine_in_piece_order)
     cr_assert_eq(kvf_sec_metric(&g_dec, "kvf_agent_pd_pieces_total{kind=\""
                                         "overlapped\"}"),
                  2);
-    /* their data lands last piece first */
+    /* their data lands last piece first, each verified before the next
+     * is sent */
+    acks = kvf_sec_metric(&g_dec, "kvf_agent_pd_acks_total{kind=\"push\"}");
     for (k = 3; k-- > 0;) {
+        int t;
+
         send_data(rogue, 3400, batch[k], 0, g_bytes[k][0]);
-        kvf_rogue_progress(rogue, 50);
+        for (t = 0;
+             (t < 500) &&
+             (kvf_sec_metric(&g_dec, "kvf_agent_pd_acks_"
+                                     "total{kind=\"push\"}") < acks + 3 - k);
+             t++) {
+            kvf_rogue_progress(rogue, 10);
+        }
     }
     for (k = 0; (k < 300) && (kvf_sec_metric(&g_dec, "kvf_agent_pd_requests_"
                                                      "ready_total") < 1);
