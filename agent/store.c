@@ -411,8 +411,9 @@ kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
     return KVF_OK;
 }
 
-/* A chunk failed its checksum after commit: counted, and dropped here
- * (announced evicted) unless someone still references it. */
+/* A chunk failed its checksum after commit: counted, announced evicted
+ * (no peer is sent here for it again), and dropped now, or when the last
+ * engine pin or peer send that still references it lets go. */
 static void kvf_store_drop_damaged(kvf_store_t *store, const kvf_key_t *key,
                                    uint64_t offset)
 {
@@ -431,8 +432,12 @@ static void kvf_store_drop_damaged(kvf_store_t *store, const kvf_key_t *key,
     } else if ((status == KVF_ERR_BUSY) &&
                (store->num_damaged < KVF_STORE_DAMAGED_MAX)) {
         /* an engine's pin or a send to a peer still holds it: dropped
-         * when the last of them puts it back */
+         * when the last of them puts it back, a miss for everyone and
+         * in no inventory meanwhile */
         store->damaged[store->num_damaged++] = *key;
+        if (store->evict_cb != NULL) {
+            store->evict_cb(store->cb_arg, key);
+        }
     }
 }
 
@@ -556,7 +561,7 @@ kvf_status_t kvf_store_hold_chunk(kvf_store_t *store, const kvf_key_t *key,
 }
 
 /* A damaged chunk goes with its last reference, an engine's pin or a
- * peer send (the registry is told it was evicted). */
+ * peer send (the registry was told when it was found). */
 void kvf_store_put_chunk(kvf_store_t *store, kvf_pool_entry_t *entry)
 {
     kvf_status_t status;
@@ -576,9 +581,6 @@ void kvf_store_put_chunk(kvf_store_t *store, kvf_pool_entry_t *entry)
     status = kvf_pool_remove(store->pool, &key);
     if (status == KVF_ERR_BUSY) {
         return; /* still held: the last put drops it */
-    }
-    if ((status == KVF_OK) && (store->evict_cb != NULL)) {
-        store->evict_cb(store->cb_arg, &key); /* the registry forgets */
     }
     store->damaged[i] = store->damaged[--store->num_damaged];
 }
@@ -829,6 +831,7 @@ void kvf_store_promote_cancel(kvf_store_t *store, void *arg)
 }
 
 typedef struct kvf_store_foreach_ctx {
+    const kvf_store_t *store;
     kvf_store_key_cb_t cb;
     void *arg;
 } kvf_store_foreach_ctx_t;
@@ -836,13 +839,17 @@ typedef struct kvf_store_foreach_ctx {
 static void kvf_store_foreach_entry(const kvf_pool_entry_t *entry, void *arg)
 {
     kvf_store_foreach_ctx_t *ctx = arg;
+    const kvf_key_t *key         = kvf_pool_entry_key(entry);
 
-    ctx->cb(ctx->arg, kvf_pool_entry_key(entry));
+    if ((ctx->store->num_damaged == 0) ||
+        (kvf_store_damaged_find(ctx->store, key) < 0)) {
+        ctx->cb(ctx->arg, key); /* a damaged one is evicted already */
+    }
 }
 
 void kvf_store_foreach_key(kvf_store_t *store, kvf_store_key_cb_t cb, void *arg)
 {
-    kvf_store_foreach_ctx_t ctx = {cb, arg};
+    kvf_store_foreach_ctx_t ctx = {store, cb, arg};
 
     kvf_pool_foreach_committed(store->pool, kvf_store_foreach_entry, &ctx);
 }
