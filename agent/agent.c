@@ -578,6 +578,7 @@ static kvf_status_t kvf_agent_pd_start(kvf_agent_t *agent)
     params.pool_mem         = agent->pool_mem;
     params.store            = agent->store;
     params.queue_max        = (uint32_t)config->pd_queue_max;
+    params.takes_pieces     = config->pd_pieces;
     params.peer_max_bytes   = config->pd_peer_max_bytes;
     params.alloc_timeout_ns = config->pd_alloc_timeout;
     params.push_timeout_ns  = config->pd_push_timeout;

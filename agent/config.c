@@ -134,6 +134,10 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
     KVF_AGENT_FIELD("pd_queue_max", KVF_CONFIG_UINT, pd_queue_max, "64", 1,
                     65536,
                     "pushes that may wait for room in a full receive region"),
+    KVF_AGENT_FIELD("pd_pieces", KVF_CONFIG_BOOL, pd_pieces, "true", 0, 0,
+                    "hold several pushes of one request at once, kept in "
+                    "piece order (false: one at a time, as agents before "
+                    "this one did; senders then wait for each)"),
     KVF_AGENT_FIELD("pd_alloc_timeout", KVF_CONFIG_DURATION, pd_alloc_timeout,
                     "5s", 1000000ull, 600000000000ull,
                     "how long a push waits for room in a full receive region"),

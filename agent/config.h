@@ -60,6 +60,7 @@ typedef struct kvf_agent_config {
     uint64_t pd_buffer_size;   /* PD receive region (decode, both); 0: none */
     char *pd_buffer_device;    /* "": host memory; "cuda:N": GPU N */
     uint64_t pd_queue_max;     /* PD reservations that may wait for room */
+    bool pd_pieces;            /* several pushes of a request at once */
     uint64_t pd_alloc_timeout; /* ns: how long one may wait */
     uint64_t pd_push_timeout;  /* ns: a push end to end; a quiet sender */
     uint64_t pd_wait_timeout;  /* ns: default of an engine's PD wait */

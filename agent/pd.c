@@ -233,6 +233,7 @@ kvf_status_t kvf_pd_create(const kvf_pd_params_t *params, kvf_pd_t **pd_p)
     pd->region_mem       = params->region_mem;
     pd->region_is_device = params->region_is_device;
     pd->queue_max        = params->queue_max;
+    pd->takes_pieces     = params->takes_pieces;
     pd->alloc_timeout_ns = params->alloc_timeout_ns;
     pd->push_timeout_ns  = params->push_timeout_ns;
     pd->wait_timeout_ns  = params->wait_timeout_ns;

@@ -65,14 +65,15 @@ typedef struct kvf_pd_params {
     const kvf_ucx_mem_t *region_mem; /* the registration covering it */
     bool region_is_device;           /* GPU memory: verify via a copy */
     uint32_t queue_max;              /* reservations that may wait */
-    uint64_t peer_max_bytes;         /* receive region one sender may
-                                        hold (0: all of it) */
-    uint64_t alloc_timeout_ns;       /* how long one may wait */
-    uint64_t push_timeout_ns;        /* a push, end to end; also how long
-                                        a decoder waits for a quiet sender */
-    uint64_t wait_timeout_ns;        /* default of kvf_pd_wait */
-    uint64_t claim_timeout_ns;       /* ready requests nobody claims */
-    const char *name;                /* for logs */
+    bool takes_pieces; /* several pushes of a request at once (pd_pieces) */
+    uint64_t peer_max_bytes;   /* receive region one sender may
+                                  hold (0: all of it) */
+    uint64_t alloc_timeout_ns; /* how long one may wait */
+    uint64_t push_timeout_ns;  /* a push, end to end; also how long
+                                  a decoder waits for a quiet sender */
+    uint64_t wait_timeout_ns;  /* default of kvf_pd_wait */
+    uint64_t claim_timeout_ns; /* ready requests nobody claims */
+    const char *name;          /* for logs */
 } kvf_pd_params_t;
 
 typedef struct kvf_pd_stats {

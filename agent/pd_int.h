@@ -220,6 +220,7 @@ struct kvf_pd {
     uint8_t *bounce; /* device region: a chunk copied for its checksum */
     uint64_t bounce_len;
     uint32_t queue_max;
+    bool takes_pieces; /* PdAlloc.piece honoured (pd_pieces) */
     uint64_t alloc_timeout_ns;
     uint64_t push_timeout_ns;
     uint64_t wait_timeout_ns;

@@ -140,7 +140,7 @@ static void kvf_pd_reply_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
     reply.ticket     = ticket;
     reply.status     = status;
     reply.message    = text;
-    reply.pieces     = true; /* several pushes of a request, by piece */
+    reply.pieces     = pd->takes_pieces; /* several pushes of a request */
     if ((status == KVF_OK) && (batch != NULL)) {
         reply.batch     = batch->id;
         reply.n_offsets = batch->num;
@@ -582,6 +582,7 @@ void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAlloc *m)
     kvf_pd_req_t *req;
     kvf_pd_batch_t *batch;
     uint64_t footprint = 0, used;
+    uint32_t piece;
     kvf_status_t status;
     size_t i;
 
@@ -661,11 +662,13 @@ void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAlloc *m)
             return;
         }
     }
+    /* pd_pieces off: a piece is not looked at, as by an older decoder */
+    piece  = pd->takes_pieces ? m->piece : 0;
     status = KVF_OK;
     switch (req->state) {
     case KVF_PD_REQ_WAITING:
-        status = kvf_pd_piece_check(req, m->piece, m->final, message,
-                                    sizeof(message));
+        status =
+            kvf_pd_piece_check(req, piece, m->final, message, sizeof(message));
         break;
     case KVF_PD_REQ_RECEIVING:
         if (req->src != ep) {
@@ -674,7 +677,7 @@ void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAlloc *m)
                      "PD request %llu is being pushed by another sender",
                      (unsigned long long)m->request_id);
         } else {
-            status = kvf_pd_piece_check(req, m->piece, m->final, message,
+            status = kvf_pd_piece_check(req, piece, m->final, message,
                                         sizeof(message));
         }
         break;
@@ -747,7 +750,7 @@ void kvf_pd_on_alloc(kvf_pd_t *pd, kvf_ucx_ep_t *ep, const Kvf__PdAlloc *m)
     batch->id         = ++pd->next_batch;
     batch->ticket     = m->ticket;
     batch->is_final   = m->final;
-    batch->piece      = (m->piece > 0) ? m->piece : req->next_piece;
+    batch->piece      = (piece > 0) ? piece : req->next_piece;
     batch->req        = req;
     if (req->quota_key == 0) {
         req->quota_key = (uintptr_t)ep;

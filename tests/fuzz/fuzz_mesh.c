@@ -128,6 +128,7 @@ static kvf_fuzz_agent_t *kvf_fuzz_agent_get(bool is_secure)
     pd.region_base      = region;
     pd.region_size      = sizeof(region);
     pd.queue_max        = 8;
+    pd.takes_pieces     = true;
     pd.alloc_timeout_ns = 1000000000ull;
     pd.push_timeout_ns  = 1000000000ull;
     pd.wait_timeout_ns  = 1000000000ull;

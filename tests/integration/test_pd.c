@@ -895,6 +895,46 @@ Test(pd, layer_pushes_of_one_request_overlap_and_keep_their_order)
     kvf_client_disconnect(dc);
 }
 
+/* A decoder that takes one push of a request at a time (pd_pieces off: it
+ * reads no piece and says nothing of pieces, as an agent before them):
+ * the prefill agent sends the groups one after the other, still started
+ * by the engine without waiting, and every byte arrives in order. */
+Test(pd, layer_pushes_to_a_decoder_without_pieces_go_one_at_a_time)
+{
+    const char *const no_pieces[] = {"--pd-pieces=false", NULL};
+    kvf_client_t *pc, *dc;
+    kvf_slot_t slots[6];
+    uint64_t sums[6];
+    uint32_t i, r;
+
+    start_pair(no_pieces);
+    pc = connect_to(&g_p);
+    dc = connect_to(&g_d);
+    for (r = 0; r < 2; r++) {
+        fill_slots(pc, 30 + r, 6, slots, sums);
+        for (i = 0; i < 6; i++) {
+            cr_assert_eq(kvf_pd_push_start(pc, 30 + r, "it-decode", &slots[i],
+                                           &sums[i], 1, i == 5),
+                         KVF_OK, "%s", kvf_client_last_error(pc));
+        }
+        cr_assert_eq(kvf_pd_push_wait(pc, 30 + r, 0), KVF_OK, "%s",
+                     kvf_client_last_error(pc));
+        cr_assert_eq(kvf_client_release(pc, slots, 6), KVF_OK);
+        wait_and_check(dc, 30 + r, 6);
+        cr_assert_eq(kvf_pd_release(dc, 30 + r), KVF_OK);
+        /* none overlapped another at the decoder */
+        cr_assert_eq(metric(&g_d, PIECES), 0);
+    }
+    /* the sender held them back (all 10 later groups, unless one came
+     * after its predecessor had ended already) */
+    cr_assert_geq(metric(&g_p, "kvf_agent_pd_pushes_queued_total"), 1);
+    cr_log_info("%lld of 10 groups waited at the sender",
+                metric(&g_p, "kvf_agent_pd_pushes_queued_total"));
+    cr_assert_eq(metric(&g_d, "kvf_agent_pd_received_pushes_total"), 12);
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
+
 Test(pd, a_damaged_layer_push_fails_the_request_and_the_pushes_after_it)
 {
     kvf_client_t *pc, *dc;
