@@ -363,6 +363,7 @@ static kvf_status_t kvf_pd_quota_charge(kvf_pd_t *pd, kvf_pd_req_t *req,
     return KVF_OK;
 }
 
+/* Frees the verified slots of @p req (and its sender's charge). */
 static void kvf_pd_req_free_slots(kvf_pd_t *pd, kvf_pd_req_t *req)
 {
     uint32_t i;
