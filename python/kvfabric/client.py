@@ -349,7 +349,9 @@ class Client:
             the receive region of the decoder agent named @p decoder (its
             node name). Call it once per chunk or layer group as they are
             produced, ``final=True`` on the last call. Returns once the
-            decoder verified every chunk of this call. @p slots are this
+            decoder verified every chunk of this call (and of the pushes of
+            the request started before it with ``pd_push_start``: it raises
+            the first of their failures). @p slots are this
             connection's grants (``alloc``) or pins (``retrieve``); a slot's
             ``length`` may be less than its grant (a partial last chunk).
             The slots stay the caller's: ``release`` or ``commit`` them
