@@ -1276,6 +1276,51 @@ kvf_status_t kvf_fc_pd_push(kvf_fc_t *fc, kvf_client_t *c, uint64_t req,
     return st;
 }
 
+kvf_status_t kvf_fc_pd_push_layers(kvf_fc_t *fc, kvf_client_t *c, uint64_t req,
+                                   const char *decoder, uint32_t n,
+                                   uint32_t parts, size_t len,
+                                   uint64_t timeout_ns)
+{
+    kvf_slot_t slots[KVF_FC_PD_MAX];
+    uint64_t sums[KVF_FC_PD_MAX];
+    kvf_status_t st;
+    uint32_t k, sent = 0, m;
+
+    if ((n == 0) || (n > KVF_FC_PD_MAX) || (parts == 0) || (parts > n)) {
+        return KVF_ERR_INVALID;
+    }
+    st = kvf_client_alloc(c, len, n, slots);
+    if (st != KVF_OK) {
+        kvf_fc_why(fc, "pd request %llu: alloc: %s", (unsigned long long)req,
+                   kvf_client_last_error(c));
+        return st;
+    }
+    for (k = 0; k < n; k++) {
+        uint8_t *p = (uint8_t *)kvf_client_pool_base(c) + slots[k].offset;
+
+        kvf_fc_pd_fill(p, len, req, k);
+        sums[k] = kvf_chunk_checksum(p, len);
+    }
+    for (k = 0; (k < parts) && (st == KVF_OK); k++) {
+        m  = (k + 1 == parts) ? n - sent : (n - sent) / (parts - k);
+        st = kvf_pd_push_start(c, req, decoder, slots + sent, sums + sent, m,
+                               k + 1 == parts);
+        sent += m;
+    }
+    if (st == KVF_OK) {
+        st = kvf_pd_push_wait(c, req, timeout_ns);
+    } else {
+        (void)kvf_pd_push_wait(c, req, timeout_ns); /* collect the rest */
+    }
+    if (st != KVF_OK) {
+        kvf_fc_why(fc, "pd layer pushes %llu to %s: %s",
+                   (unsigned long long)req, decoder, kvf_client_last_error(c));
+    }
+    /* the slots stay the engine's once every push of them ended */
+    kvf_client_release(c, slots, n);
+    return st;
+}
+
 void kvf_fc_pd_receive(kvf_fc_t *fc, kvf_client_t *c, uint64_t req, uint32_t n,
                        size_t len, uint64_t timeout_ns, kvf_fc_pd_t *res)
 {

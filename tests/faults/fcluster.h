@@ -234,6 +234,15 @@ kvf_status_t kvf_fc_pd_push(kvf_fc_t *fc, kvf_client_t *c, uint64_t req,
                             const char *decoder, uint32_t first, uint32_t n,
                             size_t len, bool final);
 
+/* As kvf_fc_pd_push() for the whole of @p req (chunks [0, n), the last
+ * push final), in @p parts pushes started without waiting for each other
+ * (kvf_pd_push_start, as an engine saving layer by layer), then waited for
+ * (kvf_pd_push_wait, under @p timeout_ns; 0: the client's default). */
+kvf_status_t kvf_fc_pd_push_layers(kvf_fc_t *fc, kvf_client_t *c, uint64_t req,
+                                   const char *decoder, uint32_t n,
+                                   uint32_t parts, size_t len,
+                                   uint64_t timeout_ns);
+
 /* Result of kvf_fc_pd_receive(). */
 typedef struct kvf_fc_pd {
     kvf_status_t status;  /* of kvf_pd_wait */

@@ -12,7 +12,9 @@
  * lookups + retrieves of known prefixes through a random agent (local
  * and remote, with and without prefetch), and PD requests (every agent is
  * role both, with a receive region): a prefill engine on one agent
- * streams 2-8 chunks in 1-3 pushes to another agent, whose decode engine
+ * streams 2-8 chunks in 1-3 pushes to another agent (for half of the
+ * requests started at once, as layer groups: kvf_pd_push_start, then
+ * kvf_pd_push_wait), whose decode engine
  * then waits for the request and releases it. Every byte handed out to
  * an engine is compared with the pattern of its key or PD chunk; a PD
  * request whose push failed is still waited for (briefly): if it is
@@ -198,6 +200,21 @@ static void soak_pd(soak_t *s, unsigned int *seed, int p, int d)
         (kvf_fc_connect(&s->fc, d, &dc) != KVF_OK)) {
         s->errors++;
         goto out;
+    }
+    if (rand_r(seed) % 2 == 0) {
+        /* layer groups started without waiting for each other */
+        t0 = kvf_time_now_ns();
+        st = kvf_fc_pd_push_layers(&s->fc, pc, req, s->fc.agents[d].name, n,
+                                   parts, len, 0);
+        if (kvf_time_now_ns() - t0 > SOAK_PD_PUSH_HANG_NS) {
+            fprintf(stderr, "soak: pd layer pushes %llu hung: %llu ms, %s\n",
+                    (unsigned long long)req,
+                    (unsigned long long)((kvf_time_now_ns() - t0) /
+                                         KVF_NSEC_PER_MSEC),
+                    kvf_strerror(st));
+            s->hangs++;
+        }
+        parts = 0; /* pushed */
     }
     for (k = 0; (k < parts) && (st == KVF_OK); k++) {
         uint32_t m = (k + 1 == parts) ? n - sent : (n - sent) / (parts - k);

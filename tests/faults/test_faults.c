@@ -436,6 +436,19 @@ static void *pd_wait_thread(void *arg)
     return NULL;
 }
 
+/* Eight layer groups of @p job's request started at once, then waited
+ * for. */
+static void *pd_layers_thread(void *arg)
+{
+    pd_job_t *job = arg;
+    uint64_t t0   = kvf_time_now_ns();
+
+    job->status  = kvf_fc_pd_push_layers(&g_fc, job->c, job->req,
+                                         g_fc.agents[PD_D].name, 8, 8, CHUNK, 0);
+    job->took_ns = kvf_time_now_ns() - t0;
+    return NULL;
+}
+
 /* The push of @p job failed (no hang) within pd_push_timeout. */
 static void pd_check_push_failed(const pd_job_t *job)
 {
@@ -468,6 +481,57 @@ Test(pd_faults, decoder_killed_during_push)
     kvf_client_disconnect(pc);
     cr_assert_eq(kvf_fc_agent_start(&g_fc, PD_D), 0, "%s", g_fc.why);
     pd_roundtrip(101);
+    check_healed();
+}
+
+/* Layer groups of a request on their way at once when the decoder dies:
+ * every one of them fails, within the push timeout, and the prefill agent
+ * holds nothing after; the decoder back, layer pushes work again. */
+Test(pd_faults, decoder_killed_during_layer_pushes)
+{
+    kvf_client_t *pc, *dc;
+    uint64_t t0, took;
+    kvf_status_t st;
+    kvf_fc_pd_t res;
+
+    SKIP_WITHOUT_NETNS();
+    pc = pd_connect(PD_P);
+    /* the decoder learned as one that takes pieces, then stopped */
+    cr_assert_eq(kvf_fc_pd_push_layers(&g_fc, pc, 150, g_fc.agents[PD_D].name,
+                                       4, 4, CHUNK, 0),
+                 KVF_OK, "%s", g_fc.why);
+    kvf_fc_agent_pause(&g_fc, PD_D, true);
+    t0 = kvf_time_now_ns();
+    {
+        pd_job_t job = {.req = 151};
+        pthread_t th;
+
+        /* eight groups started, none answered; the decoder dies */
+        job.c = pc;
+        cr_assert_eq(pthread_create(&th, NULL, pd_layers_thread, &job), 0);
+        poll(NULL, 0, 300); /* fault timing: the pushes are on their way */
+        kvf_fc_agent_kill(&g_fc, PD_D);
+        pthread_join(th, NULL);
+        st   = job.status;
+        took = job.took_ns;
+    }
+    cr_assert_neq(st, KVF_OK, "the layer pushes went through");
+    cr_assert_lt(took, PD_PUSH_HANG_NS, "layer pushes took %llu ms: %s",
+                 (unsigned long long)(took / KVF_NSEC_PER_MSEC), g_fc.why);
+    cr_assert_lt(kvf_time_now_ns() - t0, PD_PUSH_HANG_NS + 1000000000ull);
+    cr_assert(kvf_fc_wait_quiet(&g_fc, 10000), "%s", g_fc.why);
+    cr_assert_eq(kvf_fc_agent_start(&g_fc, PD_D), 0, "%s", g_fc.why);
+    cr_assert_eq(kvf_fc_pd_push_layers(&g_fc, pc, 152, g_fc.agents[PD_D].name,
+                                       6, 6, CHUNK, 0),
+                 KVF_OK, "%s", g_fc.why);
+    dc = pd_connect(PD_D);
+    kvf_fc_pd_receive(&g_fc, dc, 152, 6, CHUNK,
+                      PD_WAIT_TMO_S * KVF_NSEC_PER_SEC, &res);
+    cr_assert_eq(res.status, KVF_OK, "%s", g_fc.why);
+    cr_assert_eq(res.wrong_bytes, 0);
+    cr_assert_eq(res.got, 6);
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
     check_healed();
 }
 
