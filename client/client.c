@@ -27,11 +27,11 @@
 #define KVF_CLIENT_DEFAULT_TIMEOUT_NS (5ull * KVF_NSEC_PER_SEC)
 #define KVF_CLIENT_DEFAULT_SOCKET     "/run/kvfabric/agent.sock"
 #define KVF_CLIENT_MAX_FRAME          (16u << 20)
-/* reconnect backoff: bounded well under a second, so an engine's calls
- * succeed again soon after a restarted agent is up */
 /* PD pushes started (kvf_pd_push_start) and not yet collected. */
 #define KVF_CLIENT_PUSHES_MAX 1024u
 
+/* reconnect backoff: bounded well under a second, so an engine's calls
+ * succeed again soon after a restarted agent is up */
 #define KVF_CLIENT_BACKOFF_MIN_NS (10ull * KVF_NSEC_PER_MSEC)
 #define KVF_CLIENT_BACKOFF_MAX_NS (250ull * KVF_NSEC_PER_MSEC)
 
@@ -186,7 +186,6 @@ static kvf_status_t kvf_client_map_pool(kvf_client_t *client, int pool_fd,
     return KVF_OK;
 }
 
-/* Connects, HELLO (+ AUTH), receives the pool and maps it. */
 /* A reply to a push started without waiting (kvf_bconn_filter_t): its
  * outcome is kept for kvf_pd_push_wait; true when @p frame was one. */
 static bool kvf_client_push_reply(void *arg, kvf_frame_t *frame)
@@ -219,6 +218,7 @@ static bool kvf_client_push_reply(void *arg, kvf_frame_t *frame)
     return false;
 }
 
+/* Connects, HELLO (+ AUTH), receives the pool and maps it. */
 static kvf_status_t kvf_client_open(kvf_client_t *client, uint64_t deadline)
 {
     const kvf_bconn_params_t cp = {
