@@ -6,7 +6,7 @@
  * JSON line:
  *
  *   {"soak_s":…,"requests":…,"pd_requests":…,"pd_delivered":…,"faults":…,
- *    "wrong_bytes":0,"hangs":0,"rss_growth_bytes":…}
+ *    "wrong_bytes":0,"hangs":0,"rss_growth_bytes":…,"anon_growth_bytes":…}
  *
  * Workload (a thread): stores of new prefixes through a random agent,
  * lookups + retrieves of known prefixes through a random agent (local
@@ -21,7 +21,10 @@
  * delivered anyway it must be whole and exact. Faults (main thread, every 2-4
  * s): kill -9 and restart of agent 1 or 2, SIGSTOP of any agent for 1.5 s, kill
  * -9 and restart of the controller. Agent 0 is never killed: its RSS from the
- * end of the warm-up to the end is rss_growth_bytes.
+ * end of the warm-up to the end is rss_growth_bytes, which counts pages of
+ * its pool and receive region (shared memory) touched for the first time
+ * too; anon_growth_bytes is its private memory's (RssAnon), what a leak
+ * grows.
  *
  * A hang is a store or retrieve that returned KVF_ERR_TIMEOUT (the
  * engine's 20 s timeout) or took longer than fetch_timeout + 10 s, a PD
@@ -70,6 +73,7 @@ typedef struct soak {
     uint64_t end_ns;
     uint64_t warm_ns; /* RSS baseline taken then */
     uint64_t rss0;
+    uint64_t anon0;
     unsigned int work_seed;
     bool is_quiet; /* SOAK_FAULTS=0: the workload alone, as a baseline */
     atomic_bool is_down[SOAK_AGENTS]; /* killed or stopped: no engine */
@@ -341,6 +345,8 @@ static void *soak_workload(void *arg)
     while (!kvf_time_expired(s->end_ns)) {
         if (!is_warm && kvf_time_expired(s->warm_ns)) {
             s->rss0 = kvf_bench_pid_rss(s->fc.agents[0].proc.pid);
+            s->anon0 =
+                kvf_bench_pid_status(s->fc.agents[0].proc.pid, "RssAnon");
             is_warm = true;
         }
         soak_step(s, &s->work_seed);
@@ -391,7 +397,7 @@ int main(void)
     unsigned int seed      = (getenv("SOAK_SEED") != NULL)
                                  ? (unsigned int)atoi(getenv("SOAK_SEED"))
                                  : (unsigned int)getpid();
-    uint64_t t0, rss1;
+    uint64_t t0, rss1, anon1;
     bool is_ok;
     pthread_t workload;
     static soak_t s;
@@ -435,17 +441,19 @@ int main(void)
     soak_faults(&s);
     pthread_join(workload, NULL);
     rss1  = kvf_bench_pid_rss(s.fc.agents[0].proc.pid);
+    anon1 = kvf_bench_pid_status(s.fc.agents[0].proc.pid, "RssAnon");
     is_ok = soak_check_end(&s);
     printf("{\"soak_s\":%.1f,\"requests\":%llu,\"pd_requests\":%llu,"
            "\"pd_delivered\":%llu,\"faults\":%llu,"
-           "\"wrong_bytes\":%llu,\"hangs\":%llu,\"rss_growth_bytes\":%lld}\n",
+           "\"wrong_bytes\":%llu,\"hangs\":%llu,\"rss_growth_bytes\":%lld,"
+           "\"anon_growth_bytes\":%lld}\n",
            (double)(kvf_time_now_ns() - t0) / 1e9,
            (unsigned long long)(s.requests + s.pd_requests),
            (unsigned long long)s.pd_requests,
            (unsigned long long)s.pd_delivered,
            (unsigned long long)atomic_load(&s.faults),
            (unsigned long long)s.wrong_bytes, (unsigned long long)s.hangs,
-           (long long)(rss1 - s.rss0));
+           (long long)(rss1 - s.rss0), (long long)(anon1 - s.anon0));
     fprintf(stderr,
             "soak: %llu chunks verified byte for byte, %llu chunk misses, "
             "%llu failed calls (faults), %u prefixes stored\n",

@@ -65,6 +65,9 @@ kvf_client_t *kvf_bench_connect(const char *sock, uint64_t wait_ns);
 
 /* Resident set size of process @p pid in bytes; 0 when it is gone. */
 uint64_t kvf_bench_pid_rss(pid_t pid);
+/* A "kB" line of /proc/@p pid/status (VmRSS, RssAnon, ...), in bytes; 0
+ * when absent. */
+uint64_t kvf_bench_pid_status(pid_t pid, const char *field);
 
 /* Best of three ucx_perftest ucp_am_bw runs (error mode on, the agents'
  * TCP tuning) for @p transport and @p size: GB/s (1e9 B/s), 0 when

@@ -125,9 +125,10 @@ void kvf_bench_stop_all(pid_t *pids, int *npids)
     *npids = 0;
 }
 
-uint64_t kvf_bench_pid_rss(pid_t pid)
+uint64_t kvf_bench_pid_status(pid_t pid, const char *field)
 {
     char path[64], line[256];
+    size_t n    = strlen(field);
     uint64_t kb = 0;
     FILE *f;
 
@@ -137,12 +138,18 @@ uint64_t kvf_bench_pid_rss(pid_t pid)
         return 0;
     }
     while (fgets(line, sizeof(line), f) != NULL) {
-        if (sscanf(line, "VmRSS: %" SCNu64, &kb) == 1) {
+        if ((strncmp(line, field, n) == 0) && (line[n] == ':') &&
+            (sscanf(line + n + 1, " %" SCNu64, &kb) == 1)) {
             break;
         }
     }
     fclose(f);
     return kb * 1024;
+}
+
+uint64_t kvf_bench_pid_rss(pid_t pid)
+{
+    return kvf_bench_pid_status(pid, "VmRSS");
 }
 
 kvf_client_t *kvf_bench_connect(const char *sock, uint64_t wait_ns)
