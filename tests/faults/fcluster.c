@@ -1241,12 +1241,12 @@ void kvf_fc_pd_fill(uint8_t *p, size_t len, uint64_t req, uint32_t index)
     kvf_fc_fill(p, len, &key);
 }
 
-kvf_status_t kvf_fc_pd_push(kvf_fc_t *fc, kvf_client_t *c, uint64_t req,
-                            const char *decoder, uint32_t first, uint32_t n,
-                            size_t len, bool final)
+/* Chunks [first, first + n) of @p req in @p n fresh grants of @p c, and
+ * their checksums. */
+static kvf_status_t kvf_fc_pd_alloc(kvf_fc_t *fc, kvf_client_t *c, uint64_t req,
+                                    uint32_t first, uint32_t n, size_t len,
+                                    kvf_slot_t *slots, uint64_t *sums)
 {
-    kvf_slot_t slots[KVF_FC_PD_MAX];
-    uint64_t sums[KVF_FC_PD_MAX];
     kvf_status_t st;
     uint32_t k;
 
@@ -1264,6 +1264,21 @@ kvf_status_t kvf_fc_pd_push(kvf_fc_t *fc, kvf_client_t *c, uint64_t req,
 
         kvf_fc_pd_fill(p, len, req, first + k);
         sums[k] = kvf_chunk_checksum(p, len);
+    }
+    return KVF_OK;
+}
+
+kvf_status_t kvf_fc_pd_push(kvf_fc_t *fc, kvf_client_t *c, uint64_t req,
+                            const char *decoder, uint32_t first, uint32_t n,
+                            size_t len, bool final)
+{
+    kvf_slot_t slots[KVF_FC_PD_MAX];
+    uint64_t sums[KVF_FC_PD_MAX];
+    kvf_status_t st;
+
+    st = kvf_fc_pd_alloc(fc, c, req, first, n, len, slots, sums);
+    if (st != KVF_OK) {
+        return st;
     }
     st = kvf_pd_push(c, req, decoder, slots, sums, n, final);
     if (st != KVF_OK) {
@@ -1286,20 +1301,12 @@ kvf_status_t kvf_fc_pd_push_layers(kvf_fc_t *fc, kvf_client_t *c, uint64_t req,
     kvf_status_t st;
     uint32_t k, sent = 0, m;
 
-    if ((n == 0) || (n > KVF_FC_PD_MAX) || (parts == 0) || (parts > n)) {
+    if ((parts == 0) || (parts > n)) {
         return KVF_ERR_INVALID;
     }
-    st = kvf_client_alloc(c, len, n, slots);
+    st = kvf_fc_pd_alloc(fc, c, req, 0, n, len, slots, sums);
     if (st != KVF_OK) {
-        kvf_fc_why(fc, "pd request %llu: alloc: %s", (unsigned long long)req,
-                   kvf_client_last_error(c));
         return st;
-    }
-    for (k = 0; k < n; k++) {
-        uint8_t *p = (uint8_t *)kvf_client_pool_base(c) + slots[k].offset;
-
-        kvf_fc_pd_fill(p, len, req, k);
-        sums[k] = kvf_chunk_checksum(p, len);
     }
     for (k = 0; (k < parts) && (st == KVF_OK); k++) {
         m  = (k + 1 == parts) ? n - sent : (n - sent) / (parts - k);
