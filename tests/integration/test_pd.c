@@ -935,6 +935,44 @@ Test(pd, layer_pushes_to_a_decoder_without_pieces_go_one_at_a_time)
     kvf_client_disconnect(dc);
 }
 
+/* Pushes started and failed but never collected are bounded (1024 a
+ * connection): the next start says so instead of growing without end;
+ * collecting a request's failure makes room, and the connection works on. */
+Test(pd, uncollected_push_failures_are_bounded)
+{
+    kvf_client_t *pc;
+    kvf_slot_t slot;
+    kvf_status_t st;
+    uint64_t sum;
+    uint32_t i;
+
+    start_pair(NULL);
+    pc = connect_to(&g_p);
+    fill_slots(pc, 41, 1, &slot, &sum);
+    /* every one fails: no such decoder (or the slot is another push's) */
+    for (i = 0; i < 1024; i++) {
+        cr_assert_eq(kvf_pd_push_start(pc, 5000 + i, "no-such-decoder", &slot,
+                                       &sum, 1, true),
+                     KVF_OK, "start %u: %s", i, kvf_client_last_error(pc));
+    }
+    st = kvf_pd_push_start(pc, 7000, "no-such-decoder", &slot, &sum, 1, true);
+    cr_assert_eq(st, KVF_ERR_BUSY, "%s: %s", kvf_strerror(st),
+                 kvf_client_last_error(pc));
+    cr_assert(strstr(kvf_client_last_error(pc), "kvf_pd_push_wait") != NULL,
+              "%s", kvf_client_last_error(pc));
+    st = kvf_pd_push_wait(pc, 5000, 0);
+    cr_assert((st == KVF_ERR_NOT_FOUND) || (st == KVF_ERR_CLOSED) ||
+                  (st == KVF_ERR_RANGE),
+              "%s: %s", kvf_strerror(st), kvf_client_last_error(pc));
+    cr_assert_eq(
+        kvf_pd_push_start(pc, 7000, "no-such-decoder", &slot, &sum, 1, true),
+        KVF_OK, "%s", kvf_client_last_error(pc));
+    cr_assert_neq(kvf_pd_push_wait(pc, 7000, 0), KVF_OK);
+    cr_assert_eq(kvf_client_release(pc, &slot, 1), KVF_OK, "%s",
+                 kvf_client_last_error(pc));
+    kvf_client_disconnect(pc);
+}
+
 Test(pd, a_damaged_layer_push_fails_the_request_and_the_pushes_after_it)
 {
     kvf_client_t *pc, *dc;
