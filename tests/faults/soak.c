@@ -185,6 +185,22 @@ static void soak_pd_check(soak_t *s, uint64_t req, uint32_t n, size_t len,
     s->verified += res->got;
 }
 
+/* A PD push call that began at @p t0 and took past pd_push_timeout + 10 s
+ * is a hang. */
+static void soak_pd_hang_check(soak_t *s, uint64_t req, const char *what,
+                               uint64_t t0, kvf_status_t st)
+{
+    uint64_t took = kvf_time_now_ns() - t0;
+
+    if (took > SOAK_PD_PUSH_HANG_NS) {
+        fprintf(stderr, "soak: pd %s %llu hung: %llu ms, %s\n", what,
+                (unsigned long long)req,
+                (unsigned long long)(took / KVF_NSEC_PER_MSEC),
+                kvf_strerror(st));
+        s->hangs++;
+    }
+}
+
 /* One PD request from agent @p p's prefill engine to agent @p d. */
 static void soak_pd(soak_t *s, unsigned int *seed, int p, int d)
 {
@@ -210,31 +226,17 @@ static void soak_pd(soak_t *s, unsigned int *seed, int p, int d)
         t0 = kvf_time_now_ns();
         st = kvf_fc_pd_push_layers(&s->fc, pc, req, s->fc.agents[d].name, n,
                                    parts, len, 0);
-        if (kvf_time_now_ns() - t0 > SOAK_PD_PUSH_HANG_NS) {
-            fprintf(stderr, "soak: pd layer pushes %llu hung: %llu ms, %s\n",
-                    (unsigned long long)req,
-                    (unsigned long long)((kvf_time_now_ns() - t0) /
-                                         KVF_NSEC_PER_MSEC),
-                    kvf_strerror(st));
-            s->hangs++;
-        }
-        parts = 0; /* pushed */
-    }
-    for (k = 0; (k < parts) && (st == KVF_OK); k++) {
-        uint32_t m = (k + 1 == parts) ? n - sent : (n - sent) / (parts - k);
+        soak_pd_hang_check(s, req, "layer pushes", t0, st);
+    } else {
+        for (k = 0; (k < parts) && (st == KVF_OK); k++) {
+            uint32_t m = (k + 1 == parts) ? n - sent : (n - sent) / (parts - k);
 
-        t0 = kvf_time_now_ns();
-        st = kvf_fc_pd_push(&s->fc, pc, req, s->fc.agents[d].name, sent, m, len,
-                            k + 1 == parts);
-        if (kvf_time_now_ns() - t0 > SOAK_PD_PUSH_HANG_NS) {
-            fprintf(stderr, "soak: pd push %llu hung: %llu ms, %s\n",
-                    (unsigned long long)req,
-                    (unsigned long long)((kvf_time_now_ns() - t0) /
-                                         KVF_NSEC_PER_MSEC),
-                    kvf_strerror(st));
-            s->hangs++;
+            t0 = kvf_time_now_ns();
+            st = kvf_fc_pd_push(&s->fc, pc, req, s->fc.agents[d].name, sent, m,
+                                len, k + 1 == parts);
+            soak_pd_hang_check(s, req, "push", t0, st);
+            sent += m;
         }
-        sent += m;
     }
     if (st != KVF_OK) {
         s->errors++;
