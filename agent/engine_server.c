@@ -62,8 +62,7 @@ struct kvf_engine_wait {
 
 /* A PD push or wait whose reply comes from agent/pd.c. */
 typedef struct kvf_engine_push {
-    struct kvf_engine_push *next;
-    struct kvf_engine_push **pprev; /* what points at it */
+    LIST_ENTRY(kvf_engine_push) link; /* in conn->pushes */
     kvf_engine_conn_t *conn;
     uint64_t request_id;
     uint64_t pd_request; /* a wait: the PD request it claims */
@@ -88,7 +87,7 @@ typedef struct kvf_engine_staging_hold {
 
 struct kvf_engine_conn {
     kvf_engine_server_t *server;
-    kvf_engine_push_t *pushes; /* PD requests waiting for agent/pd.c */
+    LIST_HEAD(, kvf_engine_push) pushes; /* PD requests waiting for pd.c */
     uint32_t num_pushes;
     kvf_evconn_t *ev;
     LIST_ENTRY(kvf_engine_conn) link; /* in server->conns */
@@ -158,24 +157,44 @@ static void kvf_engine_lease_destroy(kvf_engine_lease_t *lease)
  * starts pushes without waiting for their replies: kvf_pd_push_start). */
 #define KVF_ENGINE_PUSHES_MAX 4096u
 
-static void kvf_engine_push_link(kvf_engine_conn_t *conn,
-                                 kvf_engine_push_t *push)
+static kvf_status_t kvf_engine_conn_status(kvf_engine_conn_t *conn,
+                                           uint64_t request_id,
+                                           kvf_status_t status,
+                                           const char *message);
+
+/* A new push or wait of @p conn in @p push_p, linked; NULL when the engine
+ * has KVF_ENGINE_PUSHES_MAX already or no memory: it was answered so, and
+ * the answer's own status is returned. */
+static kvf_status_t kvf_engine_push_new(kvf_engine_conn_t *conn,
+                                        uint64_t request_id,
+                                        kvf_engine_push_t **push_p)
 {
-    push->next = conn->pushes;
-    if (conn->pushes != NULL) {
-        conn->pushes->pprev = &push->next;
+    kvf_engine_push_t *push = NULL;
+
+    *push_p = NULL;
+    if (conn->num_pushes < KVF_ENGINE_PUSHES_MAX) {
+        push = calloc(1, sizeof(*push));
     }
-    push->pprev  = &conn->pushes;
-    conn->pushes = push;
+    if (push == NULL) {
+        return kvf_engine_conn_status(
+            conn, request_id,
+            (conn->num_pushes < KVF_ENGINE_PUSHES_MAX) ? KVF_ERR_NO_MEMORY
+                                                       : KVF_ERR_BUSY,
+            (conn->num_pushes < KVF_ENGINE_PUSHES_MAX)
+                ? "out of memory"
+                : "this engine has 4096 pushes and waits in progress");
+    }
+    push->conn       = conn;
+    push->request_id = request_id;
+    LIST_INSERT_HEAD(&conn->pushes, push, link);
     conn->num_pushes++;
+    *push_p = push;
+    return KVF_OK;
 }
 
 static void kvf_engine_push_unlink(kvf_engine_push_t *push)
 {
-    *push->pprev = push->next;
-    if (push->next != NULL) {
-        push->next->pprev = push->pprev;
-    }
+    LIST_REMOVE(push, link);
     push->conn->num_pushes--;
 }
 
@@ -377,10 +396,10 @@ static void kvf_engine_conn_close(kvf_engine_conn_t *conn)
      * and the cache it filled stays */
     kvf_store_owner_destroy(server->store, conn->owner);
     kvf_engine_staging_destroy(conn);
-    while (conn->pushes != NULL) {
-        kvf_engine_push_t *push = conn->pushes;
+    while (!LIST_EMPTY(&conn->pushes)) {
+        kvf_engine_push_t *push = LIST_FIRST(&conn->pushes);
 
-        conn->pushes = push->next;
+        kvf_engine_push_unlink(push);
         free(push); /* kvf_pd_cancel made sure no callback comes */
     }
     LIST_REMOVE(conn, link);
@@ -1365,11 +1384,6 @@ static kvf_status_t kvf_engine_conn_pd_push(kvf_engine_conn_t *conn,
                                       KVF_ERR_UNSUPPORTED,
                                       "this agent has no PD service");
     }
-    if (conn->num_pushes >= KVF_ENGINE_PUSHES_MAX) {
-        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_BUSY,
-                                      "this engine has 4096 pushes and waits "
-                                      "in progress");
-    }
     if ((req->n_offsets == 0) || (req->n_offsets > KVF_ENGINE_MAX_BATCH) ||
         (req->n_lengths != req->n_offsets) ||
         (req->n_checksums != req->n_offsets) || (req->decoder == NULL) ||
@@ -1379,15 +1393,12 @@ static kvf_status_t kvf_engine_conn_pd_push(kvf_engine_conn_t *conn,
                                       "offset, length and checksum per chunk "
                                       "(1..65536)");
     }
-    push = calloc(1, sizeof(*push));
+    status = kvf_engine_push_new(conn, req->request_id, &push);
     if (push == NULL) {
-        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_NO_MEMORY,
-                                      "out of memory");
+        return status;
     }
-    push->conn       = conn;
-    push->request_id = req->request_id;
-    offsets          = malloc(req->n_offsets * sizeof(*offsets));
-    srcs             = malloc(req->n_offsets * sizeof(*srcs));
+    offsets = malloc(req->n_offsets * sizeof(*offsets));
+    srcs    = malloc(req->n_offsets * sizeof(*srcs));
     status = ((offsets == NULL) || (srcs == NULL)) ? KVF_ERR_NO_MEMORY : KVF_OK;
     /* allocations are sent straight from the engine's staging block (no
      * copy: the engine may still change them, but only its own push
@@ -1430,6 +1441,7 @@ static kvf_status_t kvf_engine_conn_pd_push(kvf_engine_conn_t *conn,
     free(offsets);
     free(srcs);
     if (status != KVF_OK) {
+        kvf_engine_push_unlink(push);
         free(push);
         return kvf_engine_conn_status(
             conn, req->request_id, status,
@@ -1438,7 +1450,6 @@ static kvf_status_t kvf_engine_conn_pd_push(kvf_engine_conn_t *conn,
                   "pins, or its length exceeds it"
                 : kvf_strerror(status));
     }
-    kvf_engine_push_link(conn, push);
     return KVF_OK;
 }
 
@@ -1591,26 +1602,18 @@ static kvf_status_t kvf_engine_conn_pd_wait(kvf_engine_conn_t *conn,
 {
     kvf_engine_server_t *server = conn->server;
     kvf_engine_push_t *wait;
+    kvf_status_t status;
 
     if (server->pd == NULL) {
         return kvf_engine_conn_status(conn, req->request_id,
                                       KVF_ERR_UNSUPPORTED,
                                       "this agent has no PD service");
     }
-    if (conn->num_pushes >= KVF_ENGINE_PUSHES_MAX) {
-        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_BUSY,
-                                      "this engine has 4096 pushes and waits "
-                                      "in progress");
-    }
-    wait = calloc(1, sizeof(*wait));
+    status = kvf_engine_push_new(conn, req->request_id, &wait);
     if (wait == NULL) {
-        return kvf_engine_conn_status(conn, req->request_id, KVF_ERR_NO_MEMORY,
-                                      "out of memory");
+        return status;
     }
-    wait->conn       = conn;
-    wait->request_id = req->request_id;
     wait->pd_request = req->pd_request;
-    kvf_engine_push_link(conn, wait);
     /* the reply may be written from inside this call */
     kvf_pd_wait_submit(server->pd, conn, req->pd_request,
                        req->timeout_ms * KVF_NSEC_PER_MSEC,
