@@ -23,6 +23,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -364,4 +365,49 @@ Test(confine, a_full_staging_area_refuses_allocations_and_is_counted)
     cr_assert_eq(kvf_client_alloc(a, 1u << 20, 2, slots), KVF_OK, "%s",
                  kvf_client_last_error(a));
     kvf_client_disconnect(a);
+}
+
+/* An engine that sends PD waits (or pushes) without reading their answers
+ * holds at most 4096 of them at its agent: the next is refused at once,
+ * and they all go with the engine's connection. */
+Test(confine, an_engine_holds_a_bounded_number_of_pushes_and_waits)
+{
+    const char *const decode[] = {"--role", "decode", "--pd-buffer-size", "4M",
+                                  NULL};
+    uint64_t deadline          = kvf_time_deadline_ns(30000000000ull);
+    const Kvf__Status *st;
+    Kvf__EnginePdWait w;
+    kvf_frame_t frame;
+    raw_engine_t e;
+    uint32_t i;
+    int k;
+
+    kvf_th_ctl_start(&g_ctl, NULL);
+    kvf_sec_agent_start(&g_agent, g_ctl.addr, "confine-w", decode);
+    raw_engine_open(&e, &g_agent);
+    for (i = 0; i <= 4096; i++) {
+        kvf__engine_pd_wait__init(&w);
+        w.request_id = 1000 + i;
+        w.pd_request = 50000 + i;
+        w.timeout_ms = 50000; /* nobody pushes: none answers before */
+        cr_assert_eq(kvf_bconn_queue(e.conn, KVF_MSG_ENGINE_PD_WAIT, &w.base),
+                     KVF_OK);
+    }
+    cr_assert_eq(kvf_bconn_flush(e.conn, deadline), KVF_OK);
+    cr_assert_eq(kvf_bconn_recv(e.conn, deadline, NULL, &frame), KVF_OK, "%s",
+                 kvf_bconn_last_error(e.conn));
+    cr_assert_eq(frame.type, KVF_MSG_STATUS);
+    st = (const Kvf__Status *)frame.msg;
+    cr_assert_eq(st->request_id, 1000 + 4096, "the answer is to wait %llu",
+                 (unsigned long long)st->request_id);
+    cr_assert_eq(st->status, KVF_ERR_BUSY, "%s", st->message);
+    kvf_frame_release(&frame, NULL);
+    cr_assert_eq(kvf_sec_metric(&g_agent, "kvf_agent_pd_requests"), 4096);
+    raw_engine_close(&e);
+    for (k = 0;
+         (k < 500) && (kvf_sec_metric(&g_agent, "kvf_agent_pd_requests") != 0);
+         k++) {
+        poll(NULL, 0, 10);
+    }
+    cr_assert_eq(kvf_sec_metric(&g_agent, "kvf_agent_pd_requests"), 0);
 }
