@@ -589,8 +589,7 @@ void kvf_store_put_chunk(kvf_store_t *store, kvf_pool_entry_t *entry)
 static bool kvf_store_holds(kvf_store_t *store, const kvf_key_t *key)
 {
     return (kvf_pool_lookup(store->pool, key) != NULL) &&
-           ((store->num_damaged == 0) ||
-            (kvf_store_damaged_find(store, key) < 0));
+           (kvf_store_damaged_find(store, key) < 0);
 }
 
 uint32_t kvf_store_local_prefix(kvf_store_t *store, const kvf_key_t *keys,
@@ -841,8 +840,7 @@ static void kvf_store_foreach_entry(const kvf_pool_entry_t *entry, void *arg)
     kvf_store_foreach_ctx_t *ctx = arg;
     const kvf_key_t *key         = kvf_pool_entry_key(entry);
 
-    if ((ctx->store->num_damaged == 0) ||
-        (kvf_store_damaged_find(ctx->store, key) < 0)) {
+    if (kvf_store_damaged_find(ctx->store, key) < 0) {
         ctx->cb(ctx->arg, key); /* a damaged one is evicted already */
     }
 }
