@@ -733,8 +733,7 @@ static bool kvf_pd_push_may_start(kvf_pd_t *pd, const kvf_pd_push_t *push)
         return true;
     }
     open = kvf_pd_open_find(pd, push->request_id, NULL);
-    return (open != NULL) && (push->piece > 0) &&
-           (push->piece - lowest < KVF_PD_PIECES_MAX) &&
+    return (open != NULL) && (push->piece - lowest < KVF_PD_PIECES_MAX) &&
            (open->is_pieces || kvf_pd_node_takes_pieces(pd, push));
 }
 
