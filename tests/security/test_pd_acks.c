@@ -560,3 +560,46 @@ Test(pd_acks, bad_pieces_are_refused_and_the_request_goes_on)
     kvf_client_disconnect(dc);
     kvf_rogue_destroy(rogue);
 }
+
+/* An old-style sender (PD_DONE) that calls a piece final in its PD_DONE
+ * while a later piece of the request is held breaks the request's order:
+ * that push is refused, the request aborted, and the later piece told. */
+Test(pd_acks, pd_done_calling_a_piece_final_before_a_later_one_aborts)
+{
+    const Kvf__PdDoneReply *r;
+    int32_t status[2] = {1, 1};
+    uint64_t batch[2];
+    kvf_frame_t frame;
+    kvf_rogue_t *rogue;
+    kvf_client_t *dc;
+    kvf_slot_t got[2];
+    uint32_t num = 0;
+    unsigned m;
+
+    fill(0, 0);
+    fill(1, 0);
+    rogue = kvf_rogue_create(g_dec.data);
+    send_piece(rogue, 3600, 400, 0, 1, false, false, 1);
+    send_piece(rogue, 3600, 401, 1, 1, false, false, 2);
+    cr_assert_eq(wait_ctrl(rogue, 2), 2);
+    cr_assert_eq(reply_to(rogue, 2, 400, &batch[0]), KVF_OK);
+    cr_assert_eq(reply_to(rogue, 2, 401, &batch[1]), KVF_OK);
+    send_data(rogue, 3600, batch[0], 0, g_bytes[0][0]);
+    send_done(rogue, 3600, 400, batch[0], 0, 1); /* final = true */
+    cr_assert_eq(wait_ctrl(rogue, 4), 4);
+    for (m = 2; m < 4; m++) {
+        ctrl_msg(rogue, m, KVF_MSG_PD_DONE_REPLY, &frame);
+        r = (const Kvf__PdDoneReply *)frame.msg;
+        cr_assert((r->ticket == 400) || (r->ticket == 401));
+        status[r->ticket - 400] = r->status;
+        kvf_frame_release(&frame, NULL);
+    }
+    cr_assert_eq(status[0], KVF_ERR_INVALID);
+    cr_assert_eq(status[1], KVF_ERR_PROTO, "the later piece is told");
+    dc = connect_dec();
+    cr_assert_eq(kvf_pd_wait(dc, 3600, 1000000000ull, got, 2, &num),
+                 KVF_ERR_CANCELED, "%s", kvf_client_last_error(dc));
+    cr_assert_eq(num, 0);
+    kvf_client_disconnect(dc);
+    kvf_rogue_destroy(rogue);
+}
