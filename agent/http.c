@@ -347,6 +347,10 @@ static void kvf_agent_metrics_store(kvf_agent_http_t *http,
                     "evicted blocks kept until their write-behind lands "
                     "(part of used; at most a quarter of the pool)",
                     st.pool.retired_bytes);
+    kvf_prom_metric(body, "kvf_agent_pool_detached_chunks", KVF_PROM_GAUGE,
+                    "chunks dropped as damaged whose block an engine or a "
+                    "transfer still reads (freed when it lets go)",
+                    st.pool.detached);
     kvf_prom_metric(body, "kvf_agent_commits_total", KVF_PROM_COUNTER,
                     "chunks committed by engines", st.commits);
     kvf_prom_metric(body, "kvf_agent_evictions_total", KVF_PROM_COUNTER,

@@ -98,6 +98,7 @@ struct kvf_pool {
     uint64_t pinned;        /* committed entries with references or a pin */
     uint64_t retired;       /* RETIRED entries */
     uint64_t retired_bytes; /* their blocks */
+    uint64_t detached;      /* DETACHED entries */
     uint64_t seq;
 };
 
@@ -720,10 +721,12 @@ void kvf_pool_destroy(kvf_pool_t *pool)
         return;
     }
     kvf_pool_stats(pool, &stats);
-    if ((stats.pinned != 0) || (stats.allocated != 0)) {
-        kvf_warn("pool %s: destroyed with %" PRIu64 " pinned entries and "
-                 "%" PRIu64 " uncommitted allocations",
-                 pool->name, stats.pinned, stats.allocated);
+    if ((stats.pinned != 0) || (stats.allocated != 0) ||
+        (stats.detached != 0)) {
+        kvf_warn("pool %s: destroyed with %" PRIu64 " pinned entries, "
+                 "%" PRIu64 " uncommitted allocations and %" PRIu64
+                 " removed entries still referenced",
+                 pool->name, stats.pinned, stats.allocated, stats.detached);
     }
     if ((pool->base != NULL) && (munmap(pool->base, pool->map_len) != 0)) {
         kvf_warn("pool %s: munmap failed: %m", pool->name);
@@ -810,6 +813,7 @@ void kvf_pool_stats(const kvf_pool_t *pool, kvf_pool_stats_t *stats_p)
     stats_p->alloc_fails   = pool->alloc_fails;
     stats_p->retired       = pool->retired;
     stats_p->retired_bytes = pool->retired_bytes;
+    stats_p->detached      = pool->detached;
 }
 
 /* ----------------------------------------------------------- alloc path */
@@ -943,18 +947,27 @@ kvf_status_t kvf_pool_remove(kvf_pool_t *pool, const kvf_key_t *key)
 {
     kvf_pool_entry_t *e;
     uint32_t slot;
+    bool was;
 
     slot = kvf_pool_index_slot(pool, key);
     if (pool->index[slot] == KVF_POOL_NIL) {
         return KVF_ERR_NOT_FOUND;
     }
     e = &pool->entries[pool->index[slot]];
-    if (e->refcount != 0) {
-        return KVF_ERR_BUSY;
-    }
     kvf_pool_index_delete(pool, slot);
     pool->committed--;
-    kvf_pool_entry_release(pool, e);
+    if (e->refcount == 0) {
+        kvf_pool_entry_release(pool, e);
+        return KVF_OK;
+    }
+    /* referenced: its holders keep reading the block until they put it
+     * (kvf_pool_entry_put frees it then) */
+    was = kvf_pool_entry_is_pinned(e);
+    kvf_pool_list_remove(pool, e);
+    e->state = KVF_POOL_ENTRY_DETACHED;
+    e->pin   = KVF_POOL_PIN_NONE;
+    kvf_pool_pinned_update(pool, e, was);
+    pool->detached++;
     return KVF_OK;
 }
 
@@ -1032,6 +1045,13 @@ kvf_status_t kvf_pool_entry_put(kvf_pool_t *pool, kvf_pool_entry_t *entry)
         kvf_error("pool %s: put of offset %" PRIu64 " without a reference",
                   pool->name, entry->offset);
         return KVF_ERR_STATE;
+    }
+    if (entry->state == KVF_POOL_ENTRY_DETACHED) {
+        if (--entry->refcount == 0) {
+            pool->detached--;
+            kvf_pool_entry_release(pool, entry); /* removed meanwhile */
+        }
+        return KVF_OK;
     }
     was = kvf_pool_entry_is_pinned(entry);
     if (--entry->refcount == 0) {

@@ -16,7 +16,9 @@
  *
  * Entry life: kvf_pool_alloc -> ALLOCATED (invisible, has a deadline) ->
  * kvf_pool_commit -> COMMITTED (in the index, evictable when unpinned) ->
- * evicted or kvf_pool_remove. ALLOCATED entries are given back with
+ * evicted or kvf_pool_remove (a referenced one is DETACHED: out of the
+ * index at once, its block freed by the last kvf_pool_entry_put).
+ * ALLOCATED entries are given back with
  * kvf_pool_free or reclaimed by kvf_pool_reclaim_expired. An eviction the
  * evict_cb keeps leaves a RETIRED entry: its block is reused only after
  * kvf_pool_retired_free.
@@ -61,6 +63,9 @@ typedef enum {
     KVF_POOL_ENTRY_RETIRED   = 3, /**< evicted, its block kept for a reader
                                        (write-behind) until
                                        kvf_pool_retired_free */
+    KVF_POOL_ENTRY_DETACHED = 4,  /**< removed while referenced: in no index
+                                       and on no list, freed by the last
+                                       kvf_pool_entry_put */
 } kvf_pool_entry_state_t;
 
 /**
@@ -123,6 +128,7 @@ typedef struct kvf_pool_stats {
     uint64_t alloc_fails;   /**< allocations refused for lack of room */
     uint64_t retired;       /**< evicted entries whose block is still kept */
     uint64_t retired_bytes; /**< their blocks' bytes (class sizes) */
+    uint64_t detached;      /**< removed entries still referenced */
 } kvf_pool_stats_t;
 
 /**
@@ -232,10 +238,12 @@ kvf_status_t kvf_pool_free(kvf_pool_t *pool, kvf_pool_entry_t *entry);
 kvf_status_t kvf_pool_retired_free(kvf_pool_t *pool, kvf_pool_entry_t *entry);
 
 /**
- * Removes a committed entry (controller clear/evict command).
+ * Removes a committed entry (found damaged): it leaves the index at once,
+ * so the key is a miss and can be committed again; its block is freed now,
+ * or, while an engine or a transfer references it, by the last
+ * kvf_pool_entry_put (DETACHED meanwhile). Pins do not stop a removal.
  *
- * @return KVF_OK; KVF_ERR_NOT_FOUND; KVF_ERR_BUSY (referenced; pins do
- *         not stop an explicit removal)
+ * @return KVF_OK; KVF_ERR_NOT_FOUND
  */
 kvf_status_t kvf_pool_remove(kvf_pool_t *pool, const kvf_key_t *key);
 

@@ -60,8 +60,6 @@ struct kvf_store_owner {
     kvf_store_owner_t *prev, *next; /* store->owner_list */
 };
 
-#define KVF_STORE_DAMAGED_MAX 16u
-
 struct kvf_store {
     kvf_pool_t *pool;
     kvf_copier_t *copier; /* NULL: copies on the loop alone */
@@ -81,11 +79,6 @@ struct kvf_store {
      * promotion of the same key waits for the first */
     kvf_store_promo_read_t *reading;
     uint64_t spilled, promoted, promote_failures;
-    /* found damaged while an engine's pin or a transfer to a peer held
-     * them: misses meanwhile, dropped with the last reference
-     * (kvf_store_put_chunk, which kvf_store_release ends in too) */
-    kvf_key_t damaged[KVF_STORE_DAMAGED_MAX];
-    unsigned num_damaged;
 };
 
 #define KVF_STORE_EMPTY UINT64_MAX
@@ -365,20 +358,6 @@ uint8_t *kvf_store_grant_ptr(kvf_store_t *store, kvf_store_owner_t *owner,
     return kvf_pool_ptr(store->pool, offset);
 }
 
-/* Where @p key is in the list of damaged chunks still referenced, or -1. */
-static int kvf_store_damaged_find(const kvf_store_t *store,
-                                  const kvf_key_t *key)
-{
-    unsigned i;
-
-    for (i = 0; i < store->num_damaged; i++) {
-        if (kvf_key_equal(&store->damaged[i], key)) {
-            return (int)i;
-        }
-    }
-    return -1;
-}
-
 kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
                            const kvf_key_t *key, kvf_slot_t *slot_p)
 {
@@ -386,9 +365,7 @@ kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
     kvf_store_hold_t hold   = {0}, *held;
     uint64_t offset;
 
-    /* a chunk found damaged and not gone yet (another engine or a peer
-     * send holds it) is a miss, not checked and counted again */
-    if ((entry == NULL) || (kvf_store_damaged_find(store, key) >= 0)) {
+    if (entry == NULL) {
         store->misses++;
         return KVF_ERR_NOT_FOUND;
     }
@@ -412,32 +389,20 @@ kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
 }
 
 /* A chunk failed its checksum after commit: counted, announced evicted
- * (no peer is sent here for it again), and dropped now, or when the last
- * engine pin or peer send that still references it lets go. */
+ * (no peer is sent here for it again) and out of the index at once, so
+ * it is a miss and the next commit of its key stores fresh bytes; its
+ * block goes now, or with the last engine pin or peer send that still
+ * references it (kvf_pool_remove). */
 static void kvf_store_drop_damaged(kvf_store_t *store, const kvf_key_t *key,
                                    uint64_t offset)
 {
-    kvf_status_t status;
-
-    if (kvf_store_damaged_find(store, key) >= 0) {
-        return; /* found before, counted then; goes with its last holder */
-    }
     store->checksum_failures++;
     kvf_warn("store: chunk at offset %" PRIu64 " changed since its commit; "
              "dropped",
              offset);
-    status = kvf_pool_remove(store->pool, key);
-    if ((status == KVF_OK) && (store->evict_cb != NULL)) {
+    if ((kvf_pool_remove(store->pool, key) == KVF_OK) &&
+        (store->evict_cb != NULL)) {
         store->evict_cb(store->cb_arg, key);
-    } else if ((status == KVF_ERR_BUSY) &&
-               (store->num_damaged < KVF_STORE_DAMAGED_MAX)) {
-        /* an engine's pin or a send to a peer still holds it: dropped
-         * when the last of them puts it back, a miss for everyone and
-         * in no inventory meanwhile */
-        store->damaged[store->num_damaged++] = *key;
-        if (store->evict_cb != NULL) {
-            store->evict_cb(store->cb_arg, key);
-        }
     }
 }
 
@@ -447,10 +412,7 @@ kvf_status_t kvf_store_verify(kvf_store_t *store, const kvf_key_t *key)
     uint64_t offset;
 
     if (entry == NULL) {
-        return KVF_OK;
-    }
-    if (kvf_store_damaged_find(store, key) >= 0) {
-        return KVF_ERR_CHECKSUM; /* known, and going */
+        return KVF_OK; /* gone, or dropped already */
     }
     offset = kvf_pool_entry_offset(entry);
     if (kvf_chunk_checksum(kvf_pool_ptr(store->pool, offset),
@@ -552,44 +514,19 @@ kvf_status_t kvf_store_hold_chunk(kvf_store_t *store, const kvf_key_t *key,
 {
     kvf_pool_entry_t *entry = kvf_pool_lookup(store->pool, key);
 
-    if ((entry == NULL) || (kvf_store_damaged_find(store, key) >= 0)) {
-        return KVF_ERR_NOT_FOUND; /* known damaged: never served */
+    if (entry == NULL) {
+        return KVF_ERR_NOT_FOUND;
     }
     kvf_pool_entry_hold(store->pool, entry);
     *entry_p = entry;
     return KVF_OK;
 }
 
-/* A damaged chunk goes with its last reference, an engine's pin or a
- * peer send (the registry was told when it was found). */
+/* A chunk found damaged meanwhile goes with its last reference
+ * (kvf_pool_remove detached it). */
 void kvf_store_put_chunk(kvf_store_t *store, kvf_pool_entry_t *entry)
 {
-    kvf_status_t status;
-    kvf_key_t key;
-    int i;
-
-    if (store->num_damaged == 0) {
-        kvf_pool_entry_put(store->pool, entry);
-        return;
-    }
-    key = *kvf_pool_entry_key(entry);
     kvf_pool_entry_put(store->pool, entry);
-    i = kvf_store_damaged_find(store, &key);
-    if (i < 0) {
-        return;
-    }
-    status = kvf_pool_remove(store->pool, &key);
-    if (status == KVF_ERR_BUSY) {
-        return; /* still held: the last put drops it */
-    }
-    store->damaged[i] = store->damaged[--store->num_damaged];
-}
-
-/* Is @p key in the pool and servable (not found damaged meanwhile)? */
-static bool kvf_store_holds(kvf_store_t *store, const kvf_key_t *key)
-{
-    return (kvf_pool_lookup(store->pool, key) != NULL) &&
-           (kvf_store_damaged_find(store, key) < 0);
 }
 
 uint32_t kvf_store_local_prefix(kvf_store_t *store, const kvf_key_t *keys,
@@ -598,7 +535,7 @@ uint32_t kvf_store_local_prefix(kvf_store_t *store, const kvf_key_t *keys,
     uint32_t i;
 
     for (i = 0; i < num; i++) {
-        if (!kvf_store_holds(store, &keys[i])) {
+        if (kvf_pool_lookup(store->pool, &keys[i]) == NULL) {
             break;
         }
     }
@@ -616,7 +553,7 @@ uint32_t kvf_store_tier_prefix(kvf_store_t *store, const kvf_key_t *keys,
     uint32_t i;
 
     for (i = 0; i < num; i++) {
-        if (!kvf_store_holds(store, &keys[i]) &&
+        if ((kvf_pool_lookup(store->pool, &keys[i]) == NULL) &&
             ((store->disk == NULL) ||
              !kvf_disk_contains(store->disk, &keys[i]))) {
             break;
@@ -830,7 +767,6 @@ void kvf_store_promote_cancel(kvf_store_t *store, void *arg)
 }
 
 typedef struct kvf_store_foreach_ctx {
-    const kvf_store_t *store;
     kvf_store_key_cb_t cb;
     void *arg;
 } kvf_store_foreach_ctx_t;
@@ -838,16 +774,13 @@ typedef struct kvf_store_foreach_ctx {
 static void kvf_store_foreach_entry(const kvf_pool_entry_t *entry, void *arg)
 {
     kvf_store_foreach_ctx_t *ctx = arg;
-    const kvf_key_t *key         = kvf_pool_entry_key(entry);
 
-    if (kvf_store_damaged_find(ctx->store, key) < 0) {
-        ctx->cb(ctx->arg, key); /* a damaged one is evicted already */
-    }
+    ctx->cb(ctx->arg, kvf_pool_entry_key(entry));
 }
 
 void kvf_store_foreach_key(kvf_store_t *store, kvf_store_key_cb_t cb, void *arg)
 {
-    kvf_store_foreach_ctx_t ctx = {store, cb, arg};
+    kvf_store_foreach_ctx_t ctx = {cb, arg};
 
     kvf_pool_foreach_committed(store->pool, kvf_store_foreach_entry, &ctx);
 }

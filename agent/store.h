@@ -140,7 +140,8 @@ uint8_t *kvf_store_grant_ptr(kvf_store_t *store, kvf_store_owner_t *owner,
                              uint64_t offset, uint64_t *len_p);
 
 /* Pins the local chunk of @p key for @p owner. KVF_ERR_NOT_FOUND, also
- * for a chunk found damaged that goes once its last holder lets go. */
+ * for a chunk found damaged (out of the index at once; its block goes
+ * when its last holder lets go). */
 kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
                            const kvf_key_t *key, kvf_slot_t *slot_p);
 
@@ -166,9 +167,9 @@ kvf_status_t kvf_store_pin_checked(kvf_store_t *store, kvf_store_owner_t *owner,
 
 /* Checks the committed chunk of @p key against its checksum (a peer said
  * what we served it failed); one that fails is dropped and counted as in
- * kvf_store_pin_checked. KVF_OK (intact, or not held); KVF_ERR_CHECKSUM
- * (dropped, or damaged and still referenced: dropped with its last
- * reference). */
+ * kvf_store_pin_checked. KVF_OK (intact, or not held: also when dropped
+ * before); KVF_ERR_CHECKSUM (dropped now; a block still referenced goes
+ * with its last reference). */
 kvf_status_t kvf_store_verify(kvf_store_t *store, const kvf_key_t *key);
 
 /* Drops one pin, or gives back an uncommitted grant, at @p offset.
@@ -178,8 +179,8 @@ kvf_status_t kvf_store_release(kvf_store_t *store, kvf_store_owner_t *owner,
 
 /* Holds the committed chunk of @p key for a transfer to a peer (it cannot
  * be evicted until kvf_store_put_chunk). KVF_ERR_NOT_FOUND, also for a
- * chunk found damaged. kvf_store_put_chunk drops a damaged chunk with its
- * last reference. */
+ * chunk found damaged. kvf_store_put_chunk frees the block of a chunk
+ * found damaged meanwhile with its last reference. */
 kvf_status_t kvf_store_hold_chunk(kvf_store_t *store, const kvf_key_t *key,
                                   kvf_pool_entry_t **entry_p);
 void kvf_store_put_chunk(kvf_store_t *store, kvf_pool_entry_t *entry);

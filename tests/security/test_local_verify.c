@@ -160,6 +160,67 @@ Test(local_verify, damaged_chunks_in_a_large_retrieve_are_misses_counted_once)
     kvf_client_disconnect(writer);
 }
 
+/* Commits one chunk of bytes @p fill under @p key from @p c. */
+static kvf_status_t commit_filled(kvf_client_t *c, const kvf_key_t *key,
+                                  int fill)
+{
+    kvf_slot_t slot;
+    uint64_t sum;
+    uint8_t *p;
+
+    cr_assert_eq(kvf_client_alloc(c, CHUNK, 1, &slot), KVF_OK);
+    p = (uint8_t *)kvf_client_pool_base(c) + slot.offset;
+    memset(p, fill, CHUNK);
+    sum = kvf_chunk_checksum(p, CHUNK);
+    return kvf_client_commit(c, key, &slot, &sum, 1);
+}
+
+/* A chunk found damaged while another engine still reads it (its retrieve
+ * not released) leaves the agent's index at once: the next commit of its
+ * key stores fresh bytes (it was refused as a duplicate, so the key stayed
+ * a miss until that engine let go), every later retrieve gets them, and
+ * the old block goes when the engine releases it. */
+Test(local_verify, a_damaged_chunk_still_read_can_be_stored_again_at_once)
+{
+    kvf_key_t key        = {.ns = 1, .hi = 0x5ec, .lo = 0xa9a1};
+    kvf_client_t *writer = connect_to(), *holder = connect_to(), *reader;
+    kvf_slot_t held, slot;
+    bool missing = true;
+    long long before;
+
+    before = kvf_sec_metric(&g_c.a, "kvf_agent_checksum_failures_total");
+    cr_assert_geq(before, 0);
+    cr_assert_eq(commit_filled(writer, &key, 0x51), KVF_OK);
+    cr_assert_eq(kvf_client_retrieve(holder, &key, 1, &held, &missing), KVF_OK);
+    cr_assert(!missing);
+    cr_assert_eq(kvf_test_agent_pool_flip(&g_c.a.proc, held.offset + 9), 0);
+
+    reader = connect_to();
+    cr_assert_eq(kvf_client_retrieve(reader, &key, 1, &slot, &missing), KVF_OK);
+    cr_assert(missing, "the changed chunk reached an engine");
+    cr_assert_eq(kvf_sec_metric(&g_c.a, "kvf_agent_checksum_failures_total"),
+                 before + 1);
+    cr_assert_eq(kvf_sec_metric(&g_c.a, "kvf_agent_pool_detached_chunks"), 1);
+
+    cr_assert_eq(commit_filled(writer, &key, 0x52), KVF_OK,
+                 "fresh bytes refused while the damaged copy is read");
+    cr_assert_eq(kvf_client_retrieve(reader, &key, 1, &slot, &missing), KVF_OK);
+    cr_assert(!missing, "the fresh chunk is not served");
+    cr_assert_neq(slot.offset, held.offset);
+    cr_assert_eq(((const uint8_t *)kvf_client_pool_base(reader) +
+                  slot.offset)[CHUNK / 2],
+                 0x52);
+    cr_assert_eq(kvf_client_release(reader, &slot, 1), KVF_OK);
+
+    cr_assert_eq(kvf_client_release(holder, &held, 1), KVF_OK);
+    cr_assert_eq(kvf_sec_metric(&g_c.a, "kvf_agent_pool_detached_chunks"), 0);
+    cr_assert_eq(kvf_sec_metric(&g_c.a, "kvf_agent_checksum_failures_total"),
+                 before + 1);
+    kvf_client_disconnect(reader);
+    kvf_client_disconnect(holder);
+    kvf_client_disconnect(writer);
+}
+
 Test(local_verify, a_peer_that_fetched_a_damaged_chunk_makes_its_holder_drop_it)
 {
     kvf_key_t key        = {.ns = 1, .hi = 0x5ec, .lo = 0xbadbad};

@@ -507,8 +507,6 @@ Test(pool, refcount_pins_and_returns_to_zero)
     kvf_pool_entry_hold(g_pool, es[1]);
     kvf_pool_entry_hold(g_pool, es[1]);
     cr_assert_eq(kvf_pool_entry_refcount(es[1]), 2);
-    k = key_of(1);
-    cr_assert_eq(kvf_pool_remove(g_pool, &k), KVF_ERR_BUSY);
     store(g_pool, 9, 1 * MIB); /* 1 is held: 2 goes */
     cr_assert_eq(g_evicted_keys[0].lo, 2);
     cr_assert_eq(kvf_pool_entry_put(g_pool, es[1]), KVF_OK);
@@ -534,6 +532,54 @@ Test(pool, refcount_pins_and_returns_to_zero)
     cr_assert_eq(kvf_pool_entry_put(g_pool, es[4]), KVF_OK);
     kvf_pool_stats(g_pool, &st);
     cr_assert_eq(st.pinned, 0);
+}
+
+/* A referenced entry removed (found damaged) leaves the index at once, so
+ * its key is a miss and can be committed again; its block stays until the
+ * last reference goes, on no eviction list, and is freed then. */
+Test(pool, a_referenced_entry_removed_goes_with_its_last_put)
+{
+    kvf_pool_entry_t *old, *fresh, *e;
+    kvf_pool_stats_t st;
+    kvf_key_t k = key_of(1);
+    uint64_t n;
+
+    old = store(g_pool, 1, 1 * MIB);
+    kvf_pool_entry_pin(g_pool, old, KVF_POOL_PIN_HARD);
+    kvf_pool_entry_hold(g_pool, old);
+    kvf_pool_entry_hold(g_pool, old);
+    cr_assert_eq(kvf_pool_remove(g_pool, &k), KVF_OK);
+    cr_assert_eq(kvf_pool_entry_state(old), KVF_POOL_ENTRY_DETACHED);
+    cr_assert_null(kvf_pool_lookup(g_pool, &k));
+    cr_assert_eq(kvf_pool_remove(g_pool, &k), KVF_ERR_NOT_FOUND);
+    kvf_pool_stats(g_pool, &st);
+    cr_assert_eq(st.entries, 0);
+    cr_assert_eq(st.pinned, 0);
+    cr_assert_eq(st.detached, 1);
+    cr_assert_eq(st.used, 1 * MIB, "its block is still read");
+
+    fresh = store(g_pool, 1, 1 * MIB);
+    cr_assert_neq(kvf_pool_entry_offset(fresh), kvf_pool_entry_offset(old));
+    cr_assert_eq(kvf_pool_lookup(g_pool, &k), fresh);
+
+    /* the other seven blocks fill and evict around it, never it */
+    for (n = 2; n <= 10; n++) {
+        store(g_pool, n, 1 * MIB);
+    }
+    for (n = 0; n < g_evicted && n < 64; n++) {
+        cr_assert_neq(g_evicted_offsets[n], kvf_pool_entry_offset(old));
+    }
+    cr_assert_eq(kvf_pool_entry_state(old), KVF_POOL_ENTRY_DETACHED);
+
+    cr_assert_eq(kvf_pool_entry_put(g_pool, old), KVF_OK);
+    kvf_pool_stats(g_pool, &st);
+    cr_assert_eq(st.detached, 1);
+    cr_assert_eq(kvf_pool_entry_put(g_pool, old), KVF_OK);
+    kvf_pool_stats(g_pool, &st);
+    cr_assert_eq(st.detached, 0);
+    cr_assert_eq(st.used, 7 * MIB, "its block is free again");
+    cr_assert_eq(kvf_pool_alloc(g_pool, 1 * MIB, UINT64_MAX, &e), KVF_OK);
+    cr_assert_eq(kvf_pool_free(g_pool, e), KVF_OK);
 }
 
 /* An eviction the callback keeps (the disk tier writing it behind) leaves
