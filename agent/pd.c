@@ -67,26 +67,29 @@ static void kvf_pd_on_acks(evutil_socket_t fd, short what, void *arg)
 
 void kvf_pd_cancel(kvf_pd_t *pd, void *engine)
 {
-    kvf_pd_open_t **pp, *open;
+    kvf_pd_open_t *open;
     kvf_pd_push_t *push;
     kvf_pd_req_t *req;
     size_t n, i;
+    khiter_t it;
 
-    for (push = pd->pushes; push != NULL; push = push->next) {
+    LIST_FOREACH(push, &pd->pushes, link)
+    {
         if (push->engine == engine) {
             push->cb   = NULL;
             push->from = NULL; /* its chunks go with the push */
         }
     }
-    for (pp = &pd->opens; (open = *pp) != NULL;) {
-        if (open->engine == engine) {
+    /* kh_del inside the walk is safe: khash never resizes on delete */
+    for (it = kh_begin(&pd->opens); it != kh_end(&pd->opens); it++) {
+        if (kh_exist(&pd->opens, it) &&
+            (kh_value(&pd->opens, it)->engine == engine) &&
+            !kh_value(&pd->opens, it)->has_final) {
+            open = kh_value(&pd->opens, it);
             kvf_pd_send_abort(pd, open->address, open->request_id,
                               KVF_ERR_CLOSED);
-            *pp = open->next;
-            free(open);
-            continue;
+            kvf_pd_open_close(pd, open);
         }
-        pp = &open->next;
     }
     n = kvf_pd_req_ids(pd);
     for (i = 0; i < n; i++) {
@@ -120,8 +123,8 @@ void kvf_pd_ep_failed(kvf_pd_t *pd, kvf_ucx_ep_t *ep)
 
     /* sender side: pushes to a decoder that went away fail now rather than
      * at pd_push_timeout (their UCX operations complete with errors) */
-    for (push = pd->pushes; push != NULL; push = push_next) {
-        push_next = push->next;
+    for (push = LIST_FIRST(&pd->pushes); push != NULL; push = push_next) {
+        push_next = LIST_NEXT(push, link);
         if ((push->ep == ep) && (push->state != KVF_PD_PUSH_FINISHED) &&
             (push->state != KVF_PD_PUSH_RESOLVE)) {
             kvf_pd_push_finish(push, KVF_ERR_CLOSED,
@@ -221,6 +224,8 @@ kvf_status_t kvf_pd_create(const kvf_pd_params_t *params, kvf_pd_t **pd_p)
     kh_init_inplace(kvf_pd_reqs, &pd->reqs_by_id);
     kh_init_inplace(kvf_pd_pushes, &pd->pushes_by_ticket);
     kh_init_inplace(kvf_pd_nodes, &pd->pieces_nodes);
+    kh_init_inplace(kvf_pd_opens, &pd->opens);
+    LIST_INIT(&pd->pushes);
     kh_init_inplace(kvf_pd_quota, &pd->quota);
     pd->peer_max_bytes   = params->peer_max_bytes;
     pd->mesh             = params->mesh;
@@ -287,20 +292,23 @@ void kvf_pd_destroy(kvf_pd_t *pd)
         return;
     }
     if (pd->ctl != NULL) {
-        for (push = pd->pushes; push != NULL; push = push->next) {
+        LIST_FOREACH(push, &pd->pushes, link)
+        {
             kvf_ctl_client_cancel(pd->ctl, push);
         }
     }
     /* the worker is gone: nothing is in flight any more */
-    while ((push = pd->pushes) != NULL) {
-        pd->pushes = push->next;
+    while ((push = LIST_FIRST(&pd->pushes)) != NULL) {
+        LIST_REMOVE(push, link);
+        open = push->open;
+        TAILQ_REMOVE(&open->pushes, push, in_request);
+        if (!open->is_open && TAILQ_EMPTY(&open->pushes)) {
+            free(open); /* closed: in no table */
+        }
         /* push->ep went with the worker (it frees every endpoint) */
         kvf_pd_push_free(push);
     }
-    while ((open = pd->opens) != NULL) {
-        pd->opens = open->next;
-        free(open);
-    }
+    kh_foreach_value(&pd->opens, open, free(open));
     while (pd->reqs != NULL) {
         pd->reqs->wait_cb = NULL;
         pd->reqs->src     = NULL; /* freed with the worker, like push->ep */
@@ -318,6 +326,7 @@ void kvf_pd_destroy(kvf_pd_t *pd)
     kh_destroy_inplace(kvf_pd_reqs, &pd->reqs_by_id);
     kh_destroy_inplace(kvf_pd_pushes, &pd->pushes_by_ticket);
     kh_destroy_inplace(kvf_pd_nodes, &pd->pieces_nodes);
+    kh_destroy_inplace(kvf_pd_opens, &pd->opens);
     kh_destroy_inplace(kvf_pd_quota, &pd->quota);
     free(pd->scratch);
     free(pd);

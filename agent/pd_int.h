@@ -16,6 +16,8 @@
 
 #include <ucs/datastruct/khash.h>
 
+#include <sys/queue.h>
+
 #define KVF_PD_MAX_CHUNKS   65536u /* chunks in one push */
 #define KVF_PD_HDR_MAX      KVF_MESH_HDR_MAX
 #define KVF_PD_DECODER_MAX  128u /* bytes of a decoder name, with the NUL */
@@ -126,7 +128,9 @@ typedef enum {
 #define KVF_PD_MULTI_BYTES     (4u << 20)
 
 typedef struct kvf_pd_push {
-    struct kvf_pd_push *next;
+    LIST_ENTRY(kvf_pd_push) link;        /* pd->pushes */
+    TAILQ_ENTRY(kvf_pd_push) in_request; /* open->pushes */
+    struct kvf_pd_open *open; /* its request's record, until it completes */
     kvf_pd_t *pd;
     uint64_t ticket;
     uint64_t request_id;
@@ -166,16 +170,24 @@ typedef struct kvf_pd_push {
     char message[KVF_PD_MESSAGE_SIZE];
 } kvf_pd_push_t;
 
-/* A request this agent pushes and has not finished: aborted at its
- * decoder when its engine goes away; numbers its pushes. */
+/* A request this agent pushes: numbers its pushes and holds those not
+ * completed in piece order (what may go next is decided among them, not
+ * among every push); aborted at its decoder when its engine goes away
+ * before submitting its final push.
+ * Open (in pd->opens by request id, later pushes of the id join it) until
+ * its final push succeeded or one failed; freed when also its last push
+ * completed. */
 typedef struct kvf_pd_open {
-    struct kvf_pd_open *next;
     uint64_t request_id;
     void *engine;
     char address[64]; /* "" until its first push found the decoder */
     uint32_t pieces;  /* pushes submitted (the last piece number) */
     bool is_pieces;   /* its decoder orders pushes by piece: several may
                          be in flight (PdAllocReply.pieces) */
+    bool is_open;     /* in pd->opens */
+    bool has_final;   /* its final push was submitted: every byte of it is
+                         the agent's, so it goes on if its engine goes */
+    TAILQ_HEAD(kvf_pd_request_pushes, kvf_pd_push) pushes;
 } kvf_pd_open_t;
 
 /* A push acknowledged (status 0) but not yet told its sender: acks to one
@@ -198,6 +210,8 @@ KHASH_MAP_INIT_INT64(kvf_pd_reqs, kvf_pd_req_t *)
 KHASH_MAP_INIT_INT64(kvf_pd_quota, uint64_t)
 /* Pushes this agent sends, by ticket: a reply finds its push in O(1). */
 KHASH_MAP_INIT_INT64(kvf_pd_pushes, kvf_pd_push_t *)
+/* Requests this agent pushes, by id (kvf_pd_open_t). */
+KHASH_MAP_INIT_INT64(kvf_pd_opens, kvf_pd_open_t *)
 /* Decoders (node ids) that said PdAllocReply.pieces: every push of a new
  * request to one goes at once, not after the first one's reply. */
 KHASH_SET_INIT_INT(kvf_pd_nodes)
@@ -236,10 +250,10 @@ struct kvf_pd {
     kvf_pd_batch_t *queue; /* FIFO of reservations waiting for room */
     kvf_pd_batch_t *queue_tail;
     uint32_t queue_len;
-    kvf_pd_push_t *pushes;
+    LIST_HEAD(, kvf_pd_push) pushes; /* every push not completed */
     khash_t(kvf_pd_pushes) pushes_by_ticket;
     khash_t(kvf_pd_nodes) pieces_nodes;
-    kvf_pd_open_t *opens;
+    khash_t(kvf_pd_opens) opens;
     struct event *tick_ev;
     uint64_t tick_at_ns;  /* when tick_ev fires (0: not armed) */
     struct event *ack_ev; /* made active by the first ack of a pass */
@@ -269,6 +283,9 @@ kvf_status_t kvf_pd_send(kvf_pd_t *pd, kvf_ucx_ep_t *ep, uint16_t type,
                          const ProtobufCMessage *msg, kvf_pd_push_t *push);
 void kvf_pd_send_abort(kvf_pd_t *pd, const char *address, uint64_t request_id,
                        kvf_status_t reason);
+/* Closes @p open: later pushes of its id open a new request; freed once
+ * its last push completed too. */
+void kvf_pd_open_close(kvf_pd_t *pd, kvf_pd_open_t *open);
 /* Replies count only from the endpoint the push went to (@p ep). */
 void kvf_pd_on_alloc_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
                            const Kvf__PdAllocReply *m);

@@ -61,28 +61,18 @@ static kvf_pd_push_t *kvf_pd_push_find(kvf_pd_t *pd, uint64_t ticket)
                : kh_value(&pd->pushes_by_ticket, it);
 }
 
-static kvf_pd_open_t *kvf_pd_open_find(kvf_pd_t *pd, uint64_t request_id,
-                                       kvf_pd_open_t ***pp_p)
+void kvf_pd_open_close(kvf_pd_t *pd, kvf_pd_open_t *open)
 {
-    kvf_pd_open_t **pp;
+    khiter_t it;
 
-    for (pp = &pd->opens; *pp != NULL; pp = &(*pp)->next) {
-        if ((*pp)->request_id == request_id) {
-            if (pp_p != NULL) {
-                *pp_p = pp;
-            }
-            return *pp;
+    if (open->is_open) {
+        it = kh_get(kvf_pd_opens, &pd->opens, open->request_id);
+        if (it != kh_end(&pd->opens)) {
+            kh_del(kvf_pd_opens, &pd->opens, it);
         }
+        open->is_open = false;
     }
-    return NULL;
-}
-
-static void kvf_pd_open_forget(kvf_pd_t *pd, uint64_t request_id)
-{
-    kvf_pd_open_t **pp, *open = kvf_pd_open_find(pd, request_id, &pp);
-
-    if (open != NULL) {
-        *pp = open->next;
+    if (TAILQ_EMPTY(&open->pushes)) {
         free(open);
     }
 }
@@ -110,7 +100,7 @@ void kvf_pd_send_abort(kvf_pd_t *pd, const char *address, uint64_t request_id,
     kvf_ucx_ep_put(ep);
 }
 
-static void kvf_pd_push_start_queued(kvf_pd_t *pd, uint64_t request_id);
+static void kvf_pd_push_start_queued(kvf_pd_t *pd, kvf_pd_open_t *open);
 
 /* Remembers that decoder @p node_id takes pieces (@p is_pieces), or
  * forgets it (it went away: what comes back may be older). */
@@ -156,6 +146,7 @@ void kvf_pd_push_finish(kvf_pd_push_t *push, kvf_status_t status,
 {
     kvf_pd_t *pd = push->pd;
     kvf_pd_push_t *p;
+    kvf_pd_open_t *open = push->open;
     va_list ap;
 
     if (push->state == KVF_PD_PUSH_FINISHED) {
@@ -172,10 +163,10 @@ void kvf_pd_push_finish(kvf_pd_push_t *push, kvf_status_t status,
         kvf_peer_lat_record(pd->stats.lat_counts, &pd->stats.lat_sum_us,
                             (kvf_time_now_ns() - push->start_ns) /
                                 KVF_NSEC_PER_USEC);
+        kvf_pd_push_start_queued(pd, open);
         if (push->is_final) {
-            kvf_pd_open_forget(pd, push->request_id);
+            kvf_pd_open_close(pd, open);
         }
-        kvf_pd_push_start_queued(pd, push->request_id);
         return;
     }
     pd->stats.push_failures++;
@@ -197,10 +188,9 @@ void kvf_pd_push_finish(kvf_pd_push_t *push, kvf_status_t status,
         (push->piece > 1)) {
         kvf_pd_send_abort(pd, push->address, push->request_id, status);
     }
-    kvf_pd_open_forget(pd, push->request_id); /* a retry starts afresh */
-    for (p = pd->pushes; p != NULL; p = p->next) {
-        if ((p->request_id == push->request_id) &&
-            (p->state != KVF_PD_PUSH_FINISHED)) {
+    TAILQ_FOREACH(p, &open->pushes, in_request)
+    {
+        if (p->state != KVF_PD_PUSH_FINISHED) {
             p->state  = KVF_PD_PUSH_FINISHED;
             p->status = status;
             snprintf(p->message, sizeof(p->message),
@@ -209,13 +199,14 @@ void kvf_pd_push_finish(kvf_pd_push_t *push, kvf_status_t status,
             pd->stats.push_failures++;
         }
     }
-    kvf_pd_tick_arm(pd, 0); /* the queued ones complete from the loop */
+    kvf_pd_open_close(pd, open); /* a retry starts afresh */
+    kvf_pd_tick_arm(pd, 0);      /* the queued ones complete from the loop */
 }
 
 void kvf_pd_push_maybe_complete(kvf_pd_push_t *push)
 {
-    kvf_pd_t *pd = push->pd;
-    kvf_pd_push_t **pp;
+    kvf_pd_t *pd        = push->pd;
+    kvf_pd_open_t *open = push->open;
     khiter_t it;
     uint64_t len;
     uint32_t i;
@@ -224,11 +215,11 @@ void kvf_pd_push_maybe_complete(kvf_pd_push_t *push)
         (push->pending_ctl > 0) || push->is_authenticating) {
         return;
     }
-    for (pp = &pd->pushes; *pp != NULL; pp = &(*pp)->next) {
-        if (*pp == push) {
-            *pp = push->next;
-            break;
-        }
+    LIST_REMOVE(push, link);
+    TAILQ_REMOVE(&open->pushes, push, in_request);
+    push->open = NULL;
+    if (!open->is_open && TAILQ_EMPTY(&open->pushes)) {
+        free(open);
     }
     it = kh_get(kvf_pd_pushes, &pd->pushes_by_ticket, push->ticket);
     if (it != kh_end(&pd->pushes_by_ticket)) {
@@ -534,13 +525,10 @@ void kvf_pd_on_alloc_reply(kvf_pd_t *pd, kvf_ucx_ep_t *ep,
     if (m->pieces && (push->state != KVF_PD_PUSH_FINISHED)) {
         /* the decoder orders this request's pushes: the next ones go now,
          * and those of later requests at once */
-        kvf_pd_open_t *open = kvf_pd_open_find(pd, push->request_id, NULL);
-
         kvf_pd_node_pieces(pd, push->decoder_id, true);
-
-        if ((open != NULL) && !open->is_pieces) {
-            open->is_pieces = true;
-            kvf_pd_push_start_queued(pd, push->request_id);
+        if (!push->open->is_pieces) {
+            push->open->is_pieces = true;
+            kvf_pd_push_start_queued(pd, push->open);
         }
     }
     kvf_pd_push_maybe_complete(push);
@@ -660,8 +648,8 @@ static void kvf_pd_push_send_alloc(kvf_pd_push_t *push)
 static void kvf_pd_push_begin(kvf_pd_push_t *push, uint32_t decoder_id,
                               const char *address)
 {
-    kvf_pd_t *pd = push->pd;
-    kvf_pd_open_t *open;
+    kvf_pd_t *pd        = push->pd;
+    kvf_pd_open_t *open = push->open;
     uint8_t *region;
     uint64_t region_len;
 
@@ -673,8 +661,7 @@ static void kvf_pd_push_begin(kvf_pd_push_t *push, uint32_t decoder_id,
         (void)kvf_local_region(pd->local, decoder_id, address, &region,
                                &region_len);
     }
-    open = kvf_pd_open_find(pd, push->request_id, NULL);
-    if ((open != NULL) && (open->address[0] == '\0')) {
+    if (open->address[0] == '\0') {
         snprintf(open->address, sizeof(open->address), "%s", address);
     }
     kvf_pd_push_send_alloc(push);
@@ -713,14 +700,14 @@ static void kvf_pd_on_node(void *arg, kvf_status_t status, uint32_t node_id,
  * queued push of a lower piece. */
 static bool kvf_pd_push_may_start(kvf_pd_t *pd, const kvf_pd_push_t *push)
 {
-    const kvf_pd_open_t *open;
+    const kvf_pd_open_t *open = push->open;
     const kvf_pd_push_t *p;
     uint32_t lowest = push->piece;
     bool is_active  = false;
 
-    for (p = pd->pushes; p != NULL; p = p->next) {
-        if ((p == push) || (p->request_id != push->request_id) ||
-            (p->state == KVF_PD_PUSH_FINISHED)) {
+    TAILQ_FOREACH(p, &open->pushes, in_request)
+    {
+        if ((p == push) || (p->state == KVF_PD_PUSH_FINISHED)) {
             continue;
         }
         if ((p->state == KVF_PD_PUSH_QUEUED) && (p->piece < push->piece)) {
@@ -732,8 +719,7 @@ static bool kvf_pd_push_may_start(kvf_pd_t *pd, const kvf_pd_push_t *push)
     if (!is_active) {
         return true;
     }
-    open = kvf_pd_open_find(pd, push->request_id, NULL);
-    return (open != NULL) && (push->piece - lowest < KVF_PD_PIECES_MAX) &&
+    return (push->piece - lowest < KVF_PD_PIECES_MAX) &&
            (open->is_pieces || kvf_pd_node_takes_pieces(pd, push));
 }
 
@@ -762,44 +748,48 @@ static void kvf_pd_push_go(kvf_pd_push_t *push)
     kvf_ctl_client_node_find(pd->ctl, push->decoder, kvf_pd_on_node, push);
 }
 
-/* Starts the queued pushes of @p request_id that may go now, in piece
- * order. */
-static void kvf_pd_push_start_queued(kvf_pd_t *pd, uint64_t request_id)
+/* Starts the queued pushes of @p open that may go now, in piece order
+ * (its list's order). One that fails at once fails the rest. */
+static void kvf_pd_push_start_queued(kvf_pd_t *pd, kvf_pd_open_t *open)
 {
-    kvf_pd_push_t *p, *first;
+    kvf_pd_push_t *p;
 
-    for (;;) {
-        first = NULL;
-        for (p = pd->pushes; p != NULL; p = p->next) {
-            if ((p->request_id == request_id) &&
-                (p->state == KVF_PD_PUSH_QUEUED) &&
-                ((first == NULL) || (p->piece < first->piece))) {
-                first = p;
+    TAILQ_FOREACH(p, &open->pushes, in_request)
+    {
+        if (p->state == KVF_PD_PUSH_QUEUED) {
+            if (!kvf_pd_push_may_start(pd, p)) {
+                return;
             }
+            kvf_pd_push_go(p); /* leaves it in the list (completes later) */
         }
-        if ((first == NULL) || !kvf_pd_push_may_start(pd, first)) {
-            return;
-        }
-        kvf_pd_push_go(first);
     }
 }
 
-/* The open record of @p push's request, made by its first push unless
- * that is also its last; NULL when out of memory (or a lone final push). */
+/* The open record of @p push's request, made by its first push; NULL
+ * when out of memory. */
 static kvf_pd_open_t *kvf_pd_open_get(kvf_pd_t *pd, const kvf_pd_push_t *push)
 {
-    kvf_pd_open_t *open = kvf_pd_open_find(pd, push->request_id, NULL);
+    khiter_t it = kh_get(kvf_pd_opens, &pd->opens, push->request_id);
+    kvf_pd_open_t *open;
+    int ret;
 
-    if ((open != NULL) || push->is_final) {
-        return open;
+    if (it != kh_end(&pd->opens)) {
+        return kh_value(&pd->opens, it);
     }
     open = calloc(1, sizeof(*open));
-    if (open != NULL) {
-        open->request_id = push->request_id;
-        open->engine     = push->engine;
-        open->next       = pd->opens;
-        pd->opens        = open;
+    if (open == NULL) {
+        return NULL;
     }
+    it = kh_put(kvf_pd_opens, &pd->opens, push->request_id, &ret);
+    if (ret < 0) {
+        free(open);
+        return NULL;
+    }
+    open->request_id = push->request_id;
+    open->engine     = push->engine;
+    open->is_open    = true;
+    TAILQ_INIT(&open->pushes);
+    kh_value(&pd->opens, it) = open;
     return open;
 }
 
@@ -874,15 +864,14 @@ kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, const kvf_pd_push_args_t *args)
     snprintf(push->decoder, sizeof(push->decoder), "%s", args->decoder);
     open = NULL;
     if (status == KVF_OK) {
-        open = kvf_pd_open_get(pd, push);
-        status =
-            ((open == NULL) && !push->is_final) ? KVF_ERR_NO_MEMORY : KVF_OK;
+        open   = kvf_pd_open_get(pd, push);
+        status = (open == NULL) ? KVF_ERR_NO_MEMORY : KVF_OK;
     }
     if (status == KVF_OK) {
         it = kh_put(kvf_pd_pushes, &pd->pushes_by_ticket, push->ticket, &ret);
         if (ret < 0) {
-            if ((open != NULL) && (open->pieces == 0)) {
-                kvf_pd_open_forget(pd, push->request_id); /* made for it */
+            if (open->pieces == 0) {
+                kvf_pd_open_close(pd, open); /* made for it */
             }
             status = KVF_ERR_NO_MEMORY;
         }
@@ -899,9 +888,11 @@ kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, const kvf_pd_push_args_t *args)
     kh_value(&pd->pushes_by_ticket, it) = push;
     /* pushes of a request are numbered as they come: the decoder keeps
      * their chunks in this order whatever order they land in */
-    push->piece = (open != NULL) ? ++open->pieces : 1;
-    push->next  = pd->pushes;
-    pd->pushes  = push;
+    push->piece     = ++open->pieces;
+    push->open      = open;
+    open->has_final = open->has_final || push->is_final;
+    TAILQ_INSERT_TAIL(&open->pushes, push, in_request);
+    LIST_INSERT_HEAD(&pd->pushes, push, link);
     kvf_pd_tick_arm(pd, push->deadline_ns);
     if (!kvf_pd_push_may_start(pd, push)) {
         push->state = KVF_PD_PUSH_QUEUED; /* goes when an earlier one let it */
@@ -925,8 +916,8 @@ uint64_t kvf_pd_tick_sender(kvf_pd_t *pd, uint64_t now)
     kvf_pd_push_t *push, *next;
     uint64_t soonest = UINT64_MAX;
 
-    for (push = pd->pushes; push != NULL; push = next) {
-        next = push->next;
+    for (push = LIST_FIRST(&pd->pushes); push != NULL; push = next) {
+        next = LIST_NEXT(push, link);
         if ((push->state != KVF_PD_PUSH_FINISHED) &&
             (now >= push->deadline_ns)) {
             kvf_pd_push_finish(

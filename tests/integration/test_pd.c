@@ -1012,6 +1012,19 @@ Test(pd, a_damaged_layer_push_fails_the_request_and_the_pushes_after_it)
                  kvf_client_last_error(pc));
     wait_and_check(dc, 22, 2);
     cr_assert_eq(kvf_pd_release(dc, 22), KVF_OK);
+    /* and the failed request, sent again under its id, starts afresh at
+     * its first piece and arrives whole */
+    fill_slots(pc, 21, 6, slots, sums);
+    for (i = 0; i < 6; i++) {
+        cr_assert_eq(kvf_pd_push_start(pc, 21, "it-decode", &slots[i], &sums[i],
+                                       1, i == 5),
+                     KVF_OK, "%s", kvf_client_last_error(pc));
+    }
+    cr_assert_eq(kvf_pd_push_wait(pc, 21, 0), KVF_OK, "%s",
+                 kvf_client_last_error(pc));
+    cr_assert_eq(kvf_client_release(pc, slots, 6), KVF_OK);
+    wait_and_check(dc, 21, 6);
+    cr_assert_eq(kvf_pd_release(dc, 21), KVF_OK);
     kvf_client_disconnect(pc);
     kvf_client_disconnect(dc);
 }
