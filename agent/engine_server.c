@@ -55,8 +55,6 @@ struct kvf_engine_wait {
     bool prefetch;
     uint32_t local; /* LOOKUP: leading chunks held here */
     uint32_t num;
-    uint8_t *landed;  /* RETRIEVE: 1 where the key was fetched for it (after
-                         keys[], in the same allocation) */
     kvf_key_t keys[]; /* the request's keys */
 };
 
@@ -854,7 +852,7 @@ static kvf_status_t kvf_engine_conn_commit(kvf_engine_conn_t *conn,
         } else {
             status = kvf_store_commit_hashed(server->store, conn->owner, &key,
                                              items[i].grant, req->checksums[i],
-                                             jobs[items[i].job].sum);
+                                             jobs[items[i].job].sum, false);
             kvf_engine_staging_put(conn, items[i].staging); /* grant gone */
         }
         results[i] = status;
@@ -886,11 +884,10 @@ static kvf_engine_wait_t *kvf_engine_wait_create(kvf_engine_conn_t *conn,
     uint32_t n = (uint32_t)(k->len / KVF_KEY_WIRE_SIZE), i;
     kvf_engine_wait_t *wait;
 
-    wait = calloc(1, sizeof(*wait) + (size_t)n * (sizeof(kvf_key_t) + 1));
+    wait = calloc(1, sizeof(*wait) + (size_t)n * sizeof(kvf_key_t));
     if (wait == NULL) {
         return NULL;
     }
-    wait->landed     = (uint8_t *)&wait->keys[n];
     wait->conn       = conn;
     wait->type       = type;
     wait->request_id = request_id;
@@ -1138,13 +1135,12 @@ static kvf_status_t kvf_engine_conn_lookup(kvf_engine_conn_t *conn,
 }
 
 /* Pins every key held here and answers RETRIEVE; the rest are missing.
- * Each chunk handed out is hashed again against its checksum, except one
- * that landed for this request (@p landed, NULL: none): that one was
- * hashed as it landed (kvf_store_pin_checked). */
+ * Each chunk handed out is hashed again against its checksum, except on
+ * the first read of one that landed from elsewhere: that one was hashed
+ * as it landed (kvf_store_pin_checked). */
 static kvf_status_t kvf_engine_retrieve_reply(kvf_engine_conn_t *conn,
                                               uint64_t request_id,
-                                              const kvf_key_t *keys,
-                                              const uint8_t *landed, uint32_t n)
+                                              const kvf_key_t *keys, uint32_t n)
 {
     kvf_engine_server_t *server = conn->server;
     uint64_t *offsets, *lengths, *sums;
@@ -1162,8 +1158,8 @@ static kvf_status_t kvf_engine_retrieve_reply(kvf_engine_conn_t *conn,
     results = calloc(n, sizeof(*results));
     if ((offsets == NULL) || (lengths == NULL) || (sums == NULL) ||
         (missing == NULL) || (slots == NULL) || (results == NULL) ||
-        (kvf_store_pin_checked(server->store, conn->owner, keys, landed, n,
-                               slots, sums, results) != KVF_OK)) {
+        (kvf_store_pin_checked(server->store, conn->owner, keys, n, slots, sums,
+                               results) != KVF_OK)) {
         free(offsets);
         free(lengths);
         free(sums);
@@ -1210,7 +1206,7 @@ static void kvf_engine_on_fetched(void *arg, uint32_t fetched, uint32_t missed)
     kvf_engine_wait_unlink(wait);
     conn->server->stats.fetched_keys += fetched;
     if (kvf_engine_retrieve_reply(conn, wait->request_id, wait->keys,
-                                  wait->landed, wait->num) != KVF_OK) {
+                                  wait->num) != KVF_OK) {
         free(wait);
         kvf_engine_conn_error(conn, "cannot queue a reply");
         return;
@@ -1237,8 +1233,7 @@ static kvf_status_t kvf_engine_retrieve_fetch(kvf_engine_conn_t *conn,
     }
     for (i = 0; i < wait->num; i++) {
         if (kvf_store_local_prefix(server->store, &wait->keys[i], 1) == 0) {
-            absent[m++]     = wait->keys[i];
-            wait->landed[i] = 1; /* if it lands, its commit hashed it */
+            absent[m++] = wait->keys[i];
         }
     }
     status = KVF_ERR_STATE;
@@ -1252,7 +1247,7 @@ static kvf_status_t kvf_engine_retrieve_fetch(kvf_engine_conn_t *conn,
         kvf_engine_wait_link(wait);
         return KVF_OK;
     }
-    status = kvf_engine_retrieve_reply(conn, wait->request_id, wait->keys, NULL,
+    status = kvf_engine_retrieve_reply(conn, wait->request_id, wait->keys,
                                        wait->num);
     free(wait);
     return status;

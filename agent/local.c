@@ -875,7 +875,7 @@ static void kvf_local_copy_commit(kvf_local_link_t *link,
     kvf_status_t status;
 
     status = kvf_store_commit_hashed(local->store, owner, key, slot->offset,
-                                     ent->checksum, sum);
+                                     ent->checksum, sum, true);
     if ((status == KVF_OK) || (status == KVF_ERR_EXISTS)) {
         local->stats.chunks_copied++;
         local->stats.bytes_copied += ent->length;

@@ -987,8 +987,8 @@ static void kvf_peer_item_landed(kvf_peer_item_t *item, kvf_status_t status)
     if (status == KVF_OK) {
         /* the commit recomputes the checksum over the bytes that landed:
          * a damaged or torn transfer is refused here */
-        status = kvf_store_commit(peer->store, fetch->owner, &item->key,
-                                  item->offset, item->checksum);
+        status = kvf_store_commit_landed(peer->store, fetch->owner, &item->key,
+                                         item->offset, item->checksum);
         if ((status == KVF_OK) || (status == KVF_ERR_EXISTS)) {
             kvf_peer_link_stats_t *link =
                 kvf_peer_link(peer, item->holder, NULL);

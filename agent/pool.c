@@ -45,7 +45,8 @@ struct kvf_pool_entry {
     uint8_t state;
     uint8_t pin;
     uint8_t cls;
-    uint8_t list; /* KVF_POOL_LIST_NONE or the list it is on */
+    uint8_t list;   /* KVF_POOL_LIST_NONE or the list it is on */
+    bool is_unread; /* hashed where it lies as it landed, not read since */
 };
 
 struct kvf_pool {
@@ -878,6 +879,7 @@ kvf_status_t kvf_pool_alloc(kvf_pool_t *pool, uint64_t length,
     e->next             = KVF_POOL_NIL;
     e->prev             = KVF_POOL_NIL;
     e->list             = KVF_POOL_LIST_NONE;
+    e->is_unread        = false;
     pool->unit_entry[u] = kvf_pool_entry_idx(pool, e);
     kvf_pool_list_insert(pool, KVF_POOL_LIST_ALLOC, e,
                          pool->list_tail[KVF_POOL_LIST_ALLOC]);
@@ -1107,6 +1109,16 @@ const kvf_key_t *kvf_pool_entry_key(const kvf_pool_entry_t *entry)
 kvf_pool_entry_state_t kvf_pool_entry_state(const kvf_pool_entry_t *entry)
 {
     return (kvf_pool_entry_state_t)entry->state;
+}
+
+void kvf_pool_entry_set_unread(kvf_pool_entry_t *entry, bool is_unread)
+{
+    entry->is_unread = is_unread;
+}
+
+bool kvf_pool_entry_is_unread(const kvf_pool_entry_t *entry)
+{
+    return entry->is_unread;
 }
 
 unsigned kvf_pool_entry_refcount(const kvf_pool_entry_t *entry)

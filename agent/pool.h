@@ -310,6 +310,15 @@ const kvf_key_t *kvf_pool_entry_key(const kvf_pool_entry_t *entry);
 kvf_pool_entry_state_t kvf_pool_entry_state(const kvf_pool_entry_t *entry);
 unsigned kvf_pool_entry_refcount(const kvf_pool_entry_t *entry);
 
+/**
+ * The store's mark on a committed entry whose bytes the agent hashed where
+ * they lie as they landed (from a peer, a same-host copy, the disk) and
+ * that no engine has read since: its first reader need not hash them
+ * again. Cleared by kvf_pool_alloc.
+ */
+void kvf_pool_entry_set_unread(kvf_pool_entry_t *entry, bool is_unread);
+bool kvf_pool_entry_is_unread(const kvf_pool_entry_t *entry);
+
 /** Address of @p offset inside the mapping (for the agent's own copies). */
 /**
  * Calls @p cb for every committed entry (an inventory for the controller).

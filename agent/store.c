@@ -274,12 +274,13 @@ kvf_status_t kvf_store_alloc(kvf_store_t *store, kvf_store_owner_t *owner,
 }
 
 /* Commits the grant @p hold, whose bytes hash to @p actual (computed over
- * the block, or by the caller as they landed: one pass, not two). */
-static kvf_status_t kvf_store_commit_hold(kvf_store_t *store,
-                                          kvf_store_owner_t *owner,
-                                          kvf_store_hold_t *hold,
-                                          const kvf_key_t *key,
-                                          uint64_t checksum, uint64_t actual)
+ * the block, or by the caller as they landed: one pass, not two); a chunk
+ * that @p landed from elsewhere is marked unread (its first retrieve does
+ * not hash it again). */
+static kvf_status_t
+kvf_store_commit_hold(kvf_store_t *store, kvf_store_owner_t *owner,
+                      kvf_store_hold_t *hold, const kvf_key_t *key,
+                      uint64_t checksum, uint64_t actual, bool landed)
 {
     kvf_pool_entry_t *entry = hold->entry;
 
@@ -302,6 +303,7 @@ static kvf_status_t kvf_store_commit_hold(kvf_store_t *store,
         kvf_pool_free(store->pool, entry);
         return KVF_ERR_STATE;
     }
+    kvf_pool_entry_set_unread(entry, landed);
     store->commits++;
     if (store->admit_cb != NULL) {
         store->admit_cb(store->cb_arg, key);
@@ -318,9 +320,12 @@ static kvf_store_hold_t *kvf_store_grant_find(kvf_store_owner_t *owner,
     return ((hold != NULL) && hold->is_grant) ? hold : NULL;
 }
 
-kvf_status_t kvf_store_commit(kvf_store_t *store, kvf_store_owner_t *owner,
-                              const kvf_key_t *key, uint64_t offset,
-                              uint64_t checksum)
+/* kvf_store_commit(_landed): the grant hashed where it lies. */
+static kvf_status_t kvf_store_commit_in_place(kvf_store_t *store,
+                                              kvf_store_owner_t *owner,
+                                              const kvf_key_t *key,
+                                              uint64_t offset,
+                                              uint64_t checksum, bool landed)
 {
     kvf_store_hold_t *hold = kvf_store_grant_find(owner, offset);
 
@@ -330,20 +335,39 @@ kvf_status_t kvf_store_commit(kvf_store_t *store, kvf_store_owner_t *owner,
     return kvf_store_commit_hold(
         store, owner, hold, key, checksum,
         kvf_chunk_checksum(kvf_pool_ptr(store->pool, offset),
-                           kvf_pool_entry_length(hold->entry)));
+                           kvf_pool_entry_length(hold->entry)),
+        landed);
+}
+
+kvf_status_t kvf_store_commit(kvf_store_t *store, kvf_store_owner_t *owner,
+                              const kvf_key_t *key, uint64_t offset,
+                              uint64_t checksum)
+{
+    return kvf_store_commit_in_place(store, owner, key, offset, checksum,
+                                     false);
+}
+
+kvf_status_t kvf_store_commit_landed(kvf_store_t *store,
+                                     kvf_store_owner_t *owner,
+                                     const kvf_key_t *key, uint64_t offset,
+                                     uint64_t checksum)
+{
+    return kvf_store_commit_in_place(store, owner, key, offset, checksum, true);
 }
 
 kvf_status_t kvf_store_commit_hashed(kvf_store_t *store,
                                      kvf_store_owner_t *owner,
                                      const kvf_key_t *key, uint64_t offset,
-                                     uint64_t checksum, uint64_t actual)
+                                     uint64_t checksum, uint64_t actual,
+                                     bool landed)
 {
     kvf_store_hold_t *hold = kvf_store_grant_find(owner, offset);
 
     if (hold == NULL) {
         return KVF_ERR_RANGE;
     }
-    return kvf_store_commit_hold(store, owner, hold, key, checksum, actual);
+    return kvf_store_commit_hold(store, owner, hold, key, checksum, actual,
+                                 landed);
 }
 
 uint8_t *kvf_store_grant_ptr(kvf_store_t *store, kvf_store_owner_t *owner,
@@ -424,11 +448,13 @@ kvf_status_t kvf_store_verify(kvf_store_t *store, const kvf_key_t *key)
     return KVF_ERR_CHECKSUM;
 }
 
-/* Pins @p key; its slot and committed checksum. */
+/* Pins @p key; its slot and committed checksum. @p hash_p: are its bytes
+ * to be hashed (false for the first read of a chunk that landed unread,
+ * which this read takes)? */
 static kvf_status_t kvf_store_pin_sum(kvf_store_t *store,
                                       kvf_store_owner_t *owner,
                                       const kvf_key_t *key, kvf_slot_t *slot_p,
-                                      uint64_t *checksum_p)
+                                      uint64_t *checksum_p, bool *hash_p)
 {
     kvf_pool_entry_t *entry;
     kvf_status_t status;
@@ -443,15 +469,18 @@ static kvf_status_t kvf_store_pin_sum(kvf_store_t *store,
         return KVF_ERR_NOT_FOUND;
     }
     *checksum_p = kvf_pool_entry_checksum(entry);
+    *hash_p     = !kvf_pool_entry_is_unread(entry);
+    kvf_pool_entry_set_unread(entry, false);
     return KVF_OK;
 }
 
 kvf_status_t kvf_store_pin_checked(kvf_store_t *store, kvf_store_owner_t *owner,
-                                   const kvf_key_t *keys, const uint8_t *landed,
-                                   uint32_t n, kvf_slot_t *slots,
-                                   uint64_t *sums, kvf_status_t *results)
+                                   const kvf_key_t *keys, uint32_t n,
+                                   kvf_slot_t *slots, uint64_t *sums,
+                                   kvf_status_t *results)
 {
     kvf_copy_job_t *jobs = calloc((size_t)n + 1, sizeof(*jobs));
+    bool hash;
     uint32_t i;
 
     if (jobs == NULL) {
@@ -459,9 +488,9 @@ kvf_status_t kvf_store_pin_checked(kvf_store_t *store, kvf_store_owner_t *owner,
     }
     /* job i hashes key i where it lies; an empty job checks nothing */
     for (i = 0; i < n; i++) {
-        results[i] =
-            kvf_store_pin_sum(store, owner, &keys[i], &slots[i], &sums[i]);
-        if ((results[i] == KVF_OK) && ((landed == NULL) || !landed[i])) {
+        results[i] = kvf_store_pin_sum(store, owner, &keys[i], &slots[i],
+                                       &sums[i], &hash);
+        if ((results[i] == KVF_OK) && hash) {
             jobs[i].src = kvf_pool_ptr(store->pool, slots[i].offset);
             jobs[i].len = slots[i].length;
         }
@@ -617,6 +646,8 @@ static void kvf_store_on_disk_read(void *arg, const kvf_key_t *key,
     kvf_pool_entry_put(store->pool, read->entry);
     if ((status == KVF_OK) &&
         (kvf_pool_commit(store->pool, read->entry, key, checksum) == KVF_OK)) {
+        /* the tier verified the bytes where they landed */
+        kvf_pool_entry_set_unread(read->entry, true);
         ok = true;
         store->promoted++;
         promotion->promoted++;

@@ -120,13 +120,25 @@ kvf_status_t kvf_store_commit(kvf_store_t *store, kvf_store_owner_t *owner,
                               const kvf_key_t *key, uint64_t offset,
                               uint64_t checksum);
 
+/* As kvf_store_commit, for bytes that landed from elsewhere (a peer's
+ * transfer): hashed where they lie now, the chunk's first retrieve does
+ * not hash them again (kvf_store_pin_checked). */
+kvf_status_t kvf_store_commit_landed(kvf_store_t *store,
+                                     kvf_store_owner_t *owner,
+                                     const kvf_key_t *key, uint64_t offset,
+                                     uint64_t checksum);
+
 /* As kvf_store_commit, with @p actual the checksum the caller computed
  * over the grant's bytes as they landed (a copy that hashes what it wrote
- * while it is in cache, agent/local.c): one pass over the bytes, not two. */
+ * while it is in cache: an engine's commit, agent/engine_server.c, a
+ * same-host copy, agent/local.c): one pass over the bytes, not two.
+ * @p landed as in kvf_store_commit_landed (false for an engine's bytes:
+ * every retrieve of those hashes them). */
 kvf_status_t kvf_store_commit_hashed(kvf_store_t *store,
                                      kvf_store_owner_t *owner,
                                      const kvf_key_t *key, uint64_t offset,
-                                     uint64_t checksum, uint64_t actual);
+                                     uint64_t checksum, uint64_t actual,
+                                     bool landed);
 
 /* Copies and checksums @p jobs[0, n) on the store's copier
  * (agent/copier.h; the caller alone with copy_threads 0), the disk tier's
@@ -149,10 +161,11 @@ kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
  * its bytes against the checksum they were committed with (on the
  * copier's threads too), so every byte an engine reads was verified
  * (engines map the pool read-only since #16.4; this is defence in depth
- * against the agent's own bugs and bad memory). A key with @p landed[i]
- * set (@p landed NULL: none) landed here while the request it answers
- * waited (fetched from a peer, copied from a same-host one): hashed as it
- * landed, moments ago, it is not hashed again. Per key, @p results[i]:
+ * against the agent's own bugs and bad memory). The first read of a
+ * chunk that landed from elsewhere (a peer, a same-host copy, the disk
+ * tier: kvf_store_commit_landed) is the exception: hashed where it lies
+ * as it landed, it is not hashed again; every later read is. Per key,
+ * @p results[i]:
  * KVF_OK with @p slots[i] and @p sums[i] (the committed checksum),
  * KVF_ERR_NOT_FOUND, or KVF_ERR_CHECKSUM: the chunk is unpinned, dropped
  * (announced evicted, so the registry forgets it) now or, while another
@@ -161,9 +174,9 @@ kvf_status_t kvf_store_pin(kvf_store_t *store, kvf_store_owner_t *owner,
  * meanwhile (then it is KVF_ERR_NOT_FOUND): a miss, never wrong bytes.
  * KVF_ERR_NO_MEMORY: nothing was pinned. */
 kvf_status_t kvf_store_pin_checked(kvf_store_t *store, kvf_store_owner_t *owner,
-                                   const kvf_key_t *keys, const uint8_t *landed,
-                                   uint32_t n, kvf_slot_t *slots,
-                                   uint64_t *sums, kvf_status_t *results);
+                                   const kvf_key_t *keys, uint32_t n,
+                                   kvf_slot_t *slots, uint64_t *sums,
+                                   kvf_status_t *results);
 
 /* Checks the committed chunk of @p key against its checksum (a peer said
  * what we served it failed); one that fails is dropped and counted as in

@@ -302,7 +302,7 @@ Test(store, damaged_while_pinned_is_counted_once_and_goes_with_the_pin)
     ((uint8_t *)kvf_store_base(g_store))[slot.offset + 100] ^= 0x01;
 
     cr_assert_eq(
-        kvf_store_pin_checked(g_store, b, twice, NULL, 2, slots, sums, results),
+        kvf_store_pin_checked(g_store, b, twice, 2, slots, sums, results),
         KVF_OK);
     cr_assert_eq(results[0], KVF_ERR_CHECKSUM);
     cr_assert_eq(results[1], KVF_ERR_CHECKSUM);
@@ -311,9 +311,8 @@ Test(store, damaged_while_pinned_is_counted_once_and_goes_with_the_pin)
     cr_assert_eq(g_evicts, 1, "pinned by a: announced now, goes later");
 
     /* asked again while a still pins it: a miss, not counted again */
-    cr_assert_eq(
-        kvf_store_pin_checked(g_store, c, &k, NULL, 1, slots, sums, results),
-        KVF_OK);
+    cr_assert_eq(kvf_store_pin_checked(g_store, c, &k, 1, slots, sums, results),
+                 KVF_OK);
     cr_assert_eq(results[0], KVF_ERR_NOT_FOUND);
     cr_assert_eq(kvf_store_verify(g_store, &k), KVF_OK, "dropped already");
     /* and an engine's lookup does not count it as held */
@@ -330,9 +329,8 @@ Test(store, damaged_while_pinned_is_counted_once_and_goes_with_the_pin)
     put_chunk(c, 6, &fresh);
     cr_assert_neq(fresh.offset, slot.offset);
     cr_assert_eq(kvf_store_local_prefix(g_store, &k, 1), 1);
-    cr_assert_eq(
-        kvf_store_pin_checked(g_store, b, &k, NULL, 1, slots, sums, results),
-        KVF_OK);
+    cr_assert_eq(kvf_store_pin_checked(g_store, b, &k, 1, slots, sums, results),
+                 KVF_OK);
     cr_assert_eq(results[0], KVF_OK);
     cr_assert_eq(slots[0].offset, fresh.offset);
     cr_assert_eq(kvf_store_release(g_store, b, fresh.offset), KVF_OK);
@@ -353,4 +351,49 @@ Test(store, damaged_while_pinned_is_counted_once_and_goes_with_the_pin)
     kvf_store_owner_destroy(g_store, c);
     kvf_store_owner_destroy(g_store, b);
     kvf_store_owner_destroy(g_store, a);
+}
+
+/* A chunk that landed from elsewhere (kvf_store_commit_landed: a peer's
+ * transfer, hashed where it lies) is not hashed again by its first
+ * retrieve, and is by every later one: bytes changed after that first
+ * read are a miss. */
+Test(store, a_landed_chunk_is_hashed_by_every_read_after_its_first)
+{
+    kvf_key_t k = key_of(8);
+    kvf_store_owner_t *f, *r;
+    kvf_slot_t slot, got;
+    kvf_status_t result;
+    kvf_store_stats_t st;
+    uint64_t sum;
+    uint8_t *p;
+
+    cr_assert_eq(kvf_store_owner_create(g_store, &f), KVF_OK);
+    cr_assert_eq(kvf_store_owner_create(g_store, &r), KVF_OK);
+    cr_assert_eq(kvf_store_alloc(g_store, f, CHUNK, &slot), KVF_OK);
+    p = (uint8_t *)kvf_store_base(g_store) + slot.offset;
+    memset(p, 8, CHUNK);
+    cr_assert_eq(kvf_store_commit_landed(g_store, f, &k, slot.offset, 12345),
+                 KVF_ERR_CHECKSUM, "landed bytes are hashed at commit");
+    cr_assert_eq(kvf_store_alloc(g_store, f, CHUNK, &slot), KVF_OK);
+    p = (uint8_t *)kvf_store_base(g_store) + slot.offset;
+    memset(p, 8, CHUNK);
+    sum = kvf_chunk_checksum(p, CHUNK);
+    cr_assert_eq(kvf_store_commit_landed(g_store, f, &k, slot.offset, sum),
+                 KVF_OK);
+
+    cr_assert_eq(kvf_store_pin_checked(g_store, r, &k, 1, &got, &sum, &result),
+                 KVF_OK);
+    cr_assert_eq(result, KVF_OK);
+    cr_assert_eq(got.offset, slot.offset);
+    cr_assert_eq(kvf_store_release(g_store, r, got.offset), KVF_OK);
+
+    p[CHUNK - 1] ^= 0x80;
+    cr_assert_eq(kvf_store_pin_checked(g_store, r, &k, 1, &got, &sum, &result),
+                 KVF_OK);
+    cr_assert_eq(result, KVF_ERR_CHECKSUM, "the second read hashes it");
+    kvf_store_get_stats(g_store, &st);
+    cr_assert_eq(st.checksum_failures, 2);
+    cr_assert_eq(kvf_store_local_prefix(g_store, &k, 1), 0);
+    kvf_store_owner_destroy(g_store, r);
+    kvf_store_owner_destroy(g_store, f);
 }
