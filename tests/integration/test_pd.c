@@ -215,6 +215,26 @@ static kvf_status_t push(kvf_client_t *c, uint64_t req, uint32_t first,
     return status;
 }
 
+/* Pushes chunks [0, n) of @p req one a push (a layer group each, the last
+ * final), started without waiting, then waits for them all. */
+static void push_layers(kvf_client_t *c, uint64_t req, uint32_t n)
+{
+    kvf_slot_t slots[64];
+    uint64_t sums[64];
+    uint32_t i;
+
+    cr_assert_leq(n, 64);
+    fill_slots(c, req, n, slots, sums);
+    for (i = 0; i < n; i++) {
+        cr_assert_eq(kvf_pd_push_start(c, req, "it-decode", &slots[i], &sums[i],
+                                       1, i == n - 1),
+                     KVF_OK, "%s", kvf_client_last_error(c));
+    }
+    cr_assert_eq(kvf_pd_push_wait(c, req, 0), KVF_OK, "%s",
+                 kvf_client_last_error(c));
+    cr_assert_eq(kvf_client_release(c, slots, n), KVF_OK);
+}
+
 /* Waits for @p req at the decoder and checks its @p n chunks byte for
  * byte. */
 static void wait_and_check(kvf_client_t *c, uint64_t req, uint32_t n)
@@ -878,15 +898,7 @@ Test(pd, layer_pushes_of_one_request_overlap_and_keep_their_order)
      * the decoder is known now: the next request's go at once */
     queued = metric(&g_p, "kvf_agent_pd_pushes_queued_total");
     cr_assert_geq(queued, 1);
-    fill_slots(pc, 23, 4, slots, sums);
-    for (i = 0; i < 4; i++) {
-        cr_assert_eq(kvf_pd_push_start(pc, 23, "it-decode", &slots[i], &sums[i],
-                                       1, i == 3),
-                     KVF_OK, "%s", kvf_client_last_error(pc));
-    }
-    cr_assert_eq(kvf_pd_push_wait(pc, 23, 0), KVF_OK, "%s",
-                 kvf_client_last_error(pc));
-    cr_assert_eq(kvf_client_release(pc, slots, 4), KVF_OK);
+    push_layers(pc, 23, 4);
     cr_assert_eq(metric(&g_p, "kvf_agent_pd_pushes_queued_total"), queued);
     wait_and_check(dc, 23, 4);
     cr_assert_eq(kvf_pd_release(dc, 23), KVF_OK);
@@ -903,23 +915,13 @@ Test(pd, layer_pushes_to_a_decoder_without_pieces_go_one_at_a_time)
 {
     const char *const no_pieces[] = {"--pd-pieces=false", NULL};
     kvf_client_t *pc, *dc;
-    kvf_slot_t slots[6];
-    uint64_t sums[6];
-    uint32_t i, r;
+    uint32_t r;
 
     start_pair(no_pieces);
     pc = connect_to(&g_p);
     dc = connect_to(&g_d);
     for (r = 0; r < 2; r++) {
-        fill_slots(pc, 30 + r, 6, slots, sums);
-        for (i = 0; i < 6; i++) {
-            cr_assert_eq(kvf_pd_push_start(pc, 30 + r, "it-decode", &slots[i],
-                                           &sums[i], 1, i == 5),
-                         KVF_OK, "%s", kvf_client_last_error(pc));
-        }
-        cr_assert_eq(kvf_pd_push_wait(pc, 30 + r, 0), KVF_OK, "%s",
-                     kvf_client_last_error(pc));
-        cr_assert_eq(kvf_client_release(pc, slots, 6), KVF_OK);
+        push_layers(pc, 30 + r, 6);
         wait_and_check(dc, 30 + r, 6);
         cr_assert_eq(kvf_pd_release(dc, 30 + r), KVF_OK);
         /* none overlapped another at the decoder */
@@ -1014,15 +1016,7 @@ Test(pd, a_damaged_layer_push_fails_the_request_and_the_pushes_after_it)
     cr_assert_eq(kvf_pd_release(dc, 22), KVF_OK);
     /* and the failed request, sent again under its id, starts afresh at
      * its first piece and arrives whole */
-    fill_slots(pc, 21, 6, slots, sums);
-    for (i = 0; i < 6; i++) {
-        cr_assert_eq(kvf_pd_push_start(pc, 21, "it-decode", &slots[i], &sums[i],
-                                       1, i == 5),
-                     KVF_OK, "%s", kvf_client_last_error(pc));
-    }
-    cr_assert_eq(kvf_pd_push_wait(pc, 21, 0), KVF_OK, "%s",
-                 kvf_client_last_error(pc));
-    cr_assert_eq(kvf_client_release(pc, slots, 6), KVF_OK);
+    push_layers(pc, 21, 6);
     wait_and_check(dc, 21, 6);
     cr_assert_eq(kvf_pd_release(dc, 21), KVF_OK);
     kvf_client_disconnect(pc);
