@@ -3,7 +3,11 @@
 /*
  * The PD receive region's slot allocator (DESIGN.md §6): a decoder reserves
  * one contiguous slot per pushed chunk inside [0, size) of its receive
- * region. Pages of KVF_PD_REGION_PAGE bytes, a bitmap, first fit. A batch
+ * region. Pages of KVF_PD_REGION_PAGE bytes, first fit in a bitmap
+ * scanned a word at a time from the lowest page that may be free, full
+ * words skipped 64 at a time through a second level: a reservation or a
+ * free costs well under a microsecond in a 90 %-full 8 GiB region
+ * (it was 16-18 µs scanning page by page). A batch
  * is reserved all or nothing, so a push never holds half its slots while
  * it waits for room (the queue that waits lives in agent/pd.c).
  *

@@ -5,6 +5,10 @@
 
 #include <criterion/criterion.h>
 
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
 #define PAGE KVF_PD_REGION_PAGE
 
 static kvf_pd_region_t *g_region;
@@ -109,4 +113,76 @@ Test(pd_region, partial_last_word_is_never_handed_out)
     }
     cr_assert_eq(kvf_pd_region_alloc(r, &len, 1, &off), KVF_ERR_NO_MEMORY);
     kvf_pd_region_destroy(r);
+}
+
+/* Random reservations (1-@p maxrun pages) and frees in a region of
+ * @p pages (not a whole number of bitmap words), each checked against a
+ * page-by-page first fit: the same offsets, the same refusals, the same
+ * use; a free reaching into a free page is refused. */
+static void check_against_model(uint64_t pages, uint64_t maxrun, uint32_t steps)
+{
+    enum {
+        SLOTS = 64
+    };
+    bool *model = calloc(pages, sizeof(bool));
+    uint64_t off[SLOTS], len[SLOTS], used = 0, seed = 0x5eed, want, p, run;
+    kvf_pd_region_t *r;
+    uint32_t step, k;
+
+    cr_assert_not_null(model);
+    memset(len, 0, sizeof(len));
+    cr_assert_eq(kvf_pd_region_create(pages * PAGE + 123, &r), KVF_OK);
+    for (step = 0; step < steps; step++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        k    = (uint32_t)(seed >> 33) % SLOTS;
+        if (len[k] != 0) {
+            p = (off[k] + len[k]) / PAGE;   /* the page after the slot */
+            if ((p < pages) && !model[p]) { /* a free reaching into it */
+                cr_assert_eq(kvf_pd_region_free(r, off[k], len[k] + PAGE),
+                             KVF_ERR_RANGE, "step %u", step);
+            }
+            cr_assert_eq(kvf_pd_region_free(r, off[k], len[k]), KVF_OK);
+            for (p = off[k] / PAGE; p < (off[k] + len[k]) / PAGE; p++) {
+                model[p] = false;
+            }
+            used -= len[k] / PAGE;
+            len[k] = 0;
+            continue;
+        }
+        len[k] = (1 + (seed >> 40) % maxrun) * PAGE;
+        for (want = UINT64_MAX, p = 0, run = 0; p < pages; p++) {
+            run = model[p] ? 0 : run + 1;
+            if (run == len[k] / PAGE) {
+                want = p + 1 - run;
+                break;
+            }
+        }
+        if (want == UINT64_MAX) {
+            cr_assert_eq(kvf_pd_region_alloc(r, &len[k], 1, &off[k]),
+                         KVF_ERR_NO_MEMORY, "step %u", step);
+            len[k] = 0;
+            continue;
+        }
+        cr_assert_eq(kvf_pd_region_alloc(r, &len[k], 1, &off[k]), KVF_OK,
+                     "step %u", step);
+        cr_assert_eq(off[k], want * PAGE, "step %u: %lu, first fit %lu", step,
+                     (unsigned long)(off[k] / PAGE), (unsigned long)want);
+        for (p = want; p < want + len[k] / PAGE; p++) {
+            model[p] = true;
+        }
+        used += len[k] / PAGE;
+        cr_assert_eq(kvf_pd_region_used(r), used * PAGE);
+    }
+    kvf_pd_region_destroy(r);
+    free(model);
+}
+
+/* First fit, with the bitmap scanned a word at a time and full words
+ * skipped through a second level: small runs in a region of 16 words,
+ * and runs of up to 600 pages in one of 141 words (three words of the
+ * second level). */
+Test(pd_region, word_scans_agree_with_a_page_by_page_first_fit)
+{
+    check_against_model(1000, 150, 20000);
+    check_against_model(9000, 600, 20000);
 }
