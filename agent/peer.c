@@ -16,6 +16,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 
 #define KVF_PEER_MAX_KEYS  65536u /* keys in one fetch */
 #define KVF_PEER_SERVE_MAX 4096u  /* chunks being sent at once */
@@ -91,7 +92,7 @@ typedef struct kvf_peer_ask {
 } kvf_peer_ask_t;
 
 struct kvf_peer_fetch {
-    kvf_peer_fetch_t *next;
+    LIST_ENTRY(kvf_peer_fetch) link; /* peer->fetches */
     kvf_peer_t *peer;
     uint64_t request_id;
     uint64_t start_ns;
@@ -182,6 +183,9 @@ KHASH_INIT(kvf_peer_keys, kvf_key_t, kvf_peer_item_t *, 1, kvf_peer_key_hash,
 KHASH_SET_INIT_INT(kvf_peer_holders)
 /* requester endpoint -> chunks being sent to it */
 KHASH_MAP_INIT_INT64(kvf_peer_sending, uint32_t)
+/* Fetches in flight by request id: a holder's PEER_CHUNK(S) finds its
+ * fetch in O(1), however many are in flight. */
+KHASH_MAP_INIT_INT64(kvf_peer_fetches, kvf_peer_fetch_t *)
 
 struct kvf_peer {
     kvf_mesh_t *mesh;                  /* node directory: holders' addresses */
@@ -193,7 +197,8 @@ struct kvf_peer {
     kvf_ctl_client_t *ctl;
     uint64_t timeout_ns;
     char name[128];
-    kvf_peer_fetch_t *fetches;
+    LIST_HEAD(, kvf_peer_fetch) fetches;
+    khash_t(kvf_peer_fetches) fetches_by_id;
     struct event_base *base;
     kvf_peer_serve_t *serves;
     kvf_peer_serve_t *serve_free;
@@ -209,34 +214,55 @@ struct kvf_peer {
     bool destroying;
 };
 
+/* A fetch in flight by request id, or NULL. */
+static kvf_peer_fetch_t *kvf_peer_fetch_find(kvf_peer_t *peer,
+                                             uint64_t request_id)
+{
+    khiter_t it = kh_get(kvf_peer_fetches, &peer->fetches_by_id, request_id);
+
+    return (it == kh_end(&peer->fetches_by_id))
+               ? NULL
+               : kh_value(&peer->fetches_by_id, it);
+}
+
+/* Frees @p fetch and what it made (any of it may be missing); its
+ * endpoints are the caller's. */
+static void kvf_peer_fetch_free(kvf_peer_fetch_t *fetch)
+{
+    kvf_store_owner_destroy(fetch->peer->store, fetch->owner);
+    if (fetch->deadline_ev != NULL) {
+        event_free(fetch->deadline_ev);
+    }
+    if (fetch->start_ev != NULL) {
+        event_free(fetch->start_ev);
+    }
+    if (fetch->ask_ev != NULL) {
+        event_free(fetch->ask_ev);
+    }
+    free(fetch->holders);
+    free(fetch->asks);
+    free(fetch->items);
+    free(fetch);
+}
+
 static void kvf_peer_fetch_maybe_free(kvf_peer_fetch_t *fetch)
 {
     kvf_peer_t *peer = fetch->peer;
-    kvf_peer_fetch_t **pp;
+    khiter_t it;
     uint32_t i;
 
     if (!fetch->done || (fetch->inflight > 0) || (fetch->pending_ctl > 0)) {
         return;
     }
-    for (pp = &peer->fetches; *pp != NULL; pp = &(*pp)->next) {
-        if (*pp == fetch) {
-            *pp = fetch->next;
-            break;
-        }
+    it = kh_get(kvf_peer_fetches, &peer->fetches_by_id, fetch->request_id);
+    if (it != kh_end(&peer->fetches_by_id)) {
+        kh_del(kvf_peer_fetches, &peer->fetches_by_id, it);
     }
-    kvf_store_owner_destroy(peer->store, fetch->owner);
-    event_free(fetch->deadline_ev);
-    if (fetch->start_ev != NULL) {
-        event_free(fetch->start_ev);
-    }
-    free(fetch->holders);
-    event_free(fetch->ask_ev);
+    LIST_REMOVE(fetch, link);
     for (i = 0; i < fetch->num_asks; i++) {
         kvf_ucx_ep_put(fetch->asks[i].ep);
     }
-    free(fetch->asks);
-    free(fetch->items);
-    free(fetch);
+    kvf_peer_fetch_free(fetch);
 }
 
 const uint64_t kvf_peer_lat_bounds_us[KVF_PEER_LAT_BUCKETS] = {
@@ -851,6 +877,8 @@ static kvf_status_t kvf_peer_fetch_start(kvf_peer_t *peer,
     kvf_peer_fetch_t *fetch;
     struct timeval tv;
     uint32_t i, waiting = num;
+    khiter_t it;
+    int ret;
 
     if ((peer->ctl == NULL) || !kvf_ctl_client_is_registered(peer->ctl)) {
         return KVF_ERR_STATE;
@@ -862,6 +890,7 @@ static kvf_status_t kvf_peer_fetch_start(kvf_peer_t *peer,
     if (fetch == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
+    fetch->peer  = peer;
     fetch->items = calloc(num, sizeof(*fetch->items));
     if ((fetch->items == NULL) ||
         (kvf_store_owner_create(peer->store, &fetch->owner) != KVF_OK)) {
@@ -875,30 +904,25 @@ static kvf_status_t kvf_peer_fetch_start(kvf_peer_t *peer,
         fetch->start_ev = evtimer_new(peer->base, kvf_peer_on_start, fetch);
         fetch->holders  = malloc(((size_t)num + 1) * sizeof(*holders));
     }
-    if ((fetch->deadline_ev == NULL) || (fetch->ask_ev == NULL) ||
+    do { /* random (unguessable), and unique among ours */
+        fetch->request_id = kvf_mesh_random_id(peer->mesh);
+    } while (kvf_peer_fetch_find(peer, fetch->request_id) != NULL);
+    it =
+        kh_put(kvf_peer_fetches, &peer->fetches_by_id, fetch->request_id, &ret);
+    if ((ret < 0) || (fetch->deadline_ev == NULL) || (fetch->ask_ev == NULL) ||
         ((holders != NULL) &&
          ((fetch->start_ev == NULL) || (fetch->holders == NULL)))) {
-        kvf_store_owner_destroy(peer->store, fetch->owner);
-        if (fetch->deadline_ev != NULL) {
-            event_free(fetch->deadline_ev);
+        if (ret >= 0) {
+            kh_del(kvf_peer_fetches, &peer->fetches_by_id, it);
         }
-        if (fetch->ask_ev != NULL) {
-            event_free(fetch->ask_ev);
-        }
-        if (fetch->start_ev != NULL) {
-            event_free(fetch->start_ev);
-        }
-        free(fetch->holders);
-        free(fetch->items);
-        free(fetch);
+        kvf_peer_fetch_free(fetch);
         return KVF_ERR_NO_MEMORY;
     }
-    fetch->peer       = peer;
-    fetch->request_id = kvf_mesh_random_id(peer->mesh);
-    fetch->start_ns   = kvf_time_now_ns();
-    fetch->cb         = cb;
-    fetch->arg        = arg;
-    fetch->num        = num;
+    kh_value(&peer->fetches_by_id, it) = fetch;
+    fetch->start_ns                    = kvf_time_now_ns();
+    fetch->cb                          = cb;
+    fetch->arg                         = arg;
+    fetch->num                         = num;
     for (i = 0; i < num; i++) {
         kvf_peer_item_t *leader = kvf_peer_find_inflight(peer, &keys[i]);
 
@@ -916,16 +940,13 @@ static kvf_status_t kvf_peer_fetch_start(kvf_peer_t *peer,
      * asked twice in one fetch is asked twice, as before) */
     for (i = 0; i < num; i++) {
         if (fetch->items[i].state == KVF_PEER_ITEM_WAIT) {
-            int ret;
-            khiter_t it = kh_put(kvf_peer_keys, &peer->inflight, keys[i], &ret);
-
+            it = kh_put(kvf_peer_keys, &peer->inflight, keys[i], &ret);
             if (ret > 0) {
                 kh_value(&peer->inflight, it) = &fetch->items[i];
             }
         }
     }
-    fetch->next   = peer->fetches;
-    peer->fetches = fetch;
+    LIST_INSERT_HEAD(&peer->fetches, fetch, link);
     peer->stats.fetches++;
     tv = kvf_time_to_timeval(peer->timeout_ns);
     evtimer_add(fetch->deadline_ev, &tv);
@@ -963,7 +984,8 @@ void kvf_peer_cancel(kvf_peer_t *peer, const void *arg)
 {
     kvf_peer_fetch_t *fetch;
 
-    for (fetch = peer->fetches; fetch != NULL; fetch = fetch->next) {
+    LIST_FOREACH(fetch, &peer->fetches, link)
+    {
         if (fetch->arg == arg) {
             fetch->cb = NULL;
         }
@@ -1047,20 +1069,6 @@ static void kvf_peer_on_batch_recv(kvf_status_t status, void *arg)
     rb->next_free     = peer->rbatch_free;
     peer->rbatch_free = rb;
     kvf_peer_fetch_maybe_free(fetch);
-}
-
-/* A fetch in flight by request id, or NULL. */
-static kvf_peer_fetch_t *kvf_peer_fetch_find(kvf_peer_t *peer,
-                                             uint64_t request_id)
-{
-    kvf_peer_fetch_t *fetch;
-
-    for (fetch = peer->fetches; fetch != NULL; fetch = fetch->next) {
-        if (fetch->request_id == request_id) {
-            break;
-        }
-    }
-    return fetch;
 }
 
 /* The holder answered item @p index busy: ask for it again shortly, from
@@ -1251,11 +1259,7 @@ static kvf_status_t kvf_peer_on_chunk(void *arg, const void *header,
         return KVF_OK;
     }
     chunk = (const Kvf__PeerChunk *)frame.msg;
-    for (fetch = peer->fetches; fetch != NULL; fetch = fetch->next) {
-        if (fetch->request_id == chunk->request_id) {
-            break;
-        }
-    }
+    fetch = kvf_peer_fetch_find(peer, chunk->request_id);
     if ((fetch == NULL) || fetch->done || (chunk->index >= fetch->num) ||
         (fetch->items[chunk->index].state != KVF_PEER_ITEM_WAIT)) {
         kvf_mesh_drop(peer->mesh, KVF_MESH_DROP_UNEXPECTED);
@@ -1800,6 +1804,8 @@ kvf_status_t kvf_peer_create(const kvf_peer_params_t *params,
     }
     kh_init_inplace(kvf_peer_keys, &peer->inflight);
     kh_init_inplace(kvf_peer_sending, &peer->sending);
+    kh_init_inplace(kvf_peer_fetches, &peer->fetches_by_id);
+    LIST_INIT(&peer->fetches);
     peer->mesh     = params->mesh;
     peer->worker   = kvf_mesh_worker(params->mesh);
     peer->pool_mem = params->pool_mem;
@@ -1870,27 +1876,19 @@ void kvf_peer_destroy(kvf_peer_t *peer)
         }
     }
     if (peer->ctl != NULL) {
-        for (fetch = peer->fetches; fetch != NULL; fetch = fetch->next) {
+        LIST_FOREACH(fetch, &peer->fetches, link)
+        {
             kvf_ctl_client_cancel(peer->ctl, fetch);
         }
     }
     /* the worker is destroyed after us and completes every operation
      * then: what is still in flight here is freed with its owner */
-    while (peer->fetches != NULL) {
-        fetch         = peer->fetches;
-        peer->fetches = fetch->next;
+    while ((fetch = LIST_FIRST(&peer->fetches)) != NULL) {
+        LIST_REMOVE(fetch, link);
         /* the worker freed the endpoints when it went */
-        kvf_store_owner_destroy(peer->store, fetch->owner);
-        event_free(fetch->deadline_ev);
-        if (fetch->start_ev != NULL) {
-            event_free(fetch->start_ev);
-        }
-        free(fetch->holders);
-        event_free(fetch->ask_ev);
-        free(fetch->asks);
-        free(fetch->items);
-        free(fetch);
+        kvf_peer_fetch_free(fetch);
     }
+    kh_destroy_inplace(kvf_peer_fetches, &peer->fetches_by_id);
     kh_destroy_inplace(kvf_peer_keys, &peer->inflight);
     kh_destroy_inplace(kvf_peer_sending, &peer->sending);
     while (peer->rbatch_free != NULL) {
