@@ -79,6 +79,13 @@ typedef enum {
 
 typedef struct kvf_local_req kvf_local_req_t;
 
+/* Someone waiting for a link being proved (kvf_local_region_when). */
+typedef struct kvf_local_waiter {
+    struct kvf_local_waiter *next;
+    kvf_local_link_cb_t cb;
+    void *arg;
+} kvf_local_waiter_t;
+
 /* Requester side: one holder. */
 typedef struct kvf_local_link {
     struct kvf_local_link *next;
@@ -99,6 +106,9 @@ typedef struct kvf_local_link {
     atomic_bool populate_stop;
     uint64_t retry_ns;
     kvf_local_req_t *reqs;
+    kvf_local_waiter_t *waiters;
+    struct event *hs_timer; /* KVF_LOCAL_HANDSHAKE_NS after the dial */
+    bool is_slow;           /* a waiter gave up on it: later ones do not wait */
 } kvf_local_link_t;
 
 struct kvf_local_req {
@@ -760,6 +770,19 @@ static void kvf_local_populate_stop(kvf_local_link_t *link)
     }
 }
 
+/* Tells everyone waiting for @p link whether it is up (its PD region
+ * mapped, @p ready). */
+static void kvf_local_link_notify(kvf_local_link_t *link, bool ready)
+{
+    kvf_local_waiter_t *w;
+
+    while ((w = link->waiters) != NULL) {
+        link->waiters = w->next;
+        w->cb(w->arg, ready);
+        free(w);
+    }
+}
+
 /* The link is unusable: its fetches fail (@p status: KVF_ERR_UNSUPPORTED
  * before the pool was mapped, so they go over UCX; a miss after). */
 static void kvf_local_link_down(kvf_local_link_t *link, kvf_status_t status)
@@ -783,11 +806,16 @@ static void kvf_local_link_down(kvf_local_link_t *link, kvf_status_t status)
         link->region_len = 0;
     }
     kvf_auth_session_cleanup(&link->session);
+    if (link->hs_timer != NULL) {
+        evtimer_del(link->hs_timer);
+    }
+    link->is_slow  = false;
     link->state    = KVF_LOCAL_LINK_NOT_LOCAL;
     link->retry_ns = kvf_time_now_ns() + KVF_LOCAL_RETRY_NS;
     while (link->reqs != NULL) {
         kvf_local_req_finish(link->reqs, status);
     }
+    kvf_local_link_notify(link, false);
 }
 
 static void kvf_local_req_lease_next(kvf_local_req_t *req)
@@ -1096,6 +1124,8 @@ static void kvf_local_on_ready(kvf_local_link_t *link,
     }
     kvf_local_populate_start(link);
     link->state = KVF_LOCAL_LINK_READY;
+    evtimer_del(link->hs_timer);
+    link->is_slow = false;
     local->stats.links_ok++;
     kvf_info("%s: same-host path to node %" PRIu32 " (%s): its pool mapped "
              "read-only, %" PRIu64 " bytes%s",
@@ -1105,6 +1135,7 @@ static void kvf_local_on_ready(kvf_local_link_t *link,
         next = req->next;
         kvf_local_req_start(req);
     }
+    kvf_local_link_notify(link, link->region != NULL);
 }
 
 static void kvf_local_on_link(evutil_socket_t fd, short what, void *arg)
@@ -1159,6 +1190,24 @@ static void kvf_local_on_link(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* The link was not proved in KVF_LOCAL_HANDSHAKE_NS: whatever answers on
+ * that socket is stalled or not an agent; UCX until the retry. */
+static void kvf_local_on_handshake_timeout(evutil_socket_t fd, short what,
+                                           void *arg)
+{
+    kvf_local_link_t *link = arg;
+
+    if (link->state == KVF_LOCAL_LINK_READY) {
+        return;
+    }
+    link->local->stats.links_refused++;
+    kvf_warn("%s: same-host socket of node %" PRIu32 " (%s) did not finish "
+             "its handshake in %llu ms; using UCX",
+             link->local->name, link->holder_id, link->address,
+             (unsigned long long)(KVF_LOCAL_HANDSHAKE_NS / KVF_NSEC_PER_MSEC));
+    kvf_local_link_down(link, KVF_ERR_UNSUPPORTED);
+}
+
 /* Dials the holder's local socket and says HELLO. false: nobody local. */
 static bool kvf_local_link_dial(kvf_local_link_t *link)
 {
@@ -1166,9 +1215,17 @@ static bool kvf_local_link_dial(kvf_local_link_t *link)
     struct sockaddr_un sa;
     kvf_local_hello_t out;
     socklen_t salen = kvf_local_sockaddr(link->address, &sa);
+    struct timeval tv;
     size_t nonce_len;
     int fd;
 
+    if (link->hs_timer == NULL) {
+        link->hs_timer =
+            evtimer_new(local->base, kvf_local_on_handshake_timeout, link);
+        if (link->hs_timer == NULL) {
+            return false;
+        }
+    }
     fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         return false;
@@ -1204,6 +1261,8 @@ static bool kvf_local_link_dial(kvf_local_link_t *link)
     event_add(link->ev, NULL);
     link->fd    = fd;
     link->state = KVF_LOCAL_LINK_CONNECTING;
+    tv          = kvf_time_to_timeval(KVF_LOCAL_HANDSHAKE_NS);
+    evtimer_add(link->hs_timer, &tv);
     return true;
 }
 
@@ -1346,6 +1405,37 @@ kvf_status_t kvf_local_region(kvf_local_t *local, uint32_t node_id,
     return KVF_OK;
 }
 
+kvf_status_t kvf_local_region_when(kvf_local_t *local, uint32_t node_id,
+                                   const char *data_address,
+                                   kvf_local_link_cb_t cb, void *arg)
+{
+    kvf_local_link_t *link;
+    kvf_local_waiter_t *w;
+
+    if (!local->wants_region) {
+        return KVF_ERR_UNSUPPORTED;
+    }
+    link = kvf_local_link_get(local, node_id, data_address);
+    if (link == NULL) {
+        return KVF_ERR_UNSUPPORTED;
+    }
+    if (link->state == KVF_LOCAL_LINK_READY) {
+        return (link->region != NULL) ? KVF_OK : KVF_ERR_UNSUPPORTED;
+    }
+    if (link->is_slow) {
+        return KVF_ERR_UNSUPPORTED; /* someone waited for it in vain */
+    }
+    w = calloc(1, sizeof(*w));
+    if (w == NULL) {
+        return KVF_ERR_UNSUPPORTED; /* UCX it is */
+    }
+    w->cb         = cb;
+    w->arg        = arg;
+    w->next       = link->waiters;
+    link->waiters = w;
+    return KVF_INPROGRESS;
+}
+
 bool kvf_local_region_granted(const kvf_local_t *local, uint32_t node_id)
 {
     const kvf_local_conn_t *conn;
@@ -1357,6 +1447,32 @@ bool kvf_local_region_granted(const kvf_local_t *local, uint32_t node_id)
         }
     }
     return false;
+}
+
+/* Forgets the waits begun with @p arg; the links they were on are slow
+ * when @p gave_up. */
+static void kvf_local_forget_waits(kvf_local_t *local, const void *arg,
+                                   bool gave_up)
+{
+    kvf_local_waiter_t **wp, *w;
+    kvf_local_link_t *link;
+
+    for (link = local->links; link != NULL; link = link->next) {
+        for (wp = &link->waiters; (w = *wp) != NULL;) {
+            if (w->arg == arg) {
+                *wp           = w->next;
+                link->is_slow = link->is_slow || gave_up;
+                free(w);
+                continue;
+            }
+            wp = &w->next;
+        }
+    }
+}
+
+void kvf_local_region_give_up(kvf_local_t *local, const void *arg)
+{
+    kvf_local_forget_waits(local, arg, true);
 }
 
 void kvf_local_cancel(kvf_local_t *local, const void *arg)
@@ -1371,6 +1487,7 @@ void kvf_local_cancel(kvf_local_t *local, const void *arg)
             }
         }
     }
+    kvf_local_forget_waits(local, arg, false);
 }
 
 void kvf_local_get_stats(const kvf_local_t *local, kvf_local_stats_t *stats_p)
@@ -1450,8 +1567,17 @@ void kvf_local_destroy(kvf_local_t *local)
         for (kvf_local_req_t *req = link->reqs; req != NULL; req = req->next) {
             req->cb = NULL;
         }
+        while (link->waiters != NULL) { /* told nothing: going too */
+            kvf_local_waiter_t *w = link->waiters;
+
+            link->waiters = w->next;
+            free(w);
+        }
         kvf_local_link_down(link, KVF_ERR_CANCELED);
         local->links = link->next;
+        if (link->hs_timer != NULL) {
+            event_free(link->hs_timer);
+        }
         free(link);
     }
     if (local->listen_ev != NULL) {

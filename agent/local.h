@@ -131,11 +131,33 @@ kvf_status_t kvf_local_region(kvf_local_t *local, uint32_t node_id,
                               const char *data_address, uint8_t **base_p,
                               uint64_t *len_p);
 
+/* Told once whether the link to a same-host node came up with its PD
+ * receive region writable (@p ready). */
+typedef void (*kvf_local_link_cb_t)(void *arg, bool ready);
+
+/*
+ * As kvf_local_region, for a push about to start: KVF_OK when the
+ * decoder's region is mapped now (kvf_local_region finds it);
+ * KVF_INPROGRESS while the link to it is being proved: @p cb runs once
+ * when it is up or down (possibly inside another call of this module:
+ * defer real work to the loop), unless kvf_local_cancel(@p arg) comes
+ * first; KVF_ERR_UNSUPPORTED when there is no such path (use UCX).
+ */
+kvf_status_t kvf_local_region_when(kvf_local_t *local, uint32_t node_id,
+                                   const char *data_address,
+                                   kvf_local_link_cb_t cb, void *arg);
+
+/* The waits begun with @p arg stop (it goes over UCX after all): they
+ * are not called back, and later pushes to those nodes do not wait for
+ * their links either (they are used once up). */
+void kvf_local_region_give_up(kvf_local_t *local, const void *arg);
+
 /* Did this agent pass its PD receive region to same-host node @p node_id
  * (0: to any), over a link still up? */
 bool kvf_local_region_granted(const kvf_local_t *local, uint32_t node_id);
 
-/* Forgets the callbacks of fetches started with @p arg. */
+/* Forgets the callbacks of fetches started, and of waits for a link
+ * begun (kvf_local_region_when), with @p arg. */
 void kvf_local_cancel(kvf_local_t *local, const void *arg);
 
 void kvf_local_get_stats(const kvf_local_t *local, kvf_local_stats_t *stats_p);

@@ -23,7 +23,9 @@
 #define KVF_LOCAL_MAX_KEYS    65536u
 #define KVF_LOCAL_BOOT_ID_LEN 40u
 #define KVF_LOCAL_RETRY_NS    (10 * KVF_NSEC_PER_SEC) /* after "not local" */
-#define KVF_LOCAL_MSG_MAX     2048u
+/* a link not proved by then is dropped (a stalled or hostile peer) */
+#define KVF_LOCAL_HANDSHAKE_NS (2 * KVF_NSEC_PER_SEC)
+#define KVF_LOCAL_MSG_MAX      2048u
 /* page tables filled per madvise by a link's populate thread (a stop
  * waits for at most one: a few ms) */
 #define KVF_LOCAL_POPULATE_SLICE (64ull << 20)

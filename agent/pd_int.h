@@ -74,6 +74,10 @@ struct kvf_pd_batch {
  * refused (KVF_ERR_BUSY), and no piece may run further ahead of the
  * first one missing. */
 #define KVF_PD_PIECES_MAX 64u
+/* How long a push waits for the same-host link to its decoder being
+ * proved before it goes over UCX (the handshake is a few messages on a
+ * local socket: well under a millisecond when both agents are well). */
+#define KVF_PD_LINK_WAIT_NS (100ull * 1000 * 1000)
 
 typedef enum {
     KVF_PD_REQ_WAITING = 0, /* an engine waits; nothing pushed yet */
@@ -116,6 +120,8 @@ typedef enum {
     KVF_PD_PUSH_DATA,        /* chunks being sent */
     KVF_PD_PUSH_DONE,        /* PD_DONE sent, waiting for the ack */
     KVF_PD_PUSH_FINISHED,
+    KVF_PD_PUSH_LINK,   /* waits (a moment) for the same-host link to its
+                           decoder to be proved: its chunks are copied then */
     KVF_PD_PUSH_QUEUED, /* waits for an earlier push of its request: its
                            decoder takes one at a time, or the piece window
                            (KVF_PD_PIECES_MAX) is full */
@@ -152,6 +158,8 @@ typedef struct kvf_pd_push {
     uint32_t inflight;      /* UCX operations not completed */
     uint32_t pending_ctl;   /* controller requests not answered */
     bool is_authenticating; /* waiting for kvf_mesh_connect's callback */
+    bool is_link_waiting;   /* kvf_local_region_when will call back */
+    uint64_t link_until;    /* LINK: when it goes over UCX regardless */
     kvf_pd_push_state_t state;
     kvf_status_t status;
     bool is_final;

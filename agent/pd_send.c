@@ -215,6 +215,9 @@ void kvf_pd_push_maybe_complete(kvf_pd_push_t *push)
         (push->pending_ctl > 0) || push->is_authenticating) {
         return;
     }
+    if (push->is_link_waiting) {
+        kvf_local_cancel(pd->local, push);
+    }
     LIST_REMOVE(push, link);
     TAILQ_REMOVE(&open->pushes, push, in_request);
     push->open = NULL;
@@ -642,6 +645,17 @@ static void kvf_pd_push_send_alloc(kvf_pd_push_t *push)
     kvf_pd_push_send_msg(push, KVF_PD_PUSH_ALLOC, KVF_MSG_PD_ALLOC, &m.base);
 }
 
+/* The same-host link @p push waited for is up (@p ready) or not: the push
+ * goes on from the loop (kvf_pd_tick_sender). */
+static void kvf_pd_on_link(void *arg, bool ready)
+{
+    kvf_pd_push_t *push = arg;
+
+    push->is_link_waiting = false;
+    push->link_until      = 0;
+    kvf_pd_tick_arm(push->pd, 0);
+}
+
 /* Starts the push at its decoder's address; its request's open record
  * learns the address, so an engine that goes away mid-request aborts it
  * at the decoder. */
@@ -650,19 +664,23 @@ static void kvf_pd_push_begin(kvf_pd_push_t *push, uint32_t decoder_id,
 {
     kvf_pd_t *pd        = push->pd;
     kvf_pd_open_t *open = push->open;
-    uint8_t *region;
-    uint64_t region_len;
 
     snprintf(push->address, sizeof(push->address), "%s", address);
     push->decoder_id = decoder_id;
-    if ((pd->local != NULL) && (decoder_id != 0)) {
-        /* a decoder on this host: its link proves itself meanwhile (this
-         * push goes over UCX unless it is up by PD_ALLOC_REPLY) */
-        (void)kvf_local_region(pd->local, decoder_id, address, &region,
-                               &region_len);
-    }
     if (open->address[0] == '\0') {
         snprintf(open->address, sizeof(open->address), "%s", address);
+    }
+    if ((pd->local != NULL) && (decoder_id != 0) &&
+        (kvf_local_region_when(pd->local, decoder_id, address, kvf_pd_on_link,
+                               push) == KVF_INPROGRESS)) {
+        /* a decoder on this host whose link is being proved (a few
+         * messages on a local socket): its chunks are copied if it is up
+         * within KVF_PD_LINK_WAIT_NS, else they go over UCX */
+        push->state           = KVF_PD_PUSH_LINK;
+        push->is_link_waiting = true;
+        push->link_until      = kvf_time_deadline_ns(KVF_PD_LINK_WAIT_NS);
+        kvf_pd_tick_arm(pd, push->link_until);
+        return;
     }
     kvf_pd_push_send_alloc(push);
 }
@@ -918,6 +936,18 @@ uint64_t kvf_pd_tick_sender(kvf_pd_t *pd, uint64_t now)
 
     for (push = LIST_FIRST(&pd->pushes); push != NULL; push = next) {
         next = LIST_NEXT(push, link);
+        if ((push->state == KVF_PD_PUSH_LINK) && (now >= push->link_until)) {
+            /* the link is up (or down), or took too long: PD_ALLOC now */
+            if (push->is_link_waiting) {
+                kvf_local_region_give_up(pd->local, push);
+                push->is_link_waiting = false;
+            }
+            push->state = KVF_PD_PUSH_RESOLVE;
+            kvf_pd_push_send_alloc(push);
+        }
+        if ((push->state == KVF_PD_PUSH_LINK) && (push->link_until < soonest)) {
+            soonest = push->link_until;
+        }
         if ((push->state != KVF_PD_PUSH_FINISHED) &&
             (now >= push->deadline_ns)) {
             kvf_pd_push_finish(

@@ -25,7 +25,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1162,7 +1165,10 @@ Test(pd, same_host_pushes_are_copied_into_the_region_byte_exact)
     uint64_t req;
 
     start_pair_local(&pc, &dc);
+    /* the first push (start_pair_local's) waited for the link to be
+     * proved and was copied too */
     before = metric(&g_p, SENT_LOCAL);
+    cr_assert_eq(before, 1, "the first push went over UCX");
     chunk_msgs =
         metric(&g_d, "kvf_agent_pd_data_messages_total{kind=\"chunk\"}");
     for (req = 2; req < 6; req++) {
@@ -1184,6 +1190,74 @@ Test(pd, same_host_pushes_are_copied_into_the_region_byte_exact)
     cr_assert_not_null(
         strstr(kvf_test_proc_log(&g_d.proc), "and the PD receive region"), "%s",
         kvf_test_proc_log(&g_d.proc));
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
+
+/* Listens on the same-host socket of agent @p a (whose own is off) as a
+ * stalled peer would: it accepts nothing and answers nothing. */
+static int stall_same_host_socket(it_agent_t *a)
+{
+    const char *log = kvf_test_proc_log(&a->proc);
+    const char *at  = strstr(log, "peer service on ");
+    struct sockaddr_un sa;
+    size_t len;
+    int fd;
+
+    cr_assert_not_null(at, "%s", log);
+    at += strlen("peer service on ");
+    len = strcspn(at, " \n");
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    /* the abstract name agent/local.c dials: "kvf-local/" + data address */
+    cr_assert_lt(strlen("kvf-local/") + len, sizeof(sa.sun_path) - 1);
+    memcpy(sa.sun_path + 1, "kvf-local/", strlen("kvf-local/"));
+    memcpy(sa.sun_path + 1 + strlen("kvf-local/"), at, len);
+    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&sa,
+                      (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+                                  strlen("kvf-local/") + len)),
+                 0, "%m");
+    cr_assert_eq(listen(fd, 8), 0);
+    return fd;
+}
+
+/* A push to a same-host decoder waits a moment for the link to be proved;
+ * when whatever answers on the decoder's socket never finishes the
+ * handshake, the push goes over UCX after that moment and arrives, later
+ * pushes do not wait for that link again, and the link is dropped. */
+Test(pd, a_stalled_same_host_link_delays_only_the_first_push)
+{
+    static const char *const local[] = {"--same-host=true", NULL};
+    kvf_client_t *pc, *dc;
+    uint64_t t0;
+    int lfd;
+
+    start_agent(&g_d, "it-decode", "decode", NULL); /* its own socket off */
+    lfd = stall_same_host_socket(&g_d);
+    start_agent(&g_p, "it-prefill", "prefill", local);
+    pc = connect_to(&g_p);
+    dc = connect_to(&g_d);
+    t0 = kvf_time_now_ns();
+    cr_assert_eq(push(pc, 1, 0, 2, true), KVF_OK, "%s",
+                 kvf_client_last_error(pc));
+    /* it waited for the link (100 ms), not for its own timeout (3 s) */
+    cr_assert_geq(kvf_time_now_ns() - t0, 100ull * 1000 * 1000);
+    wait_and_check(dc, 1, 2);
+    cr_assert_eq(kvf_pd_release(dc, 1), KVF_OK);
+    cr_assert_eq(push(pc, 2, 0, 2, true), KVF_OK, "%s",
+                 kvf_client_last_error(pc));
+    wait_and_check(dc, 2, 2);
+    cr_assert_eq(kvf_pd_release(dc, 2), KVF_OK);
+    cr_assert_eq(metric(&g_p, SENT_LOCAL), 0);
+    cr_assert(metric_becomes(
+                  &g_p, "kvf_agent_same_host_links_total{result=\"refused\"}",
+                  1, 5000),
+              "%s", kvf_test_proc_log(&g_p.proc));
+    cr_assert_not_null(
+        strstr(kvf_test_proc_log(&g_p.proc), "did not finish its handshake"));
+    close(lfd);
     kvf_client_disconnect(pc);
     kvf_client_disconnect(dc);
 }
