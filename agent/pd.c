@@ -73,8 +73,7 @@ void kvf_pd_cancel(kvf_pd_t *pd, void *engine)
     size_t n, i;
     khiter_t it;
 
-    LIST_FOREACH(push, &pd->pushes, link)
-    {
+    LIST_FOREACH(push, &pd->pushes, link) {
         if (push->engine == engine) {
             push->cb   = NULL;
             push->from = NULL; /* its chunks go with the push */
@@ -292,8 +291,7 @@ void kvf_pd_destroy(kvf_pd_t *pd)
         return;
     }
     if (pd->ctl != NULL) {
-        LIST_FOREACH(push, &pd->pushes, link)
-        {
+        LIST_FOREACH(push, &pd->pushes, link) {
             kvf_ctl_client_cancel(pd->ctl, push);
         }
     }
@@ -308,7 +306,8 @@ void kvf_pd_destroy(kvf_pd_t *pd)
         /* push->ep went with the worker (it frees every endpoint) */
         kvf_pd_push_free(push);
     }
-    kh_foreach_value(&pd->opens, open, free(open));
+    kh_foreach_value(&pd->opens, open, free(open))
+        ;
     while (pd->reqs != NULL) {
         pd->reqs->wait_cb = NULL;
         pd->reqs->src     = NULL; /* freed with the worker, like push->ep */

@@ -188,8 +188,7 @@ void kvf_pd_push_finish(kvf_pd_push_t *push, kvf_status_t status,
         (push->piece > 1)) {
         kvf_pd_send_abort(pd, push->address, push->request_id, status);
     }
-    TAILQ_FOREACH(p, &open->pushes, in_request)
-    {
+    TAILQ_FOREACH(p, &open->pushes, in_request) {
         if (p->state != KVF_PD_PUSH_FINISHED) {
             p->state  = KVF_PD_PUSH_FINISHED;
             p->status = status;
@@ -723,8 +722,7 @@ static bool kvf_pd_push_may_start(kvf_pd_t *pd, const kvf_pd_push_t *push)
     uint32_t lowest = push->piece;
     bool is_active  = false;
 
-    TAILQ_FOREACH(p, &open->pushes, in_request)
-    {
+    TAILQ_FOREACH(p, &open->pushes, in_request) {
         if ((p == push) || (p->state == KVF_PD_PUSH_FINISHED)) {
             continue;
         }
@@ -772,8 +770,7 @@ static void kvf_pd_push_start_queued(kvf_pd_t *pd, kvf_pd_open_t *open)
 {
     kvf_pd_push_t *p;
 
-    TAILQ_FOREACH(p, &open->pushes, in_request)
-    {
+    TAILQ_FOREACH(p, &open->pushes, in_request) {
         if (p->state == KVF_PD_PUSH_QUEUED) {
             if (!kvf_pd_push_may_start(pd, p)) {
                 return;

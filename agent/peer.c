@@ -984,8 +984,7 @@ void kvf_peer_cancel(kvf_peer_t *peer, const void *arg)
 {
     kvf_peer_fetch_t *fetch;
 
-    LIST_FOREACH(fetch, &peer->fetches, link)
-    {
+    LIST_FOREACH(fetch, &peer->fetches, link) {
         if (fetch->arg == arg) {
             fetch->cb = NULL;
         }
@@ -1876,8 +1875,7 @@ void kvf_peer_destroy(kvf_peer_t *peer)
         }
     }
     if (peer->ctl != NULL) {
-        LIST_FOREACH(fetch, &peer->fetches, link)
-        {
+        LIST_FOREACH(fetch, &peer->fetches, link) {
             kvf_ctl_client_cancel(peer->ctl, fetch);
         }
     }
