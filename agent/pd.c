@@ -306,8 +306,7 @@ void kvf_pd_destroy(kvf_pd_t *pd)
         /* push->ep went with the worker (it frees every endpoint) */
         kvf_pd_push_free(push);
     }
-    kh_foreach_value(&pd->opens, open, free(open))
-        ;
+    kh_foreach_value(&pd->opens, open, free(open));
     while (pd->reqs != NULL) {
         pd->reqs->wait_cb = NULL;
         pd->reqs->src     = NULL; /* freed with the worker, like push->ep */
