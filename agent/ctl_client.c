@@ -21,6 +21,7 @@
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -46,7 +47,7 @@ typedef enum {
 
 /* A LOOKUP or NODE_INFO waiting for its reply. */
 typedef struct kvf_ctl_pending {
-    struct kvf_ctl_pending *next;
+    TAILQ_ENTRY(kvf_ctl_pending) link; /* client->pending, oldest first */
     uint64_t request_id;
     uint64_t deadline_ns;
     uint16_t reply_type;  /* KVF_MSG_LOOKUP_REPLY or KVF_MSG_NODE_INFO_REPLY */
@@ -75,7 +76,9 @@ struct kvf_ctl_client {
     struct event *heartbeat_ev; /* periodic, while READY */
     struct event *flush_ev;     /* ADMIT/EVICT coalescing */
     struct event *pending_ev;   /* request deadlines and deferred failures */
-    kvf_ctl_pending_t *pending;
+    /* requests sent, oldest first: the controller answers one connection
+     * in order, so a reply is found at the head */
+    TAILQ_HEAD(, kvf_ctl_pending) pending;
     kvf_ctl_state_t state;
     struct sockaddr_storage addr; /* the one tried now: addrs[addr_idx] */
     socklen_t addr_len;
@@ -795,19 +798,25 @@ static void kvf_ctl_pending_finish(kvf_ctl_pending_t *p, kvf_status_t status)
 static void kvf_ctl_client_on_pending(evutil_socket_t fd, short what, void *arg)
 {
     kvf_ctl_client_t *client = arg;
-    kvf_ctl_pending_t **pp   = &client->pending, *p;
     uint64_t now             = kvf_time_now_ns();
+    kvf_ctl_pending_t *p;
 
-    while ((p = *pp) != NULL) {
-        if ((p->failure != KVF_OK) || (now >= p->deadline_ns)) {
-            *pp = p->next;
-            kvf_ctl_pending_finish(p, (p->failure != KVF_OK) ? p->failure
-                                                             : KVF_ERR_TIMEOUT);
-            continue;
+    /* from the head again after each one: its callback may cancel others
+     * (kvf_ctl_client_cancel) or send new ones */
+    for (;;) {
+        TAILQ_FOREACH(p, &client->pending, link) {
+            if ((p->failure != KVF_OK) || (now >= p->deadline_ns)) {
+                break;
+            }
         }
-        pp = &p->next;
+        if (p == NULL) {
+            break;
+        }
+        TAILQ_REMOVE(&client->pending, p, link);
+        kvf_ctl_pending_finish(p, (p->failure != KVF_OK) ? p->failure
+                                                         : KVF_ERR_TIMEOUT);
     }
-    if (client->pending != NULL) {
+    if (!TAILQ_EMPTY(&client->pending)) {
         kvf_ctl_client_arm(client->pending_ev, 10 * KVF_NSEC_PER_MSEC);
     }
 }
@@ -818,12 +827,12 @@ static void kvf_ctl_client_fail_pending(kvf_ctl_client_t *client,
 {
     kvf_ctl_pending_t *p;
 
-    for (p = client->pending; p != NULL; p = p->next) {
+    TAILQ_FOREACH(p, &client->pending, link) {
         if (p->failure == KVF_OK) {
             p->failure = status; /* keep the first reason */
         }
     }
-    if (client->pending != NULL) {
+    if (!TAILQ_EMPTY(&client->pending)) {
         kvf_ctl_client_arm(client->pending_ev, 0);
     }
 }
@@ -831,11 +840,11 @@ static void kvf_ctl_client_fail_pending(kvf_ctl_client_t *client,
 static kvf_ctl_pending_t *kvf_ctl_client_take(kvf_ctl_client_t *client,
                                               uint64_t request_id)
 {
-    kvf_ctl_pending_t **pp, *p;
+    kvf_ctl_pending_t *p;
 
-    for (pp = &client->pending; (p = *pp) != NULL; pp = &p->next) {
+    TAILQ_FOREACH(p, &client->pending, link) {
         if ((p->request_id == request_id) && (p->failure == KVF_OK)) {
-            *pp = p->next;
+            TAILQ_REMOVE(&client->pending, p, link);
             return p;
         }
     }
@@ -850,12 +859,11 @@ static kvf_ctl_pending_t *kvf_ctl_client_add(kvf_ctl_client_t *client,
     if (p == NULL) {
         return NULL;
     }
-    p->reply_type   = reply_type;
-    p->arg          = arg;
-    p->request_id   = client->next_request++;
-    p->deadline_ns  = kvf_time_deadline_ns(client->request_timeout_ns);
-    p->next         = client->pending;
-    client->pending = p;
+    p->reply_type  = reply_type;
+    p->arg         = arg;
+    p->request_id  = client->next_request++;
+    p->deadline_ns = kvf_time_deadline_ns(client->request_timeout_ns);
+    TAILQ_INSERT_TAIL(&client->pending, p, link);
     if (!evtimer_pending(client->pending_ev, NULL)) {
         kvf_ctl_client_arm(client->pending_ev, 10 * KVF_NSEC_PER_MSEC);
     }
@@ -955,15 +963,14 @@ void kvf_ctl_client_node_find(kvf_ctl_client_t *client, const char *name,
 
 void kvf_ctl_client_cancel(kvf_ctl_client_t *client, const void *arg)
 {
-    kvf_ctl_pending_t **pp = &client->pending, *p;
+    kvf_ctl_pending_t *p, *next;
 
-    while ((p = *pp) != NULL) {
+    for (p = TAILQ_FIRST(&client->pending); p != NULL; p = next) {
+        next = TAILQ_NEXT(p, link);
         if (p->arg == arg) {
-            *pp = p->next;
+            TAILQ_REMOVE(&client->pending, p, link);
             free(p);
-            continue;
         }
-        pp = &p->next;
     }
 }
 
@@ -1439,6 +1446,9 @@ kvf_status_t kvf_ctl_client_create(const kvf_ctl_client_params_t *params,
         return KVF_ERR_INVALID;
     }
     client = calloc(1, sizeof(*client));
+    if (client != NULL) {
+        TAILQ_INIT(&client->pending);
+    }
     if (client == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
@@ -1557,10 +1567,10 @@ void kvf_ctl_client_destroy(kvf_ctl_client_t *client)
     if (client->pending_ev != NULL) {
         event_free(client->pending_ev);
     }
-    while (client->pending != NULL) {
-        kvf_ctl_pending_t *p = client->pending;
+    while (!TAILQ_EMPTY(&client->pending)) {
+        kvf_ctl_pending_t *p = TAILQ_FIRST(&client->pending);
 
-        client->pending = p->next;
+        TAILQ_REMOVE(&client->pending, p, link);
         free(p); /* the owners are going away with the client */
     }
     free(client->batch.data);

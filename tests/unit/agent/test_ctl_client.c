@@ -576,6 +576,55 @@ Test(ctl_client, canceled_lookup_never_calls_back)
     cr_assert_eq(g_lookups, 0);
 }
 
+static int g_owner_b;
+static int g_canceling_calls;
+
+/* A lookup's callback that cancels the lookups of another owner. */
+static void on_lookup_cancel_b(void *arg, kvf_status_t status, uint32_t hit,
+                               const uint32_t *holders, uint32_t num)
+{
+    g_canceling_calls++;
+    kvf_ctl_client_cancel(g_client, &g_owner_b);
+}
+
+/* Requests that time out together are finished one by one, and one's
+ * callback may cancel the others (as a fetch that ends does): those never
+ * call back, and nothing freed is touched. Many lookups answered in
+ * order each find their request. */
+Test(ctl_client, a_timeout_callback_may_cancel_other_requests)
+{
+    kvf_key_t key = {1, 1, 1};
+    int a, i;
+
+    RUN_UNTIL(kvf_ctl_client_is_registered(g_client));
+    g_lookups = 0;
+    for (i = 0; i < 200; i++) {
+        kvf_ctl_client_lookup(g_client, &key, 1, false, 0, on_lookup, NULL);
+    }
+    RUN_UNTIL(g_lookups == 200);
+    cr_assert_eq(g_lookup_status, KVF_OK);
+
+    g_fake.ignore_lookups = true;
+    g_lookups             = 0;
+    g_canceling_calls     = 0;
+    kvf_ctl_client_lookup(g_client, &key, 1, false, 50 * KVF_NSEC_PER_MSEC,
+                          on_lookup_cancel_b, &a);
+    for (i = 0; i < 3; i++) {
+        kvf_ctl_client_lookup(g_client, &key, 1, false, 50 * KVF_NSEC_PER_MSEC,
+                              on_lookup, &g_owner_b);
+    }
+    RUN_UNTIL(g_canceling_calls == 1);
+    {
+        uint64_t until = kvf_time_deadline_ns(300 * KVF_NSEC_PER_MSEC);
+
+        while (!kvf_time_expired(until)) {
+            event_base_loop(g_base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+        }
+    }
+    cr_assert_eq(g_lookups, 0, "a canceled lookup called back");
+    cr_assert_eq(g_canceling_calls, 1);
+}
+
 Test(ctl_client, lookup_honors_its_own_timeout)
 {
     kvf_key_t key = {1, 1, 1};
