@@ -710,8 +710,10 @@ static kvf_status_t kvf_agent_data_start(kvf_agent_t *agent)
         return status;
     }
     memset(&wparams, 0, sizeof(wparams));
-    wparams.field_mask =
-        KVF_UCX_WORKER_FIELD_NAME | KVF_UCX_WORKER_FIELD_EP_ERR;
+    wparams.field_mask = KVF_UCX_WORKER_FIELD_NAME |
+                         KVF_UCX_WORKER_FIELD_EP_ERR |
+                         KVF_UCX_WORKER_FIELD_MAX_OPS;
+    wparams.max_ops    = (unsigned)agent->config->ucx_max_ops;
     wparams.name       = agent->name;
     wparams.ep_err_cb  = kvf_agent_on_ep_error;
     wparams.ep_err_arg = agent;

@@ -61,6 +61,11 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
                     "threads that copy chunks beside the event loop (an "
                     "engine's commit, same-host fetches, PD claims); 0: "
                     "the loop copies alone"),
+    KVF_AGENT_FIELD("ucx_max_ops", KVF_CONFIG_UINT, ucx_max_ops, "1024", 16,
+                    1048576,
+                    "UCX operations (sends, receives) in flight at once; a "
+                    "burst beyond waits (sends) or is taken anyway "
+                    "(receives), never failed"),
     KVF_AGENT_FIELD("grant_timeout", KVF_CONFIG_DURATION, grant_timeout, "30s",
                     1000000ull, 3600000000000ull,
                     "an allocation not committed this long is taken back"),

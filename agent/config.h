@@ -36,6 +36,7 @@ typedef struct kvf_agent_config {
     /* bytes: each engine's writable staging area */
     uint64_t engine_staging_size;
     uint64_t copy_threads;    /* copier workers besides the loop */
+    uint64_t ucx_max_ops;     /* UCX operations in flight at once */
     int eviction;             /* kvf_pool_policy_t: lru, lfu, fifo */
     char *socket;             /* Unix socket path for engines */
     char *listen;             /* HOST:PORT of the peer (UCX) service */

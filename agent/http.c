@@ -126,6 +126,10 @@ static void kvf_agent_metrics_pd(kvf_agent_http_t *http, struct evbuffer *body)
                     "of their request (its decoder had not yet said it takes "
                     "several, or 64 were on their way)",
                     ps.queued);
+    kvf_prom_metric(body, "kvf_agent_pd_pushes_parked_total", KVF_PROM_COUNTER,
+                    "times a push's data waited for the UCX worker's "
+                    "operations to free up (a burst of pushes)",
+                    ps.parked);
     kvf_prom_metric(body, "kvf_agent_pd_requests_ready_total", KVF_PROM_COUNTER,
                     "PD requests received complete", ps.requests_ready);
     kvf_prom_metric(body, "kvf_agent_pd_queue_depth", KVF_PROM_GAUGE,
@@ -291,6 +295,11 @@ static void kvf_agent_metrics_peers(kvf_agent_http_t *http,
                     "active messages from peers for ids no service handles "
                     "(unknown, or from a newer version)",
                     ws.am_dropped);
+    kvf_prom_metric(body, "kvf_agent_ucx_recv_beyond_pool_total",
+                    KVF_PROM_COUNTER,
+                    "receives of data peers had sent while the UCX worker's "
+                    "operations (ucx_max_ops) were in use (taken, not dropped)",
+                    ws.recv_ops_beyond_pool);
     kvf_mesh_get_stats(http->src.mesh, &ms);
     for (i = 0; i < KVF_MESH_DROP_REASONS; i++) {
         reasons[i] = kvf_mesh_drop_name((kvf_mesh_drop_t)i);
@@ -298,6 +307,10 @@ static void kvf_agent_metrics_peers(kvf_agent_http_t *http,
     kvf_prom_metric_by(body, "kvf_agent_mesh_dropped_total", KVF_PROM_COUNTER,
                        "messages from peers dropped before use, by reason",
                        "reason", KVF_MESH_DROP_REASONS, reasons, ms.dropped);
+    kvf_prom_metric(body, "kvf_agent_mesh_deferred_total", KVF_PROM_COUNTER,
+                    "control messages to peers that waited for the UCX "
+                    "worker's operations to free up (a burst)",
+                    ms.deferred);
     kvf_prom_metric_by(body, "kvf_agent_fetch_chunks_total", KVF_PROM_COUNTER,
                        "chunks asked of peers, by result", "result", 2,
                        (const char *const[]){"fetched", "missed"},

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 
 /* Nodes kept by the directory; a cluster larger than this only pays an
  * extra NODE_INFO now and then. */
@@ -93,6 +94,9 @@ struct kvf_mesh {
     kvf_mesh_link_t *links;
     struct event *auth_ev;   /* handshake deadlines, while any runs */
     struct event *notify_ev; /* readiness callbacks, out of the caller */
+    struct event *defer_ev;  /* retries the deferred sends */
+    TAILQ_HEAD(, kvf_mesh_msg) deferred;
+    unsigned num_deferred;
     kvf_mesh_stats_t stats;
     kvf_mesh_node_t nodes[KVF_MESH_NODES];
     unsigned next_node; /* the entry replaced next when all are used */
@@ -106,6 +110,12 @@ typedef struct kvf_mesh_msg {
     kvf_mesh_sent_cb_t cb;
     void *arg;
     uint64_t tag;
+    /* deferred (the worker had no operation free): in mesh->deferred
+     * with its endpoint held, sent in order as operations free up */
+    TAILQ_ENTRY(kvf_mesh_msg) link;
+    kvf_ucx_ep_t *ep;
+    unsigned id;
+    uint64_t deadline_ns;
     size_t len;
     uint8_t frame[];
 } kvf_mesh_msg_t;
@@ -119,6 +129,7 @@ static const char *const kvf_mesh_drop_names[KVF_MESH_DROP_REASONS] = {
 };
 
 static void kvf_mesh_on_auth_tick(evutil_socket_t fd, short what, void *arg);
+static void kvf_mesh_on_defer(evutil_socket_t fd, short what, void *arg);
 static void kvf_mesh_on_notify(evutil_socket_t fd, short what, void *arg);
 static kvf_status_t kvf_mesh_on_auth(void *arg, const void *header,
                                      size_t header_len,
@@ -149,7 +160,10 @@ kvf_status_t kvf_mesh_create(const kvf_mesh_params_t *params,
              (params->name != NULL) ? params->name : "agent");
     mesh->auth_ev   = evtimer_new(params->base, kvf_mesh_on_auth_tick, mesh);
     mesh->notify_ev = event_new(params->base, -1, 0, kvf_mesh_on_notify, mesh);
-    if ((mesh->auth_ev == NULL) || (mesh->notify_ev == NULL)) {
+    mesh->defer_ev  = evtimer_new(params->base, kvf_mesh_on_defer, mesh);
+    TAILQ_INIT(&mesh->deferred);
+    if ((mesh->auth_ev == NULL) || (mesh->notify_ev == NULL) ||
+        (mesh->defer_ev == NULL)) {
         goto err;
     }
     status = kvf_ucx_am_set_handler(mesh->worker, KVF_MESH_AM_AUTH,
@@ -195,6 +209,17 @@ void kvf_mesh_destroy(kvf_mesh_t *mesh)
     if (mesh->notify_ev != NULL) {
         event_free(mesh->notify_ev);
     }
+    if (mesh->defer_ev != NULL) {
+        event_free(mesh->defer_ev);
+    }
+    /* deferred frames go unsent and untold: their owners go too, and the
+     * worker freed their endpoints */
+    while (!TAILQ_EMPTY(&mesh->deferred)) {
+        kvf_mesh_msg_t *m = TAILQ_FIRST(&mesh->deferred);
+
+        TAILQ_REMOVE(&mesh->deferred, m, link);
+        free(m);
+    }
     free(mesh);
 }
 
@@ -222,6 +247,55 @@ static void kvf_mesh_on_sent(kvf_status_t status, void *arg)
     }
 }
 
+/* A deferred frame that will not be sent: its owner is told @p status
+ * (from the loop, as a completion would be). */
+static void kvf_mesh_deferred_fail(kvf_mesh_t *mesh, kvf_mesh_msg_t *m,
+                                   kvf_status_t status)
+{
+    TAILQ_REMOVE(&mesh->deferred, m, link);
+    mesh->num_deferred--;
+    kvf_ucx_ep_put(m->ep);
+    kvf_mesh_on_sent(status, m);
+}
+
+/* Sends deferred frames in order while the worker has operations; the
+ * rest wait for the next try. */
+static void kvf_mesh_on_defer(evutil_socket_t fd, short what, void *arg)
+{
+    kvf_mesh_t *mesh = arg;
+    struct timeval tv;
+    kvf_mesh_msg_t *m;
+    kvf_status_t status;
+    uint64_t now = kvf_time_now_ns();
+
+    while ((m = TAILQ_FIRST(&mesh->deferred)) != NULL) {
+        if (kvf_ucx_ep_is_failed(m->ep)) {
+            kvf_mesh_deferred_fail(mesh, m, KVF_ERR_CLOSED);
+            continue;
+        }
+        if (now >= m->deadline_ns) {
+            kvf_mesh_deferred_fail(mesh, m, KVF_ERR_TIMEOUT);
+            continue;
+        }
+        status = kvf_ucx_am_send(m->ep, m->id, NULL, 0, m->frame, m->len, NULL,
+                                 KVF_UCX_AM_SEND_EAGER, m->deadline_ns - now,
+                                 kvf_mesh_on_sent, m);
+        if (status == KVF_ERR_BUSY) {
+            break; /* still none free */
+        }
+        TAILQ_REMOVE(&mesh->deferred, m, link);
+        mesh->num_deferred--;
+        kvf_ucx_ep_put(m->ep);
+        if (status != KVF_OK) {
+            kvf_mesh_on_sent(status, m);
+        }
+    }
+    if (!TAILQ_EMPTY(&mesh->deferred)) {
+        tv = kvf_time_to_timeval(KVF_MESH_DEFER_RETRY_NS);
+        evtimer_add(mesh->defer_ev, &tv);
+    }
+}
+
 kvf_status_t kvf_mesh_send_frame(kvf_mesh_t *mesh, kvf_ucx_ep_t *ep,
                                  kvf_mesh_am_t id, uint16_t type,
                                  const ProtobufCMessage *msg,
@@ -231,6 +305,7 @@ kvf_status_t kvf_mesh_send_frame(kvf_mesh_t *mesh, kvf_ucx_ep_t *ep,
     size_t len = kvf_frame_size(msg);
     kvf_mesh_msg_t *m;
     kvf_status_t status;
+    struct timeval tv;
 
     m = malloc(sizeof(*m) + len);
     if (m == NULL) {
@@ -241,10 +316,29 @@ kvf_status_t kvf_mesh_send_frame(kvf_mesh_t *mesh, kvf_ucx_ep_t *ep,
     m->tag = tag;
     status = kvf_frame_pack(m->frame, len, type, 0, msg, KVF_FRAME_MAX_DEFAULT,
                             &m->len);
-    if (status == KVF_OK) {
+    if ((status == KVF_OK) && TAILQ_EMPTY(&mesh->deferred)) {
         status = kvf_ucx_am_send(ep, (unsigned)id, NULL, 0, m->frame, m->len,
                                  NULL, KVF_UCX_AM_SEND_EAGER, timeout_ns,
                                  kvf_mesh_on_sent, m);
+    } else if (status == KVF_OK) {
+        status = KVF_ERR_BUSY; /* behind the deferred ones, in order */
+    }
+    if ((status == KVF_ERR_BUSY) && (mesh->num_deferred < KVF_MESH_DEFER_MAX) &&
+        !kvf_ucx_ep_is_failed(ep)) {
+        /* the worker's operations are all in use (a burst of pushes or
+         * replies): sent as they free up, never dropped for that */
+        kvf_ucx_ep_hold(ep);
+        m->ep          = ep;
+        m->id          = (unsigned)id;
+        m->deadline_ns = kvf_time_deadline_ns(
+            (timeout_ns != 0) ? timeout_ns : KVF_MESH_DEFER_TIMEOUT_NS);
+        TAILQ_INSERT_TAIL(&mesh->deferred, m, link);
+        if (mesh->num_deferred++ == 0) {
+            tv = kvf_time_to_timeval(KVF_MESH_DEFER_RETRY_NS);
+            evtimer_add(mesh->defer_ev, &tv);
+        }
+        mesh->stats.deferred++;
+        return KVF_OK;
     }
     if (status != KVF_OK) {
         free(m);

@@ -71,11 +71,18 @@ typedef struct kvf_mesh_stats {
     uint64_t dropped[KVF_MESH_DROP_REASONS];
     uint64_t auth_ok;       /* endpoints that completed the handshake */
     uint64_t auth_failures; /* handshakes refused or timed out */
+    uint64_t deferred;      /* frames that waited for a free operation */
 } kvf_mesh_stats_t;
 
 /* What kvf_mesh_peer_role returns when the peer's role is not known
  * (no secret: nobody proved anything). */
 #define KVF_MESH_ROLE_UNKNOWN UINT32_MAX
+
+/* Frames waiting for a free worker operation, at most; how often they are
+ * tried; how long one without a timeout of its own waits. */
+#define KVF_MESH_DEFER_MAX        65536u
+#define KVF_MESH_DEFER_RETRY_NS   (1000ull * 1000)
+#define KVF_MESH_DEFER_TIMEOUT_NS (30ull * 1000 * 1000 * 1000)
 
 typedef struct kvf_mesh_params {
     struct event_base *base;
@@ -158,7 +165,10 @@ kvf_status_t kvf_mesh_set_handler(kvf_mesh_t *mesh, kvf_mesh_am_t id,
  * Packs @p msg as a frame of @p type and sends it eagerly as message @p id
  * on @p ep; the frame is kept until the send completes. @p cb (may be
  * NULL) runs exactly once, never from inside this call, when KVF_OK is
- * returned; not at all otherwise.
+ * returned; not at all otherwise. While the worker has no operation free
+ * (a burst), the frame waits in order with those before it and goes as
+ * operations free up, by @p timeout_ns (KVF_ERR_TIMEOUT to @p cb after),
+ * at most KVF_MESH_DEFER_MAX frames (more: KVF_ERR_BUSY).
  * @return KVF_OK; KVF_ERR_NO_MEMORY; KVF_ERR_TOO_BIG; as kvf_ucx_am_send
  */
 kvf_status_t kvf_mesh_send_frame(kvf_mesh_t *mesh, kvf_ucx_ep_t *ep,

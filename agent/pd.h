@@ -112,6 +112,8 @@ typedef struct kvf_pd_stats {
                                 and held until it came */
     uint64_t queued;         /* pushes that waited here for an earlier one
                                 of their request (sender side) */
+    uint64_t parked;         /* times a push's data waited for the worker's
+                                operations to free up (sender side) */
 } kvf_pd_stats_t;
 
 /* Registers the PD active-message handlers on the worker. */

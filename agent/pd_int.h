@@ -78,6 +78,8 @@ struct kvf_pd_batch {
  * proved before it goes over UCX (the handshake is a few messages on a
  * local socket: well under a millisecond when both agents are well). */
 #define KVF_PD_LINK_WAIT_NS (100ull * 1000 * 1000)
+/* How soon a push whose data found no free worker operation tries again */
+#define KVF_PD_PARK_NS (1000ull * 1000)
 
 typedef enum {
     KVF_PD_REQ_WAITING = 0, /* an engine waits; nothing pushed yet */
@@ -159,6 +161,9 @@ typedef struct kvf_pd_push {
     uint32_t pending_ctl;   /* controller requests not answered */
     bool is_authenticating; /* waiting for kvf_mesh_connect's callback */
     bool is_link_waiting;   /* kvf_local_region_when will call back */
+    bool is_parked;         /* DATA: waits for worker operations */
+    uint64_t park_until;    /* parked: when it tries again */
+    uint32_t data_next;     /* DATA: the first chunk not sent yet */
     uint64_t link_until;    /* LINK: when it goes over UCX regardless */
     kvf_pd_push_state_t state;
     kvf_status_t status;

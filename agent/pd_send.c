@@ -314,6 +314,16 @@ static void kvf_pd_on_data_sent(kvf_status_t status, void *arg)
     kvf_pd_push_maybe_complete(push);
 }
 
+/* @p push's data waits for worker operations to free up; the tick goes on
+ * with it (kvf_pd_push_send_runs). */
+static void kvf_pd_push_park(kvf_pd_push_t *push)
+{
+    push->is_parked  = true;
+    push->park_until = kvf_time_deadline_ns(KVF_PD_PARK_NS);
+    push->pd->stats.parked++;
+    kvf_pd_tick_arm(push->pd, push->park_until);
+}
+
 /* How many chunks from @p i on travel in one PD_DATA (1: on its own). */
 static uint32_t kvf_pd_push_run(const kvf_pd_push_t *push, uint32_t i)
 {
@@ -330,9 +340,11 @@ static uint32_t kvf_pd_push_run(const kvf_pd_push_t *push, uint32_t i)
     return (n > 0) ? n : 1;
 }
 
-/* Slots reserved: every chunk goes by rendezvous straight into its slot;
- * small ones several a message when the decoder takes that (@p multi). */
-static void kvf_pd_push_send_data(kvf_pd_push_t *push, bool multi)
+/* Sends the PD_DATA messages of @p push from chunk push->data_next on.
+ * While the worker has no operation free (a burst of pushes) the rest
+ * wait and go from the tick (KVF_PD_PARK_NS later): a push is slowed by a
+ * burst, never failed by it. */
+static void kvf_pd_push_send_runs(kvf_pd_push_t *push)
 {
     kvf_pd_t *pd = push->pd;
     uint8_t hdr[KVF_PD_HDR_MAX];
@@ -341,16 +353,7 @@ static void kvf_pd_push_send_data(kvf_pd_push_t *push, bool multi)
     size_t len;
     uint32_t i, n, k;
 
-    push->state = KVF_PD_PUSH_DATA;
-    if (multi && (push->num > 1) && (push->iov == NULL)) {
-        push->iov = calloc(push->num, sizeof(*push->iov)); /* NULL: singly */
-    }
-    push->msgs = 0;
-    for (i = 0; i < push->num; i += n) {
-        n = kvf_pd_push_run(push, i);
-        push->msgs++;
-    }
-    for (i = 0; i < push->num; i += n) {
+    for (i = push->data_next; i < push->num; i += n) {
         n = kvf_pd_push_run(push, i);
         kvf__pd_data__init(&m);
         m.request_id = push->request_id;
@@ -386,6 +389,11 @@ static void kvf_pd_push_send_data(kvf_pd_push_t *push, bool multi)
                                      kvf_time_left_ns(push->deadline_ns) + 1,
                                      kvf_pd_on_data_sent, push);
         }
+        if (status == KVF_ERR_BUSY) {
+            push->data_next = i;
+            kvf_pd_push_park(push);
+            return;
+        }
         if (status != KVF_OK) {
             kvf_pd_push_finish(push, status, "cannot send chunk %u to %s: %s",
                                i, push->decoder, kvf_strerror(status));
@@ -393,6 +401,26 @@ static void kvf_pd_push_send_data(kvf_pd_push_t *push, bool multi)
         }
         push->inflight++;
     }
+    push->data_next = push->num;
+}
+
+/* Slots reserved: every chunk goes by rendezvous straight into its slot;
+ * small ones several a message when the decoder takes that (@p multi). */
+static void kvf_pd_push_send_data(kvf_pd_push_t *push, bool multi)
+{
+    uint32_t i, n;
+
+    push->state = KVF_PD_PUSH_DATA;
+    if (multi && (push->num > 1) && (push->iov == NULL)) {
+        push->iov = calloc(push->num, sizeof(*push->iov)); /* NULL: singly */
+    }
+    push->msgs = 0;
+    for (i = 0; i < push->num; i += n) {
+        n = kvf_pd_push_run(push, i);
+        push->msgs++;
+    }
+    push->data_next = 0;
+    kvf_pd_push_send_runs(push);
 }
 
 /* Bytes copied before a notice tells the decoder those chunks are in
@@ -944,6 +972,15 @@ uint64_t kvf_pd_tick_sender(kvf_pd_t *pd, uint64_t now)
         }
         if ((push->state == KVF_PD_PUSH_LINK) && (push->link_until < soonest)) {
             soonest = push->link_until;
+        }
+        if (push->is_parked && (push->state == KVF_PD_PUSH_DATA) &&
+            (now >= push->park_until)) {
+            push->is_parked = false;
+            kvf_pd_push_send_runs(push);
+        }
+        if (push->is_parked && (push->state == KVF_PD_PUSH_DATA) &&
+            (push->park_until < soonest)) {
+            soonest = push->park_until;
         }
         if ((push->state != KVF_PD_PUSH_FINISHED) &&
             (now >= push->deadline_ns)) {

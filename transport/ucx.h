@@ -168,13 +168,15 @@ typedef struct kvf_ucx_worker_params {
 } kvf_ucx_worker_params_t;
 
 typedef struct kvf_ucx_worker_stats {
-    unsigned ops_inflight; /**< operations not yet completed */
-    unsigned ops_free;     /**< operations left in the pool */
-    unsigned eps;          /**< endpoint objects alive, closing included */
-    unsigned eps_cached;   /**< endpoints in the peer cache */
-    uint64_t ep_failures;  /**< endpoints that failed */
-    uint64_t timeouts;     /**< operations that ran past their deadline */
-    uint64_t am_dropped;   /**< active messages for ids without a handler */
+    unsigned ops_inflight;         /**< operations not yet completed */
+    unsigned ops_free;             /**< operations left in the pool */
+    uint64_t recv_ops_beyond_pool; /**< receives taken while the pool was
+                                        empty (allocated, then freed) */
+    unsigned eps;         /**< endpoint objects alive, closing included */
+    unsigned eps_cached;  /**< endpoints in the peer cache */
+    uint64_t ep_failures; /**< endpoints that failed */
+    uint64_t timeouts;    /**< operations that ran past their deadline */
+    uint64_t am_dropped;  /**< active messages for ids without a handler */
 } kvf_ucx_worker_stats_t;
 
 /**

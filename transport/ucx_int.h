@@ -48,6 +48,9 @@ typedef struct kvf_ucx_op {
     kvf_ucx_op_type_t type;
     bool is_timed_out;
     bool is_orphan; /* user told already; UCX still owns the request */
+    bool is_heap;   /* a receive taken while the pool was empty: freed, not
+                       returned (worker->heap_ops) */
+    struct kvf_ucx_op *heap_next, *heap_prev;
     /* AM send: UCX 1.13 reads the header until the send completes (a
      * pending send during wireup replays it later), so it lives here */
     uint8_t header[KVF_UCX_AM_HEADER_MAX];
@@ -115,6 +118,11 @@ struct kvf_ucx_worker {
     unsigned max_ops;
     kvf_ucx_op_t *free_ops;
     unsigned free_count;
+    /* receives beyond the pool: data a peer has sent already is taken,
+     * never dropped for want of a slot (bounded by what peers send) */
+    kvf_ucx_op_t *heap_ops;
+    unsigned num_heap_ops;
+    uint64_t heap_ops_total;
     kvf_ucx_op_list_t inflight;
     kvf_ucx_op_list_t done;
     kvf_ucx_ep_t *eps;
@@ -154,6 +162,9 @@ void kvf_ucx_op_complete_now(kvf_ucx_op_t *op, kvf_status_t status);
 void kvf_ucx_op_dispatch_done(kvf_ucx_worker_t *worker);
 void kvf_ucx_op_dispatch_orphans(kvf_ucx_worker_t *worker);
 void kvf_ucx_op_cancel_all(kvf_ucx_worker_t *worker);
+/* Frees the receives taken beyond the pool that UCX never gave back (the
+ * worker is gone). */
+void kvf_ucx_op_heap_free_all(kvf_ucx_worker_t *worker);
 void kvf_ucx_op_on_timer(evutil_socket_t fd, short what, void *arg);
 void kvf_ucx_op_list_remove(kvf_ucx_op_list_t *list, kvf_ucx_op_t *op);
 

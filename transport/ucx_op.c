@@ -67,13 +67,28 @@ kvf_status_t kvf_ucx_op_alloc(kvf_ucx_worker_t *worker, kvf_ucx_ep_t *ep,
         return KVF_ERR_CLOSED;
     }
     op = worker->free_ops;
+    if ((op == NULL) && (type == KVF_UCX_OP_AM_RECV)) {
+        op = calloc(1, sizeof(*op));
+        if (op != NULL) {
+            op->worker    = worker;
+            op->is_heap   = true;
+            op->heap_next = worker->heap_ops;
+            if (worker->heap_ops != NULL) {
+                worker->heap_ops->heap_prev = op;
+            }
+            worker->heap_ops = op;
+            worker->num_heap_ops++;
+            worker->heap_ops_total++;
+        }
+    } else if (op != NULL) {
+        worker->free_ops = op->next;
+        worker->free_count--;
+    }
     if (op == NULL) {
         kvf_debug("worker %s: operation pool empty (%u)", worker->name,
                   worker->max_ops);
         return KVF_ERR_BUSY;
     }
-    worker->free_ops = op->next;
-    worker->free_count--;
 
     op->next         = NULL;
     op->prev         = NULL;
@@ -94,10 +109,38 @@ kvf_status_t kvf_ucx_op_alloc(kvf_ucx_worker_t *worker, kvf_ucx_ep_t *ep,
     return KVF_OK;
 }
 
+/* A receive taken beyond the pool goes back to the heap. */
+static void kvf_ucx_op_heap_free(kvf_ucx_op_t *op)
+{
+    kvf_ucx_worker_t *worker = op->worker;
+
+    if (op->heap_prev != NULL) {
+        op->heap_prev->heap_next = op->heap_next;
+    } else {
+        worker->heap_ops = op->heap_next;
+    }
+    if (op->heap_next != NULL) {
+        op->heap_next->heap_prev = op->heap_prev;
+    }
+    worker->num_heap_ops--;
+    free(op);
+}
+
+void kvf_ucx_op_heap_free_all(kvf_ucx_worker_t *worker)
+{
+    while (worker->heap_ops != NULL) {
+        kvf_ucx_op_heap_free(worker->heap_ops);
+    }
+}
+
 static void kvf_ucx_op_free(kvf_ucx_op_t *op)
 {
     kvf_ucx_worker_t *worker = op->worker;
 
+    if (op->is_heap) {
+        kvf_ucx_op_heap_free(op);
+        return;
+    }
     op->cb           = NULL;
     op->next         = worker->free_ops;
     worker->free_ops = op;

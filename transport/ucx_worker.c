@@ -238,6 +238,7 @@ void kvf_ucx_worker_destroy(kvf_ucx_worker_t *worker)
     kvf_ucx_op_dispatch_done(worker);
     kvf_ucx_op_cancel_all(worker);
     kvf_ucx_ep_free_all(worker, true);
+    kvf_ucx_op_heap_free_all(worker);
     free(worker->ops);
     free(worker);
 }
@@ -275,10 +276,11 @@ void kvf_ucx_worker_stats(const kvf_ucx_worker_t *worker,
 {
     stats_p->ops_inflight =
         worker->inflight.count + worker->done.count - worker->orphans;
-    stats_p->ops_free    = worker->free_count;
-    stats_p->eps         = worker->ep_count;
-    stats_p->eps_cached  = worker->ep_cached;
-    stats_p->ep_failures = worker->ep_failures;
-    stats_p->timeouts    = worker->timeouts;
-    stats_p->am_dropped  = worker->am_dropped;
+    stats_p->ops_free             = worker->free_count;
+    stats_p->recv_ops_beyond_pool = worker->heap_ops_total;
+    stats_p->eps                  = worker->ep_count;
+    stats_p->eps_cached           = worker->ep_cached;
+    stats_p->ep_failures          = worker->ep_failures;
+    stats_p->timeouts             = worker->timeouts;
+    stats_p->am_dropped           = worker->am_dropped;
 }

@@ -1026,6 +1026,106 @@ Test(pd, a_damaged_layer_push_fails_the_request_and_the_pushes_after_it)
     kvf_client_disconnect(dc);
 }
 
+/* The bytes of chunk @p i of request @p req in a burst: a small pattern. */
+static void fill_small(uint8_t *p, size_t len, uint64_t req, uint32_t i)
+{
+    size_t k;
+
+    for (k = 0; k < len; k++) {
+        p[k] = (uint8_t)(req * 131 + i * 7 + k);
+    }
+}
+
+/* More pushes at once than the UCX worker has operations (ucx_max_ops 64
+ * here): 32 requests of 64 layer groups of 4 KiB from four engines, none
+ * waited for before the last started. A burst is slowed (control messages wait
+ * for operations, data parks, receives go beyond the pool), never failed: every
+ * request arrives, byte for byte. */
+Test(pd, a_burst_beyond_the_worker_operations_is_slowed_not_failed)
+{
+    static const char *const prefill[] = {"--pool-size", "64M", "--ucx-max-ops",
+                                          "64", NULL};
+    static const char *const decode[]  = {"--pd-buffer-size",
+                                          "16M",
+                                          "--pd-queue-max",
+                                          "64",
+                                          "--ucx-max-ops",
+                                          "64",
+                                          NULL};
+    enum {
+        REQS   = 16,
+        GROUPS = 64,
+        LEN    = 4096
+    };
+    kvf_client_t *pc[4], *dc;
+    static kvf_slot_t slots[REQS][GROUPS];
+    kvf_slot_t got[GROUPS];
+    uint64_t sum;
+    uint32_t r, i, num;
+    uint8_t want[LEN];
+
+    start_agent(&g_p, "it-prefill", "prefill", prefill);
+    start_agent(&g_d, "it-decode", "decode", decode);
+    for (r = 0; r < 4; r++) {
+        pc[r] = connect_to(&g_p);
+    }
+    dc = connect_to(&g_d);
+    for (r = 0; r < REQS; r++) {
+        kvf_client_t *c = pc[r % 4];
+
+        cr_assert_eq(kvf_client_alloc(c, LEN, GROUPS, slots[r]), KVF_OK, "%s",
+                     kvf_client_last_error(c));
+        for (i = 0; i < GROUPS; i++) {
+            uint8_t *p =
+                (uint8_t *)kvf_client_pool_base(c) + slots[r][i].offset;
+
+            fill_small(p, LEN, 100 + r, i);
+            sum = kvf_chunk_checksum(p, LEN);
+            cr_assert_eq(kvf_pd_push_start(c, 100 + r, "it-decode",
+                                           &slots[r][i], &sum, 1,
+                                           i == GROUPS - 1),
+                         KVF_OK, "%s", kvf_client_last_error(c));
+        }
+    }
+    for (r = 0; r < REQS; r++) {
+        kvf_client_t *c = pc[r % 4];
+
+        cr_assert_eq(kvf_pd_push_wait(c, 100 + r, 0), KVF_OK, "request %u: %s",
+                     r, kvf_client_last_error(c));
+        cr_assert_eq(kvf_client_release(c, slots[r], GROUPS), KVF_OK);
+    }
+    for (r = 0; r < REQS; r++) {
+        num = 0;
+        cr_assert_eq(kvf_pd_wait(dc, 100 + r, 5000000000ull, got, GROUPS, &num),
+                     KVF_OK, "%s", kvf_client_last_error(dc));
+        cr_assert_eq(num, GROUPS);
+        for (i = 0; i < GROUPS; i++) {
+            fill_small(want, LEN, 100 + r, i);
+            cr_assert_eq(
+                memcmp((uint8_t *)kvf_client_pool_base(dc) + got[i].offset,
+                       want, LEN),
+                0, "request %u piece %u differs", r, i);
+        }
+        cr_assert_eq(kvf_pd_release(dc, 100 + r), KVF_OK);
+    }
+    /* the burst did go beyond the operations */
+    cr_assert_gt(metric(&g_p, "kvf_agent_pd_pushes_parked_total") +
+                     metric(&g_p, "kvf_agent_mesh_deferred_total") +
+                     metric(&g_d, "kvf_agent_mesh_deferred_total") +
+                     metric(&g_d, "kvf_agent_ucx_recv_beyond_pool_total"),
+                 0);
+    cr_log_info("burst: %lld parked, %lld deferred, %lld receives beyond "
+                "the pool",
+                metric(&g_p, "kvf_agent_pd_pushes_parked_total"),
+                metric(&g_p, "kvf_agent_mesh_deferred_total") +
+                    metric(&g_d, "kvf_agent_mesh_deferred_total"),
+                metric(&g_d, "kvf_agent_ucx_recv_beyond_pool_total"));
+    for (r = 0; r < 4; r++) {
+        kvf_client_disconnect(pc[r]);
+    }
+    kvf_client_disconnect(dc);
+}
+
 /* kvfctl ARGS... against the controller; output in @p out. */
 static int kvfctl(char *out, size_t len, const char *a1, const char *a2)
 {
