@@ -12,6 +12,8 @@
 
 #include <ucp/api/ucp.h>
 
+#include <sys/queue.h>
+
 #define KVF_UCX_EP_CACHE_BUCKETS 64
 #define KVF_UCX_MAX_OPS_DEFAULT  1024
 
@@ -50,7 +52,7 @@ typedef struct kvf_ucx_op {
     bool is_orphan; /* user told already; UCX still owns the request */
     bool is_heap;   /* a receive taken while the pool was empty: freed, not
                        returned (worker->heap_ops) */
-    struct kvf_ucx_op *heap_next, *heap_prev;
+    LIST_ENTRY(kvf_ucx_op) heap_link; /* worker->heap_ops */
     /* AM send: UCX 1.13 reads the header until the send completes (a
      * pending send during wireup replays it later), so it lives here */
     uint8_t header[KVF_UCX_AM_HEADER_MAX];
@@ -120,7 +122,7 @@ struct kvf_ucx_worker {
     unsigned free_count;
     /* receives beyond the pool: data a peer has sent already is taken,
      * never dropped for want of a slot (bounded by what peers send) */
-    kvf_ucx_op_t *heap_ops;
+    LIST_HEAD(, kvf_ucx_op) heap_ops;
     unsigned num_heap_ops;
     uint64_t heap_ops_total;
     kvf_ucx_op_list_t inflight;

@@ -70,13 +70,9 @@ kvf_status_t kvf_ucx_op_alloc(kvf_ucx_worker_t *worker, kvf_ucx_ep_t *ep,
     if ((op == NULL) && (type == KVF_UCX_OP_AM_RECV)) {
         op = calloc(1, sizeof(*op));
         if (op != NULL) {
-            op->worker    = worker;
-            op->is_heap   = true;
-            op->heap_next = worker->heap_ops;
-            if (worker->heap_ops != NULL) {
-                worker->heap_ops->heap_prev = op;
-            }
-            worker->heap_ops = op;
+            op->worker  = worker;
+            op->is_heap = true;
+            LIST_INSERT_HEAD(&worker->heap_ops, op, heap_link);
             worker->num_heap_ops++;
             worker->heap_ops_total++;
         }
@@ -112,24 +108,15 @@ kvf_status_t kvf_ucx_op_alloc(kvf_ucx_worker_t *worker, kvf_ucx_ep_t *ep,
 /* A receive taken beyond the pool goes back to the heap. */
 static void kvf_ucx_op_heap_free(kvf_ucx_op_t *op)
 {
-    kvf_ucx_worker_t *worker = op->worker;
-
-    if (op->heap_prev != NULL) {
-        op->heap_prev->heap_next = op->heap_next;
-    } else {
-        worker->heap_ops = op->heap_next;
-    }
-    if (op->heap_next != NULL) {
-        op->heap_next->heap_prev = op->heap_prev;
-    }
-    worker->num_heap_ops--;
+    LIST_REMOVE(op, heap_link);
+    op->worker->num_heap_ops--;
     free(op);
 }
 
 void kvf_ucx_op_heap_free_all(kvf_ucx_worker_t *worker)
 {
-    while (worker->heap_ops != NULL) {
-        kvf_ucx_op_heap_free(worker->heap_ops);
+    while (!LIST_EMPTY(&worker->heap_ops)) {
+        kvf_ucx_op_heap_free(LIST_FIRST(&worker->heap_ops));
     }
 }
 

@@ -14,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <stddef.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -239,6 +241,37 @@ uint16_t kvf_test_free_port(void)
         }
     }
     return kvf_test_bind_port(0);
+}
+
+int kvf_test_abstract_socket(const char *prefix, const char *name,
+                             bool do_listen)
+{
+    size_t plen = strlen(prefix), len = strcspn(name, "\n \t");
+    struct sockaddr_un sa;
+    socklen_t salen;
+    int fd;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    if (plen + len >= sizeof(sa.sun_path) - 1) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(sa.sun_path + 1, prefix, plen); /* sun_path[0] = 0: abstract */
+    memcpy(sa.sun_path + 1 + plen, name, len);
+    salen =
+        (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + plen + len);
+    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return -1;
+    }
+    if ((do_listen && ((bind(fd, (struct sockaddr *)&sa, salen) != 0) ||
+                       (listen(fd, 8) != 0))) ||
+        (!do_listen && (connect(fd, (struct sockaddr *)&sa, salen) != 0))) {
+        close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 int kvf_test_run(const char *const argv[], char *out, size_t out_len,

@@ -52,6 +52,13 @@ const char *kvf_test_proc_log(kvf_test_proc_t *proc);
 /* A free TCP port on 127.0.0.1 (bind to 0, read it, close). */
 uint16_t kvf_test_free_port(void);
 
+/* A SOCK_SEQPACKET socket on the abstract Unix name "@PREFIX NAME", with
+ * NAME the first @p name characters up to a blank (an agent's same-host
+ * socket is "@kvf-local/" + its data address): connected to it, or, with
+ * @p do_listen, bound and listening there. -1 on failure (errno set). */
+int kvf_test_abstract_socket(const char *prefix, const char *name,
+                             bool do_listen);
+
 /* Runs argv to completion (up to @p timeout_ms), capturing stdout into
  * @p out (NUL-terminated, truncated to @p out_len). Returns the exit status,
  * or -1 when it could not run or timed out. */

@@ -25,10 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stddef.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1300,26 +1297,13 @@ static int stall_same_host_socket(it_agent_t *a)
 {
     const char *log = kvf_test_proc_log(&a->proc);
     const char *at  = strstr(log, "peer service on ");
-    struct sockaddr_un sa;
-    size_t len;
     int fd;
 
     cr_assert_not_null(at, "%s", log);
-    at += strlen("peer service on ");
-    len = strcspn(at, " \n");
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    /* the abstract name agent/local.c dials: "kvf-local/" + data address */
-    cr_assert_lt(strlen("kvf-local/") + len, sizeof(sa.sun_path) - 1);
-    memcpy(sa.sun_path + 1, "kvf-local/", strlen("kvf-local/"));
-    memcpy(sa.sun_path + 1 + strlen("kvf-local/"), at, len);
-    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    cr_assert_geq(fd, 0);
-    cr_assert_eq(bind(fd, (struct sockaddr *)&sa,
-                      (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
-                                  strlen("kvf-local/") + len)),
-                 0, "%m");
-    cr_assert_eq(listen(fd, 8), 0);
+    /* the name agent/local.c dials: "kvf-local/" + the data address */
+    fd = kvf_test_abstract_socket("kvf-local/", at + strlen("peer service on "),
+                                  true);
+    cr_assert_geq(fd, 0, "%m");
     return fd;
 }
 

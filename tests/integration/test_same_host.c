@@ -375,23 +375,12 @@ static int dial_holder(void)
 {
     const char *log = kvf_test_proc_log(&g_agents[0].proc);
     const char *at  = strstr(log, "same-host path on @");
-    struct sockaddr_un sa;
-    size_t len;
     int fd;
 
     cr_assert_not_null(at, "%s", log);
-    at += strlen("same-host path on @");
-    len = strcspn(at, "\n \t");
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    cr_assert_lt(len, sizeof(sa.sun_path) - 1);
-    memcpy(sa.sun_path + 1, at, len);
-    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    cr_assert_geq(fd, 0);
-    cr_assert_eq(
-        connect(fd, (struct sockaddr *)&sa,
-                (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len)),
-        0);
+    fd =
+        kvf_test_abstract_socket("", at + strlen("same-host path on @"), false);
+    cr_assert_geq(fd, 0, "%m");
     return fd;
 }
 
