@@ -52,8 +52,9 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
     KVConnectorPromMetrics, KVConnectorStats)
 
 import kvfabric as kvf
-from kvfabric.errors import (ERR_CLOSED, ERR_NO_MEMORY, ERR_NOT_FOUND,
-                             ERR_TIMEOUT)
+from kvfabric.errors import (ERR_AUTH, ERR_CLOSED, ERR_IO, ERR_NO_MEMORY,
+                             ERR_NOT_FOUND, ERR_PROTO, ERR_TIMEOUT,
+                             ERR_TRANSPORT, ERR_VERSION)
 
 log = logging.getLogger("kvfabric.vllm")
 
@@ -65,6 +66,13 @@ __all__ = ["KVFabricConnector", "KVFabricConnectorMetadata",
 KV_EVENTS_MEDIUM = "kvfabric"
 
 _ERRORS = (kvf.KvfError, OSError)
+
+# what a failed call says about the agent: these statuses mean it, or the
+# connection to it, is gone; any other is its answer about this request
+# (a COMMIT whose checksum did not match, a slot it no longer grants) and
+# the connection stays in use
+_AGENT_DOWN = frozenset((ERR_CLOSED, ERR_IO, ERR_TIMEOUT, ERR_PROTO,
+                         ERR_TRANSPORT, ERR_AUTH, ERR_VERSION))
 
 # the receive thread's pd_wait slice: how soon it sees an abort
 _PD_WAIT_SLICE_S = 0.25
@@ -79,7 +87,8 @@ STAT_NAMES = ("lookups", "hit_tokens", "loaded_chunks", "saved_chunks",
               "missed_chunks", "pd_pushes", "pd_pushed_chunks",
               "pd_push_errors", "pd_received_chunks", "pd_wait_errors",
               "pd_released", "pd_cancelled", "agent_errors", "bytes_loaded",
-              "bytes_saved", "resumed_requests", "save_refused")
+              "bytes_saved", "resumed_requests", "save_refused",
+              "save_failed")
 
 
 class _AgentAway(kvf.KvfError):
@@ -340,6 +349,7 @@ class KVFabricConnector(KVConnectorBase_V1):
         self._kv_events: Dict[Any, None] = {}  # this step's, each once
         self.stats = {k: 0 for k in STAT_NAMES}
         self._refused_logged = False
+        self._failed_logged = False
         self._interval = {k: 0 for k in STAT_NAMES}
 
     # shared ------------------------------------------------------------
@@ -394,6 +404,17 @@ class KVFabricConnector(KVConnectorBase_V1):
             log.warning("kvfabric: request %s not saved: %s (raise the "
                         "agent's engine_staging_size or pool_size; counted "
                         "in save_refused, logged once)", m.req_id, e)
+
+    def _save_failed(self, m: "ReqMeta", e: kvf.KvfError) -> None:
+        """The agent refused this request's COMMIT (a checksum that did
+        not match the bytes, a slot it no longer grants): those chunks are
+        not cached, its events not reported, and the agent stays in use."""
+        self._count("save_failed")
+        if not self._failed_logged:
+            self._failed_logged = True
+            log.warning("kvfabric: request %s not saved, the agent refused "
+                        "its commit: %s (counted in save_failed, logged "
+                        "once)", m.req_id, e)
 
     def _end_step(self) -> None:
         if self._broken:
@@ -1050,7 +1071,12 @@ class KVFabricConnector(KVConnectorBase_V1):
                     self._kv_event(ev)
                 self._count("saved_chunks", len(slots))
                 self._count("bytes_saved", len(slots) * self._chunk_bytes)
-            except _ERRORS as e:
+            except kvf.KvfError as e:
+                if e.status in _AGENT_DOWN or isinstance(e, _AgentAway):
+                    self._agent_failed("commit", e)
+                else:
+                    self._save_failed(m, e)
+            except OSError as e:
                 self._agent_failed("commit", e)
         self._end_step()
 

@@ -386,3 +386,48 @@ def test_a_save_the_agent_has_no_room_for_is_skipped_not_an_outage(
         assert c.lookup(small).hit_chunks == 1
         assert c.lookup(big).hit_chunks == 0
     w.shutdown()
+
+
+def test_a_commit_the_agent_refuses_is_not_an_outage(model, agents,
+                                                     monkeypatch):
+    """A COMMIT the agent answers with an error about the request itself
+    (here KVF_ERR_CHECKSUM: the checksum the worker sent does not match the
+    bytes, as after a torn write) loses that request's chunks only: counted
+    in save_failed, not agent_errors; the other request of the same step is
+    saved, and the worker keeps its connection."""
+    import torch
+
+    w = connector(vllm_config(model, agents.sockets["a"]),
+                  KVConnectorRole.WORKER)
+    layers = {f"model.layers.{i}.self_attn.attn":
+              torch.ones(3, 2, C, 128, dtype=torch.bfloat16)
+              for i in range(2)}
+    w.register_kv_caches(layers)
+    bad = kvf.key_chain(w._ns[0], _prompt(C, 31), C)
+    good = kvf.key_chain(w._ns[0], _prompt(2 * C, 32), C)
+    real_sum = kvf.chunk_checksum
+    calls = []
+
+    def first_sum_wrong(view):
+        calls.append(1)
+        return real_sum(view) ^ (1 if len(calls) == 1 else 0)
+
+    monkeypatch.setattr(vc.kvf, "chunk_checksum", first_sum_wrong)
+    w.bind_connector_metadata(vc.KVFabricConnectorMetadata([
+        vc.ReqMeta("bad", [0], save_keys=[bad]),
+        vc.ReqMeta("good", [1, 2], save_keys=[good])]))
+    for name, kv in layers.items():
+        w.save_kv_layer(name, kv, None)
+    client = w._client
+    w.wait_for_save()
+    w.clear_connector_metadata()
+    monkeypatch.undo()
+    assert len(calls) == 3
+    assert w.stats["agent_errors"] == 0, w.stats
+    assert w.stats["saved_chunks"] == 2, w.stats
+    assert w.stats["save_failed"] == 1, w.stats
+    assert w._client is client and client is not None
+    with agents.client("a") as c:
+        assert c.lookup(bad).hit_chunks == 0
+        assert c.lookup(good).hit_chunks == 2
+    w.shutdown()
