@@ -107,7 +107,8 @@ struct kvf_mesh {
 
 /* A frame being sent: kept until UCX completes the send. */
 typedef struct kvf_mesh_msg {
-    kvf_mesh_sent_cb_t cb;
+    kvf_mesh_sent_cb_t cb; /* a frame's (kvf_mesh_send_frame) */
+    kvf_ucx_op_cb_t op_cb; /* or a message's (kvf_mesh_send_am) */
     void *arg;
     uint64_t tag;
     /* deferred (the worker had no operation free): in mesh->deferred
@@ -116,6 +117,7 @@ typedef struct kvf_mesh_msg {
     kvf_ucx_ep_t *ep;
     unsigned id;
     uint64_t deadline_ns;
+    kvf_mesh_am_payload_t am; /* a message's: its header copied in frame */
     size_t len;
     uint8_t frame[];
 } kvf_mesh_msg_t;
@@ -247,15 +249,73 @@ static void kvf_mesh_on_sent(kvf_status_t status, void *arg)
     }
 }
 
-/* A deferred frame that will not be sent: its owner is told @p status
- * (from the loop, as a completion would be). */
+/* Sends @p p on @p ep (kvf_ucx_am_send, or kvf_ucx_am_send_iov with an
+ * iov). */
+static kvf_status_t kvf_mesh_am_send(kvf_ucx_ep_t *ep, unsigned id,
+                                     const kvf_mesh_am_payload_t *p,
+                                     uint64_t timeout_ns, kvf_ucx_op_cb_t cb,
+                                     void *arg)
+{
+    if (p->iov != NULL) {
+        return kvf_ucx_am_send_iov(ep, id, p->header, p->header_len, p->iov,
+                                   p->iovcnt, p->flags, timeout_ns, cb, arg);
+    }
+    return kvf_ucx_am_send(ep, id, p->header, p->header_len, p->data, p->len,
+                           p->mem, p->flags, timeout_ns, cb, arg);
+}
+
+/* Sends deferred @p m (still in mesh->deferred) with what is left of its
+ * time. KVF_ERR_BUSY: it stays deferred; otherwise it left the queue, and
+ * a message's record is freed when the send went (its own callback
+ * follows). */
+static kvf_status_t kvf_mesh_deferred_send(kvf_mesh_t *mesh, kvf_mesh_msg_t *m,
+                                           uint64_t now)
+{
+    uint64_t left = m->deadline_ns - now;
+    kvf_status_t status;
+
+    if (m->op_cb != NULL) {
+        status = kvf_mesh_am_send(m->ep, m->id, &m->am, left, m->op_cb, m->arg);
+    } else {
+        status =
+            kvf_ucx_am_send(m->ep, m->id, NULL, 0, m->frame, m->len, NULL,
+                            KVF_UCX_AM_SEND_EAGER, left, kvf_mesh_on_sent, m);
+    }
+    if (status == KVF_ERR_BUSY) {
+        return status; /* still none free */
+    }
+    TAILQ_REMOVE(&mesh->deferred, m, link);
+    mesh->num_deferred--;
+    kvf_ucx_ep_put(m->ep);
+    if ((status == KVF_OK) && (m->op_cb != NULL)) {
+        free(m); /* the header was copied or is the caller's */
+    }
+    return status;
+}
+
+/* A deferred send that will not go (or failed to): its owner is told
+ * @p status (from the loop, as a completion would be). @p m has left
+ * mesh->deferred. */
+static void kvf_mesh_deferred_told(kvf_mesh_msg_t *m, kvf_status_t status)
+{
+    kvf_ucx_op_cb_t op_cb = m->op_cb;
+    void *arg             = m->arg;
+
+    if (op_cb == NULL) {
+        kvf_mesh_on_sent(status, m);
+        return;
+    }
+    free(m);
+    op_cb(status, arg);
+}
+
 static void kvf_mesh_deferred_fail(kvf_mesh_t *mesh, kvf_mesh_msg_t *m,
                                    kvf_status_t status)
 {
     TAILQ_REMOVE(&mesh->deferred, m, link);
     mesh->num_deferred--;
     kvf_ucx_ep_put(m->ep);
-    kvf_mesh_on_sent(status, m);
+    kvf_mesh_deferred_told(m, status);
 }
 
 /* Sends deferred frames in order while the worker has operations; the
@@ -277,23 +337,47 @@ static void kvf_mesh_on_defer(evutil_socket_t fd, short what, void *arg)
             kvf_mesh_deferred_fail(mesh, m, KVF_ERR_TIMEOUT);
             continue;
         }
-        status = kvf_ucx_am_send(m->ep, m->id, NULL, 0, m->frame, m->len, NULL,
-                                 KVF_UCX_AM_SEND_EAGER, m->deadline_ns - now,
-                                 kvf_mesh_on_sent, m);
+        status = kvf_mesh_deferred_send(mesh, m, now);
         if (status == KVF_ERR_BUSY) {
             break; /* still none free */
         }
-        TAILQ_REMOVE(&mesh->deferred, m, link);
-        mesh->num_deferred--;
-        kvf_ucx_ep_put(m->ep);
         if (status != KVF_OK) {
-            kvf_mesh_on_sent(status, m);
+            kvf_mesh_deferred_told(m, status);
         }
     }
     if (!TAILQ_EMPTY(&mesh->deferred)) {
         tv = kvf_time_to_timeval(KVF_MESH_DEFER_RETRY_NS);
         evtimer_add(mesh->defer_ev, &tv);
     }
+}
+
+/* Queues @p m (its payload set) to go on @p ep when the worker has an
+ * operation free, by @p timeout_ns; false when the queue is full or the
+ * endpoint failed (the caller keeps @p m). */
+static bool kvf_mesh_defer(kvf_mesh_t *mesh, kvf_mesh_msg_t *m,
+                           kvf_ucx_ep_t *ep, kvf_mesh_am_t id,
+                           uint64_t timeout_ns)
+{
+    struct timeval tv;
+
+    if ((mesh->num_deferred >= KVF_MESH_DEFER_MAX) ||
+        kvf_ucx_ep_is_failed(ep)) {
+        return false;
+    }
+    /* the worker's operations are all in use (a burst of pushes, replies
+     * or served chunks): sent as they free up, never dropped for that */
+    kvf_ucx_ep_hold(ep);
+    m->ep          = ep;
+    m->id          = (unsigned)id;
+    m->deadline_ns = kvf_time_deadline_ns(
+        (timeout_ns != 0) ? timeout_ns : KVF_MESH_DEFER_TIMEOUT_NS);
+    TAILQ_INSERT_TAIL(&mesh->deferred, m, link);
+    if (mesh->num_deferred++ == 0) {
+        tv = kvf_time_to_timeval(KVF_MESH_DEFER_RETRY_NS);
+        evtimer_add(mesh->defer_ev, &tv);
+    }
+    mesh->stats.deferred++;
+    return true;
 }
 
 kvf_status_t kvf_mesh_send_frame(kvf_mesh_t *mesh, kvf_ucx_ep_t *ep,
@@ -305,15 +389,15 @@ kvf_status_t kvf_mesh_send_frame(kvf_mesh_t *mesh, kvf_ucx_ep_t *ep,
     size_t len = kvf_frame_size(msg);
     kvf_mesh_msg_t *m;
     kvf_status_t status;
-    struct timeval tv;
 
     m = malloc(sizeof(*m) + len);
     if (m == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    m->cb  = cb;
-    m->arg = arg;
-    m->tag = tag;
+    m->cb    = cb;
+    m->op_cb = NULL;
+    m->arg   = arg;
+    m->tag   = tag;
     status = kvf_frame_pack(m->frame, len, type, 0, msg, KVF_FRAME_MAX_DEFAULT,
                             &m->len);
     if ((status == KVF_OK) && TAILQ_EMPTY(&mesh->deferred)) {
@@ -323,27 +407,50 @@ kvf_status_t kvf_mesh_send_frame(kvf_mesh_t *mesh, kvf_ucx_ep_t *ep,
     } else if (status == KVF_OK) {
         status = KVF_ERR_BUSY; /* behind the deferred ones, in order */
     }
-    if ((status == KVF_ERR_BUSY) && (mesh->num_deferred < KVF_MESH_DEFER_MAX) &&
-        !kvf_ucx_ep_is_failed(ep)) {
-        /* the worker's operations are all in use (a burst of pushes or
-         * replies): sent as they free up, never dropped for that */
-        kvf_ucx_ep_hold(ep);
-        m->ep          = ep;
-        m->id          = (unsigned)id;
-        m->deadline_ns = kvf_time_deadline_ns(
-            (timeout_ns != 0) ? timeout_ns : KVF_MESH_DEFER_TIMEOUT_NS);
-        TAILQ_INSERT_TAIL(&mesh->deferred, m, link);
-        if (mesh->num_deferred++ == 0) {
-            tv = kvf_time_to_timeval(KVF_MESH_DEFER_RETRY_NS);
-            evtimer_add(mesh->defer_ev, &tv);
-        }
-        mesh->stats.deferred++;
+    if ((status == KVF_ERR_BUSY) &&
+        kvf_mesh_defer(mesh, m, ep, id, timeout_ns)) {
         return KVF_OK;
     }
     if (status != KVF_OK) {
         free(m);
     }
     return status;
+}
+
+kvf_status_t kvf_mesh_send_am(kvf_mesh_t *mesh, kvf_ucx_ep_t *ep,
+                              kvf_mesh_am_t id,
+                              const kvf_mesh_am_payload_t *payload,
+                              uint64_t timeout_ns, kvf_ucx_op_cb_t cb,
+                              void *arg)
+{
+    bool is_copied      = (payload->header_len <= KVF_UCX_AM_HEADER_MAX);
+    kvf_status_t status = KVF_ERR_BUSY;
+    kvf_mesh_msg_t *m;
+
+    if (TAILQ_EMPTY(&mesh->deferred)) {
+        status = kvf_mesh_am_send(ep, (unsigned)id, payload, timeout_ns, cb,
+                                  arg); /* no allocation on this path */
+    }
+    if (status != KVF_ERR_BUSY) {
+        return status;
+    }
+    /* behind the deferred ones, in order, or none free */
+    m = calloc(1, sizeof(*m) + (is_copied ? payload->header_len : 0));
+    if (m == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    m->op_cb = cb;
+    m->arg   = arg;
+    m->am    = *payload;
+    if (is_copied && (payload->header_len > 0)) {
+        memcpy(m->frame, payload->header, payload->header_len);
+        m->am.header = m->frame;
+    }
+    if (!kvf_mesh_defer(mesh, m, ep, id, timeout_ns)) {
+        free(m);
+        return KVF_ERR_BUSY;
+    }
+    return KVF_OK;
 }
 
 kvf_status_t kvf_mesh_decode(kvf_mesh_t *mesh, const void *buf, size_t len,

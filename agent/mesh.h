@@ -71,7 +71,7 @@ typedef struct kvf_mesh_stats {
     uint64_t dropped[KVF_MESH_DROP_REASONS];
     uint64_t auth_ok;       /* endpoints that completed the handshake */
     uint64_t auth_failures; /* handshakes refused or timed out */
-    uint64_t deferred;      /* frames that waited for a free operation */
+    uint64_t deferred;      /* sends that waited for a free operation */
 } kvf_mesh_stats_t;
 
 /* What kvf_mesh_peer_role returns when the peer's role is not known
@@ -160,6 +160,37 @@ kvf_ucx_worker_t *kvf_mesh_worker(const kvf_mesh_t *mesh);
 /* Registers @p cb for mesh id @p id on the worker. */
 kvf_status_t kvf_mesh_set_handler(kvf_mesh_t *mesh, kvf_mesh_am_t id,
                                   kvf_ucx_am_cb_t cb, void *arg);
+
+/* What kvf_mesh_send_am sends: @p header and @p data (@p len bytes,
+ * registered as @p mem or NULL) as kvf_ucx_am_send does, or, with @p iov
+ * set, @p iovcnt pieces as kvf_ucx_am_send_iov does; @p flags theirs. */
+typedef struct kvf_mesh_am_payload {
+    const void *header;
+    size_t header_len;
+    const void *data;
+    size_t len;
+    const kvf_ucx_mem_t *mem;
+    const kvf_ucx_iov_t *iov;
+    size_t iovcnt;
+    unsigned flags;
+} kvf_mesh_am_payload_t;
+
+/*
+ * Sends @p payload as message @p id on @p ep, as kvf_ucx_am_send(_iov)
+ * does, and waits as kvf_mesh_send_frame's frames do (in order with them)
+ * while the worker has no operation free, by @p timeout_ns. A header of up
+ * to KVF_UCX_AM_HEADER_MAX bytes is copied; a longer one, the data and the
+ * iov stay the caller's, untouched until @p cb, which runs exactly once,
+ * never from inside this call, when KVF_OK is returned. Allocates only
+ * when the send must wait.
+ * @return KVF_OK; KVF_ERR_NO_MEMORY; KVF_ERR_BUSY (KVF_MESH_DEFER_MAX
+ *         waiting); as kvf_ucx_am_send
+ */
+kvf_status_t kvf_mesh_send_am(kvf_mesh_t *mesh, kvf_ucx_ep_t *ep,
+                              kvf_mesh_am_t id,
+                              const kvf_mesh_am_payload_t *payload,
+                              uint64_t timeout_ns, kvf_ucx_op_cb_t cb,
+                              void *arg);
 
 /*
  * Packs @p msg as a frame of @p type and sends it eagerly as message @p id

@@ -1023,6 +1023,9 @@ static void kvf_peer_item_landed(kvf_peer_item_t *item, kvf_status_t status)
             link->bytes_fetched += item->length;
         } else if (status == KVF_ERR_CHECKSUM) {
             uint8_t key[KVF_KEY_WIRE_SIZE];
+            kvf_mesh_am_payload_t p = {.header     = key,
+                                       .header_len = sizeof(key),
+                                       .flags      = KVF_UCX_AM_SEND_EAGER};
 
             peer->stats.checksum_failures++;
             kvf_warn("%s: chunk from node %u failed its checksum; refused",
@@ -1030,9 +1033,8 @@ static void kvf_peer_item_landed(kvf_peer_item_t *item, kvf_status_t status)
             /* the holder re-verifies and drops it if it is damaged there:
              * nobody else fetches the same bad bytes */
             kvf_key_pack(&item->key, key);
-            kvf_ucx_am_send(item->ep, KVF_MESH_AM_PEER_BAD, key, sizeof(key),
-                            NULL, 0, NULL, KVF_UCX_AM_SEND_EAGER,
-                            peer->timeout_ns, kvf_peer_on_miss_sent, NULL);
+            kvf_mesh_send_am(peer->mesh, item->ep, KVF_MESH_AM_PEER_BAD, &p,
+                             peer->timeout_ns, kvf_peer_on_miss_sent, NULL);
         }
     } else {
         kvf_store_release(peer->store, fetch->owner, item->offset);
@@ -1417,9 +1419,11 @@ static void kvf_peer_group_flush(kvf_peer_t *peer, kvf_peer_group_t *g)
     g->n              = 0;
     if (kvf_frame_pack(hdr, sizeof(hdr), KVF_MSG_PEER_CHUNK, 0, &chunk.base,
                        KVF_PEER_HDR_MAX, &len) == KVF_OK) {
-        kvf_ucx_am_send(g->ep, KVF_MESH_AM_PEER_CHUNK, hdr, len, NULL, 0, NULL,
-                        KVF_UCX_AM_SEND_EAGER, peer->timeout_ns,
-                        kvf_peer_on_miss_sent, NULL);
+        kvf_mesh_am_payload_t p = {
+            .header = hdr, .header_len = len, .flags = KVF_UCX_AM_SEND_EAGER};
+
+        kvf_mesh_send_am(peer->mesh, g->ep, KVF_MESH_AM_PEER_CHUNK, &p,
+                         peer->timeout_ns, kvf_peer_on_miss_sent, NULL);
     }
 }
 
@@ -1459,8 +1463,9 @@ static void kvf_peer_serve_one(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
 {
     static char no_name[] = "";
     uint8_t hdr[KVF_PEER_HDR_MAX];
-    kvf_pool_entry_t *entry = NULL;
-    kvf_peer_serve_t *serve = peer->serve_free;
+    kvf_pool_entry_t *entry       = NULL;
+    kvf_peer_serve_t *serve       = peer->serve_free;
+    kvf_mesh_am_payload_t payload = {0};
     Kvf__PeerChunk chunk;
     size_t len = 0;
 
@@ -1495,15 +1500,19 @@ static void kvf_peer_serve_one(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
                        KVF_PEER_HDR_MAX, &len) != KVF_OK) {
         goto err_put;
     }
-    peer->serve_free = serve->next_free;
-    serve->entry     = entry;
-    serve->ep        = ep;
-    if (kvf_ucx_am_send(ep, KVF_MESH_AM_PEER_CHUNK, hdr, len,
-                        (uint8_t *)kvf_store_base(peer->store) +
-                            kvf_pool_entry_offset(entry),
-                        chunk.length, peer->pool_mem, KVF_UCX_AM_SEND_RNDV,
-                        peer->timeout_ns, kvf_peer_on_served,
-                        serve) != KVF_OK) {
+    peer->serve_free   = serve->next_free;
+    serve->entry       = entry;
+    serve->ep          = ep;
+    payload.header     = hdr;
+    payload.header_len = len;
+    payload.data =
+        (uint8_t *)kvf_store_base(peer->store) + kvf_pool_entry_offset(entry);
+    payload.len   = chunk.length;
+    payload.mem   = peer->pool_mem;
+    payload.flags = KVF_UCX_AM_SEND_RNDV;
+    if (kvf_mesh_send_am(peer->mesh, ep, KVF_MESH_AM_PEER_CHUNK, &payload,
+                         peer->timeout_ns, kvf_peer_on_served,
+                         serve) != KVF_OK) {
         serve->entry     = NULL;
         serve->ep        = NULL;
         serve->next_free = peer->serve_free;
@@ -1606,6 +1615,7 @@ static void kvf_peer_batch_send(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
                                 kvf_peer_batch_t *b,
                                 kvf_peer_link_stats_t *link)
 {
+    kvf_mesh_am_payload_t payload = {0};
     Kvf__PeerChunks chunks;
     size_t len = 0;
 
@@ -1617,12 +1627,19 @@ static void kvf_peer_batch_send(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
     chunks.lengths     = b->lengths;
     chunks.n_checksums = b->num;
     chunks.checksums   = b->checksums;
-    if ((kvf_frame_pack(b->hdr, sizeof(b->hdr), KVF_MSG_PEER_CHUNKS, 0,
-                        &chunks.base, KVF_PEER_BATCH_HDR_MAX,
-                        &len) != KVF_OK) ||
-        (kvf_ucx_am_send_iov(ep, KVF_MESH_AM_PEER_CHUNKS, b->hdr, len, b->iov,
-                             b->num, KVF_UCX_AM_SEND_RNDV, peer->timeout_ns,
-                             kvf_peer_on_batch_served, b) != KVF_OK)) {
+    if (kvf_frame_pack(b->hdr, sizeof(b->hdr), KVF_MSG_PEER_CHUNKS, 0,
+                       &chunks.base, KVF_PEER_BATCH_HDR_MAX, &len) != KVF_OK) {
+        kvf_peer_on_batch_served(KVF_ERR_PROTO, b);
+        return;
+    }
+    payload.header     = b->hdr; /* stays until the batch is served */
+    payload.header_len = len;
+    payload.iov        = b->iov;
+    payload.iovcnt     = b->num;
+    payload.flags      = KVF_UCX_AM_SEND_RNDV;
+    if (kvf_mesh_send_am(peer->mesh, ep, KVF_MESH_AM_PEER_CHUNKS, &payload,
+                         peer->timeout_ns, kvf_peer_on_batch_served,
+                         b) != KVF_OK) {
         kvf_peer_on_batch_served(KVF_ERR_TRANSPORT, b);
         return;
     }

@@ -37,6 +37,7 @@ static kvf_th_ctl_t g_ctl;
 static it_agent_t g_agents[AGENTS];
 static char g_bin[4096];
 static const char *g_pool = "32M"; /* --pool-size of the agents started */
+static const char *g_max_ops;      /* --ucx-max-ops of those (NULL: none) */
 
 static bool registered(const it_agent_t *a)
 {
@@ -57,9 +58,17 @@ static void start_agent(int i)
                           "--prefetch-lease", "2s",
                           /* the UCX path: same-host copies have their own
                            * suite (test_same_host.c) */
-                          "--same-host=false", NULL};
+                          "--same-host=false", NULL, NULL, NULL};
+    size_t n           = 0;
     int k;
 
+    while (argv[n] != NULL) {
+        n++;
+    }
+    if (g_max_ops != NULL) { /* into the two spare places */
+        argv[n]     = "--ucx-max-ops";
+        argv[n + 1] = g_max_ops;
+    }
     snprintf(a->name, sizeof(a->name), "it-peer-%c", 'a' + i);
     snprintf(a->sock, sizeof(a->sock), "/tmp/kvf-peer-it-%d-%d.sock",
              (int)getpid(), i);
@@ -750,6 +759,72 @@ Test(peer_fetch, prefetch_of_thousands_of_chunks_is_pipelined)
     cr_assert_eq(metric(1, "kvf_agent_fetch_chunks_total{result=\"fetched\"} "),
                  N);
     free(keys);
+}
+
+/* More chunks at once than the holder's UCX worker has operations
+ * (ucx_max_ops 16): two requesters prefetch from A at once 160 chunks of
+ * 192 KiB (a rendezvous each) and 512 of 8 KiB (in batches). The sends
+ * past the worker's operations wait for one, in order (the mesh's deferred
+ * sends), and every chunk arrives byte for byte. Before, such a send
+ * failed "busy", the holder dropped it without an answer, and the
+ * requester missed the chunk at its fetch deadline. */
+Test(peer_fetch, a_holder_out_of_worker_operations_still_serves_every_chunk)
+{
+    enum {
+        BIG_N   = 160,
+        BIG     = 192u << 10,
+        SMALL_N = 512,
+        SMALL   = 8u << 10
+    };
+    kvf_key_t *big   = calloc(BIG_N, sizeof(*big));
+    kvf_key_t *small = calloc(SMALL_N, sizeof(*small));
+    kvf_lookup_result_t res;
+    kvf_client_t *c[2];
+    uint32_t k;
+
+    cr_assert((big != NULL) && (small != NULL));
+    g_pool = "160M";
+    for (k = 0; k < AGENTS; k++) {
+        g_max_ops = (k == 0) ? "16" : NULL;
+        cr_assert_eq(kvf_test_proc_stop(&g_agents[k].proc, 10000), 0);
+        start_agent((int)k);
+    }
+    g_max_ops = NULL;
+    for (k = 0; k < BIG_N; k++) {
+        big[k] = (kvf_key_t){.ns = 0x77, .hi = 0xb16, .lo = k + 1};
+    }
+    for (k = 0; k < SMALL_N; k++) {
+        small[k] = (kvf_key_t){.ns = 0x77, .hi = 0x5a11, .lo = k + 1};
+    }
+    small_store(big, BIG_N, BIG);
+    small_store(small, SMALL_N, SMALL);
+    wait_hits(2, big, BIG_N, BIG_N);
+    wait_hits(2, small, SMALL_N, SMALL_N);
+    for (k = 0; k < 2; k++) {
+        c[k] = connect_to((int)k + 1);
+    }
+    for (k = 0; k < 2; k++) { /* both fetches under way before any waits */
+        cr_assert_eq(kvf_client_lookup(c[k], big, BIG_N, true, &res), KVF_OK);
+        cr_assert_eq(res.hit_chunks, BIG_N);
+        cr_assert_eq(kvf_client_lookup(c[k], small, SMALL_N, true, &res),
+                     KVF_OK);
+        cr_assert_eq(res.hit_chunks, SMALL_N);
+    }
+    for (k = 0; k < 2; k++) {
+        small_check(c[k], big, BIG_N, BIG);
+        small_check(c[k], small, SMALL_N, SMALL);
+        kvf_client_disconnect(c[k]);
+        cr_assert_eq(
+            metric((int)k + 1,
+                   "kvf_agent_fetch_chunks_total{result=\"fetched\"} "),
+            BIG_N + SMALL_N);
+    }
+    cr_assert_gt(metric(0, "kvf_agent_mesh_deferred_total "), 0,
+                 "the holder never ran out of operations: no burst tested");
+    cr_log_info("holder burst: %lld sends waited for an operation",
+                metric(0, "kvf_agent_mesh_deferred_total "));
+    free(big);
+    free(small);
 }
 
 /* The "transports" of node @p name in a nodes JSON document (kvfctl

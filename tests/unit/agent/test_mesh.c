@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Copyright (c) 2026 The kvfabric authors */
 #include "agent/mesh.h"
+#include "common/time.h"
 #include "tests/helpers/test_helpers.h"
 
 #include <criterion/criterion.h>
@@ -125,4 +126,183 @@ Test(mesh, decode_drops_and_counts_what_a_handler_does_not_take)
         cr_assert_eq(((Kvf__PeerChunk *)frame.msg)->request_id, 42);
         kvf_frame_release(&frame, NULL);
     }
+}
+
+/* ------------------------------------------------------ deferred sends */
+
+/* A sender whose worker has two operations, both held by a receiver that
+ * keeps two rendezvous messages unreceived: every send after them waits
+ * (the mesh's deferred queue) and ends only by its own timeout or by its
+ * endpoint failing. */
+
+typedef struct held {
+    kvf_ucx_am_msg_t kept[4];
+    unsigned n;
+} held_t;
+
+typedef struct sent {
+    unsigned calls;
+    kvf_status_t status;
+    uint64_t tag;
+} sent_t;
+
+static held_t g_held;
+
+static kvf_status_t keep_rndv(void *arg, const void *header, size_t header_len,
+                              const kvf_ucx_am_msg_t *msg)
+{
+    held_t *h = arg;
+
+    if (msg->is_rndv && (h->n < 4)) {
+        h->kept[h->n++] = *msg;
+        return KVF_INPROGRESS;
+    }
+    return KVF_OK;
+}
+
+static void on_frame_sent(kvf_status_t status, void *arg, uint64_t tag)
+{
+    sent_t *s = arg;
+
+    s->calls++;
+    s->status = status;
+    s->tag    = tag;
+}
+
+static void on_am_sent(kvf_status_t status, void *arg)
+{
+    sent_t *s = arg;
+
+    s->calls++;
+    s->status = status;
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    /* so that EVLOOP_ONCE returns and the deferred timer is seen */
+}
+
+static bool loop_until(struct event_base *base, const unsigned *count,
+                       unsigned want)
+{
+    uint64_t deadline = kvf_time_deadline_ns(10ull * 1000 * 1000 * 1000);
+
+    while (*count < want) {
+        if (kvf_time_expired(deadline)) {
+            return false;
+        }
+        event_base_loop(base, EVLOOP_ONCE);
+    }
+    return true;
+}
+
+Test(mesh_defer, a_waiting_send_ends_by_its_timeout_or_its_endpoint_failing)
+{
+    static uint8_t big[1u << 20];
+    kvf_ucx_ctx_params_t cp     = {.field_mask = KVF_UCX_CTX_FIELD_TLS,
+                                   .tls        = "tcp"};
+    kvf_ucx_worker_params_t wp  = {.field_mask = KVF_UCX_WORKER_FIELD_MAX_OPS,
+                                   .max_ops    = 2};
+    kvf_mesh_am_payload_t rndv  = {.header     = "h",
+                                   .header_len = 1,
+                                   .data       = big,
+                                   .len        = sizeof(big),
+                                   .flags      = KVF_UCX_AM_SEND_RNDV};
+    kvf_mesh_am_payload_t eager = {
+        .header = "e", .header_len = 1, .flags = KVF_UCX_AM_SEND_EAGER};
+    struct timeval tv = {0, 5000};
+    kvf_ucx_ctx_t *srv_ctx, *cli_ctx;
+    kvf_ucx_worker_t *srv, *cli;
+    kvf_mesh_t *mesh;
+    kvf_ucx_ep_t *ep = NULL;
+    kvf_ucx_ep_params_t epp;
+    struct event_base *base;
+    struct event *tick;
+    sent_t r[2], frame, am;
+    kvf_mesh_stats_t st;
+    Kvf__PeerFetch fetch;
+    void *addr;
+    size_t addr_len;
+    unsigned i;
+
+    memset(r, 0, sizeof(r));
+    memset(&frame, 0, sizeof(frame));
+    memset(&am, 0, sizeof(am));
+    memset(&g_held, 0, sizeof(g_held));
+    base = event_base_new();
+    cr_assert_not_null(base);
+    tick = event_new(base, -1, EV_PERSIST, on_tick, NULL);
+    event_add(tick, &tv);
+    cr_assert_eq(kvf_ucx_ctx_create(&cp, &srv_ctx), KVF_OK);
+    cr_assert_eq(kvf_ucx_ctx_create(&cp, &cli_ctx), KVF_OK);
+    cr_assert_eq(kvf_ucx_worker_create(srv_ctx, base, NULL, &srv), KVF_OK);
+    cr_assert_eq(kvf_ucx_worker_create(cli_ctx, base, &wp, &cli), KVF_OK);
+    cr_assert_eq(
+        kvf_ucx_am_set_handler(srv, KVF_MESH_AM_PEER_CHUNK, keep_rndv, &g_held),
+        KVF_OK);
+    kvf_mesh_params_t mp = {.base = base, .worker = cli, .name = "sender"};
+
+    cr_assert_eq(kvf_mesh_create(&mp, &mesh), KVF_OK);
+    cr_assert_eq(kvf_ucx_worker_address_pack(srv, &addr, &addr_len), KVF_OK);
+    epp = (kvf_ucx_ep_params_t){.field_mask  = KVF_UCX_EP_FIELD_ADDRESS,
+                                .address     = addr,
+                                .address_len = addr_len};
+    cr_assert_eq(kvf_ucx_ep_get(cli, "receiver", &epp, &ep), KVF_OK);
+
+    /* both operations taken, and kept taken by the receiver */
+    for (i = 0; i < 2; i++) {
+        cr_assert_eq(kvf_mesh_send_am(mesh, ep, KVF_MESH_AM_PEER_CHUNK, &rndv,
+                                      30ull * 1000 * 1000 * 1000, on_am_sent,
+                                      &r[i]),
+                     KVF_OK);
+    }
+    cr_assert(loop_until(base, &g_held.n, 2), "the receiver got %u", g_held.n);
+
+    /* a frame with a short timeout and a message with a long one wait */
+    kvf__peer_fetch__init(&fetch);
+    fetch.request_id = 1;
+    cr_assert_eq(kvf_mesh_send_frame(mesh, ep, KVF_MESH_AM_PEER_FETCH,
+                                     KVF_MSG_PEER_FETCH, &fetch.base,
+                                     50ull * 1000 * 1000, on_frame_sent, &frame,
+                                     7),
+                 KVF_OK);
+    cr_assert_eq(kvf_mesh_send_am(mesh, ep, KVF_MESH_AM_PEER_CHUNK, &eager,
+                                  30ull * 1000 * 1000 * 1000, on_am_sent, &am),
+                 KVF_OK);
+    kvf_mesh_get_stats(mesh, &st);
+    cr_assert_eq(st.deferred, 2);
+    cr_assert_eq(frame.calls + am.calls, 0, "told from inside the call");
+
+    /* the frame ends by its own timeout; the message keeps waiting */
+    cr_assert(loop_until(base, &frame.calls, 1));
+    cr_assert_eq(frame.status, KVF_ERR_TIMEOUT);
+    cr_assert_eq(frame.tag, 7);
+    cr_assert_eq(am.calls, 0);
+    cr_assert_eq(r[0].calls + r[1].calls, 0);
+
+    /* the endpoint fails: the held sends end, and the waiting one is told
+     * its endpoint closed instead of being sent on it */
+    kvf_ucx_ep_fail(ep, KVF_ERR_CLOSED);
+    cr_assert(loop_until(base, &am.calls, 1));
+    cr_assert_eq(am.status, KVF_ERR_CLOSED);
+    for (i = 0; i < 2; i++) {
+        cr_assert_eq(r[i].calls, 1);
+        cr_assert_neq(r[i].status, KVF_OK);
+    }
+    cr_assert_eq(frame.calls, 1, "a frame told twice");
+    cr_assert_eq(am.calls, 1, "a message told twice");
+
+    for (i = 0; i < g_held.n; i++) {
+        kvf_ucx_am_msg_release(&g_held.kept[i]);
+    }
+    kvf_ucx_ep_put(ep);
+    kvf_ucx_worker_destroy(cli);
+    kvf_mesh_destroy(mesh);
+    kvf_ucx_worker_destroy(srv);
+    kvf_ucx_ctx_destroy(cli_ctx);
+    kvf_ucx_ctx_destroy(srv_ctx);
+    free(addr);
+    event_free(tick);
+    event_base_free(base);
+    kvf_test_check_leaks();
 }
