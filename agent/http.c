@@ -308,8 +308,9 @@ static void kvf_agent_metrics_peers(kvf_agent_http_t *http,
                        "messages from peers dropped before use, by reason",
                        "reason", KVF_MESH_DROP_REASONS, reasons, ms.dropped);
     kvf_prom_metric(body, "kvf_agent_mesh_deferred_total", KVF_PROM_COUNTER,
-                    "control messages to peers that waited for the UCX "
-                    "worker's operations to free up (a burst)",
+                    "messages to peers (control, served chunks) that "
+                    "waited for the UCX worker's operations to free up (a "
+                    "burst)",
                     ms.deferred);
     kvf_prom_metric_by(body, "kvf_agent_fetch_chunks_total", KVF_PROM_COUNTER,
                        "chunks asked of peers, by result", "result", 2,
