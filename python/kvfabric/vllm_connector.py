@@ -348,8 +348,7 @@ class KVFabricConnector(KVConnectorBase_V1):
         self._recv_pending: Set[str] = set()  # queued or being loaded
         self._kv_events: Dict[Any, None] = {}  # this step's, each once
         self.stats = {k: 0 for k in STAT_NAMES}
-        self._refused_logged = False
-        self._failed_logged = False
+        self._warned: Set[str] = set()  # stats warned of once
         self._interval = {k: 0 for k in STAT_NAMES}
 
     # shared ------------------------------------------------------------
@@ -394,27 +393,18 @@ class KVFabricConnector(KVConnectorBase_V1):
         self._broken = True
         self._retry_at = time.monotonic() + self._retry_s
 
-    def _save_refused(self, m: "ReqMeta", e: Exception) -> None:
-        """The agent has no room for this request's chunks now (its pool,
-        or this engine's staging area, is full): the request is not saved,
-        and the agent stays in use for everything else."""
-        self._count("save_refused")
-        if not self._refused_logged:
-            self._refused_logged = True
-            log.warning("kvfabric: request %s not saved: %s (raise the "
-                        "agent's engine_staging_size or pool_size; counted "
-                        "in save_refused, logged once)", m.req_id, e)
-
-    def _save_failed(self, m: "ReqMeta", e: kvf.KvfError) -> None:
-        """The agent refused this request's COMMIT (a checksum that did
-        not match the bytes, a slot it no longer grants): those chunks are
-        not cached, its events not reported, and the agent stays in use."""
-        self._count("save_failed")
-        if not self._failed_logged:
-            self._failed_logged = True
-            log.warning("kvfabric: request %s not saved, the agent refused "
-                        "its commit: %s (counted in save_failed, logged "
-                        "once)", m.req_id, e)
+    def _save_lost(self, stat: str, m: "ReqMeta", e: Exception,
+                   why: str) -> None:
+        """This request's chunks are not cached: the agent had no room for
+        them (save_refused: its pool, or this engine's staging area, is
+        full) or refused their COMMIT (save_failed: a checksum that did not
+        match the bytes, a slot it no longer grants). Counted in @p stat,
+        warned once each; the agent stays in use for everything else."""
+        self._count(stat)
+        if stat not in self._warned:
+            self._warned.add(stat)
+            log.warning("kvfabric: request %s not saved: %s (%s; counted in "
+                        "%s, logged once)", m.req_id, e, why, stat)
 
     def _end_step(self) -> None:
         if self._broken:
@@ -1020,7 +1010,9 @@ class KVFabricConnector(KVConnectorBase_V1):
                                 isinstance(e, _AgentAway)):
                             self._agent_failed("alloc", e)
                             break
-                        self._save_refused(m, e)
+                        self._save_lost("save_refused", m, e,
+                                        "raise the agent's "
+                                        "engine_staging_size or pool_size")
                         continue
                     except OSError as e:
                         self._agent_failed("alloc", e)
@@ -1075,7 +1067,8 @@ class KVFabricConnector(KVConnectorBase_V1):
                 if e.status in _AGENT_DOWN or isinstance(e, _AgentAway):
                     self._agent_failed("commit", e)
                 else:
-                    self._save_failed(m, e)
+                    self._save_lost("save_failed", m, e,
+                                    "the agent refused its commit")
             except OSError as e:
                 self._agent_failed("commit", e)
         self._end_step()
