@@ -54,7 +54,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
 import kvfabric as kvf
 from kvfabric.errors import (ERR_AUTH, ERR_CLOSED, ERR_IO, ERR_NO_MEMORY,
                              ERR_NOT_FOUND, ERR_PROTO, ERR_TIMEOUT,
-                             ERR_TRANSPORT, ERR_VERSION)
+                             ERR_TOO_BIG, ERR_TRANSPORT, ERR_VERSION)
 
 log = logging.getLogger("kvfabric.vllm")
 
@@ -405,6 +405,19 @@ class KVFabricConnector(KVConnectorBase_V1):
             self._warned.add(stat)
             log.warning("kvfabric: request %s not saved: %s (%s; counted in "
                         "%s, logged once)", m.req_id, e, why, stat)
+
+    def _alloc_refused(self, m: "ReqMeta", e: kvf.KvfError) -> None:
+        """The agent is up and refused room for this request's chunks."""
+        if e.status == ERR_NO_MEMORY:
+            self._save_lost("save_refused", m, e, "raise the agent's "
+                            "engine_staging_size or pool_size")
+        elif e.status == ERR_TOO_BIG:
+            self._save_lost("save_failed", m, e,
+                            f"a chunk is {self._chunk_bytes} bytes here: "
+                            "raise the agent's max_chunk to hold it")
+        else:
+            self._save_lost("save_failed", m, e,
+                            "the agent refused the allocation")
 
     def _end_step(self) -> None:
         if self._broken:
@@ -1006,13 +1019,11 @@ class KVFabricConnector(KVConnectorBase_V1):
                         slots = self.client.alloc(
                             self._chunk_bytes, len(m.save_keys[self._rank]))
                     except kvf.KvfError as e:
-                        if (e.status != ERR_NO_MEMORY or
+                        if (e.status in _AGENT_DOWN or
                                 isinstance(e, _AgentAway)):
                             self._agent_failed("alloc", e)
                             break
-                        self._save_lost("save_refused", m, e,
-                                        "raise the agent's "
-                                        "engine_staging_size or pool_size")
+                        self._alloc_refused(m, e)
                         continue
                     except OSError as e:
                         self._agent_failed("alloc", e)

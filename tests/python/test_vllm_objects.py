@@ -431,3 +431,50 @@ def test_a_commit_the_agent_refuses_is_not_an_outage(model, agents,
         assert c.lookup(bad).hit_chunks == 0
         assert c.lookup(good).hit_chunks == 2
     w.shutdown()
+
+
+@pytest.fixture
+def small_chunk_agent():
+    """One agent whose chunks are at most 64 KiB (max_chunk)."""
+    from conftest import _run_cluster
+
+    yield from _run_cluster(agents=("m",),
+                            extra_agent_args=["--max-chunk", "64K"])
+
+
+def test_chunks_larger_than_the_agents_max_chunk_are_not_an_outage(
+        model, small_chunk_agent, caplog):
+    """Chunks larger than the agent's max_chunk (KVF_ERR_TOO_BIG on ALLOC):
+    each request is counted in save_failed with a warning that names
+    max_chunk, nothing counts as an agent error, and the worker keeps its
+    connection for the next step."""
+    import logging
+
+    import torch
+
+    cl = small_chunk_agent
+    w = connector(vllm_config(model, cl.sockets["m"]),
+                  KVConnectorRole.WORKER)
+    layers = {f"model.layers.{i}.self_attn.attn":
+              torch.ones(3, 2, C, 128, dtype=torch.bfloat16)
+              for i in range(2)}
+    w.register_kv_caches(layers)
+    assert w._chunk_bytes > (64 << 10)
+    caplog.set_level(logging.WARNING, logger="kvfabric.vllm")
+    for step in range(2):
+        keys = kvf.key_chain(w._ns[0], _prompt(C, 40 + step), C)
+        w.bind_connector_metadata(vc.KVFabricConnectorMetadata([
+            vc.ReqMeta(f"r{step}", [step], save_keys=[keys])]))
+        for name, kv in layers.items():
+            w.save_kv_layer(name, kv, None)
+        client = w._client
+        w.wait_for_save()
+        w.clear_connector_metadata()
+        assert w._client is client and client is not None
+    assert w.stats["agent_errors"] == 0, w.stats
+    assert w.stats["save_failed"] == 2, w.stats
+    assert w.stats["saved_chunks"] == 0, w.stats
+    warned = [r.getMessage() for r in caplog.records
+              if "not saved" in r.getMessage()]
+    assert len(warned) == 1 and "max_chunk" in warned[0], warned
+    w.shutdown()
