@@ -344,13 +344,47 @@ def test_worker_kv_events_loaded_and_missing_chunks(model, agents):
     w.shutdown()
 
 
+def _one_agent(name, *args):
+    from conftest import _run_cluster
+
+    yield from _run_cluster(agents=(name,), extra_agent_args=list(args))
+
+
 @pytest.fixture
 def tight_agent():
     """One agent whose engines may stage 4 MiB (engine_staging_size)."""
-    from conftest import _run_cluster
+    yield from _one_agent("s", "--engine-staging-size", "4M")
 
-    yield from _run_cluster(agents=("s",),
-                            extra_agent_args=["--engine-staging-size", "4M"])
+
+@pytest.fixture
+def small_chunk_agent():
+    """One agent whose chunks are at most 64 KiB (max_chunk)."""
+    yield from _one_agent("m", "--max-chunk", "64K")
+
+
+def _saving_worker(model, socket, blocks):
+    """A worker on @p socket whose two layers (vLLM's CPU layout) hold
+    @p blocks blocks of ones; returns it and its layers."""
+    import torch
+
+    w = connector(vllm_config(model, socket), KVConnectorRole.WORKER)
+    layers = {f"model.layers.{i}.self_attn.attn":
+              torch.ones(blocks, 2, C, 128, dtype=torch.bfloat16)
+              for i in range(2)}
+    w.register_kv_caches(layers)
+    return w, layers
+
+
+def _save_step(w, layers, metas):
+    """One step that saves @p metas; returns the client the worker had
+    while saving."""
+    w.bind_connector_metadata(vc.KVFabricConnectorMetadata(metas))
+    for name, kv in layers.items():
+        w.save_kv_layer(name, kv, None)
+    client = w._client
+    w.wait_for_save()
+    w.clear_connector_metadata()
+    return client
 
 
 def test_a_save_the_agent_has_no_room_for_is_skipped_not_an_outage(
@@ -359,26 +393,14 @@ def test_a_save_the_agent_has_no_room_for_is_skipped_not_an_outage(
     (engine_staging_size) is not saved and is counted (save_refused); the
     agent stays in use: a smaller request of the same step is saved, and
     nothing counts as an agent error."""
-    import torch
-
     cl = tight_agent
-    w = connector(vllm_config(model, cl.sockets["s"]),
-                  KVConnectorRole.WORKER)
     n = (4 << 20) // (2 * 2 * C * 128 * 2) + 2  # chunks past 4 MiB
-    layers = {f"model.layers.{i}.self_attn.attn":
-              torch.ones(n + 1, 2, C, 128, dtype=torch.bfloat16)
-              for i in range(2)}
-    w.register_kv_caches(layers)
+    w, layers = _saving_worker(model, cl.sockets["s"], n + 1)
     assert w._chunk_bytes * n > (4 << 20)
     big = kvf.key_chain(w._ns[0], _prompt(n * C, 21), C)
     small = kvf.key_chain(w._ns[0], _prompt(C, 22), C)
-    w.bind_connector_metadata(vc.KVFabricConnectorMetadata([
-        vc.ReqMeta("big", list(range(n)), save_keys=[big]),
-        vc.ReqMeta("small", [n], save_keys=[small])]))
-    for name, kv in layers.items():
-        w.save_kv_layer(name, kv, None)
-    w.wait_for_save()
-    w.clear_connector_metadata()
+    _save_step(w, layers, [vc.ReqMeta("big", list(range(n)), save_keys=[big]),
+                           vc.ReqMeta("small", [n], save_keys=[small])])
     assert w.stats["save_refused"] == 1, w.stats
     assert w.stats["agent_errors"] == 0, w.stats
     assert w.stats["saved_chunks"] == 1, w.stats
@@ -395,14 +417,7 @@ def test_a_commit_the_agent_refuses_is_not_an_outage(model, agents,
     bytes, as after a torn write) loses that request's chunks only: counted
     in save_failed, not agent_errors; the other request of the same step is
     saved, and the worker keeps its connection."""
-    import torch
-
-    w = connector(vllm_config(model, agents.sockets["a"]),
-                  KVConnectorRole.WORKER)
-    layers = {f"model.layers.{i}.self_attn.attn":
-              torch.ones(3, 2, C, 128, dtype=torch.bfloat16)
-              for i in range(2)}
-    w.register_kv_caches(layers)
+    w, layers = _saving_worker(model, agents.sockets["a"], 3)
     bad = kvf.key_chain(w._ns[0], _prompt(C, 31), C)
     good = kvf.key_chain(w._ns[0], _prompt(2 * C, 32), C)
     real_sum = kvf.chunk_checksum
@@ -413,14 +428,9 @@ def test_a_commit_the_agent_refuses_is_not_an_outage(model, agents,
         return real_sum(view) ^ (1 if len(calls) == 1 else 0)
 
     monkeypatch.setattr(vc.kvf, "chunk_checksum", first_sum_wrong)
-    w.bind_connector_metadata(vc.KVFabricConnectorMetadata([
-        vc.ReqMeta("bad", [0], save_keys=[bad]),
-        vc.ReqMeta("good", [1, 2], save_keys=[good])]))
-    for name, kv in layers.items():
-        w.save_kv_layer(name, kv, None)
-    client = w._client
-    w.wait_for_save()
-    w.clear_connector_metadata()
+    client = _save_step(w, layers,
+                        [vc.ReqMeta("bad", [0], save_keys=[bad]),
+                         vc.ReqMeta("good", [1, 2], save_keys=[good])])
     monkeypatch.undo()
     assert len(calls) == 3
     assert w.stats["agent_errors"] == 0, w.stats
@@ -433,15 +443,6 @@ def test_a_commit_the_agent_refuses_is_not_an_outage(model, agents,
     w.shutdown()
 
 
-@pytest.fixture
-def small_chunk_agent():
-    """One agent whose chunks are at most 64 KiB (max_chunk)."""
-    from conftest import _run_cluster
-
-    yield from _run_cluster(agents=("m",),
-                            extra_agent_args=["--max-chunk", "64K"])
-
-
 def test_chunks_larger_than_the_agents_max_chunk_are_not_an_outage(
         model, small_chunk_agent, caplog):
     """Chunks larger than the agent's max_chunk (KVF_ERR_TOO_BIG on ALLOC):
@@ -450,26 +451,13 @@ def test_chunks_larger_than_the_agents_max_chunk_are_not_an_outage(
     connection for the next step."""
     import logging
 
-    import torch
-
-    cl = small_chunk_agent
-    w = connector(vllm_config(model, cl.sockets["m"]),
-                  KVConnectorRole.WORKER)
-    layers = {f"model.layers.{i}.self_attn.attn":
-              torch.ones(3, 2, C, 128, dtype=torch.bfloat16)
-              for i in range(2)}
-    w.register_kv_caches(layers)
+    w, layers = _saving_worker(model, small_chunk_agent.sockets["m"], 3)
     assert w._chunk_bytes > (64 << 10)
     caplog.set_level(logging.WARNING, logger="kvfabric.vllm")
     for step in range(2):
         keys = kvf.key_chain(w._ns[0], _prompt(C, 40 + step), C)
-        w.bind_connector_metadata(vc.KVFabricConnectorMetadata([
-            vc.ReqMeta(f"r{step}", [step], save_keys=[keys])]))
-        for name, kv in layers.items():
-            w.save_kv_layer(name, kv, None)
-        client = w._client
-        w.wait_for_save()
-        w.clear_connector_metadata()
+        client = _save_step(w, layers, [vc.ReqMeta(f"r{step}", [step],
+                                                   save_keys=[keys])])
         assert w._client is client and client is not None
     assert w.stats["agent_errors"] == 0, w.stats
     assert w.stats["save_failed"] == 2, w.stats
