@@ -449,6 +449,7 @@ static kvf_status_t kvf_agent_peer_start(kvf_agent_t *agent)
     params.pool_mem   = agent->pool_mem;
     params.store      = agent->store;
     params.timeout_ns = agent->config->fetch_timeout;
+    params.serve_max  = (uint32_t)agent->config->peer_serve_max;
     params.name       = agent->name;
     kvf_transports_init(&agent->transports, agent->name,
                         agent->config->expect_transports);

@@ -66,6 +66,11 @@ static const kvf_config_field_t kvf_agent_config_fields[] = {
                     "UCX operations (sends, receives) in flight at once; a "
                     "burst beyond waits (sends) or is taken anyway "
                     "(receives), never failed"),
+    KVF_AGENT_FIELD("peer_serve_max", KVF_CONFIG_UINT, peer_serve_max, "4096",
+                    16, 1048576,
+                    "chunks this agent sends to peers at once (each pinned "
+                    "until sent); past it, or past 512 to one requester, a "
+                    "key is answered busy and asked again"),
     KVF_AGENT_FIELD("grant_timeout", KVF_CONFIG_DURATION, grant_timeout, "30s",
                     1000000ull, 3600000000000ull,
                     "an allocation not committed this long is taken back"),

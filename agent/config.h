@@ -37,6 +37,7 @@ typedef struct kvf_agent_config {
     uint64_t engine_staging_size;
     uint64_t copy_threads;    /* copier workers besides the loop */
     uint64_t ucx_max_ops;     /* UCX operations in flight at once */
+    uint64_t peer_serve_max;  /* chunks sent to peers at once */
     int eviction;             /* kvf_pool_policy_t: lru, lfu, fifo */
     char *socket;             /* Unix socket path for engines */
     char *listen;             /* HOST:PORT of the peer (UCX) service */

@@ -318,6 +318,13 @@ static void kvf_agent_metrics_peers(kvf_agent_http_t *http,
                        (const uint64_t[]){ps.chunks_fetched, ps.chunks_missed});
     kvf_prom_metric(body, "kvf_agent_fetch_bytes_total", KVF_PROM_COUNTER,
                     "bytes received from peers", ps.bytes_fetched);
+    kvf_prom_metric_by(
+        body, "kvf_agent_serve_refused_total", KVF_PROM_COUNTER,
+        "keys peers asked of this agent answered without a chunk: busy "
+        "(peer_serve_max sends, or a requester's share, in flight; asked "
+        "again) or missing (not held)",
+        "reason", 2, (const char *const[]){"busy", "missing"},
+        (const uint64_t[]){ps.serve_busy, ps.serve_misses});
     kvf_prom_metric(body, "kvf_agent_fetch_timeouts_total", KVF_PROM_COUNTER,
                     "fetches that ran past fetch_timeout", ps.timeouts);
     kvf_prom_metric(

@@ -18,8 +18,10 @@
 #include <string.h>
 #include <sys/queue.h>
 
-#define KVF_PEER_MAX_KEYS  65536u /* keys in one fetch */
-#define KVF_PEER_SERVE_MAX 4096u  /* chunks being sent at once */
+#define KVF_PEER_MAX_KEYS 65536u /* keys in one fetch */
+/* Chunks being sent at once (peer_serve_max): past it a key is answered
+ * busy. */
+#define KVF_PEER_SERVE_MAX 4096u
 /* Chunks being sent to one requester at once: a peer that never receives
  * what it asked for (rendezvous held open) ties up this many sends until
  * they time out, not the whole service; past it a key is answered busy. */
@@ -31,12 +33,14 @@
 /* Keys one PEER_CHUNK without a chunk answers beside its own
  * (PeerChunk.more_indexes): the frame stays inside the AM header. */
 #define KVF_PEER_GROUP_MAX 40u
-/* A key answered busy (the holder had its share of sends to us in flight:
- * it counts a send until UCX completes it, after our receive) is asked
- * again this long after, at most this many times, then it is a miss. */
-#define KVF_PEER_BUSY_RETRY_US 1000
-#define KVF_PEER_BUSY_RETRIES  32u
-#define KVF_PEER_HDR_MAX       KVF_MESH_HDR_MAX
+/* A key answered busy (the holder had its share of sends to us in flight,
+ * it counts a send until UCX completes it, after our receive; or every
+ * send it makes at once) is asked again this long after, the wait doubling
+ * with each busy answer up to the most; until the fetch's deadline, when
+ * it is a miss. */
+#define KVF_PEER_BUSY_RETRY_US     1000
+#define KVF_PEER_BUSY_RETRY_MAX_US 16000
+#define KVF_PEER_HDR_MAX           KVF_MESH_HDR_MAX
 /* PEER_CHUNKS: chunks up to this size travel several a message, up to
  * KVF_PEER_BATCH_MAX of them and KVF_PEER_BATCH_BYTES: one rendezvous for
  * all of them. Larger chunks go one a message (zero copy from the
@@ -200,8 +204,9 @@ struct kvf_peer {
     LIST_HEAD(, kvf_peer_fetch) fetches;
     khash_t(kvf_peer_fetches) fetches_by_id;
     struct event_base *base;
-    kvf_peer_serve_t *serves;
+    kvf_peer_serve_t *serves; /* serve_max of them */
     kvf_peer_serve_t *serve_free;
+    uint32_t serve_max;
     kvf_peer_batch_t *batches; /* KVF_PEER_BATCHES */
     kvf_peer_batch_t *batch_free;
     kvf_peer_rbatch_t *rbatch_free; /* made on demand, kept */
@@ -1073,20 +1078,25 @@ static void kvf_peer_on_batch_recv(kvf_status_t status, void *arg)
 }
 
 /* The holder answered item @p index busy: ask for it again shortly, from
- * the loop; a miss after KVF_PEER_BUSY_RETRIES tries. */
+ * the loop (by the fetch's deadline, which ends every wait). */
 static void kvf_peer_item_busy(kvf_peer_fetch_t *fetch, uint32_t index)
 {
     kvf_peer_item_t *item = &fetch->items[index];
     kvf_peer_ask_t *ask   = kvf_peer_ask_of(fetch, item->holder);
-    struct timeval tv     = {0, KVF_PEER_BUSY_RETRY_US};
+    uint32_t wait_us      = KVF_PEER_BUSY_RETRY_US << item->busy_retries;
+    struct timeval tv     = {0, 0};
 
-    if ((ask == NULL) || fetch->done ||
-        (item->busy_retries >= KVF_PEER_BUSY_RETRIES)) {
+    if ((ask == NULL) || fetch->done) {
         kvf_peer_item_settle(item, false);
         return;
     }
-    item->busy_retries++;
-    item->ep = NULL; /* not asked any more: asked again below */
+    if (wait_us >= KVF_PEER_BUSY_RETRY_MAX_US) {
+        wait_us = KVF_PEER_BUSY_RETRY_MAX_US;
+    } else {
+        item->busy_retries++; /* the wait doubles, up to the most */
+    }
+    tv.tv_usec = (suseconds_t)wait_us;
+    item->ep   = NULL; /* not asked any more: asked again below */
     ask->outstanding--;
     if (index < ask->next) {
         ask->next = index;
@@ -1475,8 +1485,9 @@ static void kvf_peer_serve_one(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
     chunk.status     = KVF_ERR_NOT_FOUND;
     /* long names stay out of the (bounded) AM header */
     chunk.holder_name = (strlen(peer->name) < 64) ? peer->name : no_name;
-    if ((serve != NULL) && !kvf_peer_sending_get(peer, ep)) {
-        /* this requester has its share in flight: busy, not a hang */
+    if ((serve == NULL) || !kvf_peer_sending_get(peer, ep)) {
+        /* every send we make at once, or this requester's share, is in
+         * flight: busy (asked again), neither a miss nor a hang */
         peer->stats.serve_busy++;
         chunk.status = KVF_ERR_BUSY;
         serve        = NULL;
@@ -1489,7 +1500,9 @@ static void kvf_peer_serve_one(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
         }
     }
     if (entry == NULL) {
-        peer->stats.serve_misses++;
+        if (chunk.status != KVF_ERR_BUSY) {
+            peer->stats.serve_misses++;
+        }
         kvf_peer_answer_miss(peer, ep, request_id, index, chunk.status, g);
         return;
     }
@@ -1830,7 +1843,9 @@ kvf_status_t kvf_peer_create(const kvf_peer_params_t *params,
         (params->timeout_ns > 0) ? params->timeout_ns : 5 * KVF_NSEC_PER_SEC;
     snprintf(peer->name, sizeof(peer->name), "%s",
              (params->name != NULL) ? params->name : "agent");
-    peer->serves  = calloc(KVF_PEER_SERVE_MAX, sizeof(*peer->serves));
+    peer->serve_max =
+        (params->serve_max > 0) ? params->serve_max : KVF_PEER_SERVE_MAX;
+    peer->serves  = calloc(peer->serve_max, sizeof(*peer->serves));
     peer->batches = calloc(KVF_PEER_BATCHES, sizeof(*peer->batches));
     peer->base    = params->base;
     if ((peer->serves == NULL) || (peer->batches == NULL)) {
@@ -1838,10 +1853,10 @@ kvf_status_t kvf_peer_create(const kvf_peer_params_t *params,
         goto err;
     }
     /* the free lists of single sends and of batched ones */
-    for (i = 0; i < KVF_PEER_SERVE_MAX; i++) {
+    for (i = 0; i < peer->serve_max; i++) {
         peer->serves[i].peer = peer;
         peer->serves[i].next_free =
-            (i + 1 < KVF_PEER_SERVE_MAX) ? &peer->serves[i + 1] : NULL;
+            (i + 1 < peer->serve_max) ? &peer->serves[i + 1] : NULL;
     }
     peer->serve_free = &peer->serves[0];
     for (i = 0; i < KVF_PEER_BATCHES; i++) {

@@ -45,6 +45,7 @@ typedef struct kvf_peer_params {
     kvf_ucx_mem_t *pool_mem; /* the pool, registered */
     kvf_store_t *store;
     uint64_t timeout_ns; /* deadline of one fetch, end to end */
+    uint32_t serve_max;  /* chunks sent to peers at once; 0: 4096 */
     const char *name;    /* for logs */
 } kvf_peer_params_t;
 
@@ -82,7 +83,8 @@ typedef struct kvf_peer_stats {
     uint64_t serve_misses;
     uint64_t bad_reports;      /* peers said a chunk we served was damaged */
     uint64_t serve_busy;       /* keys answered busy: the requester's share of
-                                 sends was in flight (KVF_PEER_SERVE_PER_PEER) */
+                                  sends (KVF_PEER_SERVE_PER_PEER), or all
+                                  serve_max, were in flight */
     uint64_t served_from_disk; /* of chunks_served, read from disk first */
     uint64_t disk_serve_busy;  /* keys on disk answered as misses: every
                                   disk read slot was busy */

@@ -37,7 +37,8 @@ static kvf_th_ctl_t g_ctl;
 static it_agent_t g_agents[AGENTS];
 static char g_bin[4096];
 static const char *g_pool = "32M"; /* --pool-size of the agents started */
-static const char *g_max_ops;      /* --ucx-max-ops of those (NULL: none) */
+/* flags of the next agent started, past the usual ones (NULL: none) */
+static const char *const *g_extra;
 
 static bool registered(const it_agent_t *a)
 {
@@ -58,16 +59,16 @@ static void start_agent(int i)
                           "--prefetch-lease", "2s",
                           /* the UCX path: same-host copies have their own
                            * suite (test_same_host.c) */
-                          "--same-host=false", NULL, NULL, NULL};
-    size_t n           = 0;
+                          "--same-host=false", NULL, NULL, NULL, NULL, NULL};
+    size_t n           = 0, e;
     int k;
 
     while (argv[n] != NULL) {
         n++;
     }
-    if (g_max_ops != NULL) { /* into the two spare places */
-        argv[n]     = "--ucx-max-ops";
-        argv[n + 1] = g_max_ops;
+    for (e = 0; (g_extra != NULL) && (g_extra[e] != NULL); e++) {
+        cr_assert_lt(n + e + 1, sizeof(argv) / sizeof(argv[0]));
+        argv[n + e] = g_extra[e];
     }
     snprintf(a->name, sizeof(a->name), "it-peer-%c", 'a' + i);
     snprintf(a->sock, sizeof(a->sock), "/tmp/kvf-peer-it-%d-%d.sock",
@@ -761,6 +762,21 @@ Test(peer_fetch, prefetch_of_thousands_of_chunks_is_pipelined)
     free(keys);
 }
 
+/* Restarts every agent with room for 160 MiB of chunks, A (the holder of
+ * what the tests store) with @p holder_flags besides. */
+static void restart_holder_limited(const char *const *holder_flags)
+{
+    uint32_t k;
+
+    g_pool = "160M";
+    for (k = 0; k < AGENTS; k++) {
+        g_extra = (k == 0) ? holder_flags : NULL;
+        cr_assert_eq(kvf_test_proc_stop(&g_agents[k].proc, 10000), 0);
+        start_agent((int)k);
+    }
+    g_extra = NULL;
+}
+
 /* More chunks at once than the holder's UCX worker has operations
  * (ucx_max_ops 16): two requesters prefetch from A at once 160 chunks of
  * 192 KiB (a rendezvous each) and 512 of 8 KiB (in batches). The sends
@@ -783,13 +799,7 @@ Test(peer_fetch, a_holder_out_of_worker_operations_still_serves_every_chunk)
     uint32_t k;
 
     cr_assert((big != NULL) && (small != NULL));
-    g_pool = "160M";
-    for (k = 0; k < AGENTS; k++) {
-        g_max_ops = (k == 0) ? "16" : NULL;
-        cr_assert_eq(kvf_test_proc_stop(&g_agents[k].proc, 10000), 0);
-        start_agent((int)k);
-    }
-    g_max_ops = NULL;
+    restart_holder_limited((const char *const[]){"--ucx-max-ops", "16", NULL});
     for (k = 0; k < BIG_N; k++) {
         big[k] = (kvf_key_t){.ns = 0x77, .hi = 0xb16, .lo = k + 1};
     }
@@ -825,6 +835,47 @@ Test(peer_fetch, a_holder_out_of_worker_operations_still_serves_every_chunk)
                 metric(0, "kvf_agent_mesh_deferred_total "));
     free(big);
     free(small);
+}
+
+/* A holder with every send it makes at once in flight (peer_serve_max 16,
+ * and 16 UCX operations, so its sends wait for those too) answers the rest
+ * of a requester's keys busy, and the requester asks again, waiting longer
+ * each time, until each chunk arrives: 200 chunks of 192 KiB, every one
+ * fetched byte for byte. Before, a key past the holder's sends was
+ * answered missing, and the requester recomputed what the holder had. */
+Test(peer_fetch, a_holder_at_its_send_limit_answers_busy_not_missing)
+{
+    enum {
+        N   = 200,
+        BIG = 192u << 10
+    };
+    kvf_key_t *keys = calloc(N, sizeof(*keys));
+    kvf_lookup_result_t res;
+    kvf_client_t *c;
+    uint32_t k;
+
+    cr_assert_not_null(keys);
+    restart_holder_limited((const char *const[]){"--peer-serve-max", "16",
+                                                 "--ucx-max-ops", "16", NULL});
+    for (k = 0; k < N; k++) {
+        keys[k] = (kvf_key_t){.ns = 0x77, .hi = 0xb05e, .lo = k + 1};
+    }
+    small_store(keys, N, BIG);
+    wait_hits(2, keys, N, N);
+    c = connect_to(1);
+    cr_assert_eq(kvf_client_lookup(c, keys, N, true, &res), KVF_OK);
+    cr_assert_eq(res.hit_chunks, N);
+    small_check(c, keys, N, BIG);
+    kvf_client_disconnect(c);
+    cr_assert_eq(metric(1, "kvf_agent_fetch_chunks_total{result=\"fetched\"} "),
+                 N);
+    cr_assert_gt(metric(0, "kvf_agent_serve_refused_total{reason=\"busy\"} "),
+                 0, "the holder never reached its send limit: nothing tested");
+    cr_assert_eq(
+        metric(0, "kvf_agent_serve_refused_total{reason=\"missing\"} "), 0);
+    cr_log_info("holder at its limit: %lld keys answered busy",
+                metric(0, "kvf_agent_serve_refused_total{reason=\"busy\"} "));
+    free(keys);
 }
 
 /* The "transports" of node @p name in a nodes JSON document (kvfctl
