@@ -706,8 +706,9 @@ static void kvf_mesh_auth_send(kvf_mesh_t *mesh, kvf_ucx_ep_t *ep, uint8_t kind,
                                const uint8_t *nonce, const uint8_t *mac,
                                const char *ident)
 {
-    size_t ident_len = (ident != NULL) ? strlen(ident) : 0;
-    uint32_t magic   = htole32(KVF_MESH_AUTH_MAGIC);
+    size_t ident_len              = (ident != NULL) ? strlen(ident) : 0;
+    uint32_t magic                = htole32(KVF_MESH_AUTH_MAGIC);
+    kvf_mesh_am_payload_t payload = {0};
     uint8_t *buf;
 
     if (ident_len >= KVF_MESH_IDENT_MAX) {
@@ -731,10 +732,13 @@ static void kvf_mesh_auth_send(kvf_mesh_t *mesh, kvf_ucx_ep_t *ep, uint8_t kind,
     if (ident_len > 0) {
         memcpy(buf + KVF_MESH_AUTH_FIXED, ident, ident_len);
     }
-    if (kvf_ucx_am_send(ep, KVF_MESH_AM_AUTH, NULL, 0, buf,
-                        KVF_MESH_AUTH_FIXED + ident_len, NULL,
-                        KVF_UCX_AM_SEND_EAGER, mesh->auth_timeout_ns,
-                        kvf_mesh_auth_sent, buf) != KVF_OK) {
+    payload.data  = buf; /* freed when sent */
+    payload.len   = KVF_MESH_AUTH_FIXED + ident_len;
+    payload.flags = KVF_UCX_AM_SEND_EAGER;
+    /* in a burst it waits for an operation, as any frame does */
+    if (kvf_mesh_send_am(mesh, ep, KVF_MESH_AM_AUTH, &payload,
+                         mesh->auth_timeout_ns, kvf_mesh_auth_sent,
+                         buf) != KVF_OK) {
         free(buf);
     }
 }
