@@ -101,6 +101,83 @@ Test(data_auth, agents_with_the_secret_fetch_from_each_other)
                  KEYS);
 }
 
+/* A holder whose UCX operations are all busy sending chunks (ucx_max_ops
+ * 16) completes the handshakes of two requesters that first reach it
+ * while it sends: its half of each challenge waits for an operation as
+ * every send does. Before, it was dropped when none was free, the
+ * handshake timed out, and that requester missed every chunk. */
+Test(data_auth, handshakes_during_a_burst_complete)
+{
+    enum {
+        N   = 384, /* 96 MiB in 256 KiB blocks, of each agent's 128 MiB */
+        BIG = 192u << 10
+    };
+    const char *const holder_args[] = {
+        "--config",      g_c.yaml, "--pool-size", "128M",
+        "--ucx-max-ops", "16",     NULL};
+    const char *const req_args[] = {"--config", g_c.yaml, "--pool-size", "128M",
+                                    NULL};
+    kvf_sec_agent_t holder, req[2];
+    kvf_client_t *c[2];
+    kvf_lookup_result_t res;
+    kvf_key_t *keys   = calloc(N, sizeof(*keys));
+    kvf_slot_t *slots = calloc(N, sizeof(*slots));
+    bool *missing     = calloc(N, sizeof(*missing));
+    uint32_t k, i;
+    int n;
+
+    cr_assert((keys != NULL) && (slots != NULL) && (missing != NULL));
+    kvf_sec_agent_start(&holder, g_c.ctl.addr, "auth-h", holder_args);
+    kvf_sec_agent_start(&req[0], g_c.ctl.addr, "auth-r0", req_args);
+    kvf_sec_agent_start(&req[1], g_c.ctl.addr, "auth-r1", req_args);
+    for (k = 0; k < N; k++) {
+        keys[k] = (kvf_key_t){.ns = 0, .hi = 0xb0a5, .lo = k + 1};
+    }
+    kvf_sec_store(&g_c, &holder, keys, N, BIG, fill);
+    for (i = 0; i < 2; i++) {
+        c[i] = connect_to(&req[i]);
+    }
+    for (n = 0; n < 400; n++) {
+        cr_assert_eq(kvf_client_lookup(c[0], keys, N, false, &res), KVF_OK);
+        if (res.hit_chunks == N) {
+            break;
+        }
+        poll(NULL, 0, 5);
+    }
+    cr_assert_eq(res.hit_chunks, N);
+    /* neither requester has met the holder yet: both prefetch at once */
+    for (i = 0; i < 2; i++) {
+        cr_assert_eq(kvf_client_lookup(c[i], keys, N, true, &res), KVF_OK);
+        cr_assert_eq(res.hit_chunks, N);
+    }
+    for (i = 0; i < 2; i++) {
+        cr_assert_eq(kvf_client_retrieve(c[i], keys, N, slots, missing), KVF_OK,
+                     "%s", kvf_client_last_error(c[i]));
+        for (k = 0; k < N; k++) {
+            const uint8_t *p =
+                (const uint8_t *)kvf_client_pool_base(c[i]) + slots[k].offset;
+
+            cr_assert(!missing[k], "requester %u: chunk %u missing", i, k);
+            cr_assert_eq(p[0], (uint8_t)(0x40 + k));
+            cr_assert_eq(p[BIG - 1], (uint8_t)(0x40 + k));
+        }
+        kvf_client_release(c[i], slots, N);
+        kvf_client_disconnect(c[i]);
+        cr_assert_eq(kvf_sec_metric(&req[i], "kvf_agent_fetch_chunks_total{"
+                                             "result=\"fetched\"}"),
+                     N);
+    }
+    cr_assert_gt(kvf_sec_metric(&holder, "kvf_agent_mesh_deferred_total"), 0,
+                 "the holder never ran out of operations: nothing tested");
+    for (i = 0; i < 2; i++) {
+        kvf_test_proc_stop(&req[i].proc, 10000);
+    }
+    kvf_test_proc_stop(&holder.proc, 10000);
+    free(keys);
+    free(slots);
+    free(missing);
+}
+
 Test(data_auth, a_peer_without_the_secret_is_served_nothing)
 {
     uint8_t frame[1024], keybuf[KEYS * KVF_KEY_WIRE_SIZE];
