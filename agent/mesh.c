@@ -137,6 +137,17 @@ static kvf_status_t kvf_mesh_on_auth(void *arg, const void *header,
                                      size_t header_len,
                                      const kvf_ucx_am_msg_t *msg);
 
+/* An operation is back after the worker ran out: the deferred sends go
+ * on the next pass of the loop rather than at the retry timer. */
+static void kvf_mesh_on_ops_freed(void *arg)
+{
+    kvf_mesh_t *mesh = arg;
+
+    if (mesh->num_deferred > 0) {
+        event_active(mesh->defer_ev, EV_TIMEOUT, 1);
+    }
+}
+
 kvf_status_t kvf_mesh_create(const kvf_mesh_params_t *params,
                              kvf_mesh_t **mesh_p)
 {
@@ -173,6 +184,8 @@ kvf_status_t kvf_mesh_create(const kvf_mesh_params_t *params,
     if (status != KVF_OK) {
         goto err;
     }
+    /* told by the worker, which is destroyed before the mesh */
+    kvf_ucx_worker_on_ops_freed(mesh->worker, kvf_mesh_on_ops_freed, mesh);
     *mesh_p = mesh;
     return KVF_OK;
 

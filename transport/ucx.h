@@ -231,6 +231,21 @@ kvf_status_t kvf_ucx_worker_address_pack(kvf_ucx_worker_t *worker,
 void kvf_ucx_worker_stats(const kvf_ucx_worker_t *worker,
                           kvf_ucx_worker_stats_t *stats_p);
 
+/** See kvf_ucx_worker_on_ops_freed. */
+typedef void (*kvf_ucx_ops_freed_cb_t)(void *arg);
+
+/**
+ * Sets @p cb (NULL: none) to run once an operation frees up after a call
+ * was refused KVF_ERR_BUSY (the pool was empty): once per such spell, from
+ * wherever the operation completed, so it may only schedule work (make an
+ * event active), never send. Lets what waits for an operation go as soon
+ * as one is back rather than on its next timer.
+ *
+ * thread: owning loop only.
+ */
+void kvf_ucx_worker_on_ops_freed(kvf_ucx_worker_t *worker,
+                                 kvf_ucx_ops_freed_cb_t cb, void *arg);
+
 /**
  * The UCX transports and devices the lanes of @p ep use, as "tl/dev"
  * items separated by commas ("tcp/lo", "rc_mlx5/mlx5_0:1"): what the

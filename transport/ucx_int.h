@@ -120,6 +120,10 @@ struct kvf_ucx_worker {
     unsigned max_ops;
     kvf_ucx_op_t *free_ops;
     unsigned free_count;
+    /* a call found the pool empty: ops_freed_cb when one is back */
+    bool ops_wanted;
+    kvf_ucx_ops_freed_cb_t ops_freed_cb;
+    void *ops_freed_arg;
     /* receives beyond the pool: data a peer has sent already is taken,
      * never dropped for want of a slot (bounded by what peers send) */
     LIST_HEAD(, kvf_ucx_op) heap_ops;

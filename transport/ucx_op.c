@@ -83,6 +83,7 @@ kvf_status_t kvf_ucx_op_alloc(kvf_ucx_worker_t *worker, kvf_ucx_ep_t *ep,
     if (op == NULL) {
         kvf_debug("worker %s: operation pool empty (%u)", worker->name,
                   worker->max_ops);
+        worker->ops_wanted = true;
         return KVF_ERR_BUSY;
     }
 
@@ -132,6 +133,17 @@ static void kvf_ucx_op_free(kvf_ucx_op_t *op)
     op->next         = worker->free_ops;
     worker->free_ops = op;
     worker->free_count++;
+    if (worker->ops_wanted && (worker->ops_freed_cb != NULL)) {
+        worker->ops_wanted = false;
+        worker->ops_freed_cb(worker->ops_freed_arg);
+    }
+}
+
+void kvf_ucx_worker_on_ops_freed(kvf_ucx_worker_t *worker,
+                                 kvf_ucx_ops_freed_cb_t cb, void *arg)
+{
+    worker->ops_freed_cb  = cb;
+    worker->ops_freed_arg = arg;
 }
 
 static void kvf_ucx_op_timer_arm(kvf_ucx_worker_t *worker, uint64_t deadline)

@@ -680,6 +680,71 @@ Test(ucx, op_pool_exhaustion_is_busy)
     fixture_down();
 }
 
+static void on_ops_freed(void *arg)
+{
+    (*(unsigned *)arg)++;
+}
+
+static bool two_kept(void)
+{
+    return g.am.kept_count >= 2;
+}
+
+/* A worker that refused a call for want of an operation says when one is
+ * back: once per spell, and not when nothing was refused. */
+Test(ucx, a_freed_operation_is_told_once_after_a_refusal)
+{
+    kvf_ucx_worker_params_t wp = {.field_mask = KVF_UCX_WORKER_FIELD_MAX_OPS,
+                                  .max_ops    = 2};
+    unsigned char *src         = malloc(1 * MIB);
+    kvf_ucx_worker_t *w        = NULL;
+    kvf_ucx_ep_t *ep           = NULL;
+    kvf_ucx_ep_params_t epp;
+    op_result_t sent[3], recv[2];
+    unsigned freed = 0, i;
+
+    memset(sent, 0, sizeof(sent));
+    memset(recv, 0, sizeof(recv));
+    fixture_up("tcp", false);
+    g.am.dest_len = 1 * MIB;
+    g.am.dest     = malloc(g.am.dest_len);
+    g.am.keep     = true;
+    cr_assert_eq(kvf_ucx_worker_create(g.cli_ctx, g.base, &wp, &w), KVF_OK);
+    kvf_ucx_worker_on_ops_freed(w, on_ops_freed, &freed);
+    epp = (kvf_ucx_ep_params_t){.field_mask  = KVF_UCX_EP_FIELD_ADDRESS,
+                                .address     = g.srv_addr,
+                                .address_len = g.srv_addr_len};
+    cr_assert_eq(kvf_ucx_ep_get(w, "srv", &epp, &ep), KVF_OK);
+    fill(src, 1 * MIB, 3);
+    /* two rendezvous sends the receiver keeps: both operations taken */
+    for (i = 0; i < 2; i++) {
+        cr_assert_eq(kvf_ucx_am_send(ep, AM_ID_DATA, "k", 1, src, 1 * MIB, NULL,
+                                     KVF_UCX_AM_SEND_RNDV, 0, on_op, &sent[i]),
+                     KVF_OK);
+    }
+    cr_assert(loop_until(two_kept, WAIT_NS));
+    cr_assert_eq(freed, 0);
+    cr_assert_eq(kvf_ucx_am_send(ep, AM_ID_DATA, "k", 1, src, 1 * MIB, NULL,
+                                 KVF_UCX_AM_SEND_RNDV, 0, on_op, &sent[2]),
+                 KVF_ERR_BUSY);
+    cr_assert_eq(freed, 0, "told before an operation was back");
+    for (i = 0; i < 2; i++) {
+        cr_assert_eq(kvf_ucx_am_recv_data(&g.am.kept[i], g.am.dest,
+                                          g.am.dest_len, NULL, 0, on_op,
+                                          &recv[i]),
+                     KVF_OK);
+        wait_op(&recv[i]);
+        wait_op(&sent[i]);
+        cr_assert_eq(sent[i].status, KVF_OK);
+        cr_assert_eq(freed, 1, "after send %u", i);
+    }
+    cr_assert_eq(sent[2].calls, 0);
+    kvf_ucx_ep_put(ep);
+    kvf_ucx_worker_destroy(w);
+    free(src);
+    fixture_down();
+}
+
 #define AM_ID_REPLY 4
 
 typedef struct reply_state {
