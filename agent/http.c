@@ -321,8 +321,8 @@ static void kvf_agent_metrics_peers(kvf_agent_http_t *http,
     kvf_prom_metric_by(
         body, "kvf_agent_serve_refused_total", KVF_PROM_COUNTER,
         "keys peers asked of this agent answered without a chunk: busy "
-        "(peer_serve_max sends, or a requester's share, in flight; asked "
-        "again) or missing (not held)",
+        "(peer_serve_max sends, a requester's share, or every disk read "
+        "for peers in flight; asked again) or missing (not held)",
         "reason", 2, (const char *const[]){"busy", "missing"},
         (const uint64_t[]){ps.serve_busy, ps.serve_misses});
     kvf_prom_metric(body, "kvf_agent_fetch_timeouts_total", KVF_PROM_COUNTER,

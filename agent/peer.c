@@ -1457,10 +1457,11 @@ static void kvf_peer_answer_miss(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
     }
 }
 
-static bool kvf_peer_serve_from_disk(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
-                                     uint64_t request_id, uint32_t index,
-                                     const kvf_key_t *key,
-                                     kvf_peer_link_stats_t *link);
+static kvf_status_t kvf_peer_serve_from_disk(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
+                                             uint64_t request_id,
+                                             uint32_t index,
+                                             const kvf_key_t *key,
+                                             kvf_peer_link_stats_t *link);
 
 /* Answers one key: the chunk zero-copy from the pool, or a miss (gathered
  * in @p g when not NULL). A key on this node's disk only is read back first
@@ -1494,9 +1495,12 @@ static void kvf_peer_serve_one(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
     } else if ((serve != NULL) &&
                (kvf_store_hold_chunk(peer->store, key, &entry) != KVF_OK)) {
         kvf_peer_sending_put(peer, ep);
-        if (!is_disk_retry &&
-            kvf_peer_serve_from_disk(peer, ep, request_id, index, key, link)) {
-            return; /* answered when the read lands */
+        if (!is_disk_retry) {
+            chunk.status = kvf_peer_serve_from_disk(peer, ep, request_id, index,
+                                                    key, link);
+            if (chunk.status == KVF_INPROGRESS) {
+                return; /* answered when the read lands */
+            }
         }
     }
     if (entry == NULL) {
@@ -1564,20 +1568,21 @@ static void kvf_peer_on_disk_read(void *arg, uint32_t promoted, uint32_t failed)
 }
 
 /* Starts reading @p key back from the disk tier to serve it (the loop
- * never blocks: io_uring, the answer goes out from the completion).
- * false: not on disk, or every disk serve is busy (the caller answers a
- * miss). */
-static bool kvf_peer_serve_from_disk(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
-                                     uint64_t request_id, uint32_t index,
-                                     const kvf_key_t *key,
-                                     kvf_peer_link_stats_t *link)
+ * never blocks: io_uring, the answer goes out from the completion):
+ * KVF_INPROGRESS. KVF_ERR_NOT_FOUND: not on disk; KVF_ERR_BUSY: every
+ * disk serve is in use (the requester asks again). */
+static kvf_status_t kvf_peer_serve_from_disk(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
+                                             uint64_t request_id,
+                                             uint32_t index,
+                                             const kvf_key_t *key,
+                                             kvf_peer_link_stats_t *link)
 {
     kvf_peer_disk_serve_t *ds = NULL;
     kvf_status_t status;
     uint32_t i;
 
     if (peer->destroying || (kvf_store_tier_prefix(peer->store, key, 1) == 0)) {
-        return false; /* in no tier */
+        return KVF_ERR_NOT_FOUND; /* in no tier */
     }
     for (i = 0; (i < KVF_PEER_DISK_SERVES) && (ds == NULL); i++) {
         if (!peer->disk_serves[i].is_used) {
@@ -1586,7 +1591,8 @@ static bool kvf_peer_serve_from_disk(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
     }
     if (ds == NULL) {
         peer->stats.disk_serve_busy++;
-        return false;
+        peer->stats.serve_busy++;
+        return KVF_ERR_BUSY;
     }
     ds->peer       = peer;
     ds->ep         = ep;
@@ -1602,7 +1608,7 @@ static bool kvf_peer_serve_from_disk(kvf_peer_t *peer, kvf_ucx_ep_t *ep,
         /* done at once (still in a write-behind buffer), or failed */
         kvf_peer_on_disk_read(ds, 0, 0);
     }
-    return true;
+    return KVF_INPROGRESS;
 }
 
 static void kvf_peer_on_batch_served(kvf_status_t status, void *arg)

@@ -86,8 +86,9 @@ typedef struct kvf_peer_stats {
                                   sends (KVF_PEER_SERVE_PER_PEER), or all
                                   serve_max, were in flight */
     uint64_t served_from_disk; /* of chunks_served, read from disk first */
-    uint64_t disk_serve_busy;  /* keys on disk answered as misses: every
-                                  disk read slot was busy */
+    uint64_t disk_serve_busy;  /* keys on disk answered busy (asked again):
+                                  every disk read slot was in use (also in
+                                  serve_busy) */
     uint64_t chunk_messages;   /* chunks received one a message (PEER_CHUNK) */
     uint64_t batch_messages;   /* messages of several chunks (PEER_CHUNKS) */
 } kvf_peer_stats_t;

@@ -40,6 +40,8 @@ typedef struct dc_agent {
 static kvf_th_ctl_t g_ctl;
 static dc_agent_t g_a, g_b;
 static char g_bin[4096], g_dir[64], g_tier[128];
+static const char *g_pool_a = "4M";  /* A's pool (16 chunks) */
+static const char *g_disk_a = "64M"; /* A's disk (63 slots of 1 MiB) */
 
 static uint16_t port_of(const char *hostport)
 {
@@ -70,11 +72,11 @@ static void start_agent(dc_agent_t *a, const char *name, bool with_disk)
              (int)getpid(), name);
     snprintf(a->http, sizeof(a->http), "127.0.0.1:%u", kvf_test_free_port());
     if (with_disk) {
-        argv[n++] = "4M";
+        argv[n++] = g_pool_a;
         argv[n++] = "--disk-path";
         argv[n++] = g_tier;
         argv[n++] = "--disk-size";
-        argv[n++] = "64M";
+        argv[n++] = g_disk_a;
         argv[n++] = "--disk-queue-depth";
         argv[n++] = "32";
     } else {
@@ -151,7 +153,8 @@ static void fill(uint8_t *p, size_t len, uint32_t seed)
     }
 }
 
-static void store_all(const dc_agent_t *a, const kvf_key_t *keys)
+/* Stores keys[0, n) (n a multiple of BATCH) through @p a. */
+static void store_n(const dc_agent_t *a, const kvf_key_t *keys, uint32_t n)
 {
     kvf_client_t *c = connect_to(a);
     uint8_t *base   = kvf_client_pool_base(c);
@@ -159,7 +162,7 @@ static void store_all(const dc_agent_t *a, const kvf_key_t *keys)
     uint64_t sums[BATCH];
     uint32_t b, i;
 
-    for (b = 0; b < CHUNKS; b += BATCH) {
+    for (b = 0; b < n; b += BATCH) {
         cr_assert_eq(kvf_client_alloc(c, CHUNK, BATCH, slots), KVF_OK,
                      "alloc: %s", kvf_client_last_error(c));
         for (i = 0; i < BATCH; i++) {
@@ -170,6 +173,11 @@ static void store_all(const dc_agent_t *a, const kvf_key_t *keys)
                      "commit: %s", kvf_client_last_error(c));
     }
     kvf_client_disconnect(c);
+}
+
+static void store_all(const dc_agent_t *a, const kvf_key_t *keys)
+{
+    store_n(a, keys, CHUNKS);
 }
 
 /* Retrieves keys[0, n) through @p a; every chunk that came must be byte
@@ -365,6 +373,63 @@ Test(disk_cluster, peer_reads_chunks_only_on_the_holders_disk)
     cr_assert_eq(ctl_lookup(keys, 1, holders, media), 1);
     cr_assert_eq(media[0], KVF__MEDIUM__MEDIUM_HOST);
     cr_assert(kvf_test_proc_alive(&g_a.proc));
+}
+
+/* More keys on the holder's disk only than it reads back for peers at once
+ * (64): A (room for 116 chunks in its pool, 255 on disk) holds 200, the
+ * oldest 84 on its disk only, and B's engine retrieves those 84 in one
+ * call. The keys past the 64 reads are answered busy and asked again, and
+ * every one arrives byte for byte. Before, each was answered as missing
+ * and recomputed. */
+Test(disk_cluster, disk_reads_past_the_holders_limit_are_asked_again)
+{
+    enum {
+        N       = 200,
+        ON_DISK = 84 /* the oldest, on A's disk only */
+    };
+    kvf_key_t *keys   = calloc(N, sizeof(*keys));
+    kvf_slot_t *slots = calloc(ON_DISK, sizeof(*slots));
+    bool *missing     = calloc(ON_DISK, sizeof(*missing));
+    uint8_t *expect   = malloc(CHUNK), *base;
+    kvf_client_t *c;
+    uint32_t i;
+
+    cr_assert((keys != NULL) && (slots != NULL) && (missing != NULL) &&
+              (expect != NULL));
+    cr_assert_eq(kvf_test_proc_stop(&g_a.proc, 10000), 0);
+    g_pool_a = "32M";  /* 116 chunks */
+    g_disk_a = "256M"; /* 255: what A reads back and evicts again fits */
+    start_agent(&g_a, "dc-a", true);
+    g_pool_a = "4M";
+    g_disk_a = "64M";
+    for (i = 0; i < N; i++) {
+        keys[i] = (kvf_key_t){.ns = 0x6262, .hi = 0xd15c, .lo = i + 1};
+    }
+    store_n(&g_a, keys, N);
+    wait_metric(g_a.http, "kvf_agent_disk_writes_total", ON_DISK);
+    wait_metric(g_ctl.http, "kvf_controller_holdings{medium=\"disk\"}",
+                ON_DISK);
+    cr_assert_eq(metric(g_a.http, "kvf_agent_served_from_disk_total"), 0);
+    c    = connect_to(&g_b);
+    base = kvf_client_pool_base(c);
+    cr_assert_eq(kvf_client_retrieve(c, keys, ON_DISK, slots, missing), KVF_OK,
+                 "retrieve: %s", kvf_client_last_error(c));
+    for (i = 0; i < ON_DISK; i++) {
+        cr_assert(!missing[i], "chunk %u of %u missing", i, ON_DISK);
+        fill(expect, CHUNK, (uint32_t)keys[i].lo);
+        cr_assert(memcmp(base + slots[i].offset, expect, CHUNK) == 0,
+                  "chunk %u differs", i);
+    }
+    cr_assert_eq(kvf_client_release(c, slots, ON_DISK), KVF_OK);
+    kvf_client_disconnect(c);
+    cr_assert_eq(metric(g_a.http, "kvf_agent_served_from_disk_total"), ON_DISK);
+    cr_assert_gt(
+        metric(g_a.http, "kvf_agent_serve_refused_total{reason=\"busy\"}"), 0,
+        "A never had every disk read in use: nothing tested");
+    free(keys);
+    free(slots);
+    free(missing);
+    free(expect);
 }
 
 Test(disk_cluster, dead_disk_is_a_miss_never_wrong_bytes)
