@@ -1423,6 +1423,7 @@ static kvf_status_t kvf_engine_conn_pd_push(kvf_engine_conn_t *conn,
                                     .request_id = req->pd_request,
                                     .decoder    = req->decoder,
                                     .is_final   = req->final,
+                                    .piece      = req->piece,
                                     .srcs       = srcs,
                                     .src_put    = kvf_engine_staging_put_hold,
                                     .src_arg    = conn->staging_hold,
@@ -1443,6 +1444,10 @@ static kvf_status_t kvf_engine_conn_pd_push(kvf_engine_conn_t *conn,
             (status == KVF_ERR_RANGE)
                 ? "a pushed slot is not one of this connection's grants or "
                   "pins, or its length exceeds it"
+            : (status == KVF_ERR_CANCELED)
+                ? "this agent does not hold the earlier pushes of this PD "
+                  "request (one failed, or the agent restarted): the request "
+                  "is lost, push it again from its first piece"
                 : kvf_strerror(status));
     }
     return KVF_OK;

@@ -96,6 +96,10 @@ static void kvf_agent_metrics_pd(kvf_agent_http_t *http, struct evbuffer *body)
                        "pushes by result (sender side)", "result", 2,
                        (const char *const[]){"delivered", "failed"},
                        (const uint64_t[]){ps.pushes, ps.push_failures});
+    kvf_prom_metric(body, "kvf_agent_pd_pieces_refused_total", KVF_PROM_COUNTER,
+                    "pushes refused because this agent does not hold their "
+                    "request's earlier pushes (one failed, or it restarted)",
+                    ps.pieces_refused);
     kvf_prom_metric_by(body, "kvf_agent_pd_bytes_total", KVF_PROM_COUNTER,
                        "PD bytes by direction", "dir", 2,
                        (const char *const[]){"sent", "received"},

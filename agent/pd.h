@@ -81,6 +81,9 @@ typedef struct kvf_pd_stats {
     uint64_t lat_sum_us;
     uint64_t pushes;        /* pushes acknowledged by their decoder */
     uint64_t push_failures; /* pushes that failed */
+    /* pushes refused because their request's earlier pushes are not here
+     * (EnginePdPush.piece: one failed, or this agent restarted) */
+    uint64_t pieces_refused;
     uint64_t bytes_sent;
     uint64_t batches_received; /* pushes received and verified */
     uint64_t bytes_received;
@@ -164,6 +167,7 @@ typedef struct kvf_pd_push_args {
     uint64_t request_id; /* the PD request */
     const char *decoder; /* the decoder agent's name */
     bool is_final;       /* the request's last push */
+    uint32_t piece; /* the engine's place of this push, 1, 2, ...; 0: none */
     /* Where chunk i's bytes are read when not in the pool: srcs[i] (a
      * confined engine's staging block, agent/engine_server.c). NULL, or a
      * NULL entry: the pool at its offset. They must stay mapped until

@@ -808,6 +808,16 @@ static void kvf_pd_push_start_queued(kvf_pd_t *pd, kvf_pd_open_t *open)
     }
 }
 
+/* The place the next push of @p args's request takes here: 1 when the
+ * request is not open. */
+static uint32_t kvf_pd_open_next(kvf_pd_t *pd, const kvf_pd_push_args_t *args)
+{
+    khiter_t it = kh_get(kvf_pd_opens, &pd->opens, args->request_id);
+
+    return (it != kh_end(&pd->opens)) ? kh_value(&pd->opens, it)->pieces + 1
+                                      : 1;
+}
+
 /* The open record of @p push's request, made by its first push; NULL
  * when out of memory. */
 static kvf_pd_open_t *kvf_pd_open_get(kvf_pd_t *pd, const kvf_pd_push_t *push)
@@ -851,6 +861,15 @@ kvf_status_t kvf_pd_push_submit(kvf_pd_t *pd, const kvf_pd_push_args_t *args)
         (args->decoder[0] == '\0') ||
         (strlen(args->decoder) >= KVF_PD_DECODER_MAX)) {
         status = KVF_ERR_INVALID;
+        goto err_put;
+    }
+    if ((args->piece > 0) && (args->piece != kvf_pd_open_next(pd, args))) {
+        /* the engine's earlier pushes of the request are not here (one
+         * failed and closed it, or this agent restarted): starting the
+         * request with this one would hand the decoder a request with a
+         * hole at its start */
+        pd->stats.pieces_refused++;
+        status = KVF_ERR_CANCELED;
         goto err_put;
     }
     push = calloc(1, sizeof(*push));

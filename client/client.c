@@ -44,11 +44,25 @@ typedef struct kvf_client_push {
     char message[256];
 } kvf_client_push_t;
 
+/* A PD request this client pushed part of, its final push not yet sent:
+ * how many pushes it sent (EnginePdPush.piece numbers them end to end, so
+ * that an agent that lost the earlier ones refuses the rest). */
+typedef struct kvf_client_open {
+    uint64_t pd_request;
+    uint32_t pieces;
+} kvf_client_open_t;
+
+/* Open PD requests kept; past it the oldest is forgotten (its next push is
+ * numbered 1 again, which an agent holding its earlier pushes refuses). */
+#define KVF_CLIENT_OPENS_MAX 256u
+
 struct kvf_client {
     kvf_bconn_t *conn; /* NULL: lost; the next call reconnects */
     kvf_client_push_t *pushes;
     uint32_t num_pushes;
     uint32_t pushes_cap;
+    kvf_client_open_t opens[KVF_CLIENT_OPENS_MAX];
+    uint32_t num_opens;
     uint64_t timeout_ns;
     uint64_t next_request;
     void *pool_base;
@@ -878,6 +892,50 @@ static uint32_t kvf_client_pushes_of(kvf_client_t *client, uint64_t pd_request,
 }
 
 /* Forgets every ended push of @p pd_request: its failure was reported. */
+/* The place of the next push of @p pd_request, 1, 2, ...; a final push
+ * closes the request. */
+static uint32_t kvf_client_open_next(kvf_client_t *client, uint64_t pd_request,
+                                     bool final)
+{
+    kvf_client_open_t *o = NULL;
+    uint32_t i, piece;
+
+    for (i = 0; i < client->num_opens; i++) {
+        if (client->opens[i].pd_request == pd_request) {
+            o = &client->opens[i];
+            break;
+        }
+    }
+    if (o == NULL) {
+        if (client->num_opens == KVF_CLIENT_OPENS_MAX) {
+            memmove(&client->opens[0], &client->opens[1],
+                    (KVF_CLIENT_OPENS_MAX - 1) * sizeof(client->opens[0]));
+            client->num_opens--; /* the oldest */
+        }
+        o             = &client->opens[client->num_opens++];
+        o->pd_request = pd_request;
+        o->pieces     = 0;
+    }
+    piece = ++o->pieces;
+    if (final) {
+        *o = client->opens[--client->num_opens];
+    }
+    return piece;
+}
+
+/* @p pd_request failed: a later push of it starts it afresh. */
+static void kvf_client_open_forget(kvf_client_t *client, uint64_t pd_request)
+{
+    uint32_t i;
+
+    for (i = 0; i < client->num_opens; i++) {
+        if (client->opens[i].pd_request == pd_request) {
+            client->opens[i] = client->opens[--client->num_opens];
+            return;
+        }
+    }
+}
+
 static void kvf_client_pushes_collect(kvf_client_t *client, uint64_t pd_request)
 {
     uint32_t i;
@@ -940,6 +998,7 @@ kvf_status_t kvf_pd_push_start(kvf_client_t *client, uint64_t request_id,
                                  " failed: %s",
                                  request_id, failed->message);
         kvf_client_pushes_collect(client, request_id);
+        kvf_client_open_forget(client, request_id);
         return status;
     }
     status = kvf_client_ensure(client);
@@ -1005,6 +1064,7 @@ kvf_status_t kvf_pd_push_start(kvf_client_t *client, uint64_t request_id,
     req.n_checksums = num;
     req.checksums   = (uint64_t *)(uintptr_t)checksums;
     req.final       = final;
+    req.piece       = kvf_client_open_next(client, request_id, final);
     status = kvf_bconn_send(client->conn, KVF_MSG_ENGINE_PD_PUSH, &req.base,
                             deadline);
     free(offsets);

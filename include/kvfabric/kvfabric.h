@@ -264,8 +264,12 @@ KVF_API kvf_status_t kvf_client_release(kvf_client_t *client,
  *         is full, or this sender holds its pd_peer_max_bytes);
  *         KVF_ERR_TOO_BIG (the request is larger than the whole region:
  *         fails at once); KVF_ERR_EXISTS (the id was already delivered);
- *         KVF_ERR_CHECKSUM (bytes arrived damaged). Any failure but
- *         EXISTS and BUSY aborts the request at the decoder.
+ *         KVF_ERR_CHECKSUM (bytes arrived damaged); KVF_ERR_CANCELED (an
+ *         earlier push of the request failed, or the agent restarted since:
+ *         the library numbers a request's pushes, and the agent never
+ *         starts a request with a later one). Any failure but EXISTS and
+ *         BUSY aborts the request at the decoder; a request whose push
+ *         failed is lost: push it again from its first push.
  *
  * thread: one thread per connection at a time. ownership: the slots stay
  * the caller's (unchanged) after the call.

@@ -1475,3 +1475,42 @@ Test(pd, region_changed_after_verification_fails_the_claim)
     kvf_client_disconnect(pc);
     kvf_client_disconnect(dc);
 }
+
+/* A push of a request whose earlier push failed at the prefill agent, sent
+ * by the engine before it read that failure (kvf_pd_push_start does not
+ * wait), must not start the request at the decoder: before the engine
+ * numbered its pushes (EnginePdPush.piece), the agent took it for a fresh
+ * request and the decoder delivered the request as that push alone (the
+ * soak saw "4 of 7 chunks, 522211 wrong bytes"). Here the first push is
+ * refused busy by the decoder's per-sender quota, the second (final) would
+ * fit. */
+Test(pd, a_push_after_a_failed_one_of_its_request_never_starts_it)
+{
+    static const char *const quota[] = {"--pd-peer-max-bytes", "512K", NULL};
+    kvf_slot_t slots[5], got[8];
+    uint64_t sums[5];
+    kvf_client_t *pc, *dc;
+    uint32_t num = 0;
+
+    start_pair(quota);
+    pc = connect_to(&g_p);
+    dc = connect_to(&g_d);
+    fill_slots(pc, 61, 5, slots, sums);
+    cr_assert_eq(kvf_pd_push_start(pc, 61, "it-decode", slots, sums, 4, false),
+                 KVF_OK, "%s", kvf_client_last_error(pc));
+    /* the first push fails at the agent; its reply waits unread */
+    cr_assert(metric_becomes(
+        &g_p, "kvf_agent_pd_pushes_total{result=\"failed\"}", 1, 5000));
+    cr_assert_eq(
+        kvf_pd_push_start(pc, 61, "it-decode", &slots[4], &sums[4], 1, true),
+        KVF_OK, "%s", kvf_client_last_error(pc));
+    cr_assert_neq(kvf_pd_push_wait(pc, 61, 0), KVF_OK);
+    cr_assert_neq(kvf_pd_wait(dc, 61, 500000000ull, got, 8, &num), KVF_OK,
+                  "the decoder delivered %u chunks of a request whose first "
+                  "push never arrived",
+                  num);
+    cr_assert_eq(metric(&g_p, "kvf_agent_pd_pieces_refused_total"), 1);
+    cr_assert_eq(kvf_client_release(pc, slots, 5), KVF_OK);
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
