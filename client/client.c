@@ -1112,6 +1112,10 @@ kvf_status_t kvf_pd_push_wait(kvf_client_t *client, uint64_t request_id,
                                  failed->message);
     }
     kvf_client_pushes_collect(client, request_id);
+    if (status != KVF_OK) {
+        /* the request failed: a later push of it starts it afresh */
+        kvf_client_open_forget(client, request_id);
+    }
     return status;
 }
 

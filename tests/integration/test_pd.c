@@ -1514,3 +1514,25 @@ Test(pd, a_push_after_a_failed_one_of_its_request_never_starts_it)
     kvf_client_disconnect(pc);
     kvf_client_disconnect(dc);
 }
+
+/* A request whose push failed and was collected may be pushed again from
+ * its first piece: the library's numbering starts afresh (a push refused
+ * busy by the decoder's quota leaves nothing there to collide with). */
+Test(pd, a_request_pushed_again_after_a_collected_failure_is_delivered)
+{
+    static const char *const quota[] = {"--pd-peer-max-bytes", "512K", NULL};
+    kvf_client_t *pc, *dc;
+
+    start_pair(quota);
+    pc = connect_to(&g_p);
+    dc = connect_to(&g_d);
+    cr_assert_eq(push(pc, 62, 0, 4, false), KVF_ERR_BUSY, "%s",
+                 kvf_client_last_error(pc));
+    cr_assert_eq(push(pc, 62, 0, 1, true), KVF_OK, "%s",
+                 kvf_client_last_error(pc));
+    wait_and_check(dc, 62, 1);
+    cr_assert_eq(kvf_pd_release(dc, 62), KVF_OK);
+    cr_assert_eq(metric(&g_p, "kvf_agent_pd_pieces_refused_total"), 0);
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
