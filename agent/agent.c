@@ -612,12 +612,24 @@ static void kvf_agent_on_ep_error(kvf_ucx_ep_t *ep, kvf_status_t status,
     const char *peer   = kvf_ucx_ep_peer(ep);
     uint64_t now       = kvf_time_now_ns();
     struct kvf_agent_peer_down *d, *free_d = NULL;
+    const char *name;
     unsigned i;
 
+    if (kvf_ucx_ep_is_accepted(ep)) {
+        /* a peer that connected to us went (stopped, restarted or died):
+         * its own node's lease says which; nothing here fails over */
+        name = kvf_mesh_peer_name(agent->mesh, ep);
+        kvf_info("agent %s: peer %s%s%s disconnected: %s", agent->name,
+                 (name != NULL) ? name : "", (name != NULL) ? " from " : "",
+                 peer, kvf_strerror(status));
+    }
     if (agent->pd != NULL) {
         kvf_pd_ep_failed(agent->pd, ep);
     }
     kvf_mesh_ep_failed(agent->mesh, ep);
+    if (kvf_ucx_ep_is_accepted(ep)) {
+        return;
+    }
     for (i = 0; i < KVF_AGENT_DOWNS; i++) {
         d = &agent->downs[i];
         if (strcmp(d->peer, peer) == 0) {
@@ -906,10 +918,11 @@ void kvf_agent_destroy(kvf_agent_t *agent)
     if (agent->pd != NULL) {
         kvf_pd_set_ctl(agent->pd, NULL);
     }
-    /* the data plane goes down in reverse: listener, worker (which
-     * completes every operation in flight, into the peer service), the
-     * peer service, memory, context */
+    /* the data plane goes down in reverse: listener, the mesh's hold on
+     * endpoints, worker (which completes every operation in flight, into
+     * the peer service), the peer service, memory, context */
     kvf_ucx_listener_destroy(agent->listener);
+    kvf_mesh_close(agent->mesh);
     free(agent->worker_address);
     kvf_ucx_worker_destroy(agent->worker);
     kvf_peer_destroy(agent->peer);

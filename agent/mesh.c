@@ -102,6 +102,7 @@ struct kvf_mesh {
     unsigned next_node; /* the entry replaced next when all are used */
     uint8_t random[KVF_AUTH_NONCE_SIZE]; /* DRBG output not used yet */
     unsigned random_used;                /* bytes of it used */
+    bool is_closed; /* kvf_mesh_close: no new links or deferred sends */
     char name[128];
 };
 
@@ -206,6 +207,32 @@ static void kvf_mesh_link_free(kvf_mesh_link_t *link)
     free(link);
 }
 
+static void kvf_mesh_deferred_fail(kvf_mesh_t *mesh, kvf_mesh_msg_t *m,
+                                   kvf_status_t status);
+
+void kvf_mesh_close(kvf_mesh_t *mesh)
+{
+    kvf_mesh_link_t *link;
+    kvf_mesh_msg_t *m;
+    kvf_ucx_ep_t *ep;
+
+    if (mesh == NULL) {
+        return;
+    }
+    mesh->is_closed = true;
+    /* their owners learn it as those of operations in flight will */
+    while ((m = TAILQ_FIRST(&mesh->deferred)) != NULL) {
+        kvf_mesh_deferred_fail(mesh, m, KVF_ERR_CANCELED);
+    }
+    while ((link = mesh->links) != NULL) {
+        mesh->links = link->next;
+        ep          = link->ep;
+        kvf_ucx_ep_set_user(ep, NULL);
+        kvf_mesh_link_free(link);
+        kvf_ucx_ep_put(ep);
+    }
+}
+
 void kvf_mesh_destroy(kvf_mesh_t *mesh)
 {
     kvf_mesh_link_t *link;
@@ -213,7 +240,8 @@ void kvf_mesh_destroy(kvf_mesh_t *mesh)
     if (mesh == NULL) {
         return;
     }
-    /* the worker went first and freed the endpoints */
+    /* without kvf_mesh_close, the worker went first and freed the
+     * endpoints */
     while ((link = mesh->links) != NULL) {
         mesh->links = link->next;
         kvf_mesh_link_free(link);
@@ -373,7 +401,7 @@ static bool kvf_mesh_defer(kvf_mesh_t *mesh, kvf_mesh_msg_t *m,
 {
     struct timeval tv;
 
-    if ((mesh->num_deferred >= KVF_MESH_DEFER_MAX) ||
+    if ((mesh->num_deferred >= KVF_MESH_DEFER_MAX) || mesh->is_closed ||
         kvf_ucx_ep_is_failed(ep)) {
         return false;
     }
@@ -802,8 +830,12 @@ static void kvf_mesh_auth_arm(kvf_mesh_t *mesh)
 static kvf_mesh_link_t *kvf_mesh_link_create(kvf_mesh_t *mesh, kvf_ucx_ep_t *ep,
                                              bool is_client)
 {
-    kvf_mesh_link_t *link = calloc(1, sizeof(*link));
+    kvf_mesh_link_t *link;
 
+    if (mesh->is_closed) {
+        return NULL;
+    }
+    link = calloc(1, sizeof(*link));
     if (link == NULL) {
         return NULL;
     }
@@ -988,6 +1020,17 @@ uint32_t kvf_mesh_peer_id(const kvf_mesh_t *mesh, const kvf_ucx_ep_t *ep)
         return 0;
     }
     return link->peer_id;
+}
+
+const char *kvf_mesh_peer_name(const kvf_mesh_t *mesh, const kvf_ucx_ep_t *ep)
+{
+    const kvf_mesh_link_t *link = kvf_mesh_link_of(ep);
+
+    if ((mesh->secret == NULL) || (link == NULL) ||
+        (link->state != KVF_MESH_LINK_READY) || (link->peer_name[0] == '\0')) {
+        return NULL;
+    }
+    return link->peer_name;
 }
 
 void kvf_mesh_ep_failed(kvf_mesh_t *mesh, kvf_ucx_ep_t *ep)

@@ -108,6 +108,12 @@ typedef void (*kvf_mesh_ready_cb_t)(void *arg, kvf_status_t status,
 kvf_status_t kvf_mesh_create(const kvf_mesh_params_t *params,
                              kvf_mesh_t **mesh_p);
 
+/* Lets go of the endpoints the mesh holds, before the worker goes (so
+ * that it frees each with its last reference): deferred sends are told
+ * KVF_ERR_CANCELED, handshakes end (their waiters are not called), and no
+ * new ones start. NULL is a no-op. */
+void kvf_mesh_close(kvf_mesh_t *mesh);
+
 /* NULL is a no-op. After the worker (its operations call back here);
  * pending readiness callbacks are dropped, not called. */
 void kvf_mesh_destroy(kvf_mesh_t *mesh);
@@ -150,6 +156,10 @@ uint32_t kvf_mesh_peer_role(const kvf_mesh_t *mesh, const kvf_ucx_ep_t *ep);
 /* The proven node id of the peer on @p ep; 0 when auth is off or the
  * endpoint is not authenticated. */
 uint32_t kvf_mesh_peer_id(const kvf_mesh_t *mesh, const kvf_ucx_ep_t *ep);
+
+/* The node name a peer proved in the handshake on @p ep, or NULL (none
+ * yet, or no secret). Borrowed, until the endpoint fails. */
+const char *kvf_mesh_peer_name(const kvf_mesh_t *mesh, const kvf_ucx_ep_t *ep);
 
 /* An endpoint failed (the worker's error callback): its handshake state
  * goes, waiters get KVF_ERR_CLOSED. */

@@ -754,7 +754,9 @@ unsigned kvf_config_check_env(const kvf_config_schema_t *schema, char *out,
         bool known     = false;
 
         n = (eq != NULL) ? (size_t)(eq - *e) : strlen(*e);
-        if ((strncmp(*e, "KVF_", 4) != 0) || (n >= sizeof(name))) {
+        if ((strncmp(*e, "KVF_", 4) != 0) || (n >= sizeof(name)) ||
+            (strncmp(*e, "KVF_BENCH_", 10) == 0)) {
+            /* KVF_BENCH_*: kvf-bench's own, seen by the daemons it runs */
             continue;
         }
         memcpy(name, *e, n);

@@ -372,6 +372,9 @@ void kvf_ucx_ep_fail(kvf_ucx_ep_t *ep, kvf_status_t status);
 /** true once the endpoint failed or was closed. thread: owning loop. */
 bool kvf_ucx_ep_is_failed(const kvf_ucx_ep_t *ep);
 
+/** true for an endpoint a listener accepted (the peer connected to us). */
+bool kvf_ucx_ep_is_accepted(const kvf_ucx_ep_t *ep);
+
 /**
  * Peer name: the cache key, or "HOST:PORT" of the remote side of an
  * accepted endpoint. ownership: borrowed, lives as long as @p ep.

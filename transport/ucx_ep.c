@@ -432,6 +432,11 @@ bool kvf_ucx_ep_is_failed(const kvf_ucx_ep_t *ep)
     return ep->is_failed;
 }
 
+bool kvf_ucx_ep_is_accepted(const kvf_ucx_ep_t *ep)
+{
+    return ep->is_accepted;
+}
+
 const char *kvf_ucx_ep_peer(const kvf_ucx_ep_t *ep)
 {
     return ep->peer;
@@ -566,6 +571,7 @@ static void kvf_ucx_listener_accept(kvf_ucx_conn_t *conn)
         return;
     }
     ep->has_worker_ref = true; /* the reference given by refcount 1 */
+    ep->is_accepted    = true;
     kvf_ucx_ep_link(ep);
     kvf_debug("listener port %u: accepted %s", listener->port, peer);
     if (listener->accept_cb != NULL) {

@@ -81,6 +81,7 @@ struct kvf_ucx_ep {
     kvf_status_t error;
     bool has_worker_ref;
     bool is_cached;
+    bool is_accepted; /* from a listener */
     bool is_failed;
     bool is_closing;
     char peer[KVF_UCX_PEER_NAME_MAX];

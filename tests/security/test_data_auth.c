@@ -101,6 +101,54 @@ Test(data_auth, agents_with_the_secret_fetch_from_each_other)
                  KEYS);
 }
 
+/* Over UCX (the same-host path off), a requester that fetched stops: its
+ * worker frees every endpoint with its last reference (the mesh lets go
+ * of its hold first; before, each authenticated link's endpoint was
+ * "still referenced at destroy"), and the holder says at info that the
+ * peer the handshake proved went, not that a peer node failed. */
+Test(data_auth, a_requester_that_stops_lets_go_of_every_endpoint)
+{
+    const char *const args[] = {"--config", g_c.yaml, "--same-host=false",
+                                NULL};
+    kvf_sec_agent_t holder, req;
+    kvf_client_t *c;
+    kvf_key_t keys[KEYS];
+    kvf_slot_t slots[KEYS];
+    bool missing[KEYS];
+    int n;
+
+    kvf_sec_agent_start(&holder, g_c.ctl.addr, "auth-h", args);
+    kvf_sec_agent_start(&req, g_c.ctl.addr, "auth-r", args);
+    store_keys(&holder, keys);
+    c = connect_to(&req);
+    for (n = 0; n < 200; n++) {
+        cr_assert_eq(kvf_client_retrieve(c, keys, KEYS, slots, missing), KVF_OK,
+                     "%s", kvf_client_last_error(c));
+        if (!missing[KEYS - 1]) {
+            break;
+        }
+        poll(NULL, 0, 10);
+    }
+    cr_assert(!missing[0] && !missing[KEYS - 1]);
+    kvf_client_release(c, slots, KEYS);
+    kvf_client_disconnect(c);
+    cr_assert_eq(kvf_sec_metric(&req, "kvf_agent_fetch_chunks_total{result="
+                                      "\"fetched\"}"),
+                 KEYS);
+
+    cr_assert_eq(kvf_test_proc_stop(&req.proc, 10000), 0);
+    cr_assert_null(strstr(kvf_test_proc_log(&req.proc), "references at"),
+                   "requester log: %s", kvf_test_proc_log(&req.proc));
+    cr_assert(kvf_test_proc_wait_log(&holder.proc,
+                                     "peer auth-r from 127.0.0.1:", 5000),
+              "holder log: %s", kvf_test_proc_log(&holder.proc));
+    cr_assert_null(strstr(kvf_test_proc_log(&holder.proc), "failed:"),
+                   "holder log: %s", kvf_test_proc_log(&holder.proc));
+    cr_assert_eq(kvf_test_proc_stop(&holder.proc, 10000), 0);
+    cr_assert_null(strstr(kvf_test_proc_log(&holder.proc), "references at"),
+                   "holder log: %s", kvf_test_proc_log(&holder.proc));
+}
+
 /* A holder whose UCX operations are all busy sending chunks (ucx_max_ops
  * 16) completes the handshakes of two requesters that first reach it
  * while it sends: its half of each challenge waits for an operation as

@@ -481,6 +481,10 @@ int kvf_bench_end(const char *dir, int rc)
     if (dir[0] == '\0') {
         return rc;
     }
+    if ((getenv("KVF_BENCH_KEEP") != NULL) || (rc != 0)) {
+        fprintf(stderr, "kvf-bench: logs kept in %s\n", dir);
+        return rc;
+    }
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     if ((rc == 0) && (system(cmd) != 0)) {
         return 1;
