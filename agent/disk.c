@@ -39,6 +39,10 @@
  * in order (a peer's fetch of 32 keys on disk, an engine's retrieve and a
  * prefetch at once) instead of failing as misses. */
 #define KVF_DISK_READS_PER_SLOT 4u
+/* A chunk asked for (kvf_disk_want) is passed over by disk eviction this
+ * long: a requester told busy asks again within 16 ms, an engine's
+ * promotion starts its reads at once. */
+#define KVF_DISK_WANTED_MS 1000u
 
 /* On-disk structures, host byte order (the file never leaves its host). */
 typedef struct kvf_disk_header {
@@ -75,6 +79,7 @@ typedef struct kvf_disk_slot {
     uint64_t seq;
     uint32_t prev, next; /* LRU list (VALID), free list (FREE, next) */
     uint32_t op;         /* WRITING: its write op */
+    uint32_t wanted_ms;  /* kvf_disk_want's clock (ms, 0: never) */
     uint16_t readers;    /* reads in flight: not evictable */
     uint8_t state;
 } kvf_disk_slot_t;
@@ -294,17 +299,31 @@ static void kvf_disk_slot_drop(kvf_disk_t *disk, uint32_t slot)
     }
 }
 
+static bool kvf_disk_is_wanted(const kvf_disk_slot_t *s, uint32_t now_ms)
+{
+    return (s->wanted_ms != 0) &&
+           ((uint32_t)(now_ms - s->wanted_ms) < KVF_DISK_WANTED_MS);
+}
+
 static uint32_t kvf_disk_slot_take(kvf_disk_t *disk)
 {
     uint32_t slot = disk->free_head;
+    uint32_t now_ms;
 
     if (slot != KVF_DISK_NONE) {
         disk->free_head = disk->slots[slot].next;
         return slot;
     }
-    /* full: the least recently used slot no read is using */
+    /* full: the least recently used slot no read is using and nobody
+     * asked for just now (a read-back that makes room in the pool spills
+     * chunks here: they must not push out the chunks being read back) */
+    now_ms = (uint32_t)kvf_time_now_ms();
     for (slot = disk->slots[disk->slot_count].prev; slot != disk->slot_count;
          slot = disk->slots[slot].prev) {
+        if (kvf_disk_is_wanted(&disk->slots[slot], now_ms)) {
+            disk->st.evictions_spared++;
+            continue;
+        }
         if (disk->slots[slot].readers == 0) {
             disk->st.evictions++;
             kvf_disk_slot_drop(disk, slot);
@@ -656,14 +675,15 @@ static kvf_status_t kvf_disk_put_op(kvf_disk_t *disk, const kvf_key_t *key,
     }
     op->slot = slot;
 
-    s           = &disk->slots[slot];
-    s->key      = *key;
-    s->length   = length;
-    s->checksum = checksum;
-    s->seq      = ++disk->seq;
-    s->readers  = 0;
-    s->op       = (uint32_t)(op - disk->ops);
-    s->state    = KVF_DISK_SLOT_WRITING;
+    s            = &disk->slots[slot];
+    s->key       = *key;
+    s->length    = length;
+    s->checksum  = checksum;
+    s->seq       = ++disk->seq;
+    s->readers   = 0;
+    s->wanted_ms = 0;
+    s->op        = (uint32_t)(op - disk->ops);
+    s->state     = KVF_DISK_SLOT_WRITING;
     disk->st.used_slots++;
     disk->st.used_bytes += length;
     kvf_disk_index_insert(disk, slot);
@@ -776,6 +796,17 @@ kvf_status_t kvf_disk_read(kvf_disk_t *disk, const kvf_key_t *key, void *dst,
     kvf_disk_fifo_push(disk, &disk->queued, op);
     kvf_disk_issue_reads(disk);
     return KVF_INPROGRESS;
+}
+
+void kvf_disk_want(kvf_disk_t *disk, const kvf_key_t *key)
+{
+    uint32_t *cell = kvf_disk_index_find(disk, key);
+    uint32_t now_ms;
+
+    if (cell != NULL) {
+        now_ms                       = (uint32_t)kvf_time_now_ms();
+        disk->slots[*cell].wanted_ms = (now_ms != 0) ? now_ms : 1;
+    }
 }
 
 kvf_status_t kvf_disk_remove(kvf_disk_t *disk, const kvf_key_t *key)
@@ -1352,6 +1383,11 @@ void kvf_disk_print_metrics(const kvf_disk_t *disk, struct evbuffer *body)
                                           st->checksum_failures});
     kvf_prom_metric(body, "kvf_agent_disk_evictions_total", KVF_PROM_COUNTER,
                     "disk slots reused for a newer chunk", st->evictions);
+    kvf_prom_metric(body, "kvf_agent_disk_evictions_spared_total",
+                    KVF_PROM_COUNTER,
+                    "times disk eviction passed over a chunk asked for in "
+                    "the last second (about to be read back)",
+                    st->evictions_spared);
     /* bytes over it: the tier's device throughput, apart from how fast
      * chunks arrive (kvf-bench disk's busy GB/s) */
     kvf_disk_print_seconds(body, "kvf_agent_disk_busy_seconds_total",

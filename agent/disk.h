@@ -98,6 +98,7 @@ typedef struct kvf_disk_stats {
     uint64_t checksum_failures; /* damaged or torn slots found at read */
     uint64_t read_errors;       /* reads that failed */
     uint64_t evictions;         /* slots reused for a newer chunk */
+    uint64_t evictions_spared;  /* slots passed over: asked for just now */
     uint64_t recovered;         /* chunks found at restart */
     uint64_t ignored;           /* slots at restart with no valid record */
     uint64_t write_busy_ns;     /* time with a write in flight */
@@ -159,6 +160,11 @@ uint64_t kvf_disk_checksum(const kvf_disk_t *disk, const kvf_key_t *key);
  * queue_depth in flight, the rest waiting in order). */
 kvf_status_t kvf_disk_read(kvf_disk_t *disk, const kvf_key_t *key, void *dst,
                            uint64_t dst_cap, kvf_disk_read_cb_t cb, void *arg);
+
+/* @p key (on disk) is asked for and about to be read back: disk eviction
+ * passes over it for a second (a read protects it while in flight). A key
+ * not on disk is ignored. */
+void kvf_disk_want(kvf_disk_t *disk, const kvf_key_t *key);
 
 /* Forgets @p key (its slot is free for reuse). KVF_ERR_NOT_FOUND,
  * KVF_ERR_BUSY (a read or write is using it). */

@@ -1803,6 +1803,11 @@ static kvf_status_t kvf_peer_on_fetch(void *arg, const void *header,
         return KVF_OK;
     }
     for (i = 0; i < n; i++) {
+        /* before any read-back makes room in the pool (and spills) */
+        kvf_key_unpack(req->keys.data + i * KVF_KEY_WIRE_SIZE, &key);
+        kvf_store_want(peer->store, &key);
+    }
+    for (i = 0; i < n; i++) {
         kvf_key_unpack(req->keys.data + i * KVF_KEY_WIRE_SIZE, &key);
         if (req->batch &&
             kvf_peer_serve_batched(peer, msg->reply_ep, req->request_id,

@@ -690,6 +690,13 @@ static kvf_store_promo_read_t *kvf_store_reading(kvf_store_t *store,
     return NULL;
 }
 
+void kvf_store_want(kvf_store_t *store, const kvf_key_t *key)
+{
+    if ((store->disk != NULL) && (kvf_pool_lookup(store->pool, key) == NULL)) {
+        kvf_disk_want(store->disk, key);
+    }
+}
+
 kvf_status_t kvf_store_promote(kvf_store_t *store, const kvf_key_t *keys,
                                uint32_t num, kvf_store_promote_cb_t cb,
                                void *arg)
@@ -714,6 +721,11 @@ kvf_status_t kvf_store_promote(kvf_store_t *store, const kvf_key_t *keys,
     }
     if (i == num) {
         return KVF_OK;
+    }
+    /* the room made in the pool for each read may spill chunks to a full
+     * disk: not in place of the request's later keys */
+    for (; i < num; i++) {
+        kvf_store_want(store, &keys[i]);
     }
     promotion = calloc(1, sizeof(*promotion) + (size_t)num * sizeof(*read));
     if (promotion == NULL) {

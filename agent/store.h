@@ -236,6 +236,12 @@ void kvf_store_on_disk_dropped(void *arg, const kvf_key_t *key);
  * free again. */
 void kvf_store_on_disk_written(void *arg, const void *data);
 
+/* @p key is asked for (a peer's fetch): when it is on disk only, disk
+ * eviction passes over it for a while (kvf_disk_want), so that the room
+ * made in the pool by other read-backs does not evict it. No-op without a
+ * disk tier. */
+void kvf_store_want(kvf_store_t *store, const kvf_key_t *key);
+
 /* Number of leading keys of @p keys held locally, in the pool or on disk. */
 uint32_t kvf_store_tier_prefix(kvf_store_t *store, const kvf_key_t *keys,
                                uint32_t num);

@@ -303,6 +303,45 @@ Test(disk, full_tier_evicts_least_recently_used)
     kvf_disk_destroy(disk);
 }
 
+/* A chunk asked for (about to be read back) is passed over by eviction
+ * even as the least recently used; when every chunk is, a write is
+ * dropped, never one of them. */
+Test(disk, eviction_passes_over_chunks_asked_for)
+{
+    kvf_disk_t *disk = open_disk(3);
+    kvf_disk_stats_t st;
+    kvf_key_t k;
+    uint64_t i;
+
+    for (i = 0; i < 3; i++) {
+        put(disk, i, 4096);
+    }
+    kvf_disk_want(disk, &(kvf_key_t){7, 1, 0}); /* the oldest */
+    k = key_of(9);
+    kvf_disk_want(disk, &k); /* not on disk: ignored */
+    put(disk, 3, 4096);
+    cr_assert(kvf_disk_contains(disk, &(kvf_key_t){7, 1, 0}));
+    cr_assert_not(kvf_disk_contains(disk, &(kvf_key_t){7, 4, 1}),
+                  "the next oldest went instead");
+    kvf_disk_want(disk, &(kvf_key_t){7, 7, 2});
+    k = key_of(3);
+    kvf_disk_want(disk, &k);
+    k = key_of(4);
+    cr_assert_eq(kvf_disk_put(disk, &k, src_of(4), 4096, fill(4, 4096)),
+                 KVF_ERR_BUSY, "every chunk on disk is asked for");
+    kvf_disk_get_stats(disk, &st);
+    cr_assert_eq(st.evictions, 1);
+    cr_assert_geq(st.evictions_spared, 4);
+    cr_assert_eq(st.write_drops, 1);
+    for (i = 0; i < 4; i++) {
+        if (i != 1) {
+            cr_assert_eq(read_back(disk, i), KVF_OK);
+            cr_assert(matches(i, g_buf, 4096), "chunk %" PRIu64, i);
+        }
+    }
+    kvf_disk_destroy(disk);
+}
+
 Test(disk, drops_and_counts_when_every_write_is_taken)
 {
     kvf_disk_t *disk = open_disk(32);
@@ -790,6 +829,50 @@ Test(disk, promotion_never_evicts_the_requests_own_pool_hits)
     cr_assert_eq(g_failed, 0);
     cr_assert_eq(kvf_store_local_prefix(store, keys, 5), 5,
                  "the request's hit stayed in the pool");
+    store_done(store, o, disk);
+}
+
+/* A promotion of chunks that fill the tier: each read-back makes room in
+ * the pool, whose evictions spill to the full disk; the slots they take
+ * are never those of the request's keys still to be read. */
+Test(disk, promotion_into_a_full_tier_keeps_its_later_keys)
+{
+    enum {
+        N = 8
+    };
+    kvf_disk_t *disk;
+    kvf_store_t *store = store_with_disk(&disk);
+    kvf_store_owner_t *o;
+    kvf_disk_stats_t dst;
+    kvf_key_t keys[N];
+    kvf_slot_t slot;
+    uint64_t i, n = 0;
+
+    cr_assert_eq(kvf_store_owner_create(store, &o), KVF_OK);
+    commit_chunks(store, o, disk, 0, NSRC); /* 48 disk slots, all used */
+    kvf_disk_get_stats(disk, &dst);
+    cr_assert_eq(dst.used_slots, 48);
+    for (i = 0; (i < NSRC) && (n < N); i++) {
+        kvf_key_t k = key_of(i);
+
+        if ((kvf_store_local_prefix(store, &k, 1) == 0) &&
+            (kvf_store_tier_prefix(store, &k, 1) == 1)) {
+            keys[n++] = k; /* the oldest on disk only */
+        }
+    }
+    cr_assert_eq(n, N);
+    cr_assert_eq(kvf_store_promote(store, keys, N, on_promoted, NULL),
+                 KVF_INPROGRESS);
+    kvf_disk_drain(disk);
+    cr_assert_eq(g_promotions, 1);
+    cr_assert_eq(g_promoted, N, "%d of %d failed", g_failed, N);
+    for (i = 0; i < N; i++) {
+        cr_assert_eq(kvf_store_pin(store, o, &keys[i], &slot), KVF_OK);
+        cr_assert(matches(keys[i].lo,
+                          (uint8_t *)kvf_store_base(store) + slot.offset, SLOT),
+                  "chunk %" PRIu64, keys[i].lo);
+        cr_assert_eq(kvf_store_release(store, o, slot.offset), KVF_OK);
+    }
     store_done(store, o, disk);
 }
 
