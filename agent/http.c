@@ -462,6 +462,19 @@ static void kvf_agent_metrics_tiers(kvf_agent_http_t *http,
     kvf_disk_print_tier_metrics(http->src.disk, st.pool.entries, st.pool.used,
                                 ps.served_from_disk, body);
     kvf_disk_print_metrics(http->src.disk, body);
+    if (http->src.disk != NULL) {
+        kvf_prom_metric_by(
+            body, "kvf_agent_disk_promotions_total", KVF_PROM_COUNTER,
+            "chunks read back from disk into the pool (an engine's retrieve "
+            "or prefetch, a peer's fetch), by outcome",
+            "result", 2, (const char *const[]){"promoted", "failed"},
+            (const uint64_t[]){st.promoted, st.promote_failures});
+        kvf_prom_metric(body, "kvf_agent_disk_promotion_waits_total",
+                        KVF_PROM_COUNTER,
+                        "read-backs that waited for the tier's read queue "
+                        "(4 x disk_queue_depth taken at once)",
+                        st.promote_waits);
+    }
 }
 
 static void kvf_agent_on_metrics(struct evhttp_request *req, void *arg)

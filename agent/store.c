@@ -36,6 +36,7 @@ struct kvf_store_promo_read {
     kvf_pool_entry_t *hit;
     kvf_key_t key;                         /* entry: the key being read */
     kvf_store_promo_read_t *next_reading;  /* entry: store->reading */
+    kvf_store_promo_read_t *next_waiting;  /* entry: store's wait FIFO */
     kvf_store_promo_read_t *followers;     /* entry: who waits for it */
     kvf_store_promo_read_t *next_follower; /* a wait: in its leader's */
 };
@@ -78,7 +79,11 @@ struct kvf_store {
     /* disk reads in flight (at most the tier's 4 x queue_depth): a second
      * promotion of the same key waits for the first */
     kvf_store_promo_read_t *reading;
-    uint64_t spilled, promoted, promote_failures;
+    /* reads past what the tier takes at once, in order; also in reading
+     * (a second promotion of the key waits for them as for the others) */
+    kvf_store_promo_read_t *wait_head, **wait_tail;
+    bool is_starting_waiting; /* kvf_store_start_waiting runs */
+    uint64_t spilled, promoted, promote_failures, promote_waits;
 };
 
 #define KVF_STORE_EMPTY UINT64_MAX
@@ -625,6 +630,8 @@ static void kvf_store_promotion_step(kvf_store_promotion_t *promotion)
     free(promotion);
 }
 
+static void kvf_store_start_waiting(kvf_store_t *store);
+
 /* A chunk came back from disk (or not): commit it to the pool, then let
  * the promotions that wait for the same key go on. */
 static void kvf_store_on_disk_read(void *arg, const kvf_key_t *key,
@@ -674,6 +681,8 @@ static void kvf_store_on_disk_read(void *arg, const kvf_key_t *key,
     }
     read->followers = NULL;
     kvf_store_promotion_step(promotion);
+    /* the tier took this read off its queue: the next waiting one goes */
+    kvf_store_start_waiting(store);
 }
 
 /* The read in flight for @p key, NULL when none. */
@@ -695,6 +704,53 @@ void kvf_store_want(kvf_store_t *store, const kvf_key_t *key)
     if ((store->disk != NULL) && (kvf_pool_lookup(store->pool, key) == NULL)) {
         kvf_disk_want(store->disk, key);
     }
+}
+
+/* Asks the tier to read @p read (in store->reading) into its block.
+ * KVF_ERR_BUSY: the tier takes no more reads now, nothing happened;
+ * otherwise under way, or done and called back (@p read may be gone). */
+static kvf_status_t kvf_store_read_start(kvf_store_t *store,
+                                         kvf_store_promo_read_t *read)
+{
+    kvf_status_t status = kvf_disk_read(
+        store->disk, &read->key,
+        kvf_pool_ptr(store->pool, kvf_pool_entry_offset(read->entry)),
+        kvf_pool_entry_block_size(store->pool, read->entry),
+        kvf_store_on_disk_read, read);
+
+    if (status == KVF_OK) {
+        kvf_store_on_disk_read(read, &read->key, KVF_OK, 0,
+                               kvf_disk_checksum(store->disk, &read->key));
+    } else if ((status != KVF_INPROGRESS) && (status != KVF_ERR_BUSY)) {
+        kvf_store_on_disk_read(read, &read->key, status, 0, 0);
+    }
+    return status;
+}
+
+/* Starts waiting reads in order while the tier takes them. */
+static void kvf_store_start_waiting(kvf_store_t *store)
+{
+    kvf_store_promo_read_t *read;
+
+    if (store->is_starting_waiting) {
+        return; /* a read done at once calls back into here */
+    }
+    store->is_starting_waiting = true;
+    while ((read = store->wait_head) != NULL) {
+        store->wait_head = read->next_waiting;
+        if (store->wait_head == NULL) {
+            store->wait_tail = &store->wait_head;
+        }
+        if (kvf_store_read_start(store, read) == KVF_ERR_BUSY) {
+            read->next_waiting = store->wait_head; /* still first */
+            store->wait_head   = read;
+            if (read->next_waiting == NULL) {
+                store->wait_tail = &read->next_waiting;
+            }
+            break;
+        }
+    }
+    store->is_starting_waiting = false;
 }
 
 kvf_status_t kvf_store_promote(kvf_store_t *store, const kvf_key_t *keys,
@@ -764,23 +820,20 @@ kvf_status_t kvf_store_promote(kvf_store_t *store, const kvf_key_t *keys,
             continue;
         }
         kvf_pool_entry_hold(store->pool, entry); /* not reclaimed meanwhile */
-        read->promotion = promotion;
-        read->entry     = entry;
-        read->key       = keys[i];
+        read->promotion    = promotion;
+        read->entry        = entry;
+        read->key          = keys[i];
+        read->next_reading = store->reading;
+        store->reading     = read;
         promotion->pending++;
-        status = kvf_disk_read(
-            store->disk, &keys[i],
-            kvf_pool_ptr(store->pool, kvf_pool_entry_offset(entry)),
-            kvf_pool_entry_block_size(store->pool, entry),
-            kvf_store_on_disk_read, read);
-        if (status == KVF_INPROGRESS) {
-            read->next_reading = store->reading;
-            store->reading     = read;
-        } else if (status == KVF_OK) {
-            kvf_store_on_disk_read(read, &keys[i], KVF_OK, length,
-                                   kvf_disk_checksum(store->disk, &keys[i]));
-        } else {
-            kvf_store_on_disk_read(read, &keys[i], status, length, 0);
+        if ((store->wait_head != NULL) ||
+            (kvf_store_read_start(store, read) == KVF_ERR_BUSY)) {
+            /* the tier has 4 x queue_depth reads already: this one goes
+             * when they land, after those waiting before it */
+            read->next_waiting = NULL;
+            *store->wait_tail  = read;
+            store->wait_tail   = &read->next_waiting;
+            store->promote_waits++;
         }
     }
     if (promotion->pending == 1) {
@@ -1061,6 +1114,7 @@ kvf_status_t kvf_store_create(const kvf_store_params_t *params,
     store->demote_cb        = params->demote_cb;
     store->grant_timeout_ns = params->grant_timeout_ns;
     store->cb_arg           = params->cb_arg;
+    store->wait_tail        = &store->wait_head;
     pool_params             = *params->pool;
     pool_params.field_mask |= KVF_POOL_FIELD_EVICT_CB;
     pool_params.evict_cb  = kvf_store_on_evict;
@@ -1124,6 +1178,7 @@ void kvf_store_get_stats(const kvf_store_t *store, kvf_store_stats_t *stats_p)
     stats_p->spilled           = store->spilled;
     stats_p->promoted          = store->promoted;
     stats_p->promote_failures  = store->promote_failures;
+    stats_p->promote_waits     = store->promote_waits;
 }
 
 int kvf_store_fd(const kvf_store_t *store)

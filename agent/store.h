@@ -63,6 +63,7 @@ typedef struct kvf_store_stats {
     uint64_t spilled;           /* evicted chunks handed to the disk tier */
     uint64_t promoted;          /* chunks read back from disk to the pool */
     uint64_t promote_failures;  /* reads back that gave no chunk */
+    uint64_t promote_waits;     /* reads that waited for the tier's queue */
 } kvf_store_stats_t;
 
 /* Creates the store and its pool. Logs and returns the pool's failure. */

@@ -40,8 +40,9 @@ typedef struct dc_agent {
 static kvf_th_ctl_t g_ctl;
 static dc_agent_t g_a, g_b;
 static char g_bin[4096], g_dir[64], g_tier[128];
-static const char *g_pool_a = "4M";  /* A's pool (16 chunks) */
-static const char *g_disk_a = "64M"; /* A's disk (63 slots of 1 MiB) */
+static const char *g_pool_a  = "4M";  /* A's pool (16 chunks) */
+static const char *g_disk_a  = "64M"; /* A's disk (63 slots of 1 MiB) */
+static const char *g_depth_a = "32";  /* A's disk_queue_depth */
 
 static uint16_t port_of(const char *hostport)
 {
@@ -78,7 +79,7 @@ static void start_agent(dc_agent_t *a, const char *name, bool with_disk)
         argv[n++] = "--disk-size";
         argv[n++] = g_disk_a;
         argv[n++] = "--disk-queue-depth";
-        argv[n++] = "32";
+        argv[n++] = g_depth_a;
     } else {
         argv[n++] = "32M";
     }
@@ -382,9 +383,11 @@ Test(disk_cluster, peer_reads_chunks_only_on_the_holders_disk)
  * every one arrives byte for byte. Before, each was answered as missing
  * and recomputed. */
 /* A restarted with a @p pool of 256 KiB chunks and a @p disk tier stores
- * N chunks, of which the oldest ON_DISK end up on its disk only; B
- * retrieves those at once and must get every one, byte for byte. */
-static void fetch_disk_only(const char *pool, const char *disk)
+ * N chunks, of which the oldest ON_DISK end up on its disk only; @p via
+ * (B: a peer's fetch; A: its own engine) retrieves those at once and must
+ * get every one, byte for byte. */
+static void fetch_disk_only(const char *pool, const char *disk,
+                            const dc_agent_t *via)
 {
     enum {
         N       = 200,
@@ -424,7 +427,7 @@ static void fetch_disk_only(const char *pool, const char *disk)
     wait_metric(g_ctl.http, "kvf_controller_holdings{medium=\"disk\"}",
                 ON_DISK);
     cr_assert_eq(metric(g_a.http, "kvf_agent_served_from_disk_total"), 0);
-    c    = connect_to(&g_b);
+    c    = connect_to(via);
     base = kvf_client_pool_base(c);
     cr_assert_eq(kvf_client_retrieve(c, keys, ON_DISK, slots, missing), KVF_OK,
                  "retrieve: %s", kvf_client_last_error(c));
@@ -436,10 +439,19 @@ static void fetch_disk_only(const char *pool, const char *disk)
     }
     cr_assert_eq(kvf_client_release(c, slots, ON_DISK), KVF_OK);
     kvf_client_disconnect(c);
-    cr_assert_eq(metric(g_a.http, "kvf_agent_served_from_disk_total"), ON_DISK);
-    cr_assert_gt(
-        metric(g_a.http, "kvf_agent_serve_refused_total{reason=\"busy\"}"), 0,
-        "A never had every disk read in use: nothing tested");
+    if (via == &g_b) {
+        cr_assert_eq(metric(g_a.http, "kvf_agent_served_from_disk_total"),
+                     ON_DISK);
+        cr_assert_gt(
+            metric(g_a.http, "kvf_agent_serve_refused_total{reason=\"busy\"}"),
+            0, "A never had every disk read in use: nothing tested");
+    } else {
+        cr_assert_eq(metric(g_a.http, "kvf_agent_disk_promotions_total{result="
+                                      "\"promoted\"}"),
+                     ON_DISK);
+        cr_assert_gt(metric(g_a.http, "kvf_agent_disk_promotion_waits_total"),
+                     0, "A's tier took every read at once: nothing tested");
+    }
     free(keys);
     free(slots);
     free(missing);
@@ -450,7 +462,17 @@ Test(disk_cluster, disk_reads_past_the_holders_limit_are_asked_again)
 {
     /* 116 chunks in the pool; 255 disk slots: what A reads back and
      * evicts again fits */
-    fetch_disk_only("32M", "256M");
+    fetch_disk_only("32M", "256M", &g_b);
+}
+
+/* An engine's retrieve of 84 chunks on its own agent's disk only, more
+ * than the tier reads at once (4 x disk_queue_depth 8): the rest wait
+ * their turn; before, they were misses. */
+Test(disk_cluster, a_retrieve_of_more_chunks_than_the_tier_reads_at_once)
+{
+    g_depth_a = "8";
+    fetch_disk_only("32M", "256M", &g_a);
+    g_depth_a = "32";
 }
 
 /* The same with 127 disk slots: the 84 read back make room in the pool,
@@ -459,7 +481,7 @@ Test(disk_cluster, disk_reads_past_the_holders_limit_are_asked_again)
  * were evicted before their turn and answered missing). */
 Test(disk_cluster, room_made_for_disk_reads_never_evicts_the_chunks_asked_for)
 {
-    fetch_disk_only("32M", "128M");
+    fetch_disk_only("32M", "128M", &g_b);
     cr_assert_gt(metric(g_a.http, "kvf_agent_disk_evictions_spared_total"), 0,
                  "disk eviction never met a chunk asked for: nothing tested");
 }

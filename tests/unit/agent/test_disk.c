@@ -658,7 +658,16 @@ static void on_demoted(void *arg, const kvf_key_t *key)
     g_demoted++;
 }
 
+static kvf_store_t *store_with_disk_depth(kvf_disk_t **disk_p,
+                                          unsigned queue_depth);
+
 static kvf_store_t *store_with_disk(kvf_disk_t **disk_p)
+{
+    return store_with_disk_depth(disk_p, 4);
+}
+
+static kvf_store_t *store_with_disk_depth(kvf_disk_t **disk_p,
+                                          unsigned queue_depth)
 {
     kvf_pool_params_t pp = {
         .field_mask = KVF_POOL_FIELD_SIZE | KVF_POOL_FIELD_MAX_CHUNK |
@@ -672,6 +681,7 @@ static kvf_store_t *store_with_disk(kvf_disk_t **disk_p)
     kvf_disk_params_t dp = params_of(48);
     kvf_store_t *store;
 
+    dp.queue_depth = queue_depth;
     cr_assert_eq(kvf_store_create(&sp, &store), KVF_OK);
     /* wired as kvf_disk_start wires the agent's */
     dp.stored_cb  = kvf_store_on_disk_stored;
@@ -873,6 +883,62 @@ Test(disk, promotion_into_a_full_tier_keeps_its_later_keys)
                   "chunk %" PRIu64, keys[i].lo);
         cr_assert_eq(kvf_store_release(store, o, slot.offset), KVF_OK);
     }
+    store_done(store, o, disk);
+}
+
+/* A promotion of more chunks than the tier takes reads at once (4 x
+ * queue_depth): the rest wait in the store for their turn and are read
+ * as the first ones land, never failed as misses. A second promotion of
+ * a waiting key waits for that same read. */
+static uint32_t g_promoted_sum, g_failed_sum;
+
+static void on_promoted_sum(void *arg, uint32_t promoted, uint32_t failed)
+{
+    g_promotions++;
+    g_promoted_sum += promoted;
+    g_failed_sum += failed;
+}
+
+Test(disk, promotion_past_the_tiers_reads_waits_its_turn)
+{
+    enum {
+        N = 10
+    }; /* queue_depth 2: 8 reads accepted */
+    kvf_disk_t *disk;
+    kvf_store_t *store = store_with_disk_depth(&disk, 2);
+    kvf_store_owner_t *o;
+    kvf_store_stats_t st;
+    kvf_key_t keys[N];
+    kvf_slot_t slot;
+    uint64_t i;
+
+    cr_assert_eq(kvf_store_owner_create(store, &o), KVF_OK);
+    commit_chunks(store, o, disk, 0, 32); /* disk only: 0..15 at least */
+    for (i = 0; i < N; i++) {
+        keys[i] = key_of(i);
+    }
+    cr_assert_eq(kvf_store_local_prefix(store, keys, N), 0);
+    cr_assert_eq(kvf_store_tier_prefix(store, keys, N), N);
+    cr_assert_eq(kvf_store_promote(store, keys, N, on_promoted_sum, NULL),
+                 KVF_INPROGRESS);
+    cr_assert_eq(
+        kvf_store_promote(store, &keys[N - 1], 1, on_promoted_sum, NULL),
+        KVF_INPROGRESS, "the last key's read is still to come");
+    kvf_disk_drain(disk);
+    cr_assert_eq(g_promotions, 2);
+    cr_assert_eq(g_promoted_sum, N + 1, "%u promoted, %u failed",
+                 g_promoted_sum, g_failed_sum);
+    cr_assert_eq(g_failed_sum, 0);
+    for (i = 0; i < N; i++) {
+        cr_assert_eq(kvf_store_pin(store, o, &keys[i], &slot), KVF_OK);
+        cr_assert(
+            matches(i, (uint8_t *)kvf_store_base(store) + slot.offset, SLOT),
+            "chunk %" PRIu64, i);
+        cr_assert_eq(kvf_store_release(store, o, slot.offset), KVF_OK);
+    }
+    kvf_store_get_stats(store, &st);
+    cr_assert_eq(st.promoted, N, "each chunk read once");
+    cr_assert_eq(st.promote_failures, 0);
     store_done(store, o, disk);
 }
 
