@@ -1069,6 +1069,11 @@ kvf_status_t kvf_pd_push_start(kvf_client_t *client, uint64_t request_id,
                             deadline);
     free(offsets);
     free(lengths);
+    if (status != KVF_OK) {
+        /* the request failed with this call, as if kvf_pd_push_wait had
+         * said so: a later push of it starts it afresh */
+        kvf_client_open_forget(client, request_id);
+    }
     if (status == KVF_ERR_CLOSED) {
         return kvf_client_lose(client, status);
     }

@@ -293,7 +293,10 @@ KVF_API kvf_status_t kvf_pd_push(kvf_client_t *client, uint64_t request_id,
  * @return KVF_OK (sent); KVF_ERR_INVALID; KVF_ERR_CLOSED (no connection);
  *         the failure of an earlier push of this request not yet reported
  *         (reported now: the request is aborted at its decoder); KVF_ERR_BUSY
- *         (1024 pushes of this connection failed and were never collected)
+ *         (1024 pushes of this connection failed and were never collected).
+ *         KVF_ERR_CLOSED or an earlier push's failure loses the request:
+ *         push it again from its first push (the library numbers it
+ *         afresh).
  *
  * thread: one thread per connection at a time. ownership: the slots must
  * stay unchanged and unreleased until kvf_pd_push_wait() returns for the

@@ -1536,3 +1536,39 @@ Test(pd, a_request_pushed_again_after_a_collected_failure_is_delivered)
     kvf_client_disconnect(pc);
     kvf_client_disconnect(dc);
 }
+
+/* A push whose send fails (the prefill agent died: the engine's socket is
+ * closed under it) fails its request at once, as a failure collected by
+ * kvf_pd_push_wait does: pushed again from its first piece once the agent
+ * is back, it is delivered whole. Before, the failed send had spent a
+ * piece number, and the new agent refused the retry as a later piece of a
+ * request it never saw. */
+Test(pd, a_request_pushed_again_after_its_push_could_not_be_sent_is_delivered)
+{
+    kvf_client_t *pc, *dc;
+    kvf_slot_t slots[2];
+    uint64_t sums[2];
+    uint32_t num = 0;
+
+    start_pair(NULL);
+    pc = connect_to(&g_p);
+    dc = connect_to(&g_d);
+    cr_assert_eq(push(pc, 64, 0, 1, false), KVF_OK, "%s",
+                 kvf_client_last_error(pc));
+    fill_slots(pc, 64, 2, slots, sums); /* in the pool of the agent to die */
+    kvf_test_proc_kill(&g_p.proc);
+    start_agent(&g_p, "it-prefill", "prefill", NULL);
+    cr_assert_neq(kvf_pd_push_start(pc, 64, "it-decode", slots, sums, 2, false),
+                  KVF_OK, "a push to a dead agent cannot be sent");
+    /* the decode engine learns that the first piece went with its sender
+     * (the decoder keeps the request's tombstone until it is read) */
+    cr_assert_eq(kvf_pd_wait(dc, 64, 5000000000ull, slots, 2, &num),
+                 KVF_ERR_CANCELED, "%s", kvf_client_last_error(dc));
+    cr_assert_eq(push(pc, 64, 0, 2, true), KVF_OK, "%s",
+                 kvf_client_last_error(pc));
+    wait_and_check(dc, 64, 2);
+    cr_assert_eq(kvf_pd_release(dc, 64), KVF_OK);
+    cr_assert_eq(metric(&g_p, "kvf_agent_pd_pieces_refused_total"), 0);
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
