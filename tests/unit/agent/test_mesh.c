@@ -196,113 +196,191 @@ static bool loop_until(struct event_base *base, const unsigned *count,
     return true;
 }
 
-Test(mesh_defer, a_waiting_send_ends_by_its_timeout_or_its_endpoint_failing)
-{
-    static uint8_t big[1u << 20];
-    kvf_ucx_ctx_params_t cp     = {.field_mask = KVF_UCX_CTX_FIELD_TLS,
-                                   .tls        = "tcp"};
-    kvf_ucx_worker_params_t wp  = {.field_mask = KVF_UCX_WORKER_FIELD_MAX_OPS,
-                                   .max_ops    = 2};
-    kvf_mesh_am_payload_t rndv  = {.header     = "h",
-                                   .header_len = 1,
-                                   .data       = big,
-                                   .len        = sizeof(big),
-                                   .flags      = KVF_UCX_AM_SEND_RNDV};
-    kvf_mesh_am_payload_t eager = {
-        .header = "e", .header_len = 1, .flags = KVF_UCX_AM_SEND_EAGER};
-    struct timeval tv = {0, 5000};
+/* A sender whose worker has 2 operations, both taken by rendezvous sends
+ * the receiver keeps unreceived: every later send waits in the mesh. */
+typedef struct defer_pair {
+    struct event_base *base;
+    struct event *tick;
     kvf_ucx_ctx_t *srv_ctx, *cli_ctx;
     kvf_ucx_worker_t *srv, *cli;
     kvf_mesh_t *mesh;
-    kvf_ucx_ep_t *ep = NULL;
-    kvf_ucx_ep_params_t epp;
-    struct event_base *base;
-    struct event *tick;
-    sent_t r[2], frame, am;
-    kvf_mesh_stats_t st;
-    Kvf__PeerFetch fetch;
+    kvf_ucx_ep_t *ep;
     void *addr;
+    sent_t held[2]; /* the two sends that hold the operations */
+} defer_pair_t;
+
+static void defer_pair_open(defer_pair_t *p)
+{
+    static uint8_t big[1u << 20];
+    kvf_ucx_ctx_params_t cp    = {.field_mask = KVF_UCX_CTX_FIELD_TLS,
+                                  .tls        = "tcp"};
+    kvf_ucx_worker_params_t wp = {.field_mask = KVF_UCX_WORKER_FIELD_MAX_OPS,
+                                  .max_ops    = 2};
+    kvf_mesh_am_payload_t rndv = {.header     = "h",
+                                  .header_len = 1,
+                                  .data       = big,
+                                  .len        = sizeof(big),
+                                  .flags      = KVF_UCX_AM_SEND_RNDV};
+    struct timeval tv          = {0, 5000};
+    kvf_ucx_ep_params_t epp;
     size_t addr_len;
     unsigned i;
 
-    memset(r, 0, sizeof(r));
-    memset(&frame, 0, sizeof(frame));
-    memset(&am, 0, sizeof(am));
+    memset(p, 0, sizeof(*p));
     memset(&g_held, 0, sizeof(g_held));
-    base = event_base_new();
-    cr_assert_not_null(base);
-    tick = event_new(base, -1, EV_PERSIST, on_tick, NULL);
-    event_add(tick, &tv);
-    cr_assert_eq(kvf_ucx_ctx_create(&cp, &srv_ctx), KVF_OK);
-    cr_assert_eq(kvf_ucx_ctx_create(&cp, &cli_ctx), KVF_OK);
-    cr_assert_eq(kvf_ucx_worker_create(srv_ctx, base, NULL, &srv), KVF_OK);
-    cr_assert_eq(kvf_ucx_worker_create(cli_ctx, base, &wp, &cli), KVF_OK);
-    cr_assert_eq(
-        kvf_ucx_am_set_handler(srv, KVF_MESH_AM_PEER_CHUNK, keep_rndv, &g_held),
-        KVF_OK);
-    kvf_mesh_params_t mp = {.base = base, .worker = cli, .name = "sender"};
+    p->base = event_base_new();
+    cr_assert_not_null(p->base);
+    p->tick = event_new(p->base, -1, EV_PERSIST, on_tick, NULL);
+    event_add(p->tick, &tv);
+    cr_assert_eq(kvf_ucx_ctx_create(&cp, &p->srv_ctx), KVF_OK);
+    cr_assert_eq(kvf_ucx_ctx_create(&cp, &p->cli_ctx), KVF_OK);
+    cr_assert_eq(kvf_ucx_worker_create(p->srv_ctx, p->base, NULL, &p->srv),
+                 KVF_OK);
+    cr_assert_eq(kvf_ucx_worker_create(p->cli_ctx, p->base, &wp, &p->cli),
+                 KVF_OK);
+    cr_assert_eq(kvf_ucx_am_set_handler(p->srv, KVF_MESH_AM_PEER_CHUNK,
+                                        keep_rndv, &g_held),
+                 KVF_OK);
+    kvf_mesh_params_t mp = {
+        .base = p->base, .worker = p->cli, .name = "sender"};
 
-    cr_assert_eq(kvf_mesh_create(&mp, &mesh), KVF_OK);
-    cr_assert_eq(kvf_ucx_worker_address_pack(srv, &addr, &addr_len), KVF_OK);
+    cr_assert_eq(kvf_mesh_create(&mp, &p->mesh), KVF_OK);
+    cr_assert_eq(kvf_ucx_worker_address_pack(p->srv, &p->addr, &addr_len),
+                 KVF_OK);
     epp = (kvf_ucx_ep_params_t){.field_mask  = KVF_UCX_EP_FIELD_ADDRESS,
-                                .address     = addr,
+                                .address     = p->addr,
                                 .address_len = addr_len};
-    cr_assert_eq(kvf_ucx_ep_get(cli, "receiver", &epp, &ep), KVF_OK);
-
+    cr_assert_eq(kvf_ucx_ep_get(p->cli, "receiver", &epp, &p->ep), KVF_OK);
     /* both operations taken, and kept taken by the receiver */
     for (i = 0; i < 2; i++) {
-        cr_assert_eq(kvf_mesh_send_am(mesh, ep, KVF_MESH_AM_PEER_CHUNK, &rndv,
-                                      30ull * 1000 * 1000 * 1000, on_am_sent,
-                                      &r[i]),
+        cr_assert_eq(kvf_mesh_send_am(p->mesh, p->ep, KVF_MESH_AM_PEER_CHUNK,
+                                      &rndv, 30ull * 1000 * 1000 * 1000,
+                                      on_am_sent, &p->held[i]),
                      KVF_OK);
     }
-    cr_assert(loop_until(base, &g_held.n, 2), "the receiver got %u", g_held.n);
+    cr_assert(loop_until(p->base, &g_held.n, 2), "the receiver got %u",
+              g_held.n);
+}
 
-    /* a frame with a short timeout and a message with a long one wait */
-    kvf__peer_fetch__init(&fetch);
-    fetch.request_id = 1;
-    cr_assert_eq(kvf_mesh_send_frame(mesh, ep, KVF_MESH_AM_PEER_FETCH,
-                                     KVF_MSG_PEER_FETCH, &fetch.base,
-                                     50ull * 1000 * 1000, on_frame_sent, &frame,
-                                     7),
-                 KVF_OK);
-    cr_assert_eq(kvf_mesh_send_am(mesh, ep, KVF_MESH_AM_PEER_CHUNK, &eager,
-                                  30ull * 1000 * 1000 * 1000, on_am_sent, &am),
-                 KVF_OK);
-    kvf_mesh_get_stats(mesh, &st);
-    cr_assert_eq(st.deferred, 2);
-    cr_assert_eq(frame.calls + am.calls, 0, "told from inside the call");
-
-    /* the frame ends by its own timeout; the message keeps waiting */
-    cr_assert(loop_until(base, &frame.calls, 1));
-    cr_assert_eq(frame.status, KVF_ERR_TIMEOUT);
-    cr_assert_eq(frame.tag, 7);
-    cr_assert_eq(am.calls, 0);
-    cr_assert_eq(r[0].calls + r[1].calls, 0);
-
-    /* the endpoint fails: the held sends end, and the waiting one is told
-     * its endpoint closed instead of being sent on it */
-    kvf_ucx_ep_fail(ep, KVF_ERR_CLOSED);
-    cr_assert(loop_until(base, &am.calls, 1));
-    cr_assert_eq(am.status, KVF_ERR_CLOSED);
-    for (i = 0; i < 2; i++) {
-        cr_assert_eq(r[i].calls, 1);
-        cr_assert_neq(r[i].status, KVF_OK);
-    }
-    cr_assert_eq(frame.calls, 1, "a frame told twice");
-    cr_assert_eq(am.calls, 1, "a message told twice");
+static void defer_pair_close(defer_pair_t *p)
+{
+    unsigned i;
 
     for (i = 0; i < g_held.n; i++) {
         kvf_ucx_am_msg_release(&g_held.kept[i]);
     }
-    kvf_ucx_ep_put(ep);
-    kvf_ucx_worker_destroy(cli);
-    kvf_mesh_destroy(mesh);
-    kvf_ucx_worker_destroy(srv);
-    kvf_ucx_ctx_destroy(cli_ctx);
-    kvf_ucx_ctx_destroy(srv_ctx);
-    free(addr);
-    event_free(tick);
-    event_base_free(base);
+    if (p->ep != NULL) {
+        kvf_ucx_ep_put(p->ep);
+    }
+    kvf_ucx_worker_destroy(p->cli);
+    kvf_mesh_destroy(p->mesh);
+    kvf_ucx_worker_destroy(p->srv);
+    kvf_ucx_ctx_destroy(p->cli_ctx);
+    kvf_ucx_ctx_destroy(p->srv_ctx);
+    free(p->addr);
+    event_free(p->tick);
+    event_base_free(p->base);
+}
+
+Test(mesh_defer, a_waiting_send_ends_by_its_timeout_or_its_endpoint_failing)
+{
+    kvf_mesh_am_payload_t eager = {
+        .header = "e", .header_len = 1, .flags = KVF_UCX_AM_SEND_EAGER};
+    defer_pair_t p;
+    sent_t frame = {0}, am = {0};
+    kvf_mesh_stats_t st;
+    Kvf__PeerFetch fetch;
+    unsigned i;
+
+    defer_pair_open(&p);
+    /* a frame with a short timeout and a message with a long one wait */
+    kvf__peer_fetch__init(&fetch);
+    fetch.request_id = 1;
+    cr_assert_eq(kvf_mesh_send_frame(p.mesh, p.ep, KVF_MESH_AM_PEER_FETCH,
+                                     KVF_MSG_PEER_FETCH, &fetch.base,
+                                     50ull * 1000 * 1000, on_frame_sent, &frame,
+                                     7),
+                 KVF_OK);
+    cr_assert_eq(kvf_mesh_send_am(p.mesh, p.ep, KVF_MESH_AM_PEER_CHUNK, &eager,
+                                  30ull * 1000 * 1000 * 1000, on_am_sent, &am),
+                 KVF_OK);
+    kvf_mesh_get_stats(p.mesh, &st);
+    cr_assert_eq(st.deferred, 2);
+    cr_assert_eq(frame.calls + am.calls, 0, "told from inside the call");
+
+    /* the frame ends by its own timeout; the message keeps waiting */
+    cr_assert(loop_until(p.base, &frame.calls, 1));
+    cr_assert_eq(frame.status, KVF_ERR_TIMEOUT);
+    cr_assert_eq(frame.tag, 7);
+    cr_assert_eq(am.calls, 0);
+    cr_assert_eq(p.held[0].calls + p.held[1].calls, 0);
+
+    /* the endpoint fails: the held sends end, and the waiting one is told
+     * its endpoint closed instead of being sent on it */
+    kvf_ucx_ep_fail(p.ep, KVF_ERR_CLOSED);
+    cr_assert(loop_until(p.base, &am.calls, 1));
+    cr_assert_eq(am.status, KVF_ERR_CLOSED);
+    for (i = 0; i < 2; i++) {
+        cr_assert_eq(p.held[i].calls, 1);
+        cr_assert_neq(p.held[i].status, KVF_OK);
+    }
+    cr_assert_eq(frame.calls, 1, "a frame told twice");
+    cr_assert_eq(am.calls, 1, "a message told twice");
+    defer_pair_close(&p);
+    kvf_test_check_leaks();
+}
+
+/* The wait is bounded: past KVF_MESH_DEFER_MAX sends waiting, a send is
+ * refused at once (busy, its caller keeps what it would have sent), a
+ * frame and a message alike. kvf_mesh_close (an agent stopping) tells
+ * every waiting one, once, that it was canceled, lets go of the endpoint,
+ * and takes no more. */
+Test(mesh_defer, a_full_queue_refuses_and_close_tells_every_waiting_send)
+{
+    kvf_mesh_am_payload_t eager = {
+        .header = "e", .header_len = 1, .flags = KVF_UCX_AM_SEND_EAGER};
+    static sent_t waiting[KVF_MESH_DEFER_MAX];
+    sent_t late = {0}, frame = {0};
+    defer_pair_t p;
+    kvf_mesh_stats_t st;
+    Kvf__PeerFetch fetch;
+    unsigned i, canceled = 0;
+
+    memset(waiting, 0, sizeof(waiting));
+    defer_pair_open(&p);
+    for (i = 0; i < KVF_MESH_DEFER_MAX; i++) {
+        cr_assert_eq(kvf_mesh_send_am(p.mesh, p.ep, KVF_MESH_AM_PEER_CHUNK,
+                                      &eager, 30ull * 1000 * 1000 * 1000,
+                                      on_am_sent, &waiting[i]),
+                     KVF_OK, "send %u", i);
+    }
+    cr_assert_eq(kvf_mesh_send_am(p.mesh, p.ep, KVF_MESH_AM_PEER_CHUNK, &eager,
+                                  30ull * 1000 * 1000 * 1000, on_am_sent,
+                                  &late),
+                 KVF_ERR_BUSY);
+    kvf__peer_fetch__init(&fetch);
+    fetch.request_id = 1;
+    cr_assert_eq(kvf_mesh_send_frame(p.mesh, p.ep, KVF_MESH_AM_PEER_FETCH,
+                                     KVF_MSG_PEER_FETCH, &fetch.base,
+                                     30ull * 1000 * 1000 * 1000, on_frame_sent,
+                                     &frame, 7),
+                 KVF_ERR_BUSY);
+    kvf_mesh_get_stats(p.mesh, &st);
+    cr_assert_eq(st.deferred, KVF_MESH_DEFER_MAX);
+
+    kvf_mesh_close(p.mesh);
+    for (i = 0; i < KVF_MESH_DEFER_MAX; i++) {
+        cr_assert_eq(waiting[i].calls, 1, "send %u told %u times", i,
+                     waiting[i].calls);
+        canceled += waiting[i].status == KVF_ERR_CANCELED;
+    }
+    cr_assert_eq(canceled, KVF_MESH_DEFER_MAX);
+    cr_assert_eq(late.calls + frame.calls, 0, "a refused send is not told");
+    /* closed: a send that would wait is refused, not queued */
+    cr_assert_eq(kvf_mesh_send_am(p.mesh, p.ep, KVF_MESH_AM_PEER_CHUNK, &eager,
+                                  30ull * 1000 * 1000 * 1000, on_am_sent,
+                                  &late),
+                 KVF_ERR_BUSY);
+    defer_pair_close(&p);
     kvf_test_check_leaks();
 }
