@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 
 /* What an owner holds at one offset: a grant (uncommitted allocation) or
  * pins on a committed chunk (a pin stands for one read the owner has not
@@ -34,11 +35,11 @@ struct kvf_store_promo_read {
     kvf_store_promotion_t *promotion;
     kvf_pool_entry_t *entry;
     kvf_pool_entry_t *hit;
-    kvf_key_t key;                         /* entry: the key being read */
-    kvf_store_promo_read_t *next_reading;  /* entry: store->reading */
-    kvf_store_promo_read_t *next_waiting;  /* entry: store's wait FIFO */
-    kvf_store_promo_read_t *followers;     /* entry: who waits for it */
-    kvf_store_promo_read_t *next_follower; /* a wait: in its leader's */
+    kvf_key_t key;                              /* entry: the key being read */
+    kvf_store_promo_read_t *next_reading;       /* entry: store->reading */
+    STAILQ_ENTRY(kvf_store_promo_read) waiting; /* entry: store->waiting */
+    kvf_store_promo_read_t *followers;          /* entry: who waits for it */
+    kvf_store_promo_read_t *next_follower;      /* a wait: in its leader's */
 };
 
 /* One kvf_store_promote call: its reads and who waits for them. */
@@ -81,7 +82,7 @@ struct kvf_store {
     kvf_store_promo_read_t *reading;
     /* reads past what the tier takes at once, in order; also in reading
      * (a second promotion of the key waits for them as for the others) */
-    kvf_store_promo_read_t *wait_head, **wait_tail;
+    STAILQ_HEAD(, kvf_store_promo_read) waiting;
     bool is_starting_waiting; /* kvf_store_start_waiting runs */
     uint64_t spilled, promoted, promote_failures, promote_waits;
 };
@@ -736,17 +737,11 @@ static void kvf_store_start_waiting(kvf_store_t *store)
         return; /* a read done at once calls back into here */
     }
     store->is_starting_waiting = true;
-    while ((read = store->wait_head) != NULL) {
-        store->wait_head = read->next_waiting;
-        if (store->wait_head == NULL) {
-            store->wait_tail = &store->wait_head;
-        }
+    while ((read = STAILQ_FIRST(&store->waiting)) != NULL) {
+        STAILQ_REMOVE_HEAD(&store->waiting, waiting);
         if (kvf_store_read_start(store, read) == KVF_ERR_BUSY) {
-            read->next_waiting = store->wait_head; /* still first */
-            store->wait_head   = read;
-            if (read->next_waiting == NULL) {
-                store->wait_tail = &read->next_waiting;
-            }
+            STAILQ_INSERT_HEAD(&store->waiting, read,
+                               waiting); /* still first */
             break;
         }
     }
@@ -826,13 +821,11 @@ kvf_status_t kvf_store_promote(kvf_store_t *store, const kvf_key_t *keys,
         read->next_reading = store->reading;
         store->reading     = read;
         promotion->pending++;
-        if ((store->wait_head != NULL) ||
+        if (!STAILQ_EMPTY(&store->waiting) ||
             (kvf_store_read_start(store, read) == KVF_ERR_BUSY)) {
             /* the tier has 4 x queue_depth reads already: this one goes
              * when they land, after those waiting before it */
-            read->next_waiting = NULL;
-            *store->wait_tail  = read;
-            store->wait_tail   = &read->next_waiting;
+            STAILQ_INSERT_TAIL(&store->waiting, read, waiting);
             store->promote_waits++;
         }
     }
@@ -1114,8 +1107,8 @@ kvf_status_t kvf_store_create(const kvf_store_params_t *params,
     store->demote_cb        = params->demote_cb;
     store->grant_timeout_ns = params->grant_timeout_ns;
     store->cb_arg           = params->cb_arg;
-    store->wait_tail        = &store->wait_head;
-    pool_params             = *params->pool;
+    STAILQ_INIT(&store->waiting);
+    pool_params = *params->pool;
     pool_params.field_mask |= KVF_POOL_FIELD_EVICT_CB;
     pool_params.evict_cb  = kvf_store_on_evict;
     pool_params.evict_arg = store;
