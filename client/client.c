@@ -1138,9 +1138,12 @@ kvf_status_t kvf_pd_push(kvf_client_t *client, uint64_t request_id,
     return kvf_pd_push_wait(client, request_id, 0);
 }
 
-kvf_status_t kvf_pd_wait(kvf_client_t *client, uint64_t request_id,
-                         uint64_t timeout_ns, kvf_slot_t *slots, uint32_t max,
-                         uint32_t *num_p)
+/* kvf_pd_wait, and with @p checksums (may be NULL) what each chunk was
+ * verified with. */
+static kvf_status_t kvf_pd_wait_sums(kvf_client_t *client, uint64_t request_id,
+                                     uint64_t timeout_ns, kvf_slot_t *slots,
+                                     uint32_t max, uint32_t *num_p,
+                                     uint64_t *checksums)
 {
     const Kvf__EngineSlots *reply;
     Kvf__EnginePdWait req;
@@ -1194,13 +1197,42 @@ kvf_status_t kvf_pd_wait(kvf_client_t *client, uint64_t request_id,
     for (i = 0; i < reply->n_offsets; i++) {
         slots[i].offset = reply->offsets[i];
         slots[i].length = reply->lengths[i];
+        if ((checksums != NULL) && (reply->n_checksums == reply->n_offsets)) {
+            checksums[i] = reply->checksums[i];
+        }
     }
     *num_p = (uint32_t)reply->n_offsets;
     status = KVF_OK;
+    if ((checksums != NULL) && (reply->n_checksums != reply->n_offsets)) {
+        /* claimed all the same: the caller releases it */
+        status = kvf_client_fail(client, KVF_ERR_UNSUPPORTED,
+                                 "the %s sent no checksums (an older agent)",
+                                 client->peer);
+    }
 
 out:
     kvf_frame_release(&frame, NULL);
     return status;
+}
+
+kvf_status_t kvf_pd_wait(kvf_client_t *client, uint64_t request_id,
+                         uint64_t timeout_ns, kvf_slot_t *slots, uint32_t max,
+                         uint32_t *num_p)
+{
+    return kvf_pd_wait_sums(client, request_id, timeout_ns, slots, max, num_p,
+                            NULL);
+}
+
+kvf_status_t kvf_pd_wait_checksums(kvf_client_t *client, uint64_t request_id,
+                                   uint64_t timeout_ns, kvf_slot_t *slots,
+                                   uint64_t *checksums, uint32_t max,
+                                   uint32_t *num_p)
+{
+    if (checksums == NULL) {
+        return KVF_ERR_INVALID;
+    }
+    return kvf_pd_wait_sums(client, request_id, timeout_ns, slots, max, num_p,
+                            checksums);
 }
 
 kvf_status_t kvf_pd_release(kvf_client_t *client, uint64_t request_id)

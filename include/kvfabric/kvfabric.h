@@ -356,6 +356,22 @@ KVF_API kvf_status_t kvf_pd_wait(kvf_client_t *client, uint64_t request_id,
                                  uint32_t max, uint32_t *num_p);
 
 /**
+ * As kvf_pd_wait(), and also the checksum each chunk was verified with
+ * (kvf_chunk_checksum of its bytes, as the prefill engine computed it), so
+ * the decode engine can check what it reads with kvf_client_verify(), e.g.
+ * after copying the chunks into its own KV cache. The agent has already
+ * checked its copy into the staging area against them.
+ *
+ * @param [out] checksums  room for @p max
+ * @return as kvf_pd_wait(); KVF_ERR_UNSUPPORTED when the agent is too old
+ *         to send checksums (the request is claimed all the same:
+ *         kvf_pd_release() it)
+ */
+KVF_API kvf_status_t kvf_pd_wait_checksums(
+    kvf_client_t *client, uint64_t request_id, uint64_t timeout_ns,
+    kvf_slot_t *slots, uint64_t *checksums, uint32_t max, uint32_t *num_p);
+
+/**
  * PD mode, decode side: frees the receive slots of @p request_id (a
  * request not complete yet is aborted), which wakes pushes queued for room.
  *

@@ -214,6 +214,8 @@ _PD_PROTOS = {
     "kvf_pd_push_wait": (c_int, [c_void_p, c_u64, c_u64]),
     "kvf_pd_wait": (c_int, [c_void_p, c_u64, c_u64, P(SlotStruct), c_u32,
                             P(c_u32)]),
+    "kvf_pd_wait_checksums": (c_int, [c_void_p, c_u64, c_u64, P(SlotStruct),
+                                      P(c_u64), c_u32, P(c_u32)]),
     "kvf_pd_release": (c_int, [c_void_p, c_u64]),
 }
 

@@ -415,22 +415,44 @@ class Client:
             ``pd_release`` or ``close``. @p max_chunks is only the first
             guess of room: a larger request is asked again with room for
             all of it (the agent keeps it claimed for us)."""
+            return self._pd_wait(request_id, timeout, max_chunks, False)[0]
+
+        def pd_wait_checksums(self, request_id: int,
+                              timeout: Optional[float] = None,
+                              max_chunks: int = 256
+                              ) -> Tuple[List[Slot], List[int]]:
+            """kvf_pd_wait_checksums(): as ``pd_wait``, plus the checksum
+            each chunk was verified with, to check with ``verify`` (after
+            copying a chunk elsewhere, say)."""
+            return self._pd_wait(request_id, timeout, max_chunks, True)
+
+        def _pd_wait(self, request_id: int, timeout: Optional[float],
+                     max_chunks: int, with_sums: bool
+                     ) -> Tuple[List[Slot], List[int]]:
             request_id = _pd_request_id(request_id)
             timeout_ns = 0 if timeout is None else max(int(timeout * 1e9), 1)
             room = max(int(max_chunks), 1)
+            fn = "kvf_pd_wait_checksums" if with_sums else "kvf_pd_wait"
             while True:
                 arr = (_lib.SlotStruct * room)()
+                sums = (ctypes.c_uint64 * room)()
                 num = ctypes.c_uint32()
                 with self._lock:
-                    st = _lib.lib.kvf_pd_wait(self._handle(), request_id,
-                                              timeout_ns, arr, room,
-                                              ctypes.byref(num))
+                    if with_sums:
+                        st = _lib.lib.kvf_pd_wait_checksums(
+                            self._handle(), request_id, timeout_ns, arr, sums,
+                            room, ctypes.byref(num))
+                    else:
+                        st = _lib.lib.kvf_pd_wait(self._handle(), request_id,
+                                                  timeout_ns, arr, room,
+                                                  ctypes.byref(num))
                     if st == ERR_TOO_BIG and room < 65536:
                         room = min(room * 4, 65536)
                         continue
-                    self._check(st, "kvf_pd_wait")
-                return [Slot(arr[i].offset, arr[i].length)
-                        for i in range(num.value)]
+                    self._check(st, fn)
+                n = num.value
+                return ([Slot(arr[i].offset, arr[i].length) for i in range(n)],
+                        list(sums[:n]) if with_sums else [])
 
         def pd_release(self, request_id: int) -> None:
             """kvf_pd_release(): frees the receive slots of @p request_id

@@ -1572,3 +1572,37 @@ Test(pd, a_request_pushed_again_after_its_push_could_not_be_sent_is_delivered)
     kvf_client_disconnect(pc);
     kvf_client_disconnect(dc);
 }
+
+/* The decode engine gets the checksum each chunk was verified with
+ * (kvf_pd_wait_checksums), the prefill engine's own, and can check the
+ * bytes it reads against them. */
+Test(pd, the_decode_engine_gets_each_chunks_checksum)
+{
+    kvf_client_t *pc, *dc;
+    kvf_slot_t slots[4], got[4];
+    uint64_t sums[4], got_sums[4];
+    uint32_t num = 0, i;
+
+    start_pair(NULL);
+    pc = connect_to(&g_p);
+    dc = connect_to(&g_d);
+    fill_slots(pc, 65, 4, slots, sums);
+    cr_assert_eq(kvf_pd_push(pc, 65, "it-decode", slots, sums, 4, true), KVF_OK,
+                 "%s", kvf_client_last_error(pc));
+    cr_assert_eq(
+        kvf_pd_wait_checksums(dc, 65, 5000000000ull, got, NULL, 4, &num),
+        KVF_ERR_INVALID);
+    cr_assert_eq(
+        kvf_pd_wait_checksums(dc, 65, 5000000000ull, got, got_sums, 4, &num),
+        KVF_OK, "%s", kvf_client_last_error(dc));
+    cr_assert_eq(num, 4);
+    for (i = 0; i < 4; i++) {
+        cr_assert_eq(got_sums[i], sums[i], "chunk %u", i);
+        cr_assert(kvf_client_verify(dc, &got[i], got_sums[i]));
+    }
+    cr_assert_not(kvf_client_verify(dc, &got[0], got_sums[1]));
+    cr_assert_eq(kvf_pd_release(dc, 65), KVF_OK);
+    cr_assert_eq(kvf_client_release(pc, slots, 4), KVF_OK);
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}

@@ -317,7 +317,12 @@ def test_pd_layer_pushes_started_without_waiting(pd_cluster):
         for i, s in enumerate(slots):
             p.pd_push_start(14, dec, [s], [sums[i]], final=(i == 5))
         p.pd_push_wait(14, timeout=30)
-        _pd_check(d, d.pd_wait(14, timeout=10), 14, [PD_CHUNK] * 6)
+        got, got_sums = d.pd_wait_checksums(14, timeout=10, max_chunks=2)
+        _pd_check(d, got, 14, [PD_CHUNK] * 6)
+        # what the decoder verified each chunk with: the prefill engine's
+        assert got_sums == sums
+        assert all(d.verify(s, c) for s, c in zip(got, got_sums))
+        assert not d.verify(got[0], got_sums[1])
         gc.collect()
         d.pd_release(14)
         for i, s in enumerate(slots[:3]):
