@@ -303,8 +303,12 @@ class KVFabricConnector(KVConnectorBase_V1):
         else:
             self._rank = 0  # the scheduler talks to rank 0's agent
         self._rank %= world
-        self._socket = str(extra.get("socket", "/run/kvfabric/agent.sock")
-                           ).format(rank=self._rank)
+        self._socket_tpl = str(extra.get("socket",
+                                         "/run/kvfabric/agent.sock"))
+        self._socket = self._socket_tpl.format(rank=self._rank)
+        # scheduler, TP > 1: connections to the other ranks' agents, for
+        # releasing their shards of an aborted decode-side PD request
+        self._rank_clients: Dict[int, kvf.Client] = {}
         self._timeout = float(extra.get("timeout_s", 5.0))
         self._retry_s = float(extra.get("retry_s", 1.0))
         self._prefetch = bool(extra.get("prefetch", True))
@@ -461,6 +465,12 @@ class KVFabricConnector(KVConnectorBase_V1):
             except _ERRORS + (RuntimeError,):
                 pass
             self._client = None
+        for c in self._rank_clients.values():
+            try:
+                c.close(force=True)
+            except _ERRORS + (RuntimeError,):
+                pass
+        self._rank_clients.clear()
 
     @classmethod
     def get_required_kvcache_layout(cls, vllm_config) -> Optional[str]:
@@ -722,9 +732,14 @@ class KVFabricConnector(KVConnectorBase_V1):
         return meta
 
     def _pd_release(self, st: _ReqState) -> None:
-        """Gives back a pushed request D will never load (decode side)."""
+        """Gives back a pushed request D will never load (decode side): at
+        rank 0's agent, and with TP > 1 each other rank's shard at that
+        rank's agent (before, those waited for the agents' claim
+        timeout)."""
         rid = st.pd_recv[0]
         st.pd_recv = None
+        for r in range(1, self._world):
+            self._pd_release_at(r, rid)
         try:
             self.client.pd_release(rid)
             self._count("pd_released")
@@ -736,6 +751,44 @@ class KVFabricConnector(KVConnectorBase_V1):
         except OSError as e:
             self._agent_failed("pd_release", e)
             self._end_step()
+
+    def _pd_release_at(self, rank: int, rid: int) -> None:
+        """Releases PD request @p rid at the agent of TP rank @p rank (its
+        socket from the "{rank}" in ``socket``). Best effort: a failure is
+        logged and the connection dropped; that agent's claim timeout frees
+        the shard then, as it did before."""
+        sock = self._socket_tpl.format(rank=rank)
+        if sock == self._socket:
+            return  # one agent for every rank: released there already
+        try:
+            c = self._rank_clients.get(rank)
+            if c is None:
+                c = kvf.Client(sock, timeout=self._timeout,
+                               name=f"vllm-scheduler-{rank}")
+                self._rank_clients[rank] = c
+            c.pd_release(rid)
+            self._count("pd_released")
+        except kvf.KvfError as e:
+            if e.status == ERR_NOT_FOUND:
+                return  # not arrived there yet: its claim timeout frees it
+            self._rank_release_failed(rank, sock, e)
+        except OSError as e:
+            self._rank_release_failed(rank, sock, e)
+
+    def _rank_release_failed(self, rank: int, sock: str,
+                             e: Exception) -> None:
+        key = f"rank-release-{rank}"
+        (log.debug if key in self._warned else log.warning)(
+            "kvfabric: releasing an aborted PD request at rank %d's agent "
+            "%s failed (%s); its claim timeout frees it (logged once)", rank,
+            sock, e)
+        self._warned.add(key)
+        c = self._rank_clients.pop(rank, None)
+        if c is not None:
+            try:
+                c.close(force=True)
+            except _ERRORS + (RuntimeError,):
+                pass
 
     def request_finished(self, request, block_ids
                          ) -> Tuple[bool, Optional[Dict[str, Any]]]:

@@ -217,6 +217,56 @@ def test_aborted_decode_request_releases_its_slot(model, agents):
     d.shutdown()
 
 
+@pytest.fixture
+def tp_pd_agents():
+    """A prefill agent and the decode agents of TP ranks 0 and 1."""
+    from conftest import _run_cluster
+
+    yield from _run_cluster(agents=("p", "d0", "d1"),
+                            roles={"p": "prefill", "d0": "decode",
+                                   "d1": "decode"},
+                            pd_buffer_size="16M")
+
+
+@pytest.mark.skipif(not kvf.HAS_PD, reason="libkvfabric without PD calls")
+def test_aborted_decode_request_releases_every_ranks_shard(model,
+                                                            tp_pd_agents):
+    """TP=2 (vLLM's config objects): each prefill rank pushed its shard to
+    its decode rank's agent; the request is aborted before it was
+    scheduled, and the scheduler (connected to rank 0's agent) releases
+    the shard at rank 1's agent too. Before, rank 1's waited for that
+    agent's claim timeout, holding its receive region."""
+    ag = tp_pd_agents
+    sock = ag.sockets["d0"].replace("agent-d0", "agent-d{rank}")
+    d = connector(vllm_config(model, sock, "kv_consumer", tp=2))
+    assert d._socket == ag.sockets["d0"]
+    rid = 0x5eee
+    with ag.client("p") as p:
+        for dec in ("d0", "d1"):
+            slots = p.alloc(4096, 2)
+            sums = []
+            for s in slots:
+                v = p.slot_view(s)
+                v[:] = 5
+                sums.append(kvf.chunk_checksum(v))
+                del v
+            p.pd_push(rid, ag.node_name(dec), slots, sums, True)
+            p.release(slots)
+    tokens = _prompt(2 * C + 1, 6)
+    req = request("pd-tp", tokens, dict(
+        do_remote_prefill=True, kvf_request_id=rid, kvf_chunks=2,
+        kvf_chunk_size=C, kvf_decoder=ag.node_name("d0")))
+    assert d.get_num_new_matched_tokens(req, 0) == (2 * C, True)
+    assert d.request_finished(req, []) == (False, None)
+    assert d.stats["pd_released"] == 2
+    for dec in ("d0", "d1"):
+        with ag.client(dec) as cl:
+            with pytest.raises(kvf.KvfError) as e:
+                cl.pd_release(rid)
+            assert e.value.name == "KVF_ERR_NOT_FOUND", dec
+    d.shutdown()
+
+
 def test_resumed_request_replaces_its_block_ids(model, agents):
     """vLLM's SchedulerOutput for a request resumed after a preemption
     (CachedRequestData.resumed_req_ids): its new block ids replace the old
