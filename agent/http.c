@@ -505,17 +505,37 @@ static void kvf_agent_inventory_json_key(void *arg, const kvf_key_t *key)
     evbuffer_add_printf(body, ",\"%s\"", kvf_key_format(key, buf));
 }
 
+typedef struct kvf_agent_inventory_disk {
+    kvf_store_t *store;
+    struct evbuffer *keys;
+    uint64_t count;
+} kvf_agent_inventory_disk_t;
+
+/* A chunk on disk that is not in the pool too (those are listed once,
+ * with the pool's). */
+static void kvf_agent_inventory_disk_key(void *arg, const kvf_key_t *key)
+{
+    kvf_agent_inventory_disk_t *d = arg;
+
+    if (kvf_store_local_prefix(d->store, key, 1) == 0) {
+        kvf_agent_inventory_json_key(d->keys, key);
+        d->count++;
+    }
+}
+
 /* GET /v1/inventory: what this agent really holds (the soft state the
- * controller's registry must converge to) and what it still has lent out
- * (grants, pinned chunks, owners), for fault tests and operators. */
+ * controller's registry must converge to: the pool's chunks, then those
+ * only on its disk tier) and what it still has lent out (grants, pinned
+ * chunks, owners), for fault tests and operators. */
 static void kvf_agent_on_inventory_http(struct evhttp_request *req, void *arg)
 {
-    kvf_agent_http_t *http = arg;
-    struct evbuffer *body  = evbuffer_new();
-    struct evbuffer *keys  = evbuffer_new();
+    kvf_agent_http_t *http          = arg;
+    struct evbuffer *body           = evbuffer_new();
+    struct evbuffer *keys           = evbuffer_new();
+    kvf_agent_inventory_disk_t disk = {http->src.store, evbuffer_new(), 0};
     kvf_store_stats_t st;
 
-    if ((body == NULL) || (keys == NULL)) {
+    if ((body == NULL) || (keys == NULL) || (disk.keys == NULL)) {
         evhttp_send_error(req, 500, "out of memory");
         goto out;
     }
@@ -524,17 +544,29 @@ static void kvf_agent_on_inventory_http(struct evhttp_request *req, void *arg)
     if (evbuffer_get_length(keys) > 0) {
         evbuffer_drain(keys, 1); /* the first key's separator */
     }
-    evbuffer_add_printf(body,
-                        "{\"name\":\"%s\",\"node_id\":%u,\"chunks\":%" PRIu64
-                        ",\"grants\":%" PRIu64 ",\"pinned\":%" PRIu64
-                        ",\"owners\":%" PRIu64 ",\"keys\":[",
-                        http->src.name, kvf_ctl_client_node_id(http->src.ctl),
-                        st.pool.entries, st.pool.allocated, st.pool.pinned,
-                        st.owners);
+    if (http->src.disk != NULL) {
+        kvf_disk_foreach_key(http->src.disk, kvf_agent_inventory_disk_key,
+                             &disk);
+    }
+    if (evbuffer_get_length(disk.keys) > 0) {
+        evbuffer_drain(disk.keys, 1);
+    }
+    evbuffer_add_printf(
+        body,
+        "{\"name\":\"%s\",\"node_id\":%u,\"chunks\":%" PRIu64
+        ",\"grants\":%" PRIu64 ",\"pinned\":%" PRIu64 ",\"owners\":%" PRIu64
+        ",\"disk_chunks\":%" PRIu64 ",\"keys\":[",
+        http->src.name, kvf_ctl_client_node_id(http->src.ctl), st.pool.entries,
+        st.pool.allocated, st.pool.pinned, st.owners, disk.count);
     evbuffer_add_buffer(body, keys);
+    evbuffer_add_printf(body, "],\"disk_keys\":[");
+    evbuffer_add_buffer(body, disk.keys);
     evbuffer_add_printf(body, "]}\n");
     kvf_agent_http_reply(req, 200, "application/json", body);
 out:
+    if (disk.keys != NULL) {
+        evbuffer_free(disk.keys);
+    }
     if (keys != NULL) {
         evbuffer_free(keys);
     }

@@ -415,6 +415,10 @@ int kvf_fc_agent_start(kvf_fc_t *fc, int i)
     kvf_fc_agent_arg(argv, &n, "--pd-push-timeout", fc->params.pd_push_tmo);
     kvf_fc_agent_arg(argv, &n, "--pd-alloc-timeout", fc->params.pd_alloc_tmo);
     kvf_fc_agent_arg(argv, &n, "--pd-claim-timeout", fc->params.pd_claim_tmo);
+    if (fc->params.disk_size[i] != NULL) {
+        kvf_fc_agent_arg(argv, &n, "--disk-path", a->disk);
+        kvf_fc_agent_arg(argv, &n, "--disk-size", fc->params.disk_size[i]);
+    }
     argv[n] = NULL;
     snprintf(bin, sizeof(bin), "%s", kvf_test_build_path("agent/kvf-agent"));
     a->is_stopped = false;
@@ -740,6 +744,8 @@ int kvf_fc_create(kvf_fc_t *fc, const kvf_fc_params_t *params)
         snprintf(a->name, sizeof(a->name), "fa%d", i);
         snprintf(a->sock, sizeof(a->sock), "/tmp/kvff%d-a%d.sock",
                  (int)getpid(), i);
+        snprintf(a->disk, sizeof(a->disk), "/var/tmp/kvff%d-a%d.disk",
+                 (int)getpid(), i);
         if (params->is_netns) {
             a->http_port = KVF_FC_HTTP_PORT;
             snprintf(a->listen, sizeof(a->listen), "10.231.0.%d:%d", i + 2,
@@ -771,6 +777,7 @@ void kvf_fc_destroy(kvf_fc_t *fc)
         }
         kvf_test_proc_stop(&fc->agents[i].proc, 10000);
         unlink(fc->agents[i].sock);
+        unlink(fc->agents[i].disk);
     }
     kvf_test_proc_stop(&fc->ctl, 10000);
     if (fc->params.is_ha) {
@@ -788,30 +795,17 @@ static uint64_t kvf_fc_json_u64(const char *body, const char *field)
     return (p != NULL) ? strtoull(p + strlen(field), NULL, 10) : UINT64_MAX;
 }
 
-int kvf_fc_inventory(kvf_fc_t *fc, int i, kvf_fc_inventory_t *inv)
+/* Appends the keys of the JSON array after @p field in @p body to
+ * @p inv; -1 when the array is missing. */
+static int kvf_fc_inventory_keys(const char *body, const char *field,
+                                 kvf_fc_inventory_t *inv)
 {
-    char *body = malloc(KVF_FC_BODY);
-    const char *p;
-    int rc = -1;
+    const char *p = strstr(body, field);
 
-    if (body == NULL) {
+    if (p == NULL) {
         return -1;
     }
-    memset(inv, 0, offsetof(kvf_fc_inventory_t, keys));
-    if (kvf_fc_http(fc, i, "/v1/inventory", body, KVF_FC_BODY) != 200) {
-        kvf_fc_why(fc, "agent %s: no inventory", fc->agents[i].name);
-        goto out;
-    }
-    inv->node_id = (uint32_t)kvf_fc_json_u64(body, "\"node_id\":");
-    inv->chunks  = kvf_fc_json_u64(body, "\"chunks\":");
-    inv->grants  = kvf_fc_json_u64(body, "\"grants\":");
-    inv->pinned  = kvf_fc_json_u64(body, "\"pinned\":");
-    p            = strstr(body, "\"keys\":[");
-    if (p == NULL) {
-        kvf_fc_why(fc, "agent %s: bad inventory %s", fc->agents[i].name, body);
-        goto out;
-    }
-    p += 8;
+    p += strlen(field);
     while ((*p == '"') && (inv->num_keys < KVF_FC_MAX_KEYS)) {
         char str[KVF_KEY_STR_SIZE];
 
@@ -824,6 +818,36 @@ int kvf_fc_inventory(kvf_fc_t *fc, int i, kvf_fc_inventory_t *inv)
         if (*p == ',') {
             p++;
         }
+    }
+    return 0;
+}
+
+int kvf_fc_inventory(kvf_fc_t *fc, int i, kvf_fc_inventory_t *inv)
+{
+    char *body = malloc(KVF_FC_BODY);
+    int rc     = -1;
+
+    if (body == NULL) {
+        return -1;
+    }
+    memset(inv, 0, offsetof(kvf_fc_inventory_t, keys));
+    if (kvf_fc_http(fc, i, "/v1/inventory", body, KVF_FC_BODY) != 200) {
+        kvf_fc_why(fc, "agent %s: no inventory", fc->agents[i].name);
+        goto out;
+    }
+    inv->node_id     = (uint32_t)kvf_fc_json_u64(body, "\"node_id\":");
+    inv->chunks      = kvf_fc_json_u64(body, "\"chunks\":");
+    inv->grants      = kvf_fc_json_u64(body, "\"grants\":");
+    inv->pinned      = kvf_fc_json_u64(body, "\"pinned\":");
+    inv->disk_chunks = kvf_fc_json_u64(body, "\"disk_chunks\":");
+    if ((kvf_fc_inventory_keys(body, "\"keys\":[", inv) != 0) ||
+        ((inv->disk_chunks != UINT64_MAX) &&
+         (kvf_fc_inventory_keys(body, "\"disk_keys\":[", inv) != 0))) {
+        kvf_fc_why(fc, "agent %s: bad inventory %s", fc->agents[i].name, body);
+        goto out;
+    }
+    if (inv->disk_chunks == UINT64_MAX) {
+        inv->disk_chunks = 0; /* an agent of before the disk tier */
     }
     rc = 0;
 out:
@@ -960,13 +984,17 @@ bool kvf_fc_converged(kvf_fc_t *fc)
         uint32_t id   = 0;
         uint64_t held = kvf_fc_tree_keys(tree, fc->agents[i].name, &id);
 
-        if ((held != invs[i].chunks) || (id != invs[i].node_id)) {
-            kvf_fc_why(fc,
-                       "agent %s (node %u) holds %llu chunks, the registry "
-                       "says node %u has %llu: %s",
-                       fc->agents[i].name, invs[i].node_id,
-                       (unsigned long long)invs[i].chunks, id,
-                       (unsigned long long)held, tree);
+        if ((held != invs[i].chunks + invs[i].disk_chunks) ||
+            (id != invs[i].node_id)) {
+            kvf_fc_why(
+                fc,
+                "agent %s (node %u) holds %llu chunks (%llu of them "
+                "on disk only), the registry says node %u has %llu: "
+                "%s",
+                fc->agents[i].name, invs[i].node_id,
+                (unsigned long long)(invs[i].chunks + invs[i].disk_chunks),
+                (unsigned long long)invs[i].disk_chunks, id,
+                (unsigned long long)held, tree);
             goto out;
         }
         for (j = 0; j < invs[i].num_keys; j++) {

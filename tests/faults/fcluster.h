@@ -51,6 +51,9 @@ typedef struct kvf_fc_params {
     const char *pd_push_tmo;    /* pd_push_timeout */
     const char *pd_alloc_tmo;   /* pd_alloc_timeout */
     const char *pd_claim_tmo;   /* pd_claim_timeout */
+    /* disk tier of each agent (NULL: none): disk_size, its file kept
+     * across the agent's restarts (a warm restart re-admits it) */
+    const char *disk_size[KVF_FC_MAX_AGENTS];
     /* HA on etcd (netns only): hosts 0 and A+1, A+2 run controllers 0..2
      * (A agents on hosts 1..A), hosts A+3..A+5 the etcd members; agents
      * and kvfctl find the leader through etcd (--etcd) */
@@ -64,6 +67,7 @@ typedef struct kvf_fc_agent {
     char sock[128];
     char listen[64];
     char http[64];
+    char disk[64]; /* its disk tier's file */
     uint16_t http_port;
     bool is_stopped; /* SIGSTOP'ed */
 } kvf_fc_agent_t;
@@ -93,10 +97,11 @@ typedef struct kvf_fc {
 /* What an agent holds (GET /v1/inventory). */
 typedef struct kvf_fc_inventory {
     uint32_t node_id;
-    uint64_t chunks;
+    uint64_t chunks;      /* in the pool */
+    uint64_t disk_chunks; /* on the disk tier only */
     uint64_t grants;
     uint64_t pinned;
-    size_t num_keys;
+    size_t num_keys; /* the pool's, then those on disk only */
     kvf_key_t keys[KVF_FC_MAX_KEYS];
 } kvf_fc_inventory_t;
 

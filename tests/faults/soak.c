@@ -20,10 +20,11 @@
  * request whose push failed is still waited for (briefly): if it is
  * delivered anyway it must be whole and exact. Faults (main thread, every 2-4
  * s): kill -9 and restart of agent 1 or 2, SIGSTOP of any agent for 1.5 s, kill
- * -9 and restart of the controller. Agent 0 is never killed: its RSS from the
- * end of the warm-up to the end is rss_growth_bytes, which counts pages of
- * its pool and receive region (shared memory) touched for the first time
- * too; anon_growth_bytes is its private memory's (RssAnon), what a leak
+ * -9 and restart of the controller. Agents 1 and 2 keep a disk tier (128
+ * MiB each, its file kept across their restarts). Agent 0 is never killed: its
+ * RSS from the end of the warm-up to the end is rss_growth_bytes, which counts
+ * pages of its pool and receive region (shared memory) touched for the first
+ * time too; anon_growth_bytes is its private memory's (RssAnon), what a leak
  * grows.
  *
  * A hang is a store or retrieve that returned KVF_ERR_TIMEOUT (the
@@ -393,7 +394,12 @@ int main(void)
                               .pd_buffer_size = "16M",
                               .pd_push_tmo    = "3s",
                               .pd_alloc_tmo   = "2s",
-                              .pd_claim_tmo   = "5s"};
+                              .pd_claim_tmo   = "5s",
+                              /* the agents that are killed keep a disk
+                               * tier: chunks the pool evicts are read
+                               * back, and each restart re-admits what it
+                               * finds there */
+                              .disk_size = {NULL, "128M", "128M"}};
     const char *env        = getenv("SOAK_SECONDS");
     double seconds         = (env != NULL) ? atof(env) : 600.0;
     unsigned int seed      = (getenv("SOAK_SEED") != NULL)
@@ -401,6 +407,7 @@ int main(void)
                                  : (unsigned int)getpid();
     uint64_t t0, rss1, anon1;
     bool is_ok;
+    int i;
     pthread_t workload;
     static soak_t s;
 
@@ -461,6 +468,14 @@ int main(void)
             "%llu failed calls (faults), %u prefixes stored\n",
             (unsigned long long)s.verified, (unsigned long long)s.misses,
             (unsigned long long)s.errors, s.num_prefixes);
+    for (i = 1; i < SOAK_AGENTS; i++) {
+        fprintf(stderr,
+                "soak: agent %d's disk tier since its last start: %lld "
+                "chunks written, %lld read back, %lld found at start\n",
+                i, kvf_fc_metric(&s.fc, i, "kvf_agent_disk_writes_total"),
+                kvf_fc_metric(&s.fc, i, "kvf_agent_disk_reads_total"),
+                kvf_fc_metric(&s.fc, i, "kvf_agent_disk_recovered_chunks"));
+    }
     fflush(stdout);
     kvf_fc_destroy(&s.fc);
     return (is_ok && (s.wrong_bytes == 0) && (s.hangs == 0)) ? 0 : 1;
