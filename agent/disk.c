@@ -308,7 +308,7 @@ static bool kvf_disk_is_wanted(const kvf_disk_slot_t *s, uint32_t now_ms)
 static uint32_t kvf_disk_slot_take(kvf_disk_t *disk)
 {
     uint32_t slot = disk->free_head;
-    uint32_t now_ms;
+    uint32_t now_ms, spared = 0;
 
     if (slot != KVF_DISK_NONE) {
         disk->free_head = disk->slots[slot].next;
@@ -316,11 +316,15 @@ static uint32_t kvf_disk_slot_take(kvf_disk_t *disk)
     }
     /* full: the least recently used slot no read is using and nobody
      * asked for just now (a read-back that makes room in the pool spills
-     * chunks here: they must not push out the chunks being read back) */
+     * chunks here: they must not push out the chunks being read back).
+     * Asks protect three quarters of the tier at most: a peer asking for
+     * every key cannot stop write-behind */
     now_ms = (uint32_t)kvf_time_now_ms();
     for (slot = disk->slots[disk->slot_count].prev; slot != disk->slot_count;
          slot = disk->slots[slot].prev) {
-        if (kvf_disk_is_wanted(&disk->slots[slot], now_ms)) {
+        if ((spared < disk->slot_count / 4 * 3) &&
+            kvf_disk_is_wanted(&disk->slots[slot], now_ms)) {
+            spared++;
             disk->st.evictions_spared++;
             continue;
         }
