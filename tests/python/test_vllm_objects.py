@@ -185,6 +185,20 @@ def test_agent_away_degrades(model, tmp_path):
     assert c.stats["agent_errors"] == 1  # the second call did not retry
 
 
+def _pd_push_filled(p, rid, decoder, value, n=2):
+    """Pushes PD request @p rid (@p n chunks of 4 KiB, every byte
+    @p value) from prefill client @p p to @p decoder, whole."""
+    slots = p.alloc(4096, n)
+    sums = []
+    for s in slots:
+        v = p.slot_view(s)
+        v[:] = value
+        sums.append(kvf.chunk_checksum(v))
+        del v
+    p.pd_push(rid, decoder, slots, sums, True)
+    p.release(slots)
+
+
 @pytest.mark.skipif(not kvf.HAS_PD, reason="libkvfabric without PD calls")
 def test_aborted_decode_request_releases_its_slot(model, agents):
     """D is handed a pushed request, which is aborted before it was
@@ -193,15 +207,7 @@ def test_aborted_decode_request_releases_its_slot(model, agents):
     d = connector(vllm_config(model, agents.sockets["d"], "kv_consumer"))
     rid = 0x5eed
     with agents.client("p") as p:
-        slots = p.alloc(4096, 2)
-        sums = []
-        for s in slots:
-            v = p.slot_view(s)
-            v[:] = 3
-            sums.append(kvf.chunk_checksum(v))
-            del v
-        p.pd_push(rid, agents.node_name("d"), slots, sums, True)
-        p.release(slots)
+        _pd_push_filled(p, rid, agents.node_name("d"), 3)
     tokens = _prompt(2 * C + 1, 5)
     req = request("pd-1", tokens, dict(
         do_remote_prefill=True, kvf_request_id=rid, kvf_chunks=2,
@@ -243,15 +249,7 @@ def test_aborted_decode_request_releases_every_ranks_shard(model,
     rid = 0x5eee
     with ag.client("p") as p:
         for dec in ("d0", "d1"):
-            slots = p.alloc(4096, 2)
-            sums = []
-            for s in slots:
-                v = p.slot_view(s)
-                v[:] = 5
-                sums.append(kvf.chunk_checksum(v))
-                del v
-            p.pd_push(rid, ag.node_name(dec), slots, sums, True)
-            p.release(slots)
+            _pd_push_filled(p, rid, ag.node_name(dec), 5)
     tokens = _prompt(2 * C + 1, 6)
     req = request("pd-tp", tokens, dict(
         do_remote_prefill=True, kvf_request_id=rid, kvf_chunks=2,
