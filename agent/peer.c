@@ -2,6 +2,7 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "agent/peer.h"
 
+#include "agent/keyhash.h"
 #include "agent/local.h"
 #include "agent/transports.h"
 
@@ -172,18 +173,8 @@ typedef struct kvf_peer_rbatch {
 /* Keys being fetched now, to the item getting each (UCX's khash): a fetch
  * asking for a key already on its way follows that item, in O(1). Keys are
  * digests already, so a few of their bits are the hash. */
-static inline khint_t kvf_peer_key_hash(kvf_key_t key)
-{
-    return (khint_t)(key.lo ^ (key.lo >> 32) ^ key.ns);
-}
-
-static inline bool kvf_peer_key_equal(kvf_key_t a, kvf_key_t b)
-{
-    return (a.lo == b.lo) && (a.hi == b.hi) && (a.ns == b.ns);
-}
-
-KHASH_INIT(kvf_peer_keys, kvf_key_t, kvf_peer_item_t *, 1, kvf_peer_key_hash,
-           kvf_peer_key_equal)
+KHASH_INIT(kvf_peer_keys, kvf_key_t, kvf_peer_item_t *, 1, kvf_key_khash,
+           kvf_key_kheq)
 KHASH_SET_INIT_INT(kvf_peer_holders)
 /* requester endpoint -> chunks being sent to it */
 KHASH_MAP_INIT_INT64(kvf_peer_sending, uint32_t)

@@ -2,6 +2,8 @@
 /* Copyright (c) 2026 The kvfabric authors */
 #include "agent/store.h"
 
+#include "agent/keyhash.h"
+
 #include "common/chunk.h"
 #include "common/log.h"
 #include "common/time.h"
@@ -36,11 +38,13 @@ struct kvf_store_promo_read {
     kvf_pool_entry_t *entry;
     kvf_pool_entry_t *hit;
     kvf_key_t key;                              /* entry: the key being read */
-    kvf_store_promo_read_t *next_reading;       /* entry: store->reading */
     STAILQ_ENTRY(kvf_store_promo_read) waiting; /* entry: store->waiting */
     kvf_store_promo_read_t *followers;          /* entry: who waits for it */
     kvf_store_promo_read_t *next_follower;      /* a wait: in its leader's */
 };
+
+KHASH_INIT(kvf_store_reads, kvf_key_t, kvf_store_promo_read_t *, 1,
+           kvf_key_khash, kvf_key_kheq)
 
 /* One kvf_store_promote call: its reads and who waits for them. */
 struct kvf_store_promotion {
@@ -77,11 +81,10 @@ struct kvf_store {
     uint64_t owners;
     kvf_disk_t *disk; /* borrowed; NULL: no disk tier */
     kvf_store_promotion_t *promotions;
-    /* disk reads in flight (at most the tier's 4 x queue_depth): a second
-     * promotion of the same key waits for the first */
-    kvf_store_promo_read_t *reading;
-    /* reads past what the tier takes at once, in order; also in reading
-     * (a second promotion of the key waits for them as for the others) */
+    /* disk reads in flight or waiting, by key: a second promotion of the
+     * same key waits for the first */
+    khash_t(kvf_store_reads) reading;
+    /* reads past what the tier takes at once (4 x queue_depth), in order */
     STAILQ_HEAD(, kvf_store_promo_read) waiting;
     bool is_starting_waiting; /* kvf_store_start_waiting runs */
     uint64_t spilled, promoted, promote_failures, promote_waits;
@@ -642,14 +645,13 @@ static void kvf_store_on_disk_read(void *arg, const kvf_key_t *key,
     kvf_store_promo_read_t *read     = arg;
     kvf_store_promotion_t *promotion = read->promotion;
     kvf_store_t *store               = promotion->store;
-    kvf_store_promo_read_t **pp, *f, *next;
+    khiter_t it = kh_get(kvf_store_reads, &store->reading, read->key);
+    kvf_store_promo_read_t *f, *next;
     bool ok = false;
 
-    for (pp = &store->reading; *pp != NULL; pp = &(*pp)->next_reading) {
-        if (*pp == read) {
-            *pp = read->next_reading;
-            break;
-        }
+    if ((it != kh_end(&store->reading)) &&
+        (kh_value(&store->reading, it) == read)) {
+        kh_del(kvf_store_reads, &store->reading, it);
     }
     kvf_pool_entry_put(store->pool, read->entry);
     if ((status == KVF_OK) &&
@@ -690,14 +692,10 @@ static void kvf_store_on_disk_read(void *arg, const kvf_key_t *key,
 static kvf_store_promo_read_t *kvf_store_reading(kvf_store_t *store,
                                                  const kvf_key_t *key)
 {
-    kvf_store_promo_read_t *r;
+    khiter_t it = kh_get(kvf_store_reads, &store->reading, *key);
 
-    for (r = store->reading; r != NULL; r = r->next_reading) {
-        if (kvf_key_equal(&r->key, key)) {
-            return r;
-        }
-    }
-    return NULL;
+    return (it == kh_end(&store->reading)) ? NULL
+                                           : kh_value(&store->reading, it);
 }
 
 void kvf_store_want(kvf_store_t *store, const kvf_key_t *key)
@@ -757,7 +755,9 @@ kvf_status_t kvf_store_promote(kvf_store_t *store, const kvf_key_t *keys,
     kvf_pool_entry_t *entry;
     kvf_status_t status;
     uint64_t length;
+    khiter_t it;
     uint32_t i;
+    int ret;
 
     if (store->disk == NULL) {
         return KVF_OK;
@@ -814,12 +814,18 @@ kvf_status_t kvf_store_promote(kvf_store_t *store, const kvf_key_t *keys,
             promotion->failed++;
             continue;
         }
+        it = kh_put(kvf_store_reads, &store->reading, keys[i], &ret);
+        if (ret < 0) {
+            kvf_pool_free(store->pool, entry); /* no memory to track it */
+            store->promote_failures++;
+            promotion->failed++;
+            continue;
+        }
+        kh_value(&store->reading, it) = read;
         kvf_pool_entry_hold(store->pool, entry); /* not reclaimed meanwhile */
-        read->promotion    = promotion;
-        read->entry        = entry;
-        read->key          = keys[i];
-        read->next_reading = store->reading;
-        store->reading     = read;
+        read->promotion = promotion;
+        read->entry     = entry;
+        read->key       = keys[i];
         promotion->pending++;
         if (!STAILQ_EMPTY(&store->waiting) ||
             (kvf_store_read_start(store, read) == KVF_ERR_BUSY)) {
@@ -1108,6 +1114,7 @@ kvf_status_t kvf_store_create(const kvf_store_params_t *params,
     store->grant_timeout_ns = params->grant_timeout_ns;
     store->cb_arg           = params->cb_arg;
     STAILQ_INIT(&store->waiting);
+    kh_init_inplace(kvf_store_reads, &store->reading);
     pool_params = *params->pool;
     pool_params.field_mask |= KVF_POOL_FIELD_EVICT_CB;
     pool_params.evict_cb  = kvf_store_on_evict;
@@ -1141,6 +1148,7 @@ void kvf_store_destroy(kvf_store_t *store)
     }
     kvf_copier_destroy(store->copier);
     kvf_pool_destroy(store->pool);
+    kh_destroy_inplace(kvf_store_reads, &store->reading);
     free(store);
 }
 
