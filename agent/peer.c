@@ -1793,7 +1793,7 @@ static kvf_status_t kvf_peer_on_fetch(void *arg, const void *header,
         kvf_frame_release(&frame, NULL);
         return KVF_OK;
     }
-    for (i = 0; i < n; i++) {
+    for (i = 0; (i < n) && kvf_store_has_disk(peer->store); i++) {
         /* before any read-back makes room in the pool (and spills) */
         kvf_key_unpack(req->keys.data + i * KVF_KEY_WIRE_SIZE, &key);
         kvf_store_want(peer->store, &key);

@@ -698,6 +698,11 @@ static kvf_store_promo_read_t *kvf_store_reading(kvf_store_t *store,
                                            : kh_value(&store->reading, it);
 }
 
+bool kvf_store_has_disk(const kvf_store_t *store)
+{
+    return store->disk != NULL;
+}
+
 void kvf_store_want(kvf_store_t *store, const kvf_key_t *key)
 {
     if ((store->disk != NULL) && (kvf_pool_lookup(store->pool, key) == NULL)) {

@@ -237,6 +237,9 @@ void kvf_store_on_disk_dropped(void *arg, const kvf_key_t *key);
  * free again. */
 void kvf_store_on_disk_written(void *arg, const void *data);
 
+/* true when a disk tier is behind the pool (kvf_store_set_disk). */
+bool kvf_store_has_disk(const kvf_store_t *store);
+
 /* @p key is asked for (a peer's fetch): when it is on disk only, disk
  * eviction passes over it for a while (kvf_disk_want), so that the room
  * made in the pool by other read-backs does not evict it. No-op without a
