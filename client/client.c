@@ -891,7 +891,6 @@ static uint32_t kvf_client_pushes_of(kvf_client_t *client, uint64_t pd_request,
     return n;
 }
 
-/* Forgets every ended push of @p pd_request: its failure was reported. */
 /* The place of the next push of @p pd_request, 1, 2, ...; a final push
  * closes the request. */
 static uint32_t kvf_client_open_next(kvf_client_t *client, uint64_t pd_request,
@@ -936,6 +935,7 @@ static void kvf_client_open_forget(kvf_client_t *client, uint64_t pd_request)
     }
 }
 
+/* Forgets every ended push of @p pd_request: its failure was reported. */
 static void kvf_client_pushes_collect(kvf_client_t *client, uint64_t pd_request)
 {
     uint32_t i;
@@ -1194,21 +1194,22 @@ static kvf_status_t kvf_pd_wait_sums(kvf_client_t *client, uint64_t request_id,
                                  reply->n_offsets, max);
         goto out;
     }
-    for (i = 0; i < reply->n_offsets; i++) {
-        slots[i].offset = reply->offsets[i];
-        slots[i].length = reply->lengths[i];
-        if ((checksums != NULL) && (reply->n_checksums == reply->n_offsets)) {
-            checksums[i] = reply->checksums[i];
-        }
-    }
-    *num_p = (uint32_t)reply->n_offsets;
-    status = KVF_OK;
     if ((checksums != NULL) && (reply->n_checksums != reply->n_offsets)) {
         /* claimed all the same: the caller releases it */
         status = kvf_client_fail(client, KVF_ERR_UNSUPPORTED,
                                  "the %s sent no checksums (an older agent)",
                                  client->peer);
+        goto out;
     }
+    for (i = 0; i < reply->n_offsets; i++) {
+        slots[i].offset = reply->offsets[i];
+        slots[i].length = reply->lengths[i];
+        if (checksums != NULL) {
+            checksums[i] = reply->checksums[i];
+        }
+    }
+    *num_p = (uint32_t)reply->n_offsets;
+    status = KVF_OK;
 
 out:
     kvf_frame_release(&frame, NULL);
