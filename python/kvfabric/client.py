@@ -435,7 +435,7 @@ class Client:
             fn = "kvf_pd_wait_checksums" if with_sums else "kvf_pd_wait"
             while True:
                 arr = (_lib.SlotStruct * room)()
-                sums = (ctypes.c_uint64 * room)()
+                sums = (ctypes.c_uint64 * (room if with_sums else 0))()
                 num = ctypes.c_uint32()
                 with self._lock:
                     if with_sums:

@@ -67,6 +67,17 @@ KV_EVENTS_MEDIUM = "kvfabric"
 
 _ERRORS = (kvf.KvfError, OSError)
 
+
+def _close_quietly(client: Optional[kvf.Client]) -> None:
+    """Closes @p client (None: nothing), whatever the agent says: it is
+    dropped because it failed or the connector stops."""
+    if client is None:
+        return
+    try:
+        client.close(force=True)
+    except _ERRORS + (RuntimeError,):
+        pass
+
 # what a failed call says about the agent: these statuses mean it, or the
 # connection to it, is gone; any other is its answer about this request
 # (a COMMIT whose checksum did not match, a slot it no longer grants) and
@@ -427,11 +438,7 @@ class KVFabricConnector(KVConnectorBase_V1):
         if self._broken:
             self._broken = False
             c, self._client = self._client, None
-            if c is not None:
-                try:
-                    c.close(force=True)
-                except _ERRORS + (RuntimeError,):
-                    pass
+            _close_quietly(c)
         self._write_stats()
 
     def _write_stats(self) -> None:
@@ -459,17 +466,10 @@ class KVFabricConnector(KVConnectorBase_V1):
             self._recv_q.put(None)
             self._recv_thread.join(timeout=5)
             self._recv_thread = None
-        if self._client is not None:
-            try:
-                self._client.close(force=True)
-            except _ERRORS + (RuntimeError,):
-                pass
-            self._client = None
+        _close_quietly(self._client)
+        self._client = None
         for c in self._rank_clients.values():
-            try:
-                c.close(force=True)
-            except _ERRORS + (RuntimeError,):
-                pass
+            _close_quietly(c)
         self._rank_clients.clear()
 
     @classmethod
@@ -783,12 +783,7 @@ class KVFabricConnector(KVConnectorBase_V1):
             "%s failed (%s); its claim timeout frees it (logged once)", rank,
             sock, e)
         self._warned.add(key)
-        c = self._rank_clients.pop(rank, None)
-        if c is not None:
-            try:
-                c.close(force=True)
-            except _ERRORS + (RuntimeError,):
-                pass
+        _close_quietly(self._rank_clients.pop(rank, None))
 
     def request_finished(self, request, block_ids
                          ) -> Tuple[bool, Optional[Dict[str, Any]]]:
@@ -966,12 +961,8 @@ class KVFabricConnector(KVConnectorBase_V1):
                 log.warning("kvfabric: PD load of %s: %s; recomputed",
                             m.req_id, e)
                 self._load_failed(m, 0, m.load_end)
-                if client is not None:
-                    try:
-                        client.close(force=True)
-                    except _ERRORS + (RuntimeError,):
-                        pass
-                    client = None
+                _close_quietly(client)
+                client = None
             except Exception:  # never leave vLLM waiting for this request
                 log.exception("kvfabric: PD load of %s failed; recomputed",
                               m.req_id)

@@ -265,6 +265,37 @@ def test_aborted_decode_request_releases_every_ranks_shard(model,
     d.shutdown()
 
 
+@pytest.mark.skipif(not kvf.HAS_PD, reason="libkvfabric without PD calls")
+def test_an_unreachable_ranks_agent_does_not_fail_the_release(
+        model, agents, tmp_path, caplog):
+    """TP=2 with one agent for both ranks (no "{rank}" in ``socket``): one
+    release, there. Then rank 1's agent unreachable: rank 0's shard is
+    released, rank 1's is left to its claim timeout, warned once, nothing
+    raised into vLLM."""
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="kvfabric.vllm")
+    d = connector(vllm_config(model, agents.sockets["d"], "kv_consumer",
+                              tp=2))
+    for n, rid in enumerate((0x5ef0, 0x5ef1, 0x5ef2)):
+        with agents.client("p") as p:
+            _pd_push_filled(p, rid, agents.node_name("d"), 7)
+        req = request(f"pd-u{n}", _prompt(2 * C + 1, 7 + n), dict(
+            do_remote_prefill=True, kvf_request_id=rid, kvf_chunks=2,
+            kvf_chunk_size=C, kvf_decoder=agents.node_name("d")))
+        assert d.get_num_new_matched_tokens(req, 0) == (2 * C, True)
+        assert d.request_finished(req, []) == (False, None)
+        assert d.stats["pd_released"] == n + 1
+        if n == 0:
+            # from now on rank 1's agent is elsewhere, and not there
+            d._socket_tpl = str(tmp_path / "agent-{rank}.sock")
+    warned = [r for r in caplog.records
+              if "rank 1's agent" in r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in caplog.records]
+    assert d._rank_clients == {}
+    d.shutdown()
+
+
 def test_resumed_request_replaces_its_block_ids(model, agents):
     """vLLM's SchedulerOutput for a request resumed after a preemption
     (CachedRequestData.resumed_req_ids): its new block ids replace the old
