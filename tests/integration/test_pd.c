@@ -1515,6 +1515,21 @@ Test(pd, a_push_after_a_failed_one_of_its_request_never_starts_it)
     kvf_client_disconnect(dc);
 }
 
+/* Pushes request @p req again from its first piece, @p n chunks in one
+ * final push: delivered whole, no push refused by the prefill agent; then
+ * both engines go. */
+static void push_again_delivered(kvf_client_t *pc, kvf_client_t *dc,
+                                 uint64_t req, uint32_t n)
+{
+    cr_assert_eq(push(pc, req, 0, n, true), KVF_OK, "%s",
+                 kvf_client_last_error(pc));
+    wait_and_check(dc, req, n);
+    cr_assert_eq(kvf_pd_release(dc, req), KVF_OK);
+    cr_assert_eq(metric(&g_p, "kvf_agent_pd_pieces_refused_total"), 0);
+    kvf_client_disconnect(pc);
+    kvf_client_disconnect(dc);
+}
+
 /* A request whose push failed and was collected may be pushed again from
  * its first piece: the library's numbering starts afresh (a push refused
  * busy by the decoder's quota leaves nothing there to collide with). */
@@ -1528,13 +1543,7 @@ Test(pd, a_request_pushed_again_after_a_collected_failure_is_delivered)
     dc = connect_to(&g_d);
     cr_assert_eq(push(pc, 62, 0, 4, false), KVF_ERR_BUSY, "%s",
                  kvf_client_last_error(pc));
-    cr_assert_eq(push(pc, 62, 0, 1, true), KVF_OK, "%s",
-                 kvf_client_last_error(pc));
-    wait_and_check(dc, 62, 1);
-    cr_assert_eq(kvf_pd_release(dc, 62), KVF_OK);
-    cr_assert_eq(metric(&g_p, "kvf_agent_pd_pieces_refused_total"), 0);
-    kvf_client_disconnect(pc);
-    kvf_client_disconnect(dc);
+    push_again_delivered(pc, dc, 62, 1);
 }
 
 /* A push whose send fails (the prefill agent died: the engine's socket is
@@ -1564,13 +1573,7 @@ Test(pd, a_request_pushed_again_after_its_push_could_not_be_sent_is_delivered)
      * (the decoder keeps the request's tombstone until it is read) */
     cr_assert_eq(kvf_pd_wait(dc, 64, 5000000000ull, slots, 2, &num),
                  KVF_ERR_CANCELED, "%s", kvf_client_last_error(dc));
-    cr_assert_eq(push(pc, 64, 0, 2, true), KVF_OK, "%s",
-                 kvf_client_last_error(pc));
-    wait_and_check(dc, 64, 2);
-    cr_assert_eq(kvf_pd_release(dc, 64), KVF_OK);
-    cr_assert_eq(metric(&g_p, "kvf_agent_pd_pieces_refused_total"), 0);
-    kvf_client_disconnect(pc);
-    kvf_client_disconnect(dc);
+    push_again_delivered(pc, dc, 64, 2);
 }
 
 /* The decode engine gets the checksum each chunk was verified with
