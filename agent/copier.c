@@ -73,6 +73,11 @@ static void *kvf_copier_main(void *arg)
             break;
         }
         seen = copier->generation;
+        if (copier->jobs == NULL) {
+            /* woke after its batch ended: claiming from it would take an
+             * index of the next batch, which then nobody copies */
+            continue;
+        }
         jobs = copier->jobs;
         num  = copier->num;
         copier->busy++;
